@@ -1,0 +1,37 @@
+# The two set-up commands are `make run` and `make test`; CI (.ci/run) calls `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run fmt lint test test-unit test-integration migrate verify bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
+	$(BIN)/causeway serve
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lint: install  ## exactly what CI checks, in the same order
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy .
+	$(BIN)/lint-imports
+
+test: lint  ## .ci/run calls this and nothing else
+	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/integration
+
+migrate: install
+	$(BIN)/causeway migrate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,48 @@
+"""Request dependencies shared by the routers: the engine and the caller's principal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.errors import Forbidden, Unauthenticated
+from app.settings import Settings
+from app.store.keys import KeyStore, Principal, Scope
+
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def engine_of(request: Request) -> AsyncEngine:
+    engine: AsyncEngine = request.app.state.engine
+    return engine
+
+
+def settings_of(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]:
+    """A dependency that authenticates the Bearer key and demands ``scope``."""
+
+    async def principal(request: Request) -> Principal:
+        header = request.headers.get("authorization", "")
+        kind, _, key = header.partition(" ")
+        if kind.lower() != "bearer" or not key.strip():
+            raise Unauthenticated("send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
+        async with engine_of(request).connect() as conn:
+            found = await KeyStore(conn).authenticate(key.strip())
+        if found is None:
+            raise Unauthenticated("the API key is unknown or revoked", headers=_CHALLENGE)
+        if scope not in found.scopes and Scope.ADMIN not in found.scopes:
+            raise Forbidden(
+                f"this needs the {scope.value!r} scope; the key has "
+                f"{', '.join(sorted(found.scopes)) or 'none'}",
+                required=scope.value,
+            )
+        return found
+
+    return principal

@@ -1,0 +1,49 @@
+"""Reads of stored events: one by id, and one stream in version order."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.deps import engine_of, require
+from app.errors import NotFound
+from app.store.keys import Principal, Scope
+from app.store.reads import EventReader
+
+router = APIRouter(tags=["events"])
+_read = require(Scope.READ)
+
+
+@router.get("/events/{event_id}", summary="One stored event as structured CloudEvent JSON")
+async def read_event(
+    event_id: str,
+    principal: Annotated[Principal, Depends(_read)],
+    engine: Annotated[AsyncEngine, Depends(engine_of)],
+) -> Response:
+    async with engine.connect() as conn:
+        found = await EventReader(conn).read_event(principal.tenant, event_id)
+    if found is None:
+        raise NotFound(f"no event with id {event_id!r}", id=event_id)
+    return Response(found, media_type="application/cloudevents+json")
+
+
+@router.get("/streams/{stream:path}", summary="The events of one stream, in version order")
+async def read_stream(
+    stream: str,
+    principal: Annotated[Principal, Depends(_read)],
+    engine: Annotated[AsyncEngine, Depends(engine_of)],
+    from_version: Annotated[int, Query(ge=1)] = 1,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> Response:
+    async with engine.connect() as conn:
+        reader = EventReader(conn)
+        found = await reader.read_stream(
+            principal.tenant, stream, from_version=from_version, limit=limit
+        )
+        if not found and not await reader.has_stream(principal.tenant, stream):
+            raise NotFound(f"no stream {stream!r}", stream=stream)
+    body = "[" + ",".join(found) + "]"
+    return Response(body, media_type="application/cloudevents-batch+json")

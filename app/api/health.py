@@ -1,0 +1,40 @@
+"""Liveness and readiness: ``/healthz`` (the process answers) and ``/readyz`` (the
+database answers and its schema is at the Alembic head this code needs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.deps import engine_of
+from app.db.schema import fetch_revision
+from app.errors import Unavailable
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(
+    request: Request, engine: Annotated[AsyncEngine, Depends(engine_of)]
+) -> dict[str, str]:
+    head: str | None = request.app.state.schema_head
+    try:
+        async with engine.connect() as conn:
+            revision = await fetch_revision(conn)
+    except (SQLAlchemyError, OSError) as exc:
+        raise Unavailable("the database is unreachable", headers={"Retry-After": "1"}) from exc
+    if revision != head:
+        raise Unavailable(
+            f"the schema is at revision {revision}, not {head}; run `causeway migrate`",
+            revision=revision,
+            head=head,
+        )
+    return {"status": "ready", "revision": revision or ""}

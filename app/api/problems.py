@@ -1,0 +1,106 @@
+"""RFC 9457 problem details for every error, and the catalogue behind each ``type``.
+
+One handler covers the whole ``AppError`` tree (Starlette walks the MRO). Request
+validation becomes 422 ``invalid-request`` with JSON Pointers; Starlette's own HTTP
+errors (unknown route, wrong method) keep their status; anything unexpected is a 500
+with a fixed detail, and the traceback goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import AppError, NotFound, error_classes
+
+MEDIA_TYPE = "application/problem+json"
+logger = logging.getLogger(__name__)
+
+_CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
+_EXTRA = {
+    "invalid-request": ("Invalid request", "A path, query or header parameter is malformed."),
+    "http-error": ("HTTP error", "The route or method does not exist."),
+}
+
+
+def problem(
+    status: int,
+    code: str,
+    title: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+    **members: Any,
+) -> JSONResponse:
+    body = {"type": f"/problems/{code}", "title": title, "status": status, "detail": detail}
+    body.update(members)
+    return JSONResponse(body, status_code=status, headers=headers, media_type=MEDIA_TYPE)
+
+
+async def on_app_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    if exc.status >= 500:
+        logger.error("%s: %s", exc.code, exc.detail)
+    return problem(exc.status, exc.code, exc.title, exc.detail, exc.headers, **exc.extensions)
+
+
+async def on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [
+        {
+            "pointer": "#/" + "/".join(str(part) for part in error.get("loc", ())),
+            "detail": error.get("msg", "invalid"),
+        }
+        for error in exc.errors()
+    ]
+    first = errors[0] if errors else {"pointer": "#", "detail": "invalid request"}
+    return problem(
+        422,
+        "invalid-request",
+        "Invalid request",
+        f"{first['pointer']}: {first['detail']}",
+        errors=errors,
+    )
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return problem(
+        exc.status_code, "http-error", "HTTP error", str(exc.detail), dict(exc.headers or {})
+    )
+
+
+async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return problem(500, "internal", "Internal error", "The server failed; see its log.")
+
+
+def describe(code: str) -> dict[str, Any]:
+    """What ``GET /problems/{code}`` says about one problem type."""
+    if code in _CATALOGUE:
+        cls = _CATALOGUE[code]
+        return {
+            "type": f"/problems/{code}",
+            "title": cls.title,
+            "status": cls.status,
+            "description": cls.about,
+        }
+    if code in _EXTRA:
+        title, about = _EXTRA[code]
+        return {"type": f"/problems/{code}", "title": title, "description": about}
+    raise NotFound(f"no problem type {code!r}")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(AppError, on_app_error)
+    app.add_exception_handler(RequestValidationError, on_invalid_request)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+    @app.get("/problems/{code}", tags=["problems"])
+    async def read_problem(code: str) -> dict[str, Any]:
+        return describe(code)

@@ -1,0 +1,268 @@
+"""The ``causeway`` command: serve, migrate, verify, replay and keys.
+
+Bad input prints ``error: <detail>`` on stderr and exits 2; a failed check (``verify``)
+exits 1. With no ``CAUSEWAY_DATABASE_URL`` every command uses the embedded PostgreSQL
+under ``CAUSEWAY_DATA_DIR``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+import uvicorn
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy import URL
+
+from app.api.replay import parse_time, split_types
+from app.db.embedded import EmbeddedPostgres
+from app.db.engine import create_engine
+from app.db.schema import current_revision, head_revision, upgrade_to_head
+from app.errors import AppError
+from app.main import create_app
+from app.settings import Settings
+from app.store.keys import KeyStore, Scope, parse_scopes
+from app.store.reads import EventReader
+from app.store.records import EventFilter
+from app.store.verify import ChainReport, verify_chain
+
+cli = typer.Typer(
+    help="Causeway: an append-only lineage store for AI systems.", no_args_is_help=True
+)
+keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
+_err = Console(stderr=True)
+ADMIN_KEY_FILE = "admin.key"
+
+
+def fail(detail: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {detail}", err=True)
+    raise typer.Exit(code)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"setting CAUSEWAY_{str(first['loc'][0]).upper()}: {first['msg']}")
+
+
+@contextmanager
+def database(settings: Settings) -> Iterator[tuple[URL | str, bool]]:
+    """The database URL, and whether it is the embedded server (started for the block)."""
+    if settings.database_url is not None:
+        yield str(settings.database_url), False
+        return
+    embedded = EmbeddedPostgres(settings.data_dir)
+    try:
+        url = embedded.start()
+    except Exception as exc:
+        fail(f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc}", 1)
+    try:
+        yield url, True
+    finally:
+        embedded.stop()
+
+
+@cli.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="bind address [CAUSEWAY_HOST]")] = None,
+    port: Annotated[int | None, typer.Option(help="port [CAUSEWAY_PORT]")] = None,
+    migrate: Annotated[bool, typer.Option(help="migrate the database to head first")] = False,
+) -> None:
+    """Start the HTTP service (the embedded PostgreSQL unless CAUSEWAY_DATABASE_URL is set)."""
+    settings = load_settings()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    with database(settings) as (url, embedded):
+        if embedded or migrate:
+            upgrade_to_head(url)
+        else:
+            revision, head = current_revision(url), head_revision()
+            if revision != head:
+                fail(
+                    f"the database schema is at revision {revision}, not {head}; "
+                    "run `causeway migrate` or pass --migrate"
+                )
+        if embedded:
+            _bootstrap_admin_key(settings, url)
+        app = create_app(settings, database_url=url)
+        uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="info")
+
+
+def _bootstrap_admin_key(settings: Settings, url: URL | str) -> None:
+    """On the embedded server's first start, make an admin key for tenant ``default``."""
+    path = settings.data_dir / ADMIN_KEY_FILE
+    if path.exists():
+        typer.echo(f"admin key for tenant 'default' is in {path}", err=True)
+        return
+    issued = asyncio.run(_create_key(url, "default", frozenset({Scope.ADMIN}), "bootstrap"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(issued + "\n")
+    os.chmod(path, 0o600)
+    typer.echo(f"created an admin key for tenant 'default' (kept in {path}):\n{issued}", err=True)
+
+
+async def _create_key(
+    url: URL | str, tenant: str, scopes: frozenset[Scope], description: str | None
+) -> str:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            return (await KeyStore(conn).create(tenant, scopes, description)).key
+    finally:
+        await engine.dispose()
+
+
+@cli.command()
+def migrate() -> None:
+    """Migrate the database to the newest schema (Alembic head)."""
+    settings = load_settings()
+    with database(settings) as (url, _):
+        upgrade_to_head(url)
+        typer.echo(f"schema at revision {head_revision()}")
+
+
+@cli.command()
+def verify() -> None:
+    """Re-check the whole hash chain; exit 1 at the first event that does not match."""
+    settings = load_settings()
+    with database(settings) as (url, _):
+        report = asyncio.run(_verify(url))
+    if not report.is_intact:
+        where = f"position {report.bad_position}" if report.bad_position else "the log head"
+        fail(f"hash chain broken at {where}: {report.reason}", 1)
+    typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
+
+
+async def _verify(url: URL | str) -> ChainReport:
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
+    try:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                return await verify_chain(conn)
+    finally:
+        await engine.dispose()
+
+
+@cli.command()
+def replay(
+    out: Annotated[Path, typer.Option("--out", help="NDJSON file to write ('-' for stdout)")],
+    tenant: Annotated[str, typer.Option(help="tenant to replay")] = "default",
+    after: Annotated[int, typer.Option(min=0, help="resume after this position")] = 0,
+    types: Annotated[str | None, typer.Option(help="comma-separated event types")] = None,
+    stream: Annotated[str | None, typer.Option()] = None,
+    source: Annotated[str | None, typer.Option()] = None,
+    correlationid: Annotated[str | None, typer.Option()] = None,
+    modelname: Annotated[str | None, typer.Option()] = None,
+    modelversion: Annotated[str | None, typer.Option()] = None,
+    since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
+    until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1)] = None,
+) -> None:
+    """Write matching events as NDJSON, in position order, with progress on stderr."""
+    settings = load_settings()
+    try:
+        selection = EventFilter(
+            after=after,
+            types=split_types(types),
+            stream=stream,
+            source=source,
+            correlation_id=correlationid,
+            model_name=modelname,
+            model_version=modelversion,
+            since=parse_time("since", since),
+            until=parse_time("until", until),
+            limit=limit,
+        )
+    except AppError as exc:
+        fail(exc.detail)
+    with database(settings) as (url, _):
+        count = asyncio.run(_replay(url, tenant, selection, out, settings.replay_fetch_rows))
+    typer.echo(f"wrote {count} events to {out}", err=True)
+
+
+async def _replay(
+    url: URL | str, tenant: str, selection: EventFilter, out: Path, fetch_rows: int
+) -> int:
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
+    count = 0
+    sink = sys.stdout if str(out) == "-" else out.open("w", encoding="utf-8")
+    try:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.completed} events"),
+            TimeElapsedColumn(),
+            console=_err,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("replay", total=None)
+            async with engine.connect() as conn:
+                async for line in EventReader(conn).replay(
+                    tenant, selection, fetch_rows=fetch_rows
+                ):
+                    sink.write(line)
+                    sink.write("\n")
+                    count += 1
+                    if count % 1000 == 0:
+                        progress.update(task, completed=count)
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+        await engine.dispose()
+    return count
+
+
+@keys_cli.command("create")
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="the tenant the key belongs to")],
+    scopes: Annotated[str, typer.Option(help="comma-separated: ingest, read, admin")],
+    description: Annotated[str | None, typer.Option(help="what the key is for")] = None,
+) -> None:
+    """Create a key and print it once; only its hash is stored."""
+    settings = load_settings()
+    try:
+        wanted = parse_scopes(scopes)
+    except AppError as exc:
+        fail(exc.detail)
+    with database(settings) as (url, _):
+        try:
+            key = asyncio.run(_create_key(url, tenant, wanted, description))
+        except AppError as exc:
+            fail(exc.detail)
+    typer.echo(key)
+
+
+@keys_cli.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id in cw_<id>_...")]) -> None:
+    """Revoke a key: requests with it get 401 from now on."""
+    settings = load_settings()
+    with database(settings) as (url, _):
+        try:
+            asyncio.run(_revoke(url, key_id))
+        except AppError as exc:
+            fail(exc.detail)
+    typer.echo(f"revoked {key_id}")
+
+
+async def _revoke(url: URL | str, key_id: str) -> None:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            await KeyStore(conn).revoke(key_id)
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    cli()

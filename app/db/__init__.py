@@ -1,0 +1,1 @@
+"""Database access: engines built from settings, and the table definitions."""

@@ -1,0 +1,31 @@
+"""Engines from a database URL. Only composition roots call these; the rest is handed one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from sqlalchemy import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the psycopg 3 driver, whatever driver it named."""
+    return make_url(str(url)).set(drivername="postgresql+psycopg")
+
+
+def create_engine(
+    url: str | URL, *, pool_size: int = 5, statement_timeout_ms: int = 30_000
+) -> AsyncEngine:
+    options = f"-c statement_timeout={statement_timeout_ms}" if statement_timeout_ms else ""
+    return create_async_engine(
+        async_url(url),
+        pool_size=pool_size,
+        pool_pre_ping=True,
+        json_serializer=_json_text,
+        connect_args={"options": options} if options else {},
+    )

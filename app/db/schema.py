@@ -1,0 +1,57 @@
+"""Alembic, driven from code: upgrade to head, and tell whether a database is at head.
+
+``migrations/`` holds the versions; ``alembic.ini`` at the repository root points there
+too, so ``alembic upgrade head`` and ``causeway migrate`` do the same thing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import URL, Connection, create_engine, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def sync_url(url: str | URL) -> URL:
+    return make_url(str(url)).set(drivername="postgresql+psycopg")
+
+
+def alembic_config(url: str | URL) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["url"] = sync_url(url)
+    return config
+
+
+def upgrade_to_head(url: str | URL) -> None:
+    command.upgrade(alembic_config(url), "head")
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+
+
+def current_revision(url: str | URL) -> str | None:
+    engine = create_engine(sync_url(url), poolclass=None)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def is_at_head(url: str | URL) -> bool:
+    return current_revision(url) == head_revision()
+
+
+async def fetch_revision(conn: AsyncConnection) -> str | None:
+    def current(sync_conn: Connection) -> str | None:
+        return MigrationContext.configure(sync_conn).get_current_revision()
+
+    return await conn.run_sync(current)

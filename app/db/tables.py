@@ -1,0 +1,130 @@
+"""The schema as SQLAlchemy Core tables: what the code reads and writes.
+
+Migrations own the schema (``migrations/versions``); these definitions must match them,
+and an integration test runs Alembic's ``check`` to prove it. Constraint names come from
+the naming convention, so code may match on them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "%(table_name)s_%(column_0_N_name)s_key",
+    "ck": "%(table_name)s_%(constraint_name)s_check",
+    "fk": "%(table_name)s_%(column_0_name)s_fkey",
+    "pk": "%(table_name)s_pkey",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# One row per event, never updated or deleted (triggers refuse it). ``position`` is dense
+# and assigned under the ``log_head`` row lock, so commit order equals position order.
+events = Table(
+    "events",
+    metadata,
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant", Text, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("subject", Text),
+    # ``time`` is for range filters (microseconds); ``time_rfc3339`` is the text as sent,
+    # so nanosecond digits and the offset round-trip exactly.
+    Column("time", DateTime(timezone=True)),
+    Column("time_rfc3339", Text),
+    Column("recorded_at", DateTime(timezone=True), nullable=False),
+    Column("stream", Text, nullable=False),
+    Column("stream_version", BigInteger, nullable=False),
+    Column("datacontenttype", Text),
+    Column("dataschema", Text),
+    # JSON content lives in ``data`` (SQL NULL: no data; JSON null: an explicit null);
+    # anything else in ``data_binary``. At most one of them is set.
+    Column("data", JSONB(none_as_null=True)),
+    Column("data_binary", LargeBinary),
+    Column("extensions", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("causes", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
+    Column("correlation_id", Text),
+    Column("model_name", Text),
+    Column("model_version", Text),
+    Column("model_signature", Text),
+    Column("prev_hash", LargeBinary, nullable=False),
+    Column("hash", LargeBinary, nullable=False),
+    CheckConstraint("position > 0", name="position_positive"),
+    CheckConstraint("stream_version > 0", name="stream_version_positive"),
+    CheckConstraint("data IS NULL OR data_binary IS NULL", name="one_data_column"),
+    CheckConstraint("octet_length(hash) = 32", name="hash_length"),
+)
+Index("events_tenant_id_key", events.c.tenant, events.c.id, unique=True)
+Index(
+    "events_tenant_stream_stream_version_key",
+    events.c.tenant,
+    events.c.stream,
+    events.c.stream_version,
+    unique=True,
+)
+Index("ix_events_tenant_position", events.c.tenant, events.c.position)
+Index("ix_events_tenant_type_position", events.c.tenant, events.c.type, events.c.position)
+Index("ix_events_tenant_source_position", events.c.tenant, events.c.source, events.c.position)
+Index(
+    "ix_events_tenant_correlation_id_position",
+    events.c.tenant,
+    events.c.correlation_id,
+    events.c.position,
+)
+Index(
+    "ix_events_tenant_model_name_model_version_position",
+    events.c.tenant,
+    events.c.model_name,
+    events.c.model_version,
+    events.c.position,
+)
+Index("ix_events_tenant_time", events.c.tenant, events.c.time)
+
+# The causal graph, by position, indexed both ways: ``effect`` was derived from ``cause``.
+event_causes = Table(
+    "event_causes",
+    metadata,
+    Column("effect", BigInteger, ForeignKey("events.position"), primary_key=True),
+    Column("cause", BigInteger, ForeignKey("events.position"), primary_key=True),
+    CheckConstraint("cause < effect", name="cause_before_effect"),
+)
+Index("ix_event_causes_cause_effect", event_causes.c.cause, event_causes.c.effect)
+
+# The tail of the global log: one row. Appenders lock it first (SELECT ... FOR UPDATE),
+# which serialises appends across processes and gives the chain its previous hash.
+log_head = Table(
+    "log_head",
+    metadata,
+    Column("singleton", Boolean, primary_key=True, server_default=text("true")),
+    Column("position", BigInteger, nullable=False),
+    Column("hash", LargeBinary, nullable=False),
+    CheckConstraint("singleton", name="one_row"),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("scopes", ARRAY(Text), nullable=False),
+    Column("secret_sha256", LargeBinary, nullable=False),
+    Column("description", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True)),
+)

@@ -1,0 +1,172 @@
+"""Every error Causeway raises on purpose, in one tree. No HTTP imports here.
+
+    AppError                    500 internal
+    ├── BadRequest              400 bad-request
+    │   └── InvalidCloudEvent   400 invalid-cloudevent
+    ├── Unauthenticated         401 unauthenticated
+    ├── Forbidden               403 forbidden
+    ├── NotFound                404 not-found
+    ├── Conflict                409 conflict
+    │   ├── VersionConflict     409 version-conflict
+    │   └── IdConflict          409 id-conflict
+    ├── PayloadTooLarge         413 payload-too-large
+    ├── UnsupportedMediaType    415 unsupported-media-type
+    ├── InvalidEvent            422 invalid-event
+    │   ├── UnknownCause        422 unknown-cause
+    │   ├── ReservedType        422 reserved-type
+    │   └── EventTooLarge       422 event-too-large
+    └── Unavailable             503 unavailable
+
+``code`` is part of the public API: the problem ``type`` URI is ``/problems/<code>`` and a
+code never changes once shipped. ``describe`` gives the paragraph ``GET /problems/{code}``
+serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AppError(Exception):
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+    title: ClassVar[str] = "Internal error"
+    about: ClassVar[str] = "The server failed on something it did not expect. Nothing was stored."
+
+    def __init__(
+        self, detail: str, *, headers: dict[str, str] | None = None, **extensions: Any
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.headers = headers or {}
+        self.extensions = extensions  # extra problem members, e.g. errors=[...]
+
+
+class BadRequest(AppError):
+    status = 400
+    code = "bad-request"
+    title = "Bad request"
+    about = "The request could not be understood: a parameter or the body is malformed."
+
+
+class InvalidCloudEvent(BadRequest):
+    code = "invalid-cloudevent"
+    title = "Not a valid CloudEvent"
+    about = (
+        "The body or the ce-* headers break the CloudEvents 1.0 HTTP binding or JSON format: "
+        "a required attribute is missing or empty, an attribute name is not lower-case "
+        "alphanumeric, a header is badly percent-encoded, or data and data_base64 are both set. "
+        "The errors member lists each offending event (index) and attribute."
+    )
+
+
+class Unauthenticated(AppError):
+    status = 401
+    code = "unauthenticated"
+    title = "Missing or unknown API key"
+    about = "Send 'Authorization: Bearer <key>' with a key made by 'causeway keys create'."
+
+
+class Forbidden(AppError):
+    status = 403
+    code = "forbidden"
+    title = "The key lacks the scope this needs"
+    about = "Keys carry the scopes ingest, read and admin; this operation needs one the key lacks."
+
+
+class NotFound(AppError):
+    status = 404
+    code = "not-found"
+    title = "Not found"
+    about = "Nothing with that name or id is stored in your tenant."
+
+
+class Conflict(AppError):
+    status = 409
+    code = "conflict"
+    title = "Conflict with stored state"
+    about = "The request contradicts what is already stored; nothing of it was written."
+
+
+class VersionConflict(Conflict):
+    code = "version-conflict"
+    title = "Stream is not at the expected version"
+    about = (
+        "An event carried expectedversion, and the stream was at another version. "
+        "Nothing of the request was written. Re-read the stream and decide again."
+    )
+
+
+class IdConflict(Conflict):
+    code = "id-conflict"
+    title = "Event id already used with other content"
+    about = (
+        "An event id is unique in a tenant. The id was stored before with different content, "
+        "or by another source. An exact re-send is not a conflict: it returns the stored position."
+    )
+
+
+class PayloadTooLarge(AppError):
+    status = 413
+    code = "payload-too-large"
+    title = "Request body too large"
+    about = "The request body is over max_request_bytes (or the batch over max_batch_events)."
+
+
+class UnsupportedMediaType(AppError):
+    status = 415
+    code = "unsupported-media-type"
+    title = "Unsupported event format"
+    about = (
+        "Only the CloudEvents JSON format is understood in structured and batch mode "
+        "(application/cloudevents+json, application/cloudevents-batch+json)."
+    )
+
+
+class InvalidEvent(AppError):
+    status = 422
+    code = "invalid-event"
+    title = "Event rejected"
+    about = "The event is well-formed but breaks a rule of the store. Nothing was written."
+
+
+class UnknownCause(InvalidEvent):
+    code = "unknown-cause"
+    title = "Cause not stored"
+    about = (
+        "causationid names events that are not stored in your tenant and do not come earlier "
+        "in the same batch. Causes must exist first, so lineage stays a DAG."
+    )
+
+
+class ReservedType(InvalidEvent):
+    code = "reserved-type"
+    title = "Event type is reserved"
+    about = "Event types starting with 'causeway.' are written by Causeway itself."
+
+
+class EventTooLarge(InvalidEvent):
+    code = "event-too-large"
+    title = "Event over a size limit"
+    about = (
+        "An event's attributes (everything but data) are over max_attributes_bytes, or its "
+        "data over max_event_data_bytes."
+    )
+
+
+class Unavailable(AppError):
+    status = 503
+    code = "unavailable"
+    title = "Service unavailable"
+    about = "The database is unreachable or not at the schema this version needs. Retry later."
+
+
+def error_classes() -> list[type[AppError]]:
+    """Every error class, root first, so the problem catalogue lists each code once."""
+    found: list[type[AppError]] = []
+    pending: list[type[AppError]] = [AppError]
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found

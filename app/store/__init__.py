@@ -1,0 +1,1 @@
+"""The event store: the only code that writes the log, and the reads over it."""

@@ -1,0 +1,66 @@
+"""The values the store takes and gives: events to append, outcomes, and read filters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """One validated event, ready to append. ``ingest.binding`` builds these.
+
+    ``has_data`` tells an absent ``data`` from an explicit JSON ``null``. ``time`` is the
+    RFC 3339 text as sent; ``time_value`` the same instant to the microsecond, for filters.
+    ``expected_version`` is an append condition, not content: 0 means the stream must not
+    exist yet, N that it is at version N.
+    """
+
+    id: str
+    source: str
+    type: str
+    stream: str
+    subject: str | None = None
+    time: str | None = None
+    time_value: datetime | None = None
+    datacontenttype: str | None = None
+    dataschema: str | None = None
+    has_data: bool = False
+    data: Any = None
+    data_binary: bytes | None = None
+    extensions: dict[str, Any] = field(default_factory=dict)
+    causes: tuple[str, ...] = ()
+    correlation_id: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+    model_signature: str | None = None
+    expected_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where one event of an append landed. ``duplicate``: it was stored before."""
+
+    id: str
+    source: str
+    stream: str
+    stream_version: int
+    position: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events a replay or listing returns; every field narrows, ``None`` is no limit."""
+
+    after: int = 0
+    types: tuple[str, ...] = ()
+    stream: str | None = None
+    source: str | None = None
+    correlation_id: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int | None = None

@@ -1,0 +1,54 @@
+"""Re-checks the hash chain from the first event, in constant memory.
+
+Every row must follow its predecessor (``position`` dense, ``prev_hash`` equal to the
+previous ``hash``) and its ``hash`` must equal ``SHA-256(prev_hash || canonical(row))``.
+The ``log_head`` row must name the last event. The first break is reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import events, log_head
+from app.store.chain import GENESIS_HASH, link
+from app.store.log import full_row, record_from_row
+
+
+@dataclass(frozen=True, slots=True)
+class ChainReport:
+    count: int
+    head_hash: bytes
+    bad_position: int | None = None
+    reason: str | None = None
+
+    @property
+    def is_intact(self) -> bool:
+        return self.bad_position is None and self.reason is None
+
+
+async def verify_chain(conn: AsyncConnection, *, fetch_rows: int = 1000) -> ChainReport:
+    """Walk every event in position order; ``conn`` should be in a REPEATABLE READ
+    transaction so the walk and the head check see one snapshot."""
+    expected_position, prev_hash, count = 1, GENESIS_HASH, 0
+    result = await conn.stream(
+        select(*full_row()).order_by(events.c.position).execution_options(yield_per=fetch_rows)
+    )
+    async for row in result:
+        if row.position != expected_position:
+            return _broken(count, prev_hash, expected_position, "position missing from the log")
+        if bytes(row.prev_hash) != prev_hash:
+            return _broken(count, prev_hash, row.position, "prev_hash does not match")
+        if link(prev_hash, record_from_row(row)) != bytes(row.hash):
+            return _broken(count, prev_hash, row.position, "hash does not match the content")
+        prev_hash, count, expected_position = bytes(row.hash), count + 1, expected_position + 1
+    head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one()
+    if head.position != count or bytes(head.hash) != prev_hash:
+        return _broken(count, prev_hash, None, f"log head names position {head.position}")
+    return ChainReport(count=count, head_hash=prev_hash)
+
+
+def _broken(count: int, head: bytes, position: int | None, reason: str) -> ChainReport:
+    return ChainReport(count=count, head_hash=head, bad_position=position, reason=reason)

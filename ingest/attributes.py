@@ -1,0 +1,231 @@
+"""Turns one event's attributes (as the JSON format or ce- headers gave them) into a
+validated ``NewEvent``, or into a list of problems naming each offending attribute.
+
+The rules are CloudEvents 1.0 (spec.md, json-format.md) plus Causeway's own extensions:
+``stream``, ``expectedversion``, ``causationid``, ``correlationid``, ``modelname``,
+``modelversion`` and ``modelsig``. Attributes Causeway sets on the way out
+(``position``, ``hash``, ``causes``, ``recordedtime``) cannot be sent in.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+
+from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
+from app.store.records import NewEvent
+from ingest.limits import Limits
+
+_NAME = re.compile(r"^[a-z0-9]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+_INT32 = (-(2**31), 2**31 - 1)
+_STRING_ATTRIBUTES = ("id", "source", "type", "subject", "datacontenttype", "dataschema")
+_REQUIRED = ("id", "source", "type")
+_STORED_ELSEWHERE = {
+    "stream",
+    "expectedversion",
+    "causationid",
+    "correlationid",
+    "modelname",
+    "modelversion",
+    "modelsig",
+}
+_SET_BY_STORE = {"position", "hash", "causes", "recordedtime"}
+RESERVED_TYPE_PREFIX = "causeway."
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing wrong with one event; ``kind`` picks the error class of the response."""
+
+    kind: type[AppError]
+    index: int
+    attribute: str
+    detail: str
+
+    def as_member(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "attribute": self.attribute,
+            "pointer": f"#/{self.index}/{self.attribute}",
+            "detail": self.detail,
+        }
+
+
+class EventProblems(Exception):
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__(problems[0].detail)
+        self.problems = problems
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """The event's data as received: a JSON value, raw bytes, or nothing."""
+
+    present: bool = False
+    value: Any = None
+    binary: bytes | None = None
+    size_bytes: int = 0
+
+
+def is_json_media_type(media_type: str | None) -> bool:
+    if media_type is None:
+        return True
+    essence = media_type.split(";", 1)[0].strip().lower()
+    return essence.endswith("/json") or essence.endswith("+json")
+
+
+def build_event(
+    index: int, attributes: dict[str, Any], payload: Payload, limits: Limits, *, binary: bool
+) -> NewEvent:
+    """Validate ``attributes`` (strings only when ``binary``) and build the event.
+
+    Raises ``EventProblems`` listing every problem found in this event.
+    """
+    problems: list[Problem] = []
+
+    def bad(attribute: str, detail: str, kind: type[AppError] = InvalidCloudEvent) -> None:
+        problems.append(Problem(kind, index, attribute, detail))
+
+    attrs = {k: v for k, v in attributes.items() if v is not None}
+    for name, value in attrs.items():
+        if not _NAME.match(name):
+            bad(name, f"attribute name {name!r} must be lower-case letters and digits only")
+        elif name in _SET_BY_STORE:
+            bad(name, f"attribute {name!r} is set by the store and cannot be sent")
+        elif not isinstance(value, str | bool | int) or isinstance(value, float):
+            bad(name, f"attribute {name!r} must be a string, integer or boolean")
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if not _INT32[0] <= value <= _INT32[1]:
+                bad(name, f"attribute {name!r} is outside the 32-bit integer range")
+        elif isinstance(value, str) and _CONTROL.search(value):
+            bad(name, f"attribute {name!r} contains a control character")
+
+    specversion = attrs.get("specversion")
+    if specversion != "1.0":
+        bad("specversion", f"specversion must be '1.0', got {specversion!r}")
+    for name in _REQUIRED:
+        if name not in attrs or attrs[name] == "":
+            bad(name, f"required attribute {name!r} is missing or empty")
+    for name in _STRING_ATTRIBUTES:
+        if name in attrs and not isinstance(attrs[name], str):
+            bad(name, f"attribute {name!r} must be a string")
+    if attrs.get("subject") == "":
+        bad("subject", "subject must not be empty when present")
+
+    time_text = attrs.get("time")
+    time_value = None
+    if time_text is not None:
+        if isinstance(time_text, str):
+            time_value, why = parse_rfc3339(time_text)
+            if why:
+                bad("time", why)
+        else:
+            bad("time", "time must be an RFC 3339 string")
+
+    expected = attrs.get("expectedversion")
+    if expected is not None:
+        if binary and isinstance(expected, str) and expected.isdigit():
+            expected = int(expected)
+        if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
+            bad("expectedversion", "expectedversion must be a non-negative integer")
+            expected = None
+    causes: tuple[str, ...] = ()
+    causation = attrs.get("causationid")
+    if causation is not None:
+        parts = [p.strip() for p in str(causation).split(",")]
+        if not isinstance(causation, str) or any(not p for p in parts):
+            bad("causationid", "causationid must be one event id, or ids separated by commas")
+        else:
+            causes = tuple(dict.fromkeys(parts))
+            if attrs.get("id") in causes:
+                bad("causationid", "an event cannot be its own cause", kind=UnknownCause)
+    for name in ("stream", "correlationid", "modelname", "modelversion", "modelsig"):
+        if name in attrs and (not isinstance(attrs[name], str) or attrs[name] == ""):
+            bad(name, f"{name} must be a non-empty string")
+
+    event_type = attrs.get("type")
+    if isinstance(event_type, str) and event_type.startswith(RESERVED_TYPE_PREFIX):
+        bad(
+            "type",
+            f"types starting with {RESERVED_TYPE_PREFIX!r} are written by Causeway only",
+            kind=ReservedType,
+        )
+
+    attribute_bytes = len(orjson.dumps(attrs))
+    if attribute_bytes > limits.max_attributes_bytes:
+        bad(
+            "attributes",
+            f"attributes take {attribute_bytes} bytes, over the {limits.max_attributes_bytes}-byte "
+            f"limit by {attribute_bytes - limits.max_attributes_bytes}",
+            kind=EventTooLarge,
+        )
+    if payload.size_bytes > limits.max_event_data_bytes:
+        bad(
+            "data",
+            f"data takes {payload.size_bytes} bytes, over the {limits.max_event_data_bytes}-byte "
+            f"limit by {payload.size_bytes - limits.max_event_data_bytes}",
+            kind=EventTooLarge,
+        )
+    if problems:
+        raise EventProblems(problems)
+
+    subject = attrs.get("subject")
+    source = str(attrs["source"])
+    return NewEvent(
+        id=str(attrs["id"]),
+        source=source,
+        type=str(attrs["type"]),
+        stream=str(attrs.get("stream") or subject or source),
+        subject=subject,
+        time=time_text,
+        time_value=time_value,
+        datacontenttype=attrs.get("datacontenttype"),
+        dataschema=attrs.get("dataschema"),
+        has_data=payload.present,
+        data=payload.value,
+        data_binary=payload.binary,
+        extensions={
+            k: v
+            for k, v in attrs.items()
+            if k not in _STORED_ELSEWHERE
+            and k not in _STRING_ATTRIBUTES
+            and k not in ("specversion", "time")
+        },
+        causes=causes,
+        correlation_id=attrs.get("correlationid"),
+        model_name=attrs.get("modelname"),
+        model_version=attrs.get("modelversion"),
+        model_signature=attrs.get("modelsig"),
+        expected_version=expected,
+    )
+
+
+def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
+    """The instant (to the microsecond) and None, or None and why ``text`` is not RFC 3339."""
+    match = _RFC3339.match(text)
+    if match is None:
+        return None, f"time {text!r} is not an RFC 3339 timestamp"
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    if second == "60":
+        return None, "time: leap seconds (:60) are not supported"
+    if offset in ("Z", "z"):
+        zone = UTC
+    else:
+        sign = 1 if offset[0] == "+" else -1
+        zone = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6])))
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        value = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micros, zone
+        )
+    except ValueError as exc:
+        return None, f"time {text!r} is not a valid date and time: {exc}"
+    return value, None

@@ -1,0 +1,252 @@
+"""The CloudEvents HTTP binding: request bytes in, validated ``NewEvent``s out.
+
+The mode is chosen by Content-Type alone (binding spec §3; the Python SDK's habit of
+guessing from ``ce-`` headers is not the rule):
+
+- ``application/cloudevents-batch+json``: a JSON array of events (it may be empty);
+- ``application/cloudevents+json``: one JSON object, extensions as top-level members;
+- any other Content-Type, or none: binary mode, attributes in ``ce-*`` headers (percent-
+  decoded exactly once, invalid UTF-8 refused), the body is ``data`` and the
+  Content-Type is ``datacontenttype``.
+
+Every problem in every event is collected, so one response names them all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote_to_bytes
+
+import orjson
+
+from app.errors import (
+    AppError,
+    InvalidCloudEvent,
+    InvalidEvent,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
+from app.store.records import NewEvent
+from ingest.attributes import EventProblems, Payload, Problem, build_event, is_json_media_type
+from ingest.limits import Limits
+
+STRUCTURED = "application/cloudevents+json"
+BATCH = "application/cloudevents-batch+json"
+_NUL_ESCAPE = b"\\u0000"
+
+
+def parse_request(
+    content_type: str | None,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    limits: Limits,
+) -> tuple[list[NewEvent], bool]:
+    """The events of one request, and whether it was a batch. Raises an ``AppError``."""
+    essence = (content_type or "").split(";", 1)[0].strip().lower()
+    if essence.startswith("application/cloudevents-batch"):
+        if essence != BATCH:
+            raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")
+        return _parse_batch(body, limits), True
+    if essence.startswith("application/cloudevents"):
+        if essence != STRUCTURED:
+            raise UnsupportedMediaType(
+                f"event format {essence!r} is not supported; use {STRUCTURED}"
+            )
+        document = _load_json(body, "the body")
+        if not isinstance(document, dict):
+            raise InvalidCloudEvent("a structured event must be a JSON object")
+        return _collect([lambda: _from_json(0, document, body, limits)], batch=False), False
+    return _collect([lambda: _from_binary(content_type, headers, body, limits)], batch=False), False
+
+
+def _parse_batch(body: bytes, limits: Limits) -> list[NewEvent]:
+    document = _load_json(body, "the body")
+    if not isinstance(document, list):
+        raise InvalidCloudEvent("a batch must be a JSON array of events")
+    if len(document) > limits.max_batch_events:
+        raise PayloadTooLarge(
+            f"the batch has {len(document)} events, over the limit of {limits.max_batch_events} "
+            f"by {len(document) - limits.max_batch_events}",
+            limit="max_batch_events",
+        )
+    builders = []
+    for index, item in enumerate(document):
+        if not isinstance(item, dict):
+            builders.append(_failing(index, "", "each batch item must be a JSON object"))
+        else:
+            builders.append(_bind(index, item, body, limits))
+    return _collect(builders, batch=True)
+
+
+def _bind(index: int, item: dict[str, Any], body: bytes, limits: Limits) -> Any:
+    return lambda: _from_json(index, item, body, limits)
+
+
+def _failing(index: int, attribute: str, detail: str) -> Any:
+    def fail() -> NewEvent:
+        raise EventProblems([Problem(InvalidCloudEvent, index, attribute, detail)])
+
+    return fail
+
+
+def _collect(builders: Sequence[Any], *, batch: bool) -> list[NewEvent]:
+    built: list[NewEvent] = []
+    problems: list[Problem] = []
+    for build in builders:
+        try:
+            built.append(build())
+        except EventProblems as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise _as_error(problems, batch=batch)
+    return built
+
+
+def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
+    kind = problems[0].kind
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    where = f"event {first.index}: " if batch else ""
+    return kind(f"{where}{first.detail}{more}", errors=[p.as_member() for p in problems])
+
+
+def _from_json(index: int, item: dict[str, Any], body: bytes, limits: Limits) -> NewEvent:
+    attributes = {k: v for k, v in item.items() if k not in ("data", "data_base64")}
+    has_data = "data" in item
+    encoded = item.get("data_base64")
+    if has_data and encoded is not None:
+        raise EventProblems(
+            [
+                Problem(
+                    InvalidCloudEvent, index, "data", "data and data_base64 are mutually exclusive"
+                )
+            ]
+        )
+    if encoded is not None:
+        try:
+            raw = base64.b64decode(encoded, validate=True) if isinstance(encoded, str) else None
+        except (binascii.Error, ValueError):
+            raw = None
+        if raw is None:
+            raise EventProblems(
+                [
+                    Problem(
+                        InvalidCloudEvent, index, "data_base64", "data_base64 is not valid base64"
+                    )
+                ]
+            )
+        payload = Payload(present=True, binary=raw, size_bytes=len(raw))
+    elif has_data:
+        value = item["data"]
+        if _NUL_ESCAPE in body and _contains_nul(value):
+            raise EventProblems(
+                [
+                    Problem(
+                        InvalidEvent, index, "data", "data contains U+0000, which cannot be stored"
+                    )
+                ]
+            )
+        payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
+    else:
+        payload = Payload()
+    return build_event(index, attributes, payload, limits, binary=False)
+
+
+def _from_binary(
+    content_type: str | None,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    limits: Limits,
+) -> NewEvent:
+    attributes: dict[str, Any] = {}
+    problems: list[Problem] = []
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        if not name.startswith("ce-"):
+            continue
+        attribute = name[3:]
+        if attribute in attributes:
+            problems.append(_header_problem(attribute, f"header {name} appears more than once"))
+            continue
+        try:
+            attributes[attribute] = _decode_header(raw_value)
+        except ValueError as exc:
+            problems.append(_header_problem(attribute, f"header {name}: {exc}"))
+    if not attributes and not problems:
+        raise UnsupportedMediaType(
+            f"Content-Type {content_type or '(none)'!r} is not a CloudEvents format and the "
+            f"request has no ce-* headers; send {STRUCTURED}, {BATCH}, or binary mode with ce-*"
+        )
+    if "datacontenttype" in attributes:
+        problems.append(
+            _header_problem(
+                "datacontenttype",
+                "ce-datacontenttype must not be sent in binary mode; Content-Type is the "
+                "datacontenttype",
+            )
+        )
+        del attributes["datacontenttype"]
+    if problems:
+        raise EventProblems(problems)
+    if content_type:
+        attributes["datacontenttype"] = content_type
+    if not body:
+        payload = Payload()
+    elif content_type and is_json_media_type(content_type):
+        value = _load_json(body, "the body (datacontenttype is JSON)", event=True)
+        if _NUL_ESCAPE in body and _contains_nul(value):
+            raise EventProblems(
+                [Problem(InvalidEvent, 0, "data", "data contains U+0000, which cannot be stored")]
+            )
+        payload = Payload(present=True, value=value, size_bytes=len(body))
+    else:
+        payload = Payload(present=True, binary=body, size_bytes=len(body))
+    return build_event(0, attributes, payload, limits, binary=True)
+
+
+def _header_problem(attribute: str, detail: str) -> Problem:
+    return Problem(InvalidCloudEvent, 0, attribute, detail)
+
+
+def _decode_header(raw: bytes) -> str:
+    """RFC 7230 quoted-string unescaping, then one round of percent-decoding to UTF-8."""
+    if any(b < 0x20 or b > 0x7E for b in raw.replace(b"\t", b" ")):
+        raise ValueError("characters outside printable ASCII must be percent-encoded")
+    text = raw.decode("ascii").strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        inner, out, escaped = text[1:-1], [], False
+        for ch in inner:
+            if escaped or ch != "\\":
+                out.append(ch)
+                escaped = False
+            else:
+                escaped = True
+        text = "".join(out)
+    try:
+        return unquote_to_bytes(text).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError("percent-encoding decodes to invalid UTF-8") from exc
+
+
+def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if event:
+            raise EventProblems(
+                [Problem(InvalidCloudEvent, 0, "data", f"{what} is not valid JSON: {exc}")]
+            ) from exc
+        raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
+
+
+def _contains_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in k or _contains_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_contains_nul(v) for v in value)
+    return False

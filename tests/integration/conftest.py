@@ -1,0 +1,58 @@
+"""HTTP fixtures: the ASGI app on a fresh database, a client, and keys per tenant."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import URL
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import create_engine
+from app.main import create_app
+from app.settings import Settings
+from app.store.keys import KeyStore, parse_scopes
+
+MakeKey = Callable[..., Awaitable[str]]
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(_env_file=None)
+
+
+@pytest.fixture
+async def engine(database_url: URL) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(database_url, pool_size=2)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def app(settings: Settings, database_url: URL) -> AsyncIterator[FastAPI]:
+    app = create_app(settings, database_url=database_url)
+    yield app
+    await app.state.engine.dispose()
+
+
+@pytest.fixture
+async def make_key(engine: AsyncEngine) -> MakeKey:
+    async def make(tenant: str = "acme", scopes: str = "ingest,read") -> str:
+        async with engine.begin() as conn:
+            issued = await KeyStore(conn).create(tenant, parse_scopes(scopes))
+        return issued.key
+
+    return make
+
+
+@pytest.fixture
+async def client(app: FastAPI, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of tenant ``acme`` with the ingest and read scopes."""
+    key = await make_key("acme", "ingest,read")
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://causeway", headers={"Authorization": f"Bearer {key}"}
+    ) as client:
+        yield client

@@ -1,0 +1,29 @@
+"""Builders for request bodies, shared by the integration tests."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+import orjson
+
+STRUCTURED = {"Content-Type": "application/cloudevents+json"}
+BATCH = {"Content-Type": "application/cloudevents-batch+json"}
+_ids = count(1)
+
+
+def event(**attributes: Any) -> dict[str, Any]:
+    """A structured CloudEvent with a fresh id; keyword arguments override or add members."""
+    body: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": f"evt-{next(_ids)}",
+        "source": "/cameras/gate",
+        "type": "com.example.frame.v1",
+        "data": {"frame": 1},
+    }
+    body.update(attributes)
+    return {k: v for k, v in body.items() if v is not ...}
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)

@@ -1,0 +1,384 @@
+"""POST /events in each binding mode, and every way it refuses bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+
+from tests.integration.conftest import MakeKey
+from tests.integration.events import BATCH, STRUCTURED, dumps, event
+
+
+def problem_type(response: httpx2.Response) -> str:
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    return str(body["type"])
+
+
+class TestStructuredMode:
+    async def test_an_event_is_stored_and_read_back_with_its_position(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        sent = event(subject="gate-1", time="2026-11-30T12:00:00.123456789Z", traceparent="00-x")
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 201
+        [entry] = response.json()["events"]
+        assert entry == {
+            "id": sent["id"],
+            "source": "/cameras/gate",
+            "stream": "gate-1",
+            "stream_version": 1,
+            "position": 1,
+            "duplicate": False,
+        }
+        stored = (await client.get(f"/events/{sent['id']}")).json()
+        assert stored["time"] == "2026-11-30T12:00:00.123456789Z"
+        assert stored["data"] == {"frame": 1}
+        assert stored["traceparent"] == "00-x"
+        assert stored["position"] == 1
+        assert stored["stream_version"] == 1
+        assert len(stored["hash"]) == 64
+        assert stored["recordedtime"].endswith("Z")
+
+    async def test_time_with_an_offset_round_trips_exactly(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        sent = event(time="2026-11-30T12:00:00.5+00:00")
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        stored = (await client.get(f"/events/{sent['id']}")).json()
+        assert stored["time"] == "2026-11-30T12:00:00.5+00:00"
+
+    async def test_stream_defaults_to_source_without_subject(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        response = await client.post("/events", content=dumps(event()), headers=STRUCTURED)
+        assert response.json()["events"][0]["stream"] == "/cameras/gate"
+
+    async def test_explicit_null_data_differs_from_no_data(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        with_null, without = event(data=None), event(data=...)
+        await client.post("/events", content=dumps([with_null, without]), headers=BATCH)
+        assert (await client.get(f"/events/{with_null['id']}")).json()["data"] is None
+        assert "data" not in (await client.get(f"/events/{without['id']}")).json()
+
+    async def test_data_base64_is_stored_as_bytes(self, client: httpx2.AsyncClient) -> None:
+        sent = event(data=..., data_base64="AAEC", datacontenttype="application/octet-stream")
+        assert (
+            await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        ).status_code == 201
+        stored = (await client.get(f"/events/{sent['id']}")).json()
+        assert stored["data_base64"] == "AAEC"
+        assert "data" not in stored
+
+    @pytest.mark.parametrize(
+        ("change", "attribute"),
+        [
+            ({"id": ...}, "id"),
+            ({"source": ""}, "source"),
+            ({"type": ...}, "type"),
+            ({"specversion": "0.3"}, "specversion"),
+            ({"Bad_Name": "x"}, "Bad_Name"),
+            ({"time": "yesterday"}, "time"),
+            ({"data_base64": "AA=="}, "data"),
+            ({"nested": {"a": 1}}, "nested"),
+            ({"position": 5}, "position"),
+            ({"subject": "line\nbreak"}, "subject"),
+        ],
+    )
+    async def test_malformed_events_get_400_naming_the_attribute(
+        self, client: httpx2.AsyncClient, change: dict[str, Any], attribute: str
+    ) -> None:
+        response = await client.post("/events", content=dumps(event(**change)), headers=STRUCTURED)
+        assert response.status_code == 400
+        assert problem_type(response) == "/problems/invalid-cloudevent"
+        assert response.json()["errors"][0]["attribute"] == attribute
+
+    async def test_malformed_json_is_400(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post("/events", content=b"{not json", headers=STRUCTURED)
+        assert response.status_code == 400
+        assert problem_type(response) == "/problems/invalid-cloudevent"
+
+    async def test_an_unsupported_format_is_415(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post(
+            "/events", content=b"x", headers={"Content-Type": "application/cloudevents+avro"}
+        )
+        assert response.status_code == 415
+        assert problem_type(response) == "/problems/unsupported-media-type"
+
+    async def test_reserved_types_are_refused(self, client: httpx2.AsyncClient) -> None:
+        sent = event(type="causeway.task.created")
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 422
+        assert problem_type(response) == "/problems/reserved-type"
+
+    async def test_nul_characters_in_data_are_refused_not_a_500(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        response = await client.post(
+            "/events", content=dumps(event(data={"k": "a\u0000b"})), headers=STRUCTURED
+        )
+        assert response.status_code == 422
+        assert problem_type(response) == "/problems/invalid-event"
+
+
+class TestLimits:
+    async def test_attributes_over_the_control_plane_limit_are_422(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        response = await client.post(
+            "/events", content=dumps(event(note="x" * 1100)), headers=STRUCTURED
+        )
+        assert response.status_code == 422
+        assert problem_type(response) == "/problems/event-too-large"
+        assert "1024-byte limit by" in response.json()["detail"]
+
+    async def test_data_over_the_event_limit_is_422(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post(
+            "/events", content=dumps(event(data="x" * (1 << 20))), headers=STRUCTURED
+        )
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["attribute"] == "data"
+        assert "limit by 2" in response.json()["detail"]  # the JSON string's two quotes
+
+    async def test_a_body_over_the_request_limit_is_413(self, client: httpx2.AsyncClient) -> None:
+        body = dumps([event(data="x" * 900_000) for _ in range(19)])
+        response = await client.post("/events", content=body, headers=BATCH)
+        assert response.status_code == 413
+        assert problem_type(response) == "/problems/payload-too-large"
+        assert "16777216-byte limit" in response.json()["detail"]
+
+
+class TestBatchMode:
+    async def test_an_empty_batch_is_accepted(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post("/events", content=b"[]", headers=BATCH)
+        assert response.status_code == 200
+        assert response.json() == {"events": []}
+
+    async def test_a_batch_is_stored_in_order(self, client: httpx2.AsyncClient) -> None:
+        batch = [event(), event(), event()]
+        response = await client.post("/events", content=dumps(batch), headers=BATCH)
+        assert response.status_code == 201
+        assert [e["position"] for e in response.json()["events"]] == [1, 2, 3]
+        assert [e["stream_version"] for e in response.json()["events"]] == [1, 2, 3]
+
+    async def test_one_bad_event_rejects_the_whole_batch_naming_each(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        batch = [event(), event(id=""), event(), event(type=...)]
+        response = await client.post("/events", content=dumps(batch), headers=BATCH)
+        assert response.status_code == 400
+        errors = response.json()["errors"]
+        assert [(e["index"], e["attribute"]) for e in errors] == [(1, "id"), (3, "type")]
+        replay = await client.get("/replay")
+        assert replay.text == ""
+
+    async def test_a_conflict_late_in_a_batch_writes_nothing(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        first = event(subject="s")
+        await client.post("/events", content=dumps(first), headers=STRUCTURED)
+        batch = [event(subject="t"), event(subject="s", expectedversion=0)]
+        response = await client.post("/events", content=dumps(batch), headers=BATCH)
+        assert response.status_code == 409
+        assert (await client.get(f"/events/{batch[0]['id']}")).status_code == 404
+
+
+class TestBinaryMode:
+    async def test_headers_are_percent_decoded_once(self, client: httpx2.AsyncClient) -> None:
+        headers = {
+            "ce-specversion": "1.0",
+            "ce-id": "bin-1",
+            "ce-source": "/s",
+            "ce-type": "com.example.t",
+            "ce-subject": "Euro%20%E2%82%AC%20%F0%9F%98%80",
+            "ce-note": "100%2525",
+            "Content-Type": "application/json",
+        }
+        response = await client.post("/events", content=b'{"a": 1}', headers=headers)
+        assert response.status_code == 201
+        stored = (await client.get("/events/bin-1")).json()
+        assert stored["subject"] == "Euro € 😀"
+        assert stored["note"] == "100%25"
+        assert stored["data"] == {"a": 1}
+        assert stored["datacontenttype"] == "application/json"
+
+    async def test_non_json_bodies_are_kept_as_bytes(self, client: httpx2.AsyncClient) -> None:
+        headers = {
+            "ce-specversion": "1.0",
+            "ce-id": "bin-2",
+            "ce-source": "/s",
+            "ce-type": "t",
+            "Content-Type": "image/png",
+        }
+        await client.post("/events", content=b"\x89PNG\x00", headers=headers)
+        stored = (await client.get("/events/bin-2")).json()
+        assert stored["data_base64"] == "iVBORwA="
+        assert stored["datacontenttype"] == "image/png"
+
+    async def test_an_event_without_content_type_is_accepted(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        headers = {"ce-specversion": "1.0", "ce-id": "bin-3", "ce-source": "/s", "ce-type": "t"}
+        response = await client.post("/events", content=b'{"x":1}', headers=headers)
+        assert response.status_code == 201
+        stored = (await client.get("/events/bin-3")).json()
+        assert "datacontenttype" not in stored
+        assert stored["data_base64"] == "eyJ4IjoxfQ=="
+
+    async def test_invalid_utf8_in_a_header_is_400(self, client: httpx2.AsyncClient) -> None:
+        headers = {
+            "ce-specversion": "1.0",
+            "ce-id": "bin-4",
+            "ce-source": "/s",
+            "ce-type": "t",
+            "ce-subject": "%C0%A0",
+        }
+        response = await client.post("/events", content=b"x", headers=headers)
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["attribute"] == "subject"
+
+    async def test_ce_datacontenttype_is_400(self, client: httpx2.AsyncClient) -> None:
+        headers = {
+            "ce-specversion": "1.0",
+            "ce-id": "bin-5",
+            "ce-source": "/s",
+            "ce-type": "t",
+            "ce-datacontenttype": "text/plain",
+        }
+        response = await client.post("/events", content=b"x", headers=headers)
+        assert response.status_code == 400
+        assert response.json()["errors"][0]["attribute"] == "datacontenttype"
+
+    async def test_missing_required_headers_are_400(self, client: httpx2.AsyncClient) -> None:
+        headers = {"ce-specversion": "1.0", "ce-id": "bin-6", "Content-Type": "text/plain"}
+        response = await client.post("/events", content=b"x", headers=headers)
+        assert response.status_code == 400
+        assert {e["attribute"] for e in response.json()["errors"]} == {"source", "type"}
+
+    async def test_no_cloudevent_at_all_is_415(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post(
+            "/events", content=b"x", headers={"Content-Type": "text/plain"}
+        )
+        assert response.status_code == 415
+
+
+class TestIdempotency:
+    async def test_a_resend_returns_200_and_the_original_position(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        sent = event()
+        first = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        again = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert again.status_code == 200
+        assert again.json()["events"][0]["position"] == first.json()["events"][0]["position"]
+        assert again.json()["events"][0]["duplicate"] is True
+        assert len((await client.get("/replay")).text.splitlines()) == 1
+
+    async def test_the_same_key_with_other_content_is_409(self, client: httpx2.AsyncClient) -> None:
+        sent = event()
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        changed = {**sent, "data": {"frame": 2}}
+        response = await client.post("/events", content=dumps(changed), headers=STRUCTURED)
+        assert response.status_code == 409
+        assert problem_type(response) == "/problems/id-conflict"
+
+    async def test_an_id_used_by_another_source_is_409(self, client: httpx2.AsyncClient) -> None:
+        sent = event()
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        other = {**sent, "source": "/elsewhere"}
+        response = await client.post("/events", content=dumps(other), headers=STRUCTURED)
+        assert response.status_code == 409
+        assert "already used by source" in response.json()["detail"]
+
+
+class TestExpectedVersion:
+    async def test_a_mismatch_is_409_naming_stream_expected_and_actual(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        await client.post("/events", content=dumps(event(subject="cam-7")), headers=STRUCTURED)
+        response = await client.post(
+            "/events", content=dumps(event(subject="cam-7", expectedversion=3)), headers=STRUCTURED
+        )
+        assert response.status_code == 409
+        body = response.json()
+        assert body["type"] == "/problems/version-conflict"
+        assert (body["stream"], body["expected"], body["actual"]) == ("cam-7", 3, 1)
+
+    async def test_zero_means_the_stream_must_not_exist(self, client: httpx2.AsyncClient) -> None:
+        ok = await client.post(
+            "/events", content=dumps(event(subject="new", expectedversion=0)), headers=STRUCTURED
+        )
+        assert ok.status_code == 201
+        again = await client.post(
+            "/events", content=dumps(event(subject="new", expectedversion=0)), headers=STRUCTURED
+        )
+        assert again.status_code == 409
+
+    async def test_the_right_version_appends(self, client: httpx2.AsyncClient) -> None:
+        await client.post("/events", content=dumps(event(stream="orders")), headers=STRUCTURED)
+        response = await client.post(
+            "/events", content=dumps(event(stream="orders", expectedversion=1)), headers=STRUCTURED
+        )
+        assert response.json()["events"][0]["stream_version"] == 2
+
+
+class TestCauses:
+    async def test_causes_must_exist(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post(
+            "/events", content=dumps(event(causationid="nope-1,nope-2")), headers=STRUCTURED
+        )
+        assert response.status_code == 422
+        assert problem_type(response) == "/problems/unknown-cause"
+        assert response.json()["errors"][0]["missing"] == ["nope-1", "nope-2"]
+
+    async def test_a_cause_earlier_in_the_batch_counts(self, client: httpx2.AsyncClient) -> None:
+        stored = event()
+        await client.post("/events", content=dumps(stored), headers=STRUCTURED)
+        a = event(causationid=stored["id"])
+        b = event(causationid=f"{stored['id']}, {a['id']}", correlationid="run-1")
+        response = await client.post("/events", content=dumps([a, b]), headers=BATCH)
+        assert response.status_code == 201
+        read = (await client.get(f"/events/{b['id']}")).json()
+        assert read["causes"] == [stored["id"], a["id"]]
+        assert read["causationid"] == f"{stored['id']},{a['id']}"
+        assert read["correlationid"] == "run-1"
+
+    async def test_a_cause_later_in_the_batch_does_not_count(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        b = event()
+        a = event(causationid=b["id"])
+        response = await client.post("/events", content=dumps([a, b]), headers=BATCH)
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["index"] == 0
+
+
+class TestKeys:
+    async def test_no_key_is_401(self, app: Any) -> None:
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://c") as anonymous:
+            response = await anonymous.post("/events", content=dumps(event()), headers=STRUCTURED)
+        assert response.status_code == 401
+        assert response.headers["www-authenticate"] == "Bearer"
+        assert problem_type(response) == "/problems/unauthenticated"
+
+    async def test_an_unknown_key_is_401(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get(
+            "/replay", headers={"Authorization": "Bearer cw_000000000000_" + "A" * 43}
+        )
+        assert response.status_code == 401
+
+    async def test_a_read_only_key_cannot_ingest(
+        self, client: httpx2.AsyncClient, make_key: MakeKey
+    ) -> None:
+        reader = await make_key("acme", "read")
+        response = await client.post(
+            "/events",
+            content=dumps(event()),
+            headers={**STRUCTURED, "Authorization": f"Bearer {reader}"},
+        )
+        assert response.status_code == 403
+        assert problem_type(response) == "/problems/forbidden"

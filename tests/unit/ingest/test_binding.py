@@ -1,0 +1,152 @@
+"""The CloudEvents HTTP binding, without a database: modes, decoding and validation."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from app.errors import (
+    EventTooLarge,
+    InvalidCloudEvent,
+    PayloadTooLarge,
+    ReservedType,
+    UnsupportedMediaType,
+)
+from ingest.attributes import is_json_media_type, parse_rfc3339
+from ingest.binding import parse_request
+from ingest.limits import Limits
+
+LIMITS = Limits()
+BASE = {"specversion": "1.0", "id": "1", "source": "/s", "type": "t"}
+
+
+def structured(**members: object) -> bytes:
+    return orjson.dumps({**BASE, **members})
+
+
+class TestModeSelection:
+    def test_content_type_alone_picks_structured_even_with_ce_headers(self) -> None:
+        events, is_batch = parse_request(
+            "Application/CloudEvents+JSON; charset=utf-8",
+            [(b"ce-id", b"from-header")],
+            structured(),
+            LIMITS,
+        )
+        assert (events[0].id, is_batch) == ("1", False)
+
+    def test_batch_mode(self) -> None:
+        body = orjson.dumps([BASE, {**BASE, "id": "2"}])
+        events, is_batch = parse_request("application/cloudevents-batch+json", [], body, LIMITS)
+        assert [e.id for e in events] == ["1", "2"]
+        assert is_batch
+
+    def test_other_formats_are_unsupported(self) -> None:
+        with pytest.raises(UnsupportedMediaType):
+            parse_request("application/cloudevents+protobuf", [], b"", LIMITS)
+
+    def test_a_batch_over_the_event_limit_is_too_large(self) -> None:
+        body = orjson.dumps([BASE] * 3)
+        with pytest.raises(PayloadTooLarge):
+            parse_request(
+                "application/cloudevents-batch+json", [], body, Limits(max_batch_events=2)
+            )
+
+
+class TestBinaryMode:
+    def test_lower_case_hex_and_quoted_strings_are_accepted(self) -> None:
+        headers = [
+            (b"ce-specversion", b"1.0"),
+            (b"ce-id", b"%e2%82%ac"),
+            (b"ce-source", b'"/a\\"b"'),
+            (b"ce-type", b"t"),
+            (b"ce-expectedversion", b"4"),
+        ]
+        [event], _ = parse_request("text/plain", headers, b"hi", LIMITS)
+        assert (event.id, event.source, event.expected_version) == ("€", '/a"b', 4)
+        assert event.data_binary == b"hi"
+
+    def test_raw_non_ascii_bytes_are_refused(self) -> None:
+        headers = [
+            (b"ce-specversion", b"1.0"),
+            (b"ce-id", "é".encode()),
+            (b"ce-source", b"/s"),
+            (b"ce-type", b"t"),
+        ]
+        with pytest.raises(InvalidCloudEvent):
+            parse_request(None, headers, b"", LIMITS)
+
+
+class TestValidation:
+    def test_extensions_are_kept_and_lineage_attributes_split_out(self) -> None:
+        body = structured(
+            causationid="a, b",
+            correlationid="run",
+            modelname="m",
+            modelversion="2",
+            modelsig="sha256:ab",
+            stream="st",
+            expectedversion=3,
+            priority=7,
+            urgent=True,
+        )
+        [event], _ = parse_request("application/cloudevents+json", [], body, LIMITS)
+        assert event.causes == ("a", "b")
+        assert (event.correlation_id, event.model_name, event.model_version) == ("run", "m", "2")
+        assert (event.model_signature, event.stream, event.expected_version) == (
+            "sha256:ab",
+            "st",
+            3,
+        )
+        assert event.extensions == {"priority": 7, "urgent": True}
+
+    def test_null_members_are_unset(self) -> None:
+        [event], _ = parse_request(
+            "application/cloudevents+json", [], structured(subject=None), LIMITS
+        )
+        assert event.subject is None
+        assert event.stream == "/s"
+
+    def test_reserved_types_are_refused(self) -> None:
+        with pytest.raises(ReservedType):
+            parse_request("application/cloudevents+json", [], structured(type="causeway.x"), LIMITS)
+
+    def test_the_attribute_limit_names_the_excess(self) -> None:
+        with pytest.raises(EventTooLarge, match="over the 128-byte limit by"):
+            parse_request(
+                "application/cloudevents+json",
+                [],
+                structured(note="x" * 200),
+                Limits(max_attributes_bytes=128),
+            )
+
+    def test_integers_beyond_32_bits_are_refused(self) -> None:
+        with pytest.raises(InvalidCloudEvent):
+            parse_request("application/cloudevents+json", [], structured(big=2**31), LIMITS)
+
+
+class TestTime:
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "2026-11-30T12:00:00Z",
+            "2026-11-30T12:00:00.123456789+00:00",
+            "2026-11-30t12:00:00-05:30",
+        ],
+    )
+    def test_rfc3339_forms_parse(self, text: str) -> None:
+        value, why = parse_rfc3339(text)
+        assert value is not None
+        assert why is None
+
+    @pytest.mark.parametrize(
+        "text", ["2026-11-30", "2026-13-01T00:00:00Z", "2026-11-30T12:00:60Z", "2026-11-30T12:00Z"]
+    )
+    def test_other_forms_are_refused(self, text: str) -> None:
+        assert parse_rfc3339(text)[0] is None
+
+
+def test_json_media_types() -> None:
+    assert is_json_media_type("application/json; charset=utf-8")
+    assert is_json_media_type("application/vnd.acme+json")
+    assert is_json_media_type(None)
+    assert not is_json_media_type("text/plain")

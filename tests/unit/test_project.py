@@ -1,0 +1,36 @@
+"""Project-wide rules: migrations stand alone, the README documents every setting, and
+the producer client's public names stay put."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import ingest.client
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+OUR_PACKAGES = {"app", "ingest", "scheduler", "evs_bridge", "tests"}
+
+
+def test_migrations_import_nothing_of_ours() -> None:
+    for path in (ROOT / "migrations" / "versions").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in OUR_PACKAGES, f"{path.name} imports {name}"
+
+
+def test_readme_documents_every_setting() -> None:
+    readme = (ROOT / "README.md").read_text()
+    documented = set(re.findall(r"^\| `CAUSEWAY_([A-Z_]+)` \|", readme, flags=re.MULTILINE))
+    assert documented == {name.upper() for name in Settings.model_fields}
+
+
+def test_the_client_public_names_are_pinned() -> None:
+    assert sorted(ingest.client.__all__) == ["AppendResult", "CausewayClient", "CausewayError"]
