@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -57,21 +58,32 @@ def load_settings() -> Settings:
         fail(f"setting CAUSEWAY_{str(first['loc'][0]).upper()}: {first['msg']}")
 
 
+@dataclass(frozen=True, slots=True)
+class Database:
+    url: URL | str
+    embedded: EmbeddedPostgres | None
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
 @contextmanager
-def database(settings: Settings) -> Iterator[tuple[URL | str, bool]]:
-    """The database URL, and whether it is the embedded server (started for the block)."""
+def database(settings: Settings) -> Iterator[Database]:
+    """The configured database, or the embedded server started for the block."""
     if settings.database_url is not None:
-        yield str(settings.database_url), False
+        yield Database(settings.database_url, None)
         return
     embedded = EmbeddedPostgres(settings.data_dir)
     try:
         url = embedded.start()
-    except Exception as exc:
+    except Exception as exc:  # pgserver raises assorted errors; report any of them
         fail(f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc}", 1)
+    db = Database(url, embedded)
     try:
-        yield url, True
+        yield db
     finally:
-        embedded.stop()
+        db.close()
 
 
 @cli.command()
@@ -83,7 +95,8 @@ def serve(
     """Start the HTTP service (the embedded PostgreSQL unless CAUSEWAY_DATABASE_URL is set)."""
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    with database(settings) as (url, embedded):
+    with database(settings) as db:
+        url, embedded = db.url, db.embedded is not None
         if embedded or migrate:
             upgrade_to_head(url)
         else:
@@ -95,7 +108,9 @@ def serve(
                 )
         if embedded:
             _bootstrap_admin_key(settings, url)
-        app = create_app(settings, database_url=url)
+        # uvicorn re-raises SIGTERM after its graceful shutdown, which ends the process
+        # before this block exits; so the app's shutdown stops the embedded server too.
+        app = create_app(settings, database_url=url, on_shutdown=db.close)
         uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="info")
 
 
@@ -127,8 +142,8 @@ async def _create_key(
 def migrate() -> None:
     """Migrate the database to the newest schema (Alembic head)."""
     settings = load_settings()
-    with database(settings) as (url, _):
-        upgrade_to_head(url)
+    with database(settings) as db:
+        upgrade_to_head(db.url)
         typer.echo(f"schema at revision {head_revision()}")
 
 
@@ -136,8 +151,8 @@ def migrate() -> None:
 def verify() -> None:
     """Re-check the whole hash chain; exit 1 at the first event that does not match."""
     settings = load_settings()
-    with database(settings) as (url, _):
-        report = asyncio.run(_verify(url))
+    with database(settings) as db:
+        report = asyncio.run(_verify(db.url))
     if not report.is_intact:
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
@@ -187,8 +202,8 @@ def replay(
         )
     except AppError as exc:
         fail(exc.detail)
-    with database(settings) as (url, _):
-        count = asyncio.run(_replay(url, tenant, selection, out, settings.replay_fetch_rows))
+    with database(settings) as db:
+        count = asyncio.run(_replay(db.url, tenant, selection, out, settings.replay_fetch_rows))
     typer.echo(f"wrote {count} events to {out}", err=True)
 
 
@@ -235,9 +250,9 @@ def keys_create(
         wanted = parse_scopes(scopes)
     except AppError as exc:
         fail(exc.detail)
-    with database(settings) as (url, _):
+    with database(settings) as db:
         try:
-            key = asyncio.run(_create_key(url, tenant, wanted, description))
+            key = asyncio.run(_create_key(db.url, tenant, wanted, description))
         except AppError as exc:
             fail(exc.detail)
     typer.echo(key)
@@ -247,9 +262,9 @@ def keys_create(
 def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id in cw_<id>_...")]) -> None:
     """Revoke a key: requests with it get 401 from now on."""
     settings = load_settings()
-    with database(settings) as (url, _):
+    with database(settings) as db:
         try:
-            asyncio.run(_revoke(url, key_id))
+            asyncio.run(_revoke(db.url, key_id))
         except AppError as exc:
             fail(exc.detail)
     typer.echo(f"revoked {key_id}")
@@ -266,3 +281,7 @@ async def _revoke(url: URL | str, key_id: str) -> None:
 
 def main() -> None:
     cli()
+
+
+if __name__ == "__main__":
+    main()

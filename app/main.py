@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -28,7 +28,13 @@ def limits_from(settings: Settings) -> Limits:
     )
 
 
-def create_app(settings: Settings, *, database_url: str | URL) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    database_url: str | URL,
+    on_shutdown: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The service on ``database_url``; ``on_shutdown`` runs after the engine is closed."""
     engine = create_engine(
         database_url,
         pool_size=settings.db_pool_size,
@@ -39,6 +45,8 @@ def create_app(settings: Settings, *, database_url: str | URL) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await engine.dispose()
+        if on_shutdown is not None:
+            on_shutdown()
 
     app = FastAPI(
         title="Causeway",

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, PostgresDsn
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 
 class Settings(BaseSettings):
@@ -18,7 +20,9 @@ class Settings(BaseSettings):
         env_prefix="CAUSEWAY_", env_file=".env", extra="ignore", frozen=True
     )
 
-    database_url: PostgresDsn | None = None  # None: start the embedded PostgreSQL
+    # None: start the embedded PostgreSQL. A plain string, not PostgresDsn: libpq URLs may
+    # name a socket folder instead of a host (postgresql://user@/db?host=/run/postgresql).
+    database_url: str | None = None
     data_dir: Path = Path(".causeway")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -29,3 +33,16 @@ class Settings(BaseSettings):
     max_batch_events: int = Field(default=10_000, ge=1)
     replay_fetch_rows: int = Field(default=1000, ge=1)
     statement_timeout_ms: int = Field(default=30_000, ge=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _is_postgres_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(f"not a database URL: {exc}") from exc
+        if url.get_backend_name() != "postgresql":
+            raise ValueError("must be a postgresql:// URL")
+        return value

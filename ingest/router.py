@@ -4,7 +4,8 @@ Answers 201 when anything was appended, 200 when every event was already stored 
 exact re-send), with one entry per event in request order.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: FastAPI must see the Depends() built in
+# create_router, which a string annotation could not resolve.
 
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any

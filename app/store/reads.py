@@ -3,8 +3,8 @@
 Events leave the store as structured CloudEvents JSON, built by PostgreSQL itself (one
 ``jsonb`` expression), so replay streams text straight from a server-side cursor to the
 client without decoding ``data`` in Python. Besides the CloudEvents attributes each event
-carries ``position``, ``stream``, ``stream_version``, ``recordedtime``, ``hash`` (hex)
-and ``causes`` (the cause ids, also joined in ``causationid``).
+carries ``position``, ``stream``, ``stream_version``, ``recordedtime``, ``prev_hash`` and
+``hash`` (hex), and ``causes`` (the cause ids, also joined in ``causationid``).
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ def _structured() -> ColumnElement[Any]:
             func.to_char(
                 func.timezone("UTC", e.recorded_at), literal('YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
             ),
+            "prev_hash",
+            func.encode(e.prev_hash, "hex"),
             "hash",
             func.encode(e.hash, "hex"),
             "causes",
@@ -124,8 +126,11 @@ class EventReader:
         """Matching events in position order, from a server-side cursor (flat memory)."""
         statement = _filtered(select(_json_text()), tenant, selection)
         result = await self._conn.stream(statement.execution_options(yield_per=fetch_rows))
-        async for row in result:
-            yield row[0]
+        try:
+            async for row in result:
+                yield row[0]
+        finally:
+            await result.close()
 
 
 def _filtered(statement: Select[Any], tenant: str, selection: EventFilter) -> Select[Any]:

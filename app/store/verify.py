@@ -36,14 +36,17 @@ async def verify_chain(conn: AsyncConnection, *, fetch_rows: int = 1000) -> Chai
     result = await conn.stream(
         select(*full_row()).order_by(events.c.position).execution_options(yield_per=fetch_rows)
     )
-    async for row in result:
-        if row.position != expected_position:
-            return _broken(count, prev_hash, expected_position, "position missing from the log")
-        if bytes(row.prev_hash) != prev_hash:
-            return _broken(count, prev_hash, row.position, "prev_hash does not match")
-        if link(prev_hash, record_from_row(row)) != bytes(row.hash):
-            return _broken(count, prev_hash, row.position, "hash does not match the content")
-        prev_hash, count, expected_position = bytes(row.hash), count + 1, expected_position + 1
+    try:
+        async for row in result:
+            if row.position != expected_position:
+                return _broken(count, prev_hash, expected_position, "position missing from the log")
+            if bytes(row.prev_hash) != prev_hash:
+                return _broken(count, prev_hash, row.position, "prev_hash does not match")
+            if link(prev_hash, record_from_row(row)) != bytes(row.hash):
+                return _broken(count, prev_hash, row.position, "hash does not match the content")
+            prev_hash, count, expected_position = bytes(row.hash), count + 1, expected_position + 1
+    finally:
+        await result.close()
     head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one()
     if head.position != count or bytes(head.hash) != prev_hash:
         return _broken(count, prev_hash, None, f"log head names position {head.position}")

@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from app.store.chain import GENESIS_HASH, ChainRecord, canonical_bytes, encode_json, link
 
@@ -52,7 +53,7 @@ class TestEncodeJson:
 
 class TestLink:
     def test_the_documented_recipe_reproduces_the_hash(self) -> None:
-        body = {
+        body: dict[str, Any] = {
             "causes": [],
             "correlationid": None,
             "data": {"a": [1e21, "é"], "b": 1},

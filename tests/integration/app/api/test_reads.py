@@ -1,0 +1,176 @@
+"""Reads, replay and tenant isolation over HTTP."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from fastapi import FastAPI
+
+from tests.integration.conftest import MakeKey
+from tests.integration.events import BATCH, STRUCTURED, dumps, event
+
+DAY2, DAY3 = "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"
+
+
+def lines(response: httpx2.Response) -> list[dict[str, Any]]:
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    return [orjson.loads(line) for line in response.text.splitlines()]
+
+
+@pytest.fixture
+async def other_tenant(app: FastAPI, make_key: MakeKey) -> Any:
+    key = await make_key("globex", "ingest,read")
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://c", headers={"Authorization": f"Bearer {key}"}
+    ) as client:
+        yield client
+
+
+class TestStreams:
+    async def test_a_stream_reads_in_version_order_from_a_version(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        batch = [event(stream="orders"), event(stream="other"), event(stream="orders")]
+        batch.append(event(stream="orders"))
+        await client.post("/events", content=dumps(batch), headers=BATCH)
+        response = await client.get("/streams/orders", params={"from_version": 2, "limit": 5})
+        assert [e["stream_version"] for e in response.json()] == [2, 3]
+        assert [e["id"] for e in response.json()] == [batch[2]["id"], batch[3]["id"]]
+
+    async def test_an_unknown_stream_is_404(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get("/streams/nothing-here")
+        assert response.status_code == 404
+        assert response.json()["type"] == "/problems/not-found"
+
+    async def test_an_unknown_event_is_404(self, client: httpx2.AsyncClient) -> None:
+        assert (await client.get("/events/missing")).status_code == 404
+
+
+class TestReplay:
+    @pytest.fixture
+    async def stored(self, client: httpx2.AsyncClient) -> list[dict[str, Any]]:
+        batch = [
+            event(type="a.v1", correlationid="run-1", time="2026-01-01T00:00:00Z"),
+            event(
+                type="b.v1",
+                correlationid="run-1",
+                modelname="m",
+                modelversion="1",
+                time="2026-01-02T00:00:00Z",
+            ),
+            event(
+                type="a.v1",
+                correlationid="run-2",
+                modelname="m",
+                modelversion="2",
+                time="2026-01-03T00:00:00Z",
+                source="/other",
+            ),
+            event(type="c.v1", stream="special", time="2026-01-04T00:00:00.5Z"),
+        ]
+        await client.post("/events", content=dumps(batch), headers=BATCH)
+        return batch
+
+    @pytest.mark.parametrize(
+        ("params", "expected"),
+        [
+            ({}, [0, 1, 2, 3]),
+            ({"types": "a.v1,c.v1"}, [0, 2, 3]),
+            ({"correlationid": "run-1"}, [0, 1]),
+            ({"modelname": "m"}, [1, 2]),
+            ({"modelname": "m", "modelversion": "2"}, [2]),
+            ({"source": "/other"}, [2]),
+            ({"stream": "special"}, [3]),
+            ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-04T00:00:00.5Z"}, [1, 2]),
+            ({"after": 2}, [2, 3]),
+            ({"after": 1, "limit": 2}, [1, 2]),
+        ],
+    )
+    async def test_filters(
+        self,
+        client: httpx2.AsyncClient,
+        stored: list[dict[str, Any]],
+        params: dict[str, Any],
+        expected: list[int],
+    ) -> None:
+        got = lines(await client.get("/replay", params=params))
+        assert [e["id"] for e in got] == [stored[i]["id"] for i in expected]
+
+    async def test_resume_after_the_last_position_seen(
+        self, client: httpx2.AsyncClient, stored: list[dict[str, Any]]
+    ) -> None:
+        first = lines(await client.get("/replay", params={"limit": 3}))
+        rest = lines(await client.get("/replay", params={"after": first[-1]["position"]}))
+        assert [e["position"] for e in first + rest] == [1, 2, 3, 4]
+
+    async def test_a_bad_time_is_a_400(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get("/replay", params={"since": "monday"})
+        assert response.status_code == 400
+        assert response.json()["parameter"] == "since"
+
+    async def test_a_bad_position_is_a_422_with_a_pointer(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get("/replay", params={"after": "-1"})
+        assert response.status_code == 422
+        assert response.json()["errors"][0]["pointer"] == "#/query/after"
+
+    async def test_replay_spans_many_cursor_fetches(self, client: httpx2.AsyncClient) -> None:
+        batch = [event(data={"i": i}) for i in range(2500)]
+        await client.post("/events", content=dumps(batch), headers=BATCH)
+        got = lines(await client.get("/replay"))
+        assert [e["data"]["i"] for e in got] == list(range(2500))
+
+
+class TestTenants:
+    async def test_reads_replay_and_streams_stay_in_the_tenant(
+        self, client: httpx2.AsyncClient, other_tenant: httpx2.AsyncClient
+    ) -> None:
+        mine = event(subject="cam")
+        await client.post("/events", content=dumps(mine), headers=STRUCTURED)
+        assert (await other_tenant.get(f"/events/{mine['id']}")).status_code == 404
+        assert (await other_tenant.get("/streams/cam")).status_code == 404
+        assert (await other_tenant.get("/replay")).text == ""
+
+    async def test_the_same_id_in_another_tenant_is_a_new_event(
+        self, client: httpx2.AsyncClient, other_tenant: httpx2.AsyncClient
+    ) -> None:
+        mine = event()
+        await client.post("/events", content=dumps(mine), headers=STRUCTURED)
+        theirs = {**mine, "data": {"other": True}}
+        response = await other_tenant.post("/events", content=dumps(theirs), headers=STRUCTURED)
+        assert response.status_code == 201
+        assert response.json()["events"][0]["duplicate"] is False
+        assert response.json()["events"][0]["stream_version"] == 1
+
+    async def test_causes_cannot_point_into_another_tenant(
+        self, client: httpx2.AsyncClient, other_tenant: httpx2.AsyncClient
+    ) -> None:
+        mine = event()
+        await client.post("/events", content=dumps(mine), headers=STRUCTURED)
+        response = await other_tenant.post(
+            "/events", content=dumps(event(causationid=mine["id"])), headers=STRUCTURED
+        )
+        assert response.status_code == 422
+        assert response.json()["type"] == "/problems/unknown-cause"
+
+
+class TestHealthAndProblems:
+    async def test_healthz_and_readyz(self, client: httpx2.AsyncClient) -> None:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200
+        assert ready.json()["status"] == "ready"
+
+    async def test_every_problem_type_is_described(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get("/problems/version-conflict")
+        assert response.json()["status"] == 409
+        assert "expectedversion" in response.json()["description"]
+        assert (await client.get("/problems/no-such-thing")).status_code == 404
+
+    async def test_an_unknown_route_is_a_problem_too(self, client: httpx2.AsyncClient) -> None:
+        response = await client.get("/nowhere")
+        assert response.status_code == 404
+        assert response.headers["content-type"] == "application/problem+json"

@@ -1,0 +1,140 @@
+"""The log's invariants, checked against PostgreSQL itself: append-only, gap-free order
+under concurrent writers, and a hash chain that names the row someone tampered with."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import URL, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import create_engine
+from app.store.log import EventLog
+from app.store.records import NewEvent
+from app.store.verify import verify_chain
+
+
+def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
+    return NewEvent(
+        id=event_id,
+        source="/src",
+        type="t",
+        stream=stream,
+        has_data=True,
+        data={"n": event_id},
+        **fields,
+    )
+
+
+async def append(engine: AsyncEngine, tenant: str, *events: NewEvent) -> None:
+    async with engine.begin() as conn:
+        await EventLog(conn).append(tenant, events)
+
+
+class TestAppendOnly:
+    @pytest.mark.parametrize(
+        "statement",
+        [
+            "UPDATE events SET type = 'x'",
+            "DELETE FROM events",
+            "TRUNCATE events CASCADE",
+            "UPDATE event_causes SET cause = cause",
+            "DELETE FROM event_causes",
+            "TRUNCATE event_causes",
+        ],
+    )
+    async def test_raw_sql_cannot_change_stored_rows(
+        self, engine: AsyncEngine, statement: str
+    ) -> None:
+        await append(engine, "acme", new("a"), new("b", causes=("a",)))
+        with pytest.raises(DBAPIError, match="append-only"):
+            async with engine.begin() as conn:
+                await conn.execute(text(statement))
+        async with engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM events"))).scalar() == 2
+            assert (await conn.execute(text("SELECT count(*) FROM event_causes"))).scalar() == 1
+
+
+class TestGlobalOrder:
+    async def test_a_reader_following_positions_never_skips_a_late_commit(
+        self, database_url: URL
+    ) -> None:
+        writers, per_writer = 8, 40
+        engine = create_engine(database_url, pool_size=writers + 2)
+        seen: list[int] = []
+        done = asyncio.Event()
+
+        async def write(w: int) -> None:
+            for i in range(per_writer):
+                # Mixed batch sizes and a pause inside the transaction make commits land in
+                # a different order than they started.
+                batch = [new(f"w{w}-{i}-{k}", stream=f"w{w}") for k in range(1 + (i % 3))]
+                async with engine.begin() as conn:
+                    await EventLog(conn).append("acme", batch)
+                    await asyncio.sleep(0.001 * (w % 3))
+
+        async def read() -> None:
+            last = 0
+            async with engine.connect() as conn:
+                while True:
+                    finished = done.is_set()
+                    rows = await conn.execute(
+                        text("SELECT position FROM events WHERE position > :p ORDER BY position"),
+                        {"p": last},
+                    )
+                    await conn.commit()
+                    batch = [r[0] for r in rows]
+                    seen.extend(batch)
+                    last = batch[-1] if batch else last
+                    if finished and not batch:
+                        return
+                    await asyncio.sleep(0)
+
+        reader = asyncio.create_task(read())
+        await asyncio.gather(*(write(w) for w in range(writers)))
+        done.set()
+        await reader
+        async with engine.connect() as conn:
+            stored = [r[0] for r in await conn.execute(text("SELECT position FROM events"))]
+        await engine.dispose()
+        assert sorted(stored) == seen
+        assert seen == list(range(1, len(seen) + 1))
+        assert len(seen) == writers * sum(1 + (i % 3) for i in range(per_writer))
+
+
+class TestHashChain:
+    async def test_an_untouched_chain_verifies(self, engine: AsyncEngine) -> None:
+        await append(engine, "acme", new("a"), new("b", causes=("a",)))
+        await append(engine, "other", new("a", data_binary=b"\x00"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert report.is_intact
+        assert report.count == 3
+
+    async def test_tampering_with_data_is_found_at_that_position(self, engine: AsyncEngine) -> None:
+        await append(engine, "acme", new("a"), new("b"), new("c"))
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
+            await conn.execute(
+                text("""UPDATE events SET data = '{"n": "forged"}' WHERE id = 'b'""")
+            )
+            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert not report.is_intact
+        assert report.bad_position == 2
+        assert report.count == 1
+
+    async def test_a_deleted_last_event_is_found(self, engine: AsyncEngine) -> None:
+        await append(engine, "acme", new("a"), new("b"))
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
+            await conn.execute(text("DELETE FROM events WHERE position = 2"))
+            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert not report.is_intact
+        assert report.reason == "log head names position 2"

@@ -1,0 +1,131 @@
+"""A real ``causeway serve`` process: on a configured database, and on the embedded one."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from secrets import token_hex
+
+import httpx2
+import orjson
+from sqlalchemy import URL
+
+from tests.conftest import janitor
+from tests.integration.events import STRUCTURED, event
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def environment(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
+    env.update(values)
+    return env
+
+
+@contextmanager
+def serving(env: dict[str, str], *args: str, timeout_s: float = 60) -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if process.poll() is not None:
+                output = process.stdout.read().decode() if process.stdout else ""
+                raise AssertionError(f"serve exited with {process.returncode}:\n{output}")
+            try:
+                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("serve did not answer in time")
+            time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        if process.stdout:
+            process.stdout.close()
+
+
+def test_serve_on_a_configured_database(database_url: URL, tmp_path: Path) -> None:
+    url = database_url.render_as_string(hide_password=False)
+    key = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "keys",
+            "create",
+            "--tenant",
+            "t",
+            "--scopes",
+            "ingest,read",
+        ],
+        env=environment(CAUSEWAY_DATABASE_URL=url),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    with serving(environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        sent = event()
+        posted = httpx2.post(
+            f"{base}/events", content=orjson.dumps(sent), headers={**STRUCTURED, **auth}
+        )
+        assert posted.status_code == 201
+        assert httpx2.get(f"{base}/events/{sent['id']}", headers=auth).json()["position"] == 1
+        assert httpx2.get(f"{base}/readyz").status_code == 200
+
+
+def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
+    server: URL, tmp_path: Path
+) -> None:
+    name = f"causeway_blank_{token_hex(4)}"
+    with janitor(server, name):
+        url = server.set(database=name).render_as_string(hide_password=False)
+        env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
+        refused = subprocess.run(
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(free_port())],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2
+        assert "not 0001" in refused.stderr
+        assert "--migrate" in refused.stderr
+        with serving(env, "--migrate") as base:
+            assert httpx2.get(f"{base}/readyz").status_code == 200
+
+
+def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path: Path) -> None:
+    env = environment(CAUSEWAY_DATA_DIR=str(tmp_path / "data"))
+    sent = event()
+    with serving(env) as base:
+        key = (tmp_path / "data" / "admin.key").read_text().strip()
+        auth = {"Authorization": f"Bearer {key}"}
+        posted = httpx2.post(
+            f"{base}/events", content=orjson.dumps(sent), headers={**STRUCTURED, **auth}
+        )
+        assert posted.status_code == 201
+    with serving(env) as base:
+        stored = httpx2.get(f"{base}/events/{sent['id']}", headers=auth)
+        assert stored.status_code == 200
+        assert stored.json()["data"] == sent["data"]
