@@ -3,7 +3,8 @@
 One handler covers the whole ``AppError`` tree (Starlette walks the MRO). Request
 validation becomes 422 ``invalid-request`` with JSON Pointers; Starlette's own HTTP
 errors (unknown route, wrong method) keep their status; anything unexpected is a 500
-with a fixed detail, and the traceback goes to the log, never to the client.
+with a fixed detail, and the traceback goes to the log, never to the client. A lost
+database or a statement timeout is a 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import AppError, NotFound, error_classes
+from app.errors import AppError, NotFound, Unavailable, error_classes
 
 MEDIA_TYPE = "application/problem+json"
 logger = logging.getLogger(__name__)
@@ -74,6 +76,17 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def on_database_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+    return problem(
+        503,
+        Unavailable.code,
+        Unavailable.title,
+        "the database is unreachable or the statement timed out; nothing was written, retry",
+        {"Retry-After": "1"},
+    )
+
+
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return problem(500, "internal", "Internal error", "The server failed; see its log.")
@@ -99,6 +112,9 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, on_app_error)
     app.add_exception_handler(RequestValidationError, on_invalid_request)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
+    # Connection loss and statement timeouts (psycopg's QueryCanceled) arrive as
+    # OperationalError from any path; the transaction was rolled back, so a retry is safe.
+    app.add_exception_handler(OperationalError, on_database_unavailable)
     app.add_exception_handler(Exception, on_unexpected)
 
     @app.get("/problems/{code}", tags=["problems"])

@@ -13,12 +13,12 @@ other content, or from another source, is an ``IdConflict``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, func, select, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import JSON, Text, any_, func, literal, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events, log_head
@@ -133,7 +133,7 @@ class EventLog:
 
     async def _fetch_stored(self, tenant: str, ids: set[str]) -> dict[str, _Stored]:
         result = await self._conn.execute(
-            select(*full_row()).where(events.c.tenant == tenant, events.c.id.in_(ids))
+            select(*full_row()).where(events.c.tenant == tenant, events.c.id == any_(_texts(ids)))
         )
         return {
             row.id: _Stored(row.position, row.stream, row.stream_version, record_from_row(row))
@@ -145,7 +145,7 @@ class EventLog:
             return {}
         result = await self._conn.execute(
             select(events.c.id, events.c.position).where(
-                events.c.tenant == tenant, events.c.id.in_(ids)
+                events.c.tenant == tenant, events.c.id == any_(_texts(ids))
             )
         )
         return {row.id: row.position for row in result}
@@ -153,7 +153,7 @@ class EventLog:
     async def _fetch_stream_versions(self, tenant: str, streams: set[str]) -> dict[str, int]:
         result = await self._conn.execute(
             select(events.c.stream, func.max(events.c.stream_version))
-            .where(events.c.tenant == tenant, events.c.stream.in_(streams))
+            .where(events.c.tenant == tenant, events.c.stream == any_(_texts(streams)))
             .group_by(events.c.stream)
         )
         return {stream: int(version) for stream, version in result}
@@ -259,17 +259,15 @@ def _compare(event: NewEvent, tenant: str, stored: ChainRecord) -> str | None:
     if event.source != stored.source:
         return f"id {event.id!r} is already used by source {stored.source!r}"
     sent = _record(event, tenant, 0, 0, _EPOCH)
-    kept = ChainRecord(
-        **{
-            **{f: getattr(stored, f) for f in ChainRecord.__slots__},
-            "position": 0,
-            "stream_version": 0,
-            "recorded_at": _EPOCH,
-        }
-    )
+    kept = replace(stored, position=0, stream_version=0, recorded_at=_EPOCH)
     if canonical_bytes(sent) != canonical_bytes(kept):
         return f"event {event.source!r}/{event.id!r} was stored before with other content"
     return None
+
+
+def _texts(values: set[str]) -> Any:
+    """One array parameter, not one parameter per value: a batch may name many ids."""
+    return literal(sorted(values), ARRAY(Text))
 
 
 def _summary(errors: list[dict[str, Any]]) -> str:

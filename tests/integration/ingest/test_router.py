@@ -6,7 +6,10 @@ from typing import Any
 
 import httpx2
 import pytest
+from sqlalchemy import text
 
+from app.main import create_app
+from app.settings import Settings
 from tests.integration.conftest import MakeKey
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
@@ -382,3 +385,29 @@ class TestKeys:
         )
         assert response.status_code == 403
         assert problem_type(response) == "/problems/forbidden"
+
+
+class TestUnavailable:
+    async def test_a_write_stuck_behind_a_lock_times_out_as_503_and_writes_nothing(
+        self, database_url: Any, engine: Any, make_key: MakeKey
+    ) -> None:
+        app = create_app(
+            Settings(_env_file=None, statement_timeout_ms=300), database_url=database_url
+        )
+        key = await make_key("acme", "ingest,read")
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(
+            transport=transport, base_url="http://c", headers={"Authorization": f"Bearer {key}"}
+        ) as client:
+            sent = event()
+            async with engine.connect() as blocker:
+                await blocker.execute(text("SELECT * FROM log_head FOR UPDATE"))
+                response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+                await blocker.rollback()
+            assert response.status_code == 503
+            assert response.headers["retry-after"] == "1"
+            assert problem_type(response) == "/problems/unavailable"
+            assert (await client.get(f"/events/{sent['id']}")).status_code == 404
+            retried = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+            assert retried.status_code == 201
+        await app.state.engine.dispose()
