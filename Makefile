@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run fmt lint test test-unit test-integration migrate verify bench clean
+.PHONY: install run fmt lint test migrate schema bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: lint  ## .ci/run calls this and nothing else
 
 migrate: install
 	$(BIN)/causeway migrate
+
+schema: install  ## regenerate docs/schema.graphql and docs/openapi.json (checked by make test)
+	$(BIN)/python -m app.export
+
+bench: install  ## full benchmark runs (for people; CI runs them with --quick)
+	$(BIN)/python -m bench.lineage
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

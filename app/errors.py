@@ -16,6 +16,7 @@
     │   ├── ReservedType        422 reserved-type
     │   └── EventTooLarge       422 event-too-large
     └── Unavailable             503 unavailable
+        └── Timeout             503 timeout
 
 ``code`` is part of the public API: the problem ``type`` URI is ``/problems/<code>`` and a
 code never changes once shipped. ``describe`` gives the paragraph ``GET /problems/{code}``
@@ -159,6 +160,15 @@ class Unavailable(AppError):
     code = "unavailable"
     title = "Service unavailable"
     about = "The database is unreachable or not at the schema this version needs. Retry later."
+
+
+class Timeout(Unavailable):
+    code = "timeout"
+    title = "Query took too long"
+    about = (
+        "A lineage or audit query ran past its time budget (graphql_timeout_ms) and was "
+        "stopped. Ask for less: a lower maxDepth or limit."
+    )
 
 
 def error_classes() -> list[type[AppError]]:

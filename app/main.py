@@ -12,6 +12,8 @@ from app.api import events, health, problems, replay
 from app.api.deps import require
 from app.db.engine import create_engine
 from app.db.schema import head_revision
+from app.graphql.limits import GraphQLLimits
+from app.graphql.router import create_router as create_graphql_router
 from app.settings import Settings
 from app.store.keys import Scope
 from ingest.appender import Appender
@@ -25,6 +27,18 @@ def limits_from(settings: Settings) -> Limits:
         max_event_data_bytes=settings.max_event_data_bytes,
         max_request_bytes=settings.max_request_bytes,
         max_batch_events=settings.max_batch_events,
+    )
+
+
+def graphql_limits_from(settings: Settings) -> GraphQLLimits:
+    return GraphQLLimits(
+        max_query_depth=settings.graphql_max_query_depth,
+        max_tokens=settings.graphql_max_tokens,
+        max_aliases=settings.graphql_max_aliases,
+        max_page_size=settings.graphql_max_page_size,
+        max_lineage_depth=settings.graphql_max_lineage_depth,
+        max_lineage_nodes=settings.graphql_max_lineage_nodes,
+        timeout_ms=settings.graphql_timeout_ms,
     )
 
 
@@ -64,4 +78,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
+    app.include_router(
+        create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
+    )
     return app

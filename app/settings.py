@@ -33,6 +33,13 @@ class Settings(BaseSettings):
     max_batch_events: int = Field(default=10_000, ge=1)
     replay_fetch_rows: int = Field(default=1000, ge=1)
     statement_timeout_ms: int = Field(default=30_000, ge=0)
+    graphql_max_query_depth: int = Field(default=12, ge=1)
+    graphql_max_tokens: int = Field(default=2000, ge=10)
+    graphql_max_aliases: int = Field(default=20, ge=0)
+    graphql_max_page_size: int = Field(default=500, ge=1)
+    graphql_max_lineage_depth: int = Field(default=100, ge=1)
+    graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
+    graphql_timeout_ms: int = Field(default=5000, ge=1)
 
     @field_validator("database_url")
     @classmethod

@@ -229,3 +229,25 @@ def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
     except ValueError as exc:
         return None, f"time {text!r} is not a valid date and time: {exc}"
     return value, None
+
+
+_EXACT = 2**53  # RFC 7493 (I-JSON): integers beyond this do not survive IEEE doubles
+
+
+def normalise_numbers(value: Any) -> Any:
+    """``value`` with integral numbers as ints; raises ``ValueError`` for a number outside
+    the interoperable range. Stored this way, a number reads back from ``jsonb`` as the
+    same Python value, which the hash chain relies on (``1.0`` and ``-0.0`` would not)."""
+    if isinstance(value, float):
+        if not (-_EXACT < value < _EXACT):
+            raise ValueError(f"number {value!r} is outside the I-JSON range ±(2**53 - 1)")
+        return int(value) if value.is_integer() else value
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if not -_EXACT < value < _EXACT:
+            raise ValueError(f"number {value} is outside the I-JSON range ±(2**53 - 1)")
+        return value
+    if isinstance(value, dict):
+        return {k: normalise_numbers(v) for k, v in value.items()}
+    return [normalise_numbers(v) for v in value]

@@ -30,7 +30,14 @@ from app.errors import (
     UnsupportedMediaType,
 )
 from app.store.records import NewEvent
-from ingest.attributes import EventProblems, Payload, Problem, build_event, is_json_media_type
+from ingest.attributes import (
+    EventProblems,
+    Payload,
+    Problem,
+    build_event,
+    is_json_media_type,
+    normalise_numbers,
+)
 from ingest.limits import Limits
 
 STRUCTURED = "application/cloudevents+json"
@@ -140,15 +147,7 @@ def _from_json(index: int, item: dict[str, Any], body: bytes, limits: Limits) ->
             )
         payload = Payload(present=True, binary=raw, size_bytes=len(raw))
     elif has_data:
-        value = item["data"]
-        if _NUL_ESCAPE in body and _contains_nul(value):
-            raise EventProblems(
-                [
-                    Problem(
-                        InvalidEvent, index, "data", "data contains U+0000, which cannot be stored"
-                    )
-                ]
-            )
+        value = _storable(index, item["data"], body)
         payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
     else:
         payload = Payload()
@@ -196,11 +195,9 @@ def _from_binary(
     if not body:
         payload = Payload()
     elif content_type and is_json_media_type(content_type):
-        value = _load_json(body, "the body (datacontenttype is JSON)", event=True)
-        if _NUL_ESCAPE in body and _contains_nul(value):
-            raise EventProblems(
-                [Problem(InvalidEvent, 0, "data", "data contains U+0000, which cannot be stored")]
-            )
+        value = _storable(
+            0, _load_json(body, "the body (datacontenttype is JSON)", event=True), body
+        )
         payload = Payload(present=True, value=value, size_bytes=len(body))
     else:
         payload = Payload(present=True, binary=body, size_bytes=len(body))
@@ -240,6 +237,18 @@ def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
                 [Problem(InvalidCloudEvent, 0, "data", f"{what} is not valid JSON: {exc}")]
             ) from exc
         raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
+
+
+def _storable(index: int, value: Any, body: bytes) -> Any:
+    """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
+    if _NUL_ESCAPE in body and _contains_nul(value):
+        raise EventProblems(
+            [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
+        )
+    try:
+        return normalise_numbers(value)
+    except ValueError as exc:
+        raise EventProblems([Problem(InvalidEvent, index, "data", f"data: {exc}")]) from exc
 
 
 def _contains_nul(value: Any) -> bool:

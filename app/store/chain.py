@@ -4,22 +4,24 @@
 first event. ``docs/hash-chain.md`` specifies the encoding for auditors; this module is
 the reference implementation and must stay in step with that page.
 
-The encoding survives a JSONB round trip: PostgreSQL may rewrite a number (``1e21``
-comes back as ``1000000000000000000000``, ``1.0`` as ``1.0`` or ``1``), so every number
-is hashed through its IEEE double value. Key order is fixed by sorting.
+The encoding must survive a JSONB round trip, and PostgreSQL rewrites numbers (``1e16``
+comes back as ``10000000000000000``, ``-0.0`` as ``0.0``). So ingest stores numbers in
+a normal form (``ingest.attributes.normalise_numbers``: integral values as integers,
+magnitudes within the I-JSON range) that reads back as the same Python value, and the
+encoding is plain ``orjson`` with sorted keys: numbers as in RFC 8785.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 GENESIS_HASH = bytes(32)
-_INT_EXACT = 2**53
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ class ChainRecord:
 
 
 def canonical_bytes(record: ChainRecord) -> bytes:
-    """The canonical encoding of ``record``: a sorted, compact JSON object in UTF-8."""
+    """The canonical encoding of ``record``: compact JSON, keys sorted, UTF-8."""
     body: dict[str, Any] = {
         "causes": list(record.causes),
         "correlationid": record.correlation_id,
@@ -75,7 +77,7 @@ def canonical_bytes(record: ChainRecord) -> bytes:
         body["data_base64"] = record.data_binary.hex()
     elif record.has_data:
         body["data"] = record.data
-    return encode_json(body).encode()
+    return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
 
 def link(prev_hash: bytes, record: ChainRecord) -> bytes:
@@ -85,33 +87,3 @@ def link(prev_hash: bytes, record: ChainRecord) -> bytes:
 def format_recorded_at(value: datetime) -> str:
     """UTC, always six fractional digits and ``Z``: ``2026-11-30T13:19:11.000123Z``."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def encode_json(value: Any) -> str:
-    """Compact JSON with sorted keys, unescaped UTF-8 and numbers as doubles.
-
-    A number whose double value is integral and below 2**53 in size is written as an
-    integer, any other as the shortest round-trip form of the double (Python's ``repr``).
-    """
-    return json.dumps(
-        _normalise(value),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
-
-
-def _normalise(value: Any) -> Any:
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int | float):
-        number = float(value)
-        if number.is_integer() and abs(number) < _INT_EXACT:
-            return int(number)
-        return number
-    if isinstance(value, Mapping):
-        return {str(k): _normalise(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_normalise(v) for v in value]
-    raise TypeError(f"cannot encode {type(value).__name__} canonically")

@@ -124,7 +124,7 @@ class EventReader:
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
     ) -> AsyncIterator[str]:
         """Matching events in position order, from a server-side cursor (flat memory)."""
-        statement = _filtered(select(_json_text()), tenant, selection)
+        statement = apply_filter(select(_json_text()), tenant, selection)
         result = await self._conn.stream(statement.execution_options(yield_per=fetch_rows))
         try:
             async for row in result:
@@ -133,7 +133,8 @@ class EventReader:
             await result.close()
 
 
-def _filtered(statement: Select[Any], tenant: str, selection: EventFilter) -> Select[Any]:
+def apply_filter(statement: Select[Any], tenant: str, selection: EventFilter) -> Select[Any]:
+    """``statement`` narrowed to ``selection`` within ``tenant``, in position order."""
     e = events.c
     statement = statement.where(e.tenant == tenant, e.position > selection.after)
     if selection.types:
@@ -148,6 +149,10 @@ def _filtered(statement: Select[Any], tenant: str, selection: EventFilter) -> Se
         statement = statement.where(e.model_name == selection.model_name)
     if selection.model_version is not None:
         statement = statement.where(e.model_version == selection.model_version)
+    if selection.position_to is not None:
+        statement = statement.where(e.position <= selection.position_to)
+    if selection.from_version is not None:
+        statement = statement.where(e.stream_version >= selection.from_version)
     if selection.since is not None:
         statement = statement.where(e.time >= selection.since)
     if selection.until is not None:

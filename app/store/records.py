@@ -63,4 +63,6 @@ class EventFilter:
     model_version: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    position_to: int | None = None
+    from_version: int | None = None
     limit: int | None = None

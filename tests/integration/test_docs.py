@@ -23,7 +23,17 @@ def documented_checker() -> Any:
 
 
 async def test_the_documented_recipe_verifies_a_replay(client: httpx2.AsyncClient) -> None:
-    first = event(data={"float": 1.5, "int": 2, "big": 1e21, "neg": -0.0, "text": "é\n"})
+    first = event(
+        data={
+            "float": 1.5,
+            "int": 2,
+            "small": 1.5e-7,
+            "big": 4503599627370495.5,
+            "neg": -0.0,
+            "one": 1.0,
+            "text": "é\n",
+        }
+    )
     batch = [
         first,
         event(data=None, causationid=first["id"], correlationid="run", priority=3, flag=True),

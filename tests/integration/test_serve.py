@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from secrets import token_hex
 
@@ -18,50 +13,7 @@ from sqlalchemy import URL
 
 from tests.conftest import janitor
 from tests.integration.events import STRUCTURED, event
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def environment(**values: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
-    env.update(values)
-    return env
-
-
-@contextmanager
-def serving(env: dict[str, str], *args: str, timeout_s: float = 60) -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise AssertionError(f"serve exited with {process.returncode}:\n{output}")
-            try:
-                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx2.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("serve did not answer in time")
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        if process.stdout:
-            process.stdout.close()
+from tests.integration.process import environment, free_port, serving
 
 
 def test_serve_on_a_configured_database(database_url: URL, tmp_path: Path) -> None:
@@ -109,7 +61,7 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
             timeout=60,
         )
         assert refused.returncode == 2
-        assert "not 0001" in refused.stderr
+        assert "not 0002" in refused.stderr
         assert "--migrate" in refused.stderr
         with serving(env, "--migrate") as base:
             assert httpx2.get(f"{base}/readyz").status_code == 200

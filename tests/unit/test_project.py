@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import ingest.client
+from app.export import OPENAPI, SDL, render_openapi, render_sdl
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,3 +35,8 @@ def test_readme_documents_every_setting() -> None:
 
 def test_the_client_public_names_are_pinned() -> None:
     assert sorted(ingest.client.__all__) == ["AppendResult", "CausewayClient", "CausewayError"]
+
+
+def test_the_committed_graphql_schema_and_openapi_are_current() -> None:
+    assert SDL.read_text() == render_sdl(), "run `make schema`"
+    assert OPENAPI.read_text() == render_openapi(), "run `make schema`"

@@ -8,6 +8,7 @@ import pytest
 from app.errors import (
     EventTooLarge,
     InvalidCloudEvent,
+    InvalidEvent,
     PayloadTooLarge,
     ReservedType,
     UnsupportedMediaType,
@@ -150,3 +151,21 @@ def test_json_media_types() -> None:
     assert is_json_media_type("application/vnd.acme+json")
     assert is_json_media_type(None)
     assert not is_json_media_type("text/plain")
+
+
+class TestNumbers:
+    def test_integral_numbers_are_stored_as_integers(self) -> None:
+        body = structured(data={"a": 1.0, "b": -0.0, "c": [2.5, 3]})
+        [event], _ = parse_request("application/cloudevents+json", [], body, LIMITS)
+        assert event.data == {"a": 1, "b": 0, "c": [2.5, 3]}
+        assert isinstance(event.data["a"], int)
+
+    @pytest.mark.parametrize("number", ["1e300", "9007199254740992", "-1e16"])
+    def test_numbers_beyond_the_ijson_range_are_refused(self, number: str) -> None:
+        body = (
+            b'{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"n":'
+            + number.encode()
+            + b"}}"
+        )
+        with pytest.raises(InvalidEvent, match="I-JSON"):
+            parse_request("application/cloudevents+json", [], body, LIMITS)

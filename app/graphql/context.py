@@ -1,0 +1,56 @@
+"""The per-request context: who asks, the caps, and DataLoaders made for this request.
+
+Each loader batch opens its own short-lived connection: Strawberry resolves sibling
+fields concurrently, and one connection cannot serve two queries at once.
+"""
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from strawberry.dataloader import DataLoader
+from strawberry.fastapi import BaseContext
+
+from app.graphql.limits import GraphQLLimits
+from app.store.graph import GraphReader, Page, StoredEvent
+from app.store.keys import Principal
+
+EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
+
+
+class Loaders:
+    def __init__(self, engine: AsyncEngine, tenant: str) -> None:
+        self._engine = engine
+        self._tenant = tenant
+        self.causes = DataLoader[int, list[StoredEvent]](load_fn=self._load_causes)
+        self.effects = DataLoader[EffectsKey, Page](load_fn=self._load_effects)
+
+    async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
+        async with self._engine.connect() as conn:
+            found = await GraphReader(conn).fetch_causes(self._tenant, positions)
+        return [found[p] for p in positions]
+
+    async def _load_effects(self, keys: list[EffectsKey]) -> list[Page]:
+        # Siblings almost always ask for the same page; one query per distinct page.
+        pages: dict[EffectsKey, Page] = {}
+        by_page: dict[tuple[int, int], list[int]] = {}
+        for position, first, after in keys:
+            by_page.setdefault((first, after), []).append(position)
+        async with self._engine.connect() as conn:
+            reader = GraphReader(conn)
+            for (first, after), positions in by_page.items():
+                found = await reader.fetch_effects(
+                    self._tenant, positions, first=first, after=after
+                )
+                pages.update({(p, first, after): found[p] for p in positions})
+        return [pages[k] for k in keys]
+
+
+class Context(BaseContext):
+    def __init__(self, engine: AsyncEngine, principal: Principal, limits: GraphQLLimits) -> None:
+        super().__init__()
+        self.engine = engine
+        self.principal = principal
+        self.limits = limits
+        self.loaders = Loaders(engine, principal.tenant)
+
+    @property
+    def tenant(self) -> str:
+        return self.principal.tenant

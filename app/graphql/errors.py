@@ -1,0 +1,50 @@
+"""GraphQL errors in the same tree as HTTP problems.
+
+An ``AppError`` keeps its detail and gains ``extensions.code`` (the problem code in upper
+snake case, e.g. ``NOT_FOUND``) and ``extensions.type``. Any other error raised while
+resolving is masked: no SQL, no stack trace reaches the client. Errors of the document
+itself (syntax, validation, the limiters) are shown as they are.
+"""
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from graphql.error import GraphQLError
+from strawberry.extensions import SchemaExtension
+
+from app.errors import AppError
+
+logger = logging.getLogger(__name__)
+
+
+def error_code(exc: AppError) -> str:
+    return exc.code.upper().replace("-", "_")
+
+
+def _render(error: GraphQLError) -> GraphQLError:
+    original = error.original_error
+    if original is None or isinstance(original, GraphQLError):
+        return error
+    if isinstance(original, AppError):
+        extensions: dict[str, Any] = {
+            "code": error_code(original),
+            "type": f"/problems/{original.code}",
+        }
+        extensions.update(original.extensions)
+        message = original.detail
+    else:
+        logger.error("unexpected error in GraphQL resolver", exc_info=original)
+        extensions, message = {"code": "INTERNAL"}, "Unexpected error."
+    return GraphQLError(
+        message, error.nodes, error.source, error.positions, error.path, extensions=extensions
+    )
+
+
+class ProblemErrors(SchemaExtension):
+    def on_operation(self) -> Iterator[None]:
+        yield
+        result = self.execution_context.result
+        errors = getattr(result, "errors", None)
+        if result is not None and errors:
+            result.errors = [_render(e) for e in errors]

@@ -1,0 +1,16 @@
+"""The caps that keep one GraphQL request from costing the server too much."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GraphQLLimits:
+    max_query_depth: int = 12  # nesting of selections
+    max_tokens: int = 2000  # tokens in the query document
+    max_aliases: int = 20  # aliased fields in one document
+    max_page_size: int = 500  # ``first`` is cut to this
+    max_lineage_depth: int = 100  # ``maxDepth`` is cut to this
+    max_lineage_nodes: int = 10_000  # ``limit`` is cut to this
+    timeout_ms: int = 5000  # one lineage or audit walk; past it, a TIMEOUT error

@@ -1,0 +1,24 @@
+"""Mounts the schema at ``/graphql``: POST (and GET) queries need a key with the ``read``
+scope; a browser's plain GET gets GraphiQL, which needs none."""
+
+from fastapi import Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+from strawberry.fastapi import GraphQLRouter
+
+from app.api.deps import require
+from app.graphql.context import Context
+from app.graphql.limits import GraphQLLimits
+from app.graphql.schema import create_schema
+from app.store.keys import Principal, Scope
+
+_read = require(Scope.READ)
+_GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
+
+
+def create_router(engine: AsyncEngine, limits: GraphQLLimits) -> GraphQLRouter[Context, None]:
+    async def context(request: Request) -> Context:
+        if request.method == "GET" and "query" not in request.query_params:
+            return Context(engine, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
+        return Context(engine, await _read(request), limits)
+
+    return GraphQLRouter(create_schema(limits), context_getter=context, graphql_ide="graphiql")

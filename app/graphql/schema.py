@@ -1,0 +1,202 @@
+"""The GraphQL schema: ``Query`` and the extensions that cap and mask.
+
+``create_schema(limits)`` builds it for the app; ``schema`` (default caps) is what
+``strawberry export-schema app.graphql.schema:schema`` prints into ``schema.graphql``.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import strawberry
+from sqlalchemy.exc import OperationalError
+from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.schema.config import StrawberryConfig
+
+from app.errors import BadRequest, Timeout
+from app.graphql.context import Context
+from app.graphql.errors import ProblemErrors
+from app.graphql.limits import GraphQLLimits
+from app.graphql.types import (
+    BIG_INT,
+    BigInt,
+    DecisionAudit,
+    Event,
+    EventConnection,
+    EventFilter,
+    Lineage,
+    LineageDirection,
+    decode_cursor,
+    page_size,
+)
+from app.store.graph import GraphReader
+from app.store.lineage import audit, trace
+from app.store.records import EventFilter as StoreFilter
+from ingest.attributes import parse_rfc3339
+
+Info = strawberry.Info[Context, None]
+T = TypeVar("T")
+
+
+def _time(name: str, text: str | None) -> object:
+    if text is None:
+        return None
+    value, why = parse_rfc3339(text)
+    if value is None:
+        raise BadRequest(f"{name}: {why}", argument=name)
+    return value
+
+
+def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
+    if selection is None:
+        return StoreFilter(after=after)
+    start = selection.position_from
+    lower = after if start is None else max(after, int(start) - 1)
+    return StoreFilter(
+        after=lower,
+        types=tuple(selection.types or ()),
+        stream=selection.stream,
+        source=selection.source,
+        correlation_id=selection.correlation_id,
+        model_name=selection.model_name,
+        model_version=selection.model_version,
+        since=_time("timeFrom", selection.time_from),  # type: ignore[arg-type]  # datetime
+        until=_time("timeTo", selection.time_to),  # type: ignore[arg-type]  # datetime
+        position_to=selection.position_to,
+    )
+
+
+async def _page(info: Info, selection: StoreFilter, first: int) -> EventConnection:
+    size = page_size(first, info.context.limits.max_page_size)
+    async with info.context.engine.connect() as conn:
+        page = await GraphReader(conn).fetch_page(info.context.tenant, selection, first=size)
+    return EventConnection.from_page(page, has_previous=selection.after > 0)
+
+
+async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
+    """Run a graph walk under the request's time budget; past it, a TIMEOUT error."""
+    budget_ms = info.context.limits.timeout_ms
+    try:
+        async with asyncio.timeout(budget_ms / 1000):
+            return await work()
+    except (TimeoutError, OperationalError) as exc:
+        if isinstance(exc, OperationalError) and "statement timeout" not in str(exc.orig):
+            raise
+        raise Timeout(
+            f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",
+            timeout_ms=budget_ms,
+        ) from exc
+
+
+@strawberry.type
+class Query:
+    @strawberry.field(description="One event by id; null when your tenant has none.")
+    async def event(self, info: Info, id: strawberry.ID) -> Event | None:
+        async with info.context.engine.connect() as conn:
+            found = await GraphReader(conn).fetch_by_ids(info.context.tenant, [str(id)])
+        stored = found.get(str(id))
+        return None if stored is None else Event(stored=stored)
+
+    @strawberry.field(description="Events in position order, filtered, a page at a time.")
+    async def events(
+        self,
+        info: Info,
+        filter: EventFilter | None = None,
+        first: int = 50,
+        after: str | None = None,
+    ) -> EventConnection:
+        return await _page(info, _store_filter(filter, decode_cursor(after)), first)
+
+    @strawberry.field(description="The events of one stream, in version order.")
+    async def stream(
+        self,
+        info: Info,
+        id: str,
+        from_version: int | None = None,
+        first: int = 50,
+        after: str | None = None,
+    ) -> EventConnection:
+        selection = StoreFilter(after=decode_cursor(after), stream=id, from_version=from_version)
+        return await _page(info, selection, first)
+
+    @strawberry.field(description="The events of one workflow run (correlation id).")
+    async def correlation(
+        self, info: Info, id: str, first: int = 50, after: str | None = None
+    ) -> EventConnection:
+        selection = StoreFilter(after=decode_cursor(after), correlation_id=id)
+        return await _page(info, selection, first)
+
+    @strawberry.field(description="The causal graph around one event.")
+    async def lineage(
+        self,
+        info: Info,
+        id: strawberry.ID,
+        direction: LineageDirection = LineageDirection.UPSTREAM,
+        max_depth: int = 10,
+        types: list[str] | None = None,
+        limit: int = 1000,
+    ) -> Lineage:
+        caps = info.context.limits
+        depth, nodes = (
+            _bound(max_depth, caps.max_lineage_depth),
+            _bound(limit, caps.max_lineage_nodes),
+        )
+
+        async def work() -> Lineage:
+            async with info.context.engine.connect() as conn:
+                await GraphReader(conn).limit_statement_time(caps.timeout_ms)
+                answer = await trace(
+                    conn,
+                    info.context.tenant,
+                    str(id),
+                    direction.to_store(),
+                    max_depth=depth,
+                    max_nodes=nodes,
+                    types=tuple(types or ()),
+                )
+            return Lineage.from_trace(answer)
+
+        return await _bounded(info, work)
+
+    @strawberry.field(description="Which sources, derived events and models led to a decision.")
+    async def audit(
+        self, info: Info, decision_id: strawberry.ID, max_depth: int = 50
+    ) -> DecisionAudit:
+        caps = info.context.limits
+        depth = _bound(max_depth, caps.max_lineage_depth)
+
+        async def work() -> DecisionAudit:
+            async with info.context.engine.connect() as conn:
+                await GraphReader(conn).limit_statement_time(caps.timeout_ms)
+                answer = await audit(
+                    conn,
+                    info.context.tenant,
+                    str(decision_id),
+                    max_depth=depth,
+                    max_nodes=caps.max_lineage_nodes,
+                )
+            return DecisionAudit.from_audit(answer)
+
+        return await _bounded(info, work)
+
+
+def _bound(value: int, cap: int) -> int:
+    if value < 0:
+        raise BadRequest("maxDepth and limit must not be negative")
+    return min(value, cap)
+
+
+def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
+    return strawberry.Schema(
+        query=Query,
+        config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
+        extensions=[
+            lambda: QueryDepthLimiter(max_depth=limits.max_query_depth),
+            lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
+            lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
+            ProblemErrors,
+        ],
+    )
+
+
+schema = create_schema(GraphQLLimits())

@@ -1,0 +1,290 @@
+"""The GraphQL object types. Names are public API: keep them."""
+
+import base64
+import enum
+from typing import Annotated, NewType
+
+import strawberry
+from strawberry.scalars import JSON
+
+from app.errors import BadRequest
+from app.graphql.context import Context
+from app.store.chain import format_recorded_at
+from app.store.graph import Direction, Page, StoredEvent
+from app.store.lineage import Audit, Trace
+
+BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
+BIG_INT = strawberry.scalar(
+    name="BigInt",
+    serialize=int,
+    parse_value=int,
+    description="An integer that may exceed 32 bits (positions), as a JSON number.",
+)
+
+_CURSOR_PREFIX = "position:"
+
+
+def encode_cursor(position: int) -> str:
+    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{position}".encode()).decode()
+
+
+def decode_cursor(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(cursor.encode()).decode()
+        if text.startswith(_CURSOR_PREFIX):
+            return int(text[len(_CURSOR_PREFIX) :])
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise BadRequest(f"cursor {cursor!r} is not one this API gave out", cursor=cursor)
+
+
+@strawberry.enum
+class LineageDirection(enum.Enum):
+    UPSTREAM = "upstream"
+    DOWNSTREAM = "downstream"
+    BOTH = "both"
+
+    def to_store(self) -> Direction:
+        return Direction(self.value)
+
+
+@strawberry.type(description="The model that produced an event, as the event names it.")
+class ModelRef:
+    name: str
+    version: str | None
+    signature_digest: str | None
+
+
+@strawberry.type(description="One stored event: its CloudEvents attributes and its lineage.")
+class Event:
+    stored: strawberry.Private[StoredEvent]
+
+    @strawberry.field
+    def id(self) -> strawberry.ID:
+        return strawberry.ID(self.stored.record.id)
+
+    @strawberry.field
+    def source(self) -> str:
+        return self.stored.record.source
+
+    @strawberry.field
+    def type(self) -> str:
+        return self.stored.record.type
+
+    @strawberry.field
+    def subject(self) -> str | None:
+        return self.stored.record.subject
+
+    @strawberry.field(description="Event time exactly as the producer sent it (RFC 3339).")
+    def time(self) -> str | None:
+        return self.stored.record.time
+
+    @strawberry.field(description="When the store recorded the event (RFC 3339, UTC).")
+    def recorded_time(self) -> str:
+        return format_recorded_at(self.stored.record.recorded_at)
+
+    @strawberry.field
+    def stream(self) -> str:
+        return self.stored.record.stream
+
+    @strawberry.field
+    def stream_version(self) -> BigInt:
+        return BigInt(self.stored.record.stream_version)
+
+    @strawberry.field(description="The event's place in the global order.")
+    def position(self) -> BigInt:
+        return BigInt(self.stored.position)
+
+    @strawberry.field
+    def data_content_type(self) -> str | None:
+        return self.stored.record.datacontenttype
+
+    @strawberry.field
+    def data_schema(self) -> str | None:
+        return self.stored.record.dataschema
+
+    @strawberry.field(description="JSON data; null for binary data (see dataBase64).")
+    def data(self) -> JSON | None:
+        record = self.stored.record
+        return JSON(record.data) if record.data_binary is None else None
+
+    @strawberry.field(description="Binary data, base64-encoded; null for JSON data.")
+    def data_base64(self) -> str | None:
+        binary = self.stored.record.data_binary
+        return None if binary is None else base64.b64encode(binary).decode()
+
+    @strawberry.field(description="The other extension attributes, as sent.")
+    def extensions(self) -> JSON:
+        return JSON(dict(self.stored.record.extensions))
+
+    @strawberry.field
+    def correlation_id(self) -> str | None:
+        return self.stored.record.correlation_id
+
+    @strawberry.field(description="SHA-256 chain hash, hex (docs/hash-chain.md).")
+    def hash(self) -> str:
+        return self.stored.hash.hex()
+
+    @strawberry.field
+    def model(self) -> ModelRef | None:
+        record = self.stored.record
+        if record.model_name is None:
+            return None
+        return ModelRef(
+            name=record.model_name,
+            version=record.model_version,
+            signature_digest=record.model_signature,
+        )
+
+    @strawberry.field(description="The events this one was derived from, in the order named.")
+    async def causes(self, info: strawberry.Info[Context, None]) -> list["Event"]:
+        found = await info.context.loaders.causes.load(self.stored.position)
+        return [Event(stored=s) for s in found]
+
+    @strawberry.field(description="The events derived from this one, in position order.")
+    async def effects(
+        self,
+        info: strawberry.Info[Context, None],
+        first: int = 20,
+        after: str | None = None,
+    ) -> "EventConnection":
+        size = page_size(first, info.context.limits.max_page_size)
+        page = await info.context.loaders.effects.load(
+            (self.stored.position, size, decode_cursor(after))
+        )
+        return EventConnection.from_page(page)
+
+
+def page_size(first: int, cap: int) -> int:
+    if first < 0:
+        raise BadRequest("first must not be negative", argument="first")
+    return min(first, cap)
+
+
+@strawberry.type
+class PageInfo:
+    has_next_page: bool
+    has_previous_page: bool
+    start_cursor: str | None
+    end_cursor: str | None
+
+
+@strawberry.type
+class EventEdge:
+    cursor: str
+    node: Event
+
+
+@strawberry.type(description="A page of events in position order (Relay connection).")
+class EventConnection:
+    edges: list[EventEdge]
+    page_info: PageInfo
+
+    @classmethod
+    def from_page(cls, page: Page, *, has_previous: bool = False) -> "EventConnection":
+        edges = [
+            EventEdge(cursor=encode_cursor(e.position), node=Event(stored=e)) for e in page.events
+        ]
+        return cls(
+            edges=edges,
+            page_info=PageInfo(
+                has_next_page=page.has_next,
+                has_previous_page=has_previous,
+                start_cursor=edges[0].cursor if edges else None,
+                end_cursor=edges[-1].cursor if edges else None,
+            ),
+        )
+
+
+@strawberry.type
+class LineageNode:
+    event: Event
+    depth: int = strawberry.field(description="Steps from the root (0 for the root).")
+
+
+@strawberry.type(description="A direct causal link: effect was derived from cause.")
+class LineageEdge:
+    cause: Event
+    effect: Event
+
+
+@strawberry.type(description="The causal graph around one event.")
+class Lineage:
+    root: Event
+    nodes: list[LineageNode]
+    edges: list[LineageEdge]
+    truncated: bool = strawberry.field(
+        description="True when maxDepth, limit or a server cap left part of the graph out."
+    )
+
+    @classmethod
+    def from_trace(cls, answer: Trace) -> "Lineage":
+        return cls(
+            root=Event(stored=answer.root),
+            nodes=[LineageNode(event=Event(stored=n.event), depth=n.depth) for n in answer.nodes],
+            edges=[
+                LineageEdge(cause=Event(stored=c), effect=Event(stored=e)) for c, e in answer.edges
+            ],
+            truncated=answer.truncated,
+        )
+
+
+@strawberry.type(description="A model found in a decision's lineage, with what it produced.")
+class AuditModel:
+    name: str
+    version: str | None
+    signature_digest: str | None
+    events: list[Event]
+
+
+@strawberry.type(description="Which sources, derived events and models led to a decision.")
+class DecisionAudit:
+    decision: Event
+    source_events: list[Event]
+    derived_events: list[Event]
+    models: list[AuditModel]
+    graph: Lineage
+    chain_verified: bool = strawberry.field(
+        description="Every event in this answer matches its hash and links to its predecessor."
+    )
+    truncated: bool
+
+    @classmethod
+    def from_audit(cls, answer: Audit) -> "DecisionAudit":
+        return cls(
+            decision=Event(stored=answer.decision),
+            source_events=[Event(stored=e) for e in answer.sources],
+            derived_events=[Event(stored=e) for e in answer.derived],
+            models=[
+                AuditModel(
+                    name=m.name,
+                    version=m.version,
+                    signature_digest=m.signature_digest,
+                    events=[Event(stored=e) for e in m.events],
+                )
+                for m in answer.models
+            ],
+            graph=Lineage.from_trace(answer.trace),
+            chain_verified=answer.chain_verified,
+            truncated=answer.truncated,
+        )
+
+
+@strawberry.input(description="Every field narrows the result; all are optional.")
+class EventFilter:
+    types: list[str] | None = None
+    source: str | None = None
+    stream: str | None = None
+    correlation_id: str | None = None
+    model_name: str | None = None
+    model_version: str | None = None
+    time_from: Annotated[
+        str | None, strawberry.argument(description="event time >= (RFC 3339)")
+    ] = None
+    time_to: Annotated[str | None, strawberry.argument(description="event time < (RFC 3339)")] = (
+        None
+    )
+    position_from: BigInt | None = None
+    position_to: BigInt | None = None

@@ -1,0 +1,122 @@
+"""What the benchmarks share: a database to build in, a served Causeway, and the table."""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import psycopg
+from sqlalchemy import URL, make_url
+
+from app.db.embedded import EmbeddedPostgres
+from app.db.schema import upgrade_to_head
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def bench_server() -> Iterator[URL]:
+    """``CAUSEWAY_BENCH_DATABASE_URL`` (a server to create databases on), else the
+    embedded PostgreSQL under ``.causeway/bench``."""
+    configured = os.environ.get("CAUSEWAY_BENCH_DATABASE_URL")
+    if configured:
+        yield make_url(configured)
+        return
+    embedded = EmbeddedPostgres(ROOT / ".causeway" / "bench")
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+
+
+def libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def ensure_database(server: URL, name: str, *, fresh: bool) -> tuple[URL, bool]:
+    """The database ``name`` on ``server``, migrated; and whether it already existed."""
+    with psycopg.connect(libpq(server.set(database="postgres")), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists and fresh:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+            exists = None
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    url = server.set(database=name)
+    upgrade_to_head(url)
+    return url, exists is not None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serving(url: URL) -> Iterator[str]:
+    """A real ``causeway serve`` on ``url``; yields its base URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
+    env["CAUSEWAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
+    env["CAUSEWAY_DB_POOL_SIZE"] = "10"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx2.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("causeway serve did not start") from None
+                time.sleep(0.2)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    figure: str
+    causeway: float
+    baseline: float | None
+    unit: str
+    higher_is_better: bool = True
+
+    def ratio(self) -> str:
+        if self.baseline is None or self.baseline == 0:
+            return "-"
+        return f"{self.causeway / self.baseline:.2f}x"
+
+
+def print_table(title: str, rows: list[Row], baseline_name: str) -> None:
+    print(f"\n{title}")
+    header = f"| figure | Causeway | {baseline_name} | ratio |"
+    print(header)
+    print("|---|---|---|---|")
+    for row in rows:
+        base = "-" if row.baseline is None else f"{row.baseline:,.2f} {row.unit}"
+        print(f"| {row.figure} | {row.causeway:,.2f} {row.unit} | {base} | {row.ratio()} |")
+
+
+def percentile(values: list[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]

@@ -1,0 +1,419 @@
+"""GraphQL over HTTP against a real PostgreSQL: a medical-imaging workflow, audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import URL, event
+
+from app.main import create_app
+from app.settings import Settings
+from tests.integration.conftest import MakeKey
+from tests.integration.events import BATCH, dumps
+from tests.integration.events import event as cloudevent
+
+AUDIT = """
+query ($id: ID!) {
+  audit(decisionId: $id) {
+    decision { id }
+    sourceEvents { id }
+    derivedEvents { id }
+    models { name version signatureDigest events { id } }
+    graph { nodes { depth event { id } } edges { cause { id } effect { id } } truncated }
+    chainVerified
+    truncated
+  }
+}
+"""
+LINEAGE = """
+query ($id: ID!, $dir: LineageDirection!, $depth: Int!, $limit: Int!, $types: [String!]) {
+  lineage(id: $id, direction: $dir, maxDepth: $depth, limit: $limit, types: $types) {
+    root { id }
+    nodes { depth event { id } }
+    edges { cause { id } effect { id } }
+    truncated
+  }
+}
+"""
+
+
+def hospital() -> list[dict[str, Any]]:
+    """Two images, one preprocessed and read by two models (a diamond), then a diagnosis
+    caused by both readings and the second image (three causes)."""
+
+    def ce(event_id: str, event_type: str, **attributes: Any) -> dict[str, Any]:
+        return cloudevent(
+            id=event_id,
+            type=f"org.hospital.imaging.{event_type}",
+            correlationid="study-42",
+            **attributes,
+        )
+
+    return [
+        ce("img-1", "uploaded", source="/pacs", data={"modality": "CT"}),
+        ce("img-2", "uploaded", source="/pacs", data={"modality": "XR"}),
+        ce("pre-1", "preprocessed", source="/prep", causationid="img-1"),
+        ce(
+            "tumor-1",
+            "inferred",
+            source="/models",
+            causationid="pre-1",
+            modelname="tumor-detector",
+            modelversion="3",
+            modelsig="sha256:aa",
+        ),
+        ce(
+            "fracture-1",
+            "inferred",
+            source="/models",
+            causationid="pre-1",
+            modelname="fracture-detector",
+            modelversion="1",
+            modelsig="sha256:bb",
+        ),
+        ce("dx-1", "diagnosed", source="/decisions", causationid="tumor-1,fracture-1,img-2"),
+    ]
+
+
+async def ask(client: httpx2.AsyncClient, query: str, **variables: Any) -> dict[str, Any]:
+    response = await client.post("/graphql", json={"query": query, "variables": variables})
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def ids(items: list[dict[str, Any]]) -> set[str]:
+    return {item["id"] for item in items}
+
+
+@pytest.fixture
+async def stored(client: httpx2.AsyncClient) -> None:
+    response = await client.post("/events", content=dumps(hospital()), headers=BATCH)
+    assert response.status_code == 201
+
+
+@pytest.mark.usefixtures("stored")
+class TestAudit:
+    async def test_the_audit_names_sources_derived_events_and_models(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        answer = (await ask(client, AUDIT, id="dx-1"))["data"]["audit"]
+        assert answer["decision"] == {"id": "dx-1"}
+        assert ids(answer["sourceEvents"]) == {"img-1", "img-2"}
+        assert ids(answer["derivedEvents"]) == {"pre-1", "tumor-1", "fracture-1"}
+        assert answer["models"] == [
+            {
+                "name": "fracture-detector",
+                "version": "1",
+                "signatureDigest": "sha256:bb",
+                "events": [{"id": "fracture-1"}],
+            },
+            {
+                "name": "tumor-detector",
+                "version": "3",
+                "signatureDigest": "sha256:aa",
+                "events": [{"id": "tumor-1"}],
+            },
+        ]
+        assert answer["chainVerified"] is True
+        assert answer["truncated"] is False
+        edges = {(e["cause"]["id"], e["effect"]["id"]) for e in answer["graph"]["edges"]}
+        assert edges == {
+            ("img-1", "pre-1"),
+            ("pre-1", "tumor-1"),
+            ("pre-1", "fracture-1"),
+            ("tumor-1", "dx-1"),
+            ("fracture-1", "dx-1"),
+            ("img-2", "dx-1"),
+        }
+
+    async def test_an_unknown_decision_is_not_found(self, client: httpx2.AsyncClient) -> None:
+        body = await ask(client, AUDIT, id="nope")
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "NOT_FOUND"
+        assert error["message"] == "no event with id 'nope'"
+
+    async def test_a_tampered_ancestor_fails_chain_verification(
+        self, client: httpx2.AsyncClient, database_url: URL
+    ) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            database_url.set(drivername="postgresql").render_as_string(hide_password=False),
+            autocommit=True,
+        ) as conn:
+            conn.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+            conn.execute("""UPDATE events SET data = '{"modality": "MR"}' WHERE id = 'img-1'""")
+            conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
+        answer = (await ask(client, AUDIT, id="dx-1"))["data"]["audit"]
+        assert answer["chainVerified"] is False
+
+
+@pytest.mark.usefixtures("stored")
+class TestLineage:
+    @pytest.mark.parametrize(
+        ("root", "direction", "depth", "expected", "truncated"),
+        [
+            ("dx-1", "UPSTREAM", 1, {"dx-1": 0, "tumor-1": 1, "fracture-1": 1, "img-2": 1}, True),
+            (
+                "dx-1",
+                "UPSTREAM",
+                2,
+                {"dx-1": 0, "tumor-1": 1, "fracture-1": 1, "img-2": 1, "pre-1": 2},
+                True,
+            ),
+            (
+                "dx-1",
+                "UPSTREAM",
+                3,
+                {"dx-1": 0, "tumor-1": 1, "fracture-1": 1, "img-2": 1, "pre-1": 2, "img-1": 3},
+                False,
+            ),
+            (
+                "img-1",
+                "DOWNSTREAM",
+                10,
+                {"img-1": 0, "pre-1": 1, "tumor-1": 2, "fracture-1": 2, "dx-1": 3},
+                False,
+            ),
+            ("pre-1", "BOTH", 1, {"pre-1": 0, "img-1": 1, "tumor-1": 1, "fracture-1": 1}, True),
+            ("img-2", "UPSTREAM", 5, {"img-2": 0}, False),
+        ],
+    )
+    async def test_directions_and_depth_cut_offs(
+        self,
+        client: httpx2.AsyncClient,
+        root: str,
+        direction: str,
+        depth: int,
+        expected: dict[str, int],
+        truncated: bool,
+    ) -> None:
+        answer = (await ask(client, LINEAGE, id=root, dir=direction, depth=depth, limit=100))[
+            "data"
+        ]["lineage"]
+        assert answer["root"] == {"id": root}
+        assert {n["event"]["id"]: n["depth"] for n in answer["nodes"]} == expected
+        assert answer["truncated"] is truncated
+
+    async def test_a_diamond_shows_every_path(self, client: httpx2.AsyncClient) -> None:
+        answer = (await ask(client, LINEAGE, id="pre-1", dir="DOWNSTREAM", depth=5, limit=100))[
+            "data"
+        ]["lineage"]
+        edges = {(e["cause"]["id"], e["effect"]["id"]) for e in answer["edges"]}
+        assert edges == {
+            ("pre-1", "tumor-1"),
+            ("pre-1", "fracture-1"),
+            ("tumor-1", "dx-1"),
+            ("fracture-1", "dx-1"),
+        }
+
+    async def test_the_node_limit_truncates(self, client: httpx2.AsyncClient) -> None:
+        answer = (await ask(client, LINEAGE, id="dx-1", dir="UPSTREAM", depth=10, limit=3))["data"][
+            "lineage"
+        ]
+        assert len(answer["nodes"]) == 3
+        assert answer["truncated"] is True
+
+    async def test_types_keep_only_those_events_but_walk_through_others(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        answer = (
+            await ask(
+                client,
+                LINEAGE,
+                id="dx-1",
+                dir="UPSTREAM",
+                depth=10,
+                limit=100,
+                types=["org.hospital.imaging.uploaded"],
+            )
+        )["data"]["lineage"]
+        assert {n["event"]["id"] for n in answer["nodes"]} == {"dx-1", "img-1", "img-2"}
+        assert {(e["cause"]["id"], e["effect"]["id"]) for e in answer["edges"]} == {
+            ("img-2", "dx-1")
+        }
+
+
+@pytest.mark.usefixtures("stored")
+class TestEvents:
+    async def test_an_event_with_its_causes_effects_and_model(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        query = """{ event(id: "tumor-1") { id type correlationId position streamVersion hash
+            data model { name version signatureDigest } causes { id causes { id } }
+            effects(first: 5) { edges { node { id } } pageInfo { hasNextPage } } } }"""
+        found = (await ask(client, query))["data"]["event"]
+        assert found["model"] == {
+            "name": "tumor-detector",
+            "version": "3",
+            "signatureDigest": "sha256:aa",
+        }
+        assert found["causes"] == [{"id": "pre-1", "causes": [{"id": "img-1"}]}]
+        assert found["effects"]["edges"] == [{"node": {"id": "dx-1"}}]
+        assert found["position"] == 4
+        assert len(found["hash"]) == 64
+
+    async def test_causes_keep_the_order_the_event_named_them(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        found = (await ask(client, '{ event(id: "dx-1") { causes { id } } }'))["data"]["event"]
+        assert [c["id"] for c in found["causes"]] == ["tumor-1", "fracture-1", "img-2"]
+
+    async def test_an_unknown_event_is_null(self, client: httpx2.AsyncClient) -> None:
+        assert (await ask(client, '{ event(id: "nope") { id } }'))["data"] == {"event": None}
+
+    async def test_filters_and_correlation(self, client: httpx2.AsyncClient) -> None:
+        query = """{ events(filter: {modelName: "tumor-detector"}) { edges { node { id } } }
+                     correlation(id: "study-42", first: 2) { edges { node { id } } } }"""
+        data = (await ask(client, query))["data"]
+        assert [e["node"]["id"] for e in data["events"]["edges"]] == ["tumor-1"]
+        assert [e["node"]["id"] for e in data["correlation"]["edges"]] == ["img-1", "img-2"]
+
+
+class TestPagination:
+    async def test_pages_have_no_duplicates_and_no_gaps(self, client: httpx2.AsyncClient) -> None:
+        batch = [cloudevent(type="t.page") for _ in range(23)] + [cloudevent(type="other")]
+        await client.post("/events", content=dumps(batch), headers=BATCH)
+        query = """query ($after: String) { events(filter: {types: ["t.page"]}, first: 5,
+                   after: $after) { edges { cursor node { id } }
+                   pageInfo { hasNextPage endCursor } } }"""
+        seen: list[str] = []
+        after = None
+        for _ in range(10):
+            page = (await ask(client, query, after=after))["data"]["events"]
+            seen += [e["node"]["id"] for e in page["edges"]]
+            if not page["pageInfo"]["hasNextPage"]:
+                break
+            after = page["pageInfo"]["endCursor"]
+        assert seen == [e["id"] for e in batch[:23]]
+
+    async def test_a_stream_from_a_version(self, client: httpx2.AsyncClient) -> None:
+        await client.post(
+            "/events", content=dumps([cloudevent(stream="s") for _ in range(4)]), headers=BATCH
+        )
+        query = '{ stream(id: "s", fromVersion: 3) { edges { node { streamVersion } } } }'
+        edges = (await ask(client, query))["data"]["stream"]["edges"]
+        assert [e["node"]["streamVersion"] for e in edges] == [3, 4]
+
+    async def test_a_forged_cursor_is_a_clear_error(self, client: httpx2.AsyncClient) -> None:
+        body = await ask(client, '{ events(after: "bm90LWEtY3Vyc29y") { edges { cursor } } }')
+        assert body["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+
+class TestTenants:
+    async def test_another_tenant_sees_nothing_and_lineage_never_crosses(
+        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey
+    ) -> None:
+        await client.post("/events", content=dumps(hospital()), headers=BATCH)
+        key = await make_key("clinic-b", "ingest,read")
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(
+            transport=transport, base_url="http://c", headers={"Authorization": f"Bearer {key}"}
+        ) as other:
+            theirs = [cloudevent(id="img-1"), cloudevent(id="b-2", causationid="img-1")]
+            await other.post("/events", content=dumps(theirs), headers=BATCH)
+            body = await ask(other, AUDIT, id="dx-1")
+            assert body["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+            assert (await ask(other, '{ event(id: "tumor-1") { id } }'))["data"]["event"] is None
+        mine = (await ask(client, LINEAGE, id="img-1", dir="DOWNSTREAM", depth=10, limit=100))[
+            "data"
+        ]["lineage"]
+        assert "b-2" not in {n["event"]["id"] for n in mine["nodes"]}
+
+
+class TestCost:
+    async def test_nested_causes_and_effects_cost_a_fixed_number_of_statements(
+        self, client: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        query = """{ events(first: 100) { edges { node { id causes { id causes { id } }
+                     effects(first: 3) { edges { node { id } } } } } } }"""
+        counts = []
+        for size in (5, 40):
+            batch = [cloudevent()]
+            batch += [cloudevent(causationid=batch[-1]["id"]) for _ in range(size - 1)]
+            await client.post("/events", content=dumps(batch), headers=BATCH)
+            statements: list[str] = []
+
+            def count(*args: Any, seen: list[str] = statements) -> None:
+                seen.append(args[2])
+
+            event.listen(app.state.engine.sync_engine, "before_cursor_execute", count)
+            body = await ask(client, query)
+            event.remove(app.state.engine.sync_engine, "before_cursor_execute", count)
+            assert "errors" not in body
+            counts.append(len(statements))
+        # At most: the key lookup, the page, causes, causes of causes, effects; here the
+        # causes of causes are all on the page already, so the loader's cache answers them.
+        assert counts[0] == counts[1] <= 5
+
+
+class TestLimits:
+    @pytest.fixture
+    async def tight(self, database_url: URL, make_key: MakeKey) -> Any:
+        settings = Settings(
+            _env_file=None,
+            graphql_max_query_depth=4,
+            graphql_max_aliases=2,
+            graphql_max_tokens=200,
+            graphql_max_page_size=3,
+            graphql_timeout_ms=1,
+        )
+        app = create_app(settings, database_url=database_url)
+        key = await make_key("acme", "ingest,read")
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://c",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as client:
+            yield client
+        await app.state.engine.dispose()
+
+    async def test_first_is_capped(self, tight: httpx2.AsyncClient) -> None:
+        await tight.post("/events", content=dumps([cloudevent() for _ in range(5)]), headers=BATCH)
+        page = (await ask(tight, "{ events(first: 1000) { edges { cursor } } }"))["data"]
+        assert len(page["events"]["edges"]) == 3
+
+    async def test_too_deep_a_query_is_refused(self, tight: httpx2.AsyncClient) -> None:
+        body = await ask(
+            tight, '{ event(id: "x") { causes { causes { causes { causes { id } } } } } }'
+        )
+        assert "exceeds maximum operation depth" in body["errors"][0]["message"]
+
+    async def test_too_many_aliases_are_refused(self, tight: httpx2.AsyncClient) -> None:
+        body = await ask(
+            tight, '{ a: event(id: "x") { id } b: event(id: "y") { id } c: event(id: "z") { id } }'
+        )
+        assert "aliases" in body["errors"][0]["message"]
+
+    async def test_too_many_tokens_are_refused(self, tight: httpx2.AsyncClient) -> None:
+        body = await ask(
+            tight, "{ " + " ".join(f'event(id: "{i}") {{ id }}' for i in range(60)) + " }"
+        )
+        assert "token" in body["errors"][0]["message"].lower()
+
+    async def test_a_walk_past_its_time_budget_is_a_timeout_error(
+        self, tight: httpx2.AsyncClient
+    ) -> None:
+        chain = [cloudevent()]
+        chain += [cloudevent(causationid=chain[-1]["id"]) for _ in range(60)]
+        await tight.post("/events", content=dumps(chain), headers=BATCH)
+        body = await ask(tight, LINEAGE, id=chain[-1]["id"], dir="UPSTREAM", depth=100, limit=100)
+        assert body["errors"][0]["extensions"]["code"] == "TIMEOUT"
+
+
+class TestEndpoint:
+    async def test_graphiql_is_served_to_browsers_without_a_key(self, app: FastAPI) -> None:
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app), base_url="http://c"
+        ) as anonymous:
+            page = await anonymous.get("/graphql", headers={"Accept": "text/html"})
+            assert page.status_code == 200
+            assert "graphiql" in page.text.lower()
+            query = await anonymous.post("/graphql", json={"query": '{ event(id: "x") { id } }'})
+            assert query.status_code == 401
+            assert query.headers["content-type"] == "application/problem+json"
