@@ -10,7 +10,13 @@ from typing import TypeVar
 
 import strawberry
 from sqlalchemy.exc import OperationalError
-from strawberry.extensions import MaxAliasesLimiter, MaxTokensLimiter, QueryDepthLimiter
+from strawberry.extensions import (
+    MaxAliasesLimiter,
+    MaxTokensLimiter,
+    ParserCache,
+    QueryDepthLimiter,
+    ValidationCache,
+)
 from strawberry.schema.config import StrawberryConfig
 
 from app.errors import BadRequest, Timeout
@@ -191,6 +197,10 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
         query=Query,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
         extensions=[
+            # Parsing and validating (with the limiters' rules) cost more than a small
+            # audit itself; clients repeat the same documents, so both are cached.
+            lambda: ParserCache(maxsize=256),
+            lambda: ValidationCache(maxsize=256),
             lambda: QueryDepthLimiter(max_depth=limits.max_query_depth),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
             lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
