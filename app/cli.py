@@ -91,6 +91,9 @@ def serve(
     host: Annotated[str | None, typer.Option(help="bind address [CAUSEWAY_HOST]")] = None,
     port: Annotated[int | None, typer.Option(help="port [CAUSEWAY_PORT]")] = None,
     migrate: Annotated[bool, typer.Option(help="migrate the database to head first")] = False,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="server processes [CAUSEWAY_WORKERS]")
+    ] = None,
 ) -> None:
     """Start the HTTP service (the embedded PostgreSQL unless CAUSEWAY_DATABASE_URL is set)."""
     settings = load_settings()
@@ -108,10 +111,31 @@ def serve(
                 )
         if embedded:
             _bootstrap_admin_key(settings, url)
+        bind_host, bind_port = host or settings.host, port or settings.port
+        processes = workers or settings.workers
+        if processes > 1:
+            # Each worker builds its own app (and engine) from the environment.
+            os.environ["CAUSEWAY_DATABASE_URL"] = _url_text(url)
+            try:
+                uvicorn.run(
+                    "app.main:create_app_from_environment",
+                    factory=True,
+                    workers=processes,
+                    log_level="info",
+                    host=bind_host,
+                    port=bind_port,
+                )
+            finally:
+                db.close()
+            return
         # uvicorn re-raises SIGTERM after its graceful shutdown, which ends the process
         # before this block exits; so the app's shutdown stops the embedded server too.
         app = create_app(settings, database_url=url, on_shutdown=db.close)
-        uvicorn.run(app, host=host or settings.host, port=port or settings.port, log_level="info")
+        uvicorn.run(app, log_level="info", host=bind_host, port=bind_port)
+
+
+def _url_text(url: URL | str) -> str:
+    return url if isinstance(url, str) else url.render_as_string(hide_password=False)
 
 
 def _bootstrap_admin_key(settings: Settings, url: URL | str) -> None:
@@ -280,7 +304,21 @@ async def _revoke(url: URL | str, key_id: str) -> None:
 
 
 def main() -> None:
-    cli()
+    """Run the CLI; a usage error is one line on stderr and exit code 2."""
+    try:
+        code = cli(standalone_mode=False)
+    except typer.Abort:
+        raise SystemExit(1) from None
+    except Exception as exc:
+        # Typer vendors click, so its UsageError is matched by shape: exit code 2 and a
+        # message, as click's own is.
+        if getattr(exc, "exit_code", None) != 2 or not hasattr(exc, "format_message"):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            raise SystemExit(cli(["--help"], standalone_mode=False)) from None
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

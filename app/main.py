@@ -82,3 +82,12 @@ def create_app(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )
     return app
+
+
+def create_app_from_environment() -> FastAPI:
+    """The app for a worker process that ``causeway serve --workers N`` started: it reads
+    the settings (and ``CAUSEWAY_DATABASE_URL``, which serve always sets) itself."""
+    settings = Settings()
+    if settings.database_url is None:
+        raise RuntimeError("CAUSEWAY_DATABASE_URL must be set for serve workers")
+    return create_app(settings, database_url=settings.database_url)

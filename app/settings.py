@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     data_dir: Path = Path(".causeway")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
+    workers: int = Field(default=1, ge=1)
     db_pool_size: int = Field(default=5, ge=1)
     max_attributes_bytes: int = Field(default=1024, ge=128)
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)

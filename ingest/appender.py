@@ -1,24 +1,100 @@
-"""Appends one request's events in one transaction, through ``app.store``'s ``EventLog``.
+"""Group commit: concurrent appends in one process share one transaction.
 
-Each request is one atomic append: everything in it is stored, or nothing is.
+While a transaction is committing, new requests queue; the next transaction takes all of
+them (up to ``max_group_events`` events and ``max_group_bytes`` of request bodies), so one
+fsync serves many requests. A lone request starts a transaction at once: nothing waits
+for a group to fill. Each request is planned on its own inside the group
+(``EventLog.append_many``), so a conflict or an unknown cause in one request fails that
+request only. If the transaction itself fails (a lost connection, a timeout), every
+request in it gets that error, and none of them was written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.log import EventLog
 from app.store.records import Appended, NewEvent
 
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    tenant: str
+    events: Sequence[NewEvent]
+    size_bytes: int
+    answer: asyncio.Future[list[Appended]]
+
 
 class Appender:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_group_events: int = 10_000,
+        max_group_bytes: int = 32 << 20,
+    ) -> None:
         self._engine = engine
+        self._max_events = max_group_events
+        self._max_bytes = max_group_bytes
+        self._queue: deque[_Request] = deque()
+        self._writer: asyncio.Task[None] | None = None
 
-    async def append(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended]:
+    async def append(
+        self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
+    ) -> list[Appended]:
+        """Append ``batch`` atomically; raises the ``AppError`` that refused it."""
         if not batch:
             return []
-        async with self._engine.begin() as conn:
-            return await EventLog(conn).append(tenant, batch)
+        answer: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Request(tenant, batch, size_bytes, answer))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
+        return await answer
+
+    async def _drain(self) -> None:
+        while self._queue:
+            group = self._take()
+            try:
+                async with self._engine.begin() as conn:
+                    outcomes = await EventLog(conn).append_many(
+                        [(r.tenant, r.events) for r in group]
+                    )
+            except BaseException as exc:
+                logger.warning("a group of %d appends failed: %r", len(group), exc)
+                for request in group:
+                    _settle(request, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for request, outcome in zip(group, outcomes, strict=True):
+                _settle(request, outcome)
+
+    def _take(self) -> list[_Request]:
+        group = [self._queue.popleft()]
+        count, size = len(group[0].events), group[0].size_bytes
+        while self._queue:
+            following = self._queue[0]
+            count += len(following.events)
+            size += following.size_bytes
+            if count > self._max_events or size > self._max_bytes:
+                break
+            group.append(self._queue.popleft())
+        return group
+
+
+def _settle(request: _Request, outcome: list[Appended] | BaseException) -> None:
+    """Answer one request: its positions, or its own error (an ``AppError``)."""
+    if request.answer.done():  # the client went away; its events are written all the same
+        return
+    if isinstance(outcome, BaseException):
+        request.answer.set_exception(outcome)
+    else:
+        request.answer.set_result(outcome)

@@ -77,7 +77,7 @@ def create_router(
         events, _ = parse_request(
             request.headers.get("content-type"), request.scope["headers"], body, limits
         )
-        appended = await appender.append(principal.tenant, events)
+        appended = await appender.append(principal.tenant, events, size_bytes=len(body))
         answer = AppendResponse(
             events=[
                 AppendedEvent(

@@ -1,0 +1,182 @@
+"""Planning one group of appends in memory, after the log is locked and before it is written.
+
+Requests are planned in order against the stored state plus what earlier requests of the
+group add. Each request is all-or-nothing: its changes go to an overlay that joins the
+group only when the whole request passes, so an error in one request never touches the
+others (no savepoints needed). Hashes are chained in the same pass.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from app.errors import AppError, IdConflict, UnknownCause, VersionConflict
+from app.store.chain import ChainRecord, canonical_bytes, link
+from app.store.records import Appended, NewEvent
+
+Key = tuple[str, str]  # (tenant, id or stream)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """An event already stored, or accepted earlier in the group."""
+
+    position: int
+    stream_version: int
+    record: ChainRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One event to write: its chain record and the hashes around it."""
+
+    event: NewEvent
+    record: ChainRecord
+    prev_hash: bytes
+    hash: bytes
+
+
+class GroupPlan:
+    def __init__(
+        self,
+        position: int,
+        prev_hash: bytes,
+        stored: Mapping[Key, Known],
+        positions: Mapping[Key, int],
+        versions: Mapping[Key, int],
+        recorded_at: datetime,
+    ) -> None:
+        self.position = position
+        self.prev_hash = prev_hash
+        self.rows: list[Row] = []
+        self.edges: list[tuple[int, int]] = []  # (effect, cause)
+        self._known: dict[Key, Known] = dict(stored)
+        self._positions: dict[Key, int] = dict(positions)
+        self._positions.update({k: v.position for k, v in stored.items()})
+        self._versions: dict[Key, int] = dict(versions)
+        self._recorded_at = recorded_at
+
+    def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
+        """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
+        known: ChainMap[Key, Known] = ChainMap({}, self._known)
+        positions: ChainMap[Key, int] = ChainMap({}, self._positions)
+        versions: ChainMap[Key, int] = ChainMap({}, self._versions)
+        position, prev_hash = self.position, self.prev_hash
+        rows: list[Row] = []
+        edges: list[tuple[int, int]] = []
+        outcomes: list[Appended] = []
+        id_errors: list[dict[str, Any]] = []
+        cause_errors: list[dict[str, Any]] = []
+        for index, event in enumerate(batch):
+            earlier = known.get((tenant, event.id))
+            if earlier is not None:
+                problem = _compare(event, tenant, earlier.record)
+                if problem is not None:
+                    id_errors.append({"index": index, "attribute": "id", "detail": problem})
+                    continue
+                outcomes.append(
+                    Appended(
+                        event.id,
+                        event.source,
+                        earlier.record.stream,
+                        earlier.stream_version,
+                        earlier.position,
+                        duplicate=True,
+                    )
+                )
+                continue
+            missing = [c for c in event.causes if (tenant, c) not in positions]
+            if missing:
+                cause_errors.append(
+                    {
+                        "index": index,
+                        "attribute": "causationid",
+                        "detail": f"unknown cause ids: {', '.join(missing)}",
+                        "missing": missing,
+                    }
+                )
+                continue
+            actual = versions.get((tenant, event.stream), 0)
+            if event.expected_version is not None and event.expected_version != actual:
+                return VersionConflict(
+                    f"stream {event.stream!r} is at version {actual}, not {event.expected_version}",
+                    stream=event.stream,
+                    expected=event.expected_version,
+                    actual=actual,
+                    index=index,
+                )
+            position += 1
+            record = chain_record(event, tenant, position, actual + 1, self._recorded_at)
+            this_hash = link(prev_hash, record)
+            rows.append(Row(event, record, prev_hash, this_hash))
+            edges.extend((position, positions[(tenant, c)]) for c in event.causes)
+            prev_hash = this_hash
+            versions[(tenant, event.stream)] = actual + 1
+            known[(tenant, event.id)] = Known(position, actual + 1, record)
+            positions[(tenant, event.id)] = position
+            outcomes.append(
+                Appended(
+                    event.id, event.source, event.stream, actual + 1, position, duplicate=False
+                )
+            )
+        if id_errors:
+            return IdConflict(_summary(id_errors), errors=id_errors)
+        if cause_errors:
+            return UnknownCause(_summary(cause_errors), errors=cause_errors)
+        self._known.update(known.maps[0])
+        self._positions.update(positions.maps[0])
+        self._versions.update(versions.maps[0])
+        self.rows.extend(rows)
+        self.edges.extend(edges)
+        self.position, self.prev_hash = position, prev_hash
+        return outcomes
+
+
+def chain_record(
+    event: NewEvent, tenant: str, position: int, stream_version: int, recorded_at: datetime
+) -> ChainRecord:
+    return ChainRecord(
+        position=position,
+        tenant=tenant,
+        id=event.id,
+        source=event.source,
+        type=event.type,
+        subject=event.subject,
+        time=event.time,
+        recorded_at=recorded_at,
+        stream=event.stream,
+        stream_version=stream_version,
+        datacontenttype=event.datacontenttype,
+        dataschema=event.dataschema,
+        has_data=event.has_data,
+        data=event.data,
+        data_binary=event.data_binary,
+        extensions=event.extensions,
+        causes=event.causes,
+        correlation_id=event.correlation_id,
+        model_name=event.model_name,
+        model_version=event.model_version,
+        model_signature=event.model_signature,
+    )
+
+
+def _compare(event: NewEvent, tenant: str, stored: ChainRecord) -> str | None:
+    """None when ``event`` is an exact re-send of ``stored``, else why it conflicts."""
+    if event.source != stored.source:
+        return f"id {event.id!r} is already used by source {stored.source!r}"
+    sent = chain_record(event, tenant, 0, 0, _EPOCH)
+    kept = replace(stored, position=0, stream_version=0, recorded_at=_EPOCH)
+    if canonical_bytes(sent) != canonical_bytes(kept):
+        return f"event {event.source!r}/{event.id!r} was stored before with other content"
+    return None
+
+
+def _summary(errors: list[dict[str, Any]]) -> str:
+    first = errors[0]
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"event {first['index']}: {first['detail']}{more}"

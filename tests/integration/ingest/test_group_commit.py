@@ -1,0 +1,123 @@
+"""Group commit: many concurrent requests share transactions, yet each gets its own answer;
+and the global order stays gap-free with writers in two server processes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+import psycopg
+from fastapi import FastAPI
+from sqlalchemy import URL, event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.verify import verify_chain
+from tests.integration.events import BATCH, STRUCTURED, dumps
+from tests.integration.events import event as cloudevent
+from tests.integration.process import create_key, environment, serving
+
+
+async def test_64_concurrent_requests_each_get_their_own_answer(
+    client: httpx2.AsyncClient, app: FastAPI, engine: AsyncEngine
+) -> None:
+    seeded = cloudevent(stream="orders")
+    await client.post("/events", content=dumps(seeded), headers=STRUCTURED)
+    requests: list[tuple[str, bytes, int, str | None]] = []
+    for i in range(64):
+        kind = ("valid", "duplicate", "conflict", "unknown-cause")[i % 4]
+        if kind == "valid":
+            valid = [cloudevent(stream=f"s{i}"), cloudevent(stream=f"s{i}")]
+            requests.append((kind, dumps(valid), 201, None))
+        elif kind == "duplicate":
+            requests.append((kind, dumps([seeded]), 200, None))
+        elif kind == "conflict":
+            late = [cloudevent(stream=f"c{i}"), cloudevent(stream="orders", expectedversion=7)]
+            requests.append((kind, dumps(late), 409, "/problems/version-conflict"))
+        else:
+            orphan = [cloudevent(causationid=f"missing-{i}")]
+            requests.append((kind, dumps(orphan), 422, "/problems/unknown-cause"))
+
+    locks: list[str] = []
+
+    def count(*args: Any, seen: list[str] = locks) -> None:
+        if "FOR UPDATE" in args[2]:
+            seen.append(args[2])
+
+    event.listen(app.state.engine.sync_engine, "before_cursor_execute", count)
+    responses = await asyncio.gather(
+        *(client.post("/events", content=body, headers=BATCH) for _, body, _, _ in requests)
+    )
+    event.remove(app.state.engine.sync_engine, "before_cursor_execute", count)
+
+    for (kind, sent_body, status, problem), response in zip(requests, responses, strict=True):
+        assert response.status_code == status, (kind, response.text)
+        if problem:
+            assert response.json()["type"] == problem
+        elif kind == "duplicate":
+            assert response.json()["events"][0]["position"] == 1
+        else:
+            sent = orjson.loads(sent_body)
+            assert [e["id"] for e in response.json()["events"]] == [e["id"] for e in sent]
+            assert [e["stream_version"] for e in response.json()["events"]] == [1, 2]
+    assert len(locks) < 64, "requests were not grouped"
+    replay = (await client.get("/replay")).text.splitlines()
+    assert len(replay) == 1 + 16 * 2
+    assert [orjson.loads(line)["position"] for line in replay] == list(range(1, 34))
+    async with engine.connect() as conn:
+        assert (await verify_chain(conn)).is_intact
+
+
+def test_the_reader_never_skips_with_writers_in_two_server_processes(
+    database_url: URL, tmp_path: Path
+) -> None:
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+    )
+    key = create_key(env, "acme", "ingest,read")
+    libpq = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with serving(env) as first, serving(env) as second:
+        seen = asyncio.run(_write_and_follow([first, second], key, libpq))
+    with psycopg.connect(libpq) as conn:
+        stored = [r[0] for r in conn.execute("SELECT position FROM events ORDER BY position")]
+    assert seen == stored == list(range(1, len(stored) + 1))
+    assert len(stored) == 8 * 30 * 2
+
+
+async def _write_and_follow(servers: list[str], key: str, libpq: str) -> list[int]:
+    done = asyncio.Event()
+    seen: list[int] = []
+
+    async def write(writer: int) -> None:
+        base = servers[writer % len(servers)]
+        async with httpx2.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        ) as client:
+            for i in range(30):
+                body = [cloudevent(stream=f"w{writer}"), cloudevent(stream=f"w{writer}-{i}")]
+                response = await client.post("/events", content=dumps(body), headers=BATCH)
+                assert response.status_code == 201, response.text
+
+    async def follow() -> None:
+        last = 0
+        async with await psycopg.AsyncConnection.connect(libpq, autocommit=True) as conn:
+            while True:
+                finished = done.is_set()
+                rows = await conn.execute(
+                    "SELECT position FROM events WHERE position > %s ORDER BY position", (last,)
+                )
+                batch = [r[0] for r in await rows.fetchall()]
+                seen.extend(batch)
+                last = batch[-1] if batch else last
+                if finished and not batch:
+                    return
+                await asyncio.sleep(0.001)
+
+    reader = asyncio.create_task(follow())
+    await asyncio.gather(*(write(w) for w in range(8)))
+    done.set()
+    await reader
+    return seen
