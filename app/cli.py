@@ -122,6 +122,7 @@ def serve(
                     factory=True,
                     workers=processes,
                     log_level="info",
+                    access_log=settings.access_log,
                     host=bind_host,
                     port=bind_port,
                 )
@@ -131,7 +132,9 @@ def serve(
         # uvicorn re-raises SIGTERM after its graceful shutdown, which ends the process
         # before this block exits; so the app's shutdown stops the embedded server too.
         app = create_app(settings, database_url=url, on_shutdown=db.close)
-        uvicorn.run(app, log_level="info", host=bind_host, port=bind_port)
+        uvicorn.run(
+            app, log_level="info", access_log=settings.access_log, host=bind_host, port=bind_port
+        )
 
 
 def _url_text(url: URL | str) -> str:

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL
 
 from app.api import events, health, problems, replay
+from app.api.auth import Authenticator
 from app.api.deps import require
 from app.db.engine import create_engine
 from app.db.schema import head_revision
@@ -55,6 +56,8 @@ def create_app(
         statement_timeout_ms=settings.statement_timeout_ms,
     )
 
+    appender = Appender(engine)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
@@ -70,11 +73,11 @@ def create_app(
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.appender = appender
+    app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
-    app.include_router(
-        create_ingest_router(Appender(engine), limits_from(settings), require(Scope.INGEST))
-    )
+    app.include_router(create_ingest_router(appender, limits_from(settings), require(Scope.INGEST)))
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)

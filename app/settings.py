@@ -27,7 +27,9 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
+    access_log: bool = False  # one log line per request costs a measurable share of a small POST
     db_pool_size: int = Field(default=5, ge=1)
+    key_cache_ttl_s: float = Field(default=5.0, ge=0)
     max_attributes_bytes: int = Field(default=1024, ge=128)
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)

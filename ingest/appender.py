@@ -46,6 +46,8 @@ class Appender:
         self._max_bytes = max_group_bytes
         self._queue: deque[_Request] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self.groups_committed = 0  # transactions that wrote at least one request
+        self.requests_committed = 0
 
     async def append(
         self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
@@ -74,6 +76,8 @@ class Appender:
                 if not isinstance(exc, Exception):
                     raise
                 continue
+            self.groups_committed += 1
+            self.requests_committed += len(group)
             for request, outcome in zip(group, outcomes, strict=True):
                 _settle(request, outcome)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -65,8 +65,9 @@ def parse_request(
         document = _load_json(body, "the body")
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
-        return _collect([lambda: _from_json(0, document, body, limits)], batch=False), False
-    return _collect([lambda: _from_binary(content_type, headers, body, limits)], batch=False), False
+        may_have_nul = _NUL_ESCAPE in body
+        return [_single(lambda: _from_json(0, document, may_have_nul, limits))], False
+    return [_single(lambda: _from_binary(content_type, headers, body, limits))], False
 
 
 def _parse_batch(body: bytes, limits: Limits) -> list[NewEvent]:
@@ -79,37 +80,27 @@ def _parse_batch(body: bytes, limits: Limits) -> list[NewEvent]:
             f"by {len(document) - limits.max_batch_events}",
             limit="max_batch_events",
         )
-    builders = []
-    for index, item in enumerate(document):
-        if not isinstance(item, dict):
-            builders.append(_failing(index, "", "each batch item must be a JSON object"))
-        else:
-            builders.append(_bind(index, item, body, limits))
-    return _collect(builders, batch=True)
-
-
-def _bind(index: int, item: dict[str, Any], body: bytes, limits: Limits) -> Any:
-    return lambda: _from_json(index, item, body, limits)
-
-
-def _failing(index: int, attribute: str, detail: str) -> Any:
-    def fail() -> NewEvent:
-        raise EventProblems([Problem(InvalidCloudEvent, index, attribute, detail)])
-
-    return fail
-
-
-def _collect(builders: Sequence[Any], *, batch: bool) -> list[NewEvent]:
+    may_have_nul = _NUL_ESCAPE in body  # scanned once: a U+0000 is rare, and costly to seek
     built: list[NewEvent] = []
     problems: list[Problem] = []
-    for build in builders:
+    for index, item in enumerate(document):
         try:
-            built.append(build())
+            if not isinstance(item, dict):
+                detail = "each batch item must be a JSON object"
+                raise EventProblems([Problem(InvalidCloudEvent, index, "", detail)])
+            built.append(_from_json(index, item, may_have_nul, limits))
         except EventProblems as exc:
             problems.extend(exc.problems)
     if problems:
-        raise _as_error(problems, batch=batch)
+        raise _as_error(problems, batch=True)
     return built
+
+
+def _single(build: Callable[[], NewEvent]) -> NewEvent:
+    try:
+        return build()
+    except EventProblems as exc:
+        raise _as_error(exc.problems, batch=False) from None
 
 
 def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
@@ -120,7 +111,7 @@ def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
     return kind(f"{where}{first.detail}{more}", errors=[p.as_member() for p in problems])
 
 
-def _from_json(index: int, item: dict[str, Any], body: bytes, limits: Limits) -> NewEvent:
+def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Limits) -> NewEvent:
     attributes = {k: v for k, v in item.items() if k not in ("data", "data_base64")}
     has_data = "data" in item
     encoded = item.get("data_base64")
@@ -147,7 +138,7 @@ def _from_json(index: int, item: dict[str, Any], body: bytes, limits: Limits) ->
             )
         payload = Payload(present=True, binary=raw, size_bytes=len(raw))
     elif has_data:
-        value = _storable(index, item["data"], body)
+        value = _storable(index, item["data"], may_have_nul)
         payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
     else:
         payload = Payload()
@@ -196,7 +187,9 @@ def _from_binary(
         payload = Payload()
     elif content_type and is_json_media_type(content_type):
         value = _storable(
-            0, _load_json(body, "the body (datacontenttype is JSON)", event=True), body
+            0,
+            _load_json(body, "the body (datacontenttype is JSON)", event=True),
+            _NUL_ESCAPE in body,
         )
         payload = Payload(present=True, value=value, size_bytes=len(body))
     else:
@@ -239,9 +232,9 @@ def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
         raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
 
 
-def _storable(index: int, value: Any, body: bytes) -> Any:
+def _storable(index: int, value: Any, may_have_nul: bool) -> Any:
     """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
-    if _NUL_ESCAPE in body and _contains_nul(value):
+    if may_have_nul and _contains_nul(value):
         raise EventProblems(
             [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
         )

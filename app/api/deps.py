@@ -8,9 +8,10 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.api.auth import Authenticator
 from app.errors import Forbidden, Unauthenticated
 from app.settings import Settings
-from app.store.keys import KeyStore, Principal, Scope
+from app.store.keys import Principal, Scope
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -33,8 +34,8 @@ def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]
         kind, _, key = header.partition(" ")
         if kind.lower() != "bearer" or not key.strip():
             raise Unauthenticated("send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
-        async with engine_of(request).connect() as conn:
-            found = await KeyStore(conn).authenticate(key.strip())
+        authenticator: Authenticator = request.app.state.authenticator
+        found = await authenticator.authenticate(key.strip())
         if found is None:
             raise Unauthenticated("the API key is unknown or revoked", headers=_CHALLENGE)
         if scope not in found.scopes and Scope.ADMIN not in found.scopes:

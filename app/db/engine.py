@@ -25,7 +25,6 @@ def create_engine(
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
-        pool_pre_ping=True,
         json_serializer=_json_text,
         # orjson reads integers past 64 bits as floats; the chain hashes numbers as doubles,
         # so nothing that matters changes, and it decodes jsonb several times faster.

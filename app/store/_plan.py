@@ -8,7 +8,6 @@ others (no savepoints needed). Hashes are chained in the same pass.
 
 from __future__ import annotations
 
-from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -63,9 +62,10 @@ class GroupPlan:
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
-        known: ChainMap[Key, Known] = ChainMap({}, self._known)
-        positions: ChainMap[Key, int] = ChainMap({}, self._positions)
-        versions: ChainMap[Key, int] = ChainMap({}, self._versions)
+        # This request's additions, consulted before the group's and merged only on success.
+        known: dict[Key, Known] = {}
+        positions: dict[Key, int] = {}
+        versions: dict[Key, int] = {}
         position, prev_hash = self.position, self.prev_hash
         rows: list[Row] = []
         edges: list[tuple[int, int]] = []
@@ -73,7 +73,8 @@ class GroupPlan:
         id_errors: list[dict[str, Any]] = []
         cause_errors: list[dict[str, Any]] = []
         for index, event in enumerate(batch):
-            earlier = known.get((tenant, event.id))
+            key = (tenant, event.id)
+            earlier = known.get(key) or self._known.get(key)
             if earlier is not None:
                 problem = _compare(event, tenant, earlier.record)
                 if problem is not None:
@@ -90,7 +91,14 @@ class GroupPlan:
                     )
                 )
                 continue
-            missing = [c for c in event.causes if (tenant, c) not in positions]
+            cause_positions = []
+            missing = []
+            for cause in event.causes:
+                found = positions.get((tenant, cause)) or self._positions.get((tenant, cause))
+                if found is None:
+                    missing.append(cause)
+                else:
+                    cause_positions.append(found)
             if missing:
                 cause_errors.append(
                     {
@@ -101,7 +109,8 @@ class GroupPlan:
                     }
                 )
                 continue
-            actual = versions.get((tenant, event.stream), 0)
+            stream = (tenant, event.stream)
+            actual = versions.get(stream) or self._versions.get(stream, 0)
             if event.expected_version is not None and event.expected_version != actual:
                 return VersionConflict(
                     f"stream {event.stream!r} is at version {actual}, not {event.expected_version}",
@@ -114,11 +123,11 @@ class GroupPlan:
             record = chain_record(event, tenant, position, actual + 1, self._recorded_at)
             this_hash = link(prev_hash, record)
             rows.append(Row(event, record, prev_hash, this_hash))
-            edges.extend((position, positions[(tenant, c)]) for c in event.causes)
+            edges.extend((position, cause) for cause in cause_positions)
             prev_hash = this_hash
-            versions[(tenant, event.stream)] = actual + 1
-            known[(tenant, event.id)] = Known(position, actual + 1, record)
-            positions[(tenant, event.id)] = position
+            versions[stream] = actual + 1
+            known[key] = Known(position, actual + 1, record)
+            positions[key] = position
             outcomes.append(
                 Appended(
                     event.id, event.source, event.stream, actual + 1, position, duplicate=False
@@ -128,9 +137,9 @@ class GroupPlan:
             return IdConflict(_summary(id_errors), errors=id_errors)
         if cause_errors:
             return UnknownCause(_summary(cause_errors), errors=cause_errors)
-        self._known.update(known.maps[0])
-        self._positions.update(positions.maps[0])
-        self._versions.update(versions.maps[0])
+        self._known.update(known)
+        self._positions.update(positions)
+        self._versions.update(versions)
         self.rows.extend(rows)
         self.edges.extend(edges)
         self.position, self.prev_hash = position, prev_hash

@@ -1,0 +1,254 @@
+"""Ingest throughput: Causeway over HTTP against PostgreSQL's own COPY and against the
+``eventsourcing`` library, on the same server, in the same run.
+
+(a) batches of 500 events over 4 keep-alive connections vs COPY of the same rows through
+    psycopg into an identical table (same columns, constraints and indexes);
+(b) single-event POSTs from 32 concurrent keep-alive clients vs ``eventsourcing``'s
+    Application API (one event per save, from 32 threads), with latency percentiles;
+(c) the single-event load again with 2 and 4 server processes.
+
+Run: ``python -m bench.ingest [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from itertools import count
+from typing import Any
+
+import orjson
+import psycopg
+from sqlalchemy import URL
+
+from app.db.engine import create_engine
+from app.store._plan import GroupPlan
+from app.store.chain import GENESIS_HASH
+from app.store.keys import KeyStore, Scope
+from app.store.log import _copy_row
+from app.store.records import NewEvent
+from bench._harness import (
+    Row,
+    bench_server,
+    ensure_database,
+    libpq,
+    percentile,
+    print_table,
+    serving,
+)
+from bench._http import Connection
+
+_ids = count()
+
+
+def cloudevent(prefix: str) -> dict[str, Any]:
+    n = next(_ids)
+    return {
+        "specversion": "1.0",
+        "id": f"{prefix}-{n}",
+        "source": f"/bench/cameras/{n % 64}",
+        "type": "com.example.frame.v1",
+        "subject": f"camera-{n % 64}",
+        "time": "2026-11-30T12:00:00.123456Z",
+        "correlationid": f"run-{n // 100}",
+        "modelname": "detector",
+        "modelversion": "3",
+        "data": {"frame": n, "motion": 0.5, "boxes": [[10, 20, 30, 40]], "label": "person"},
+    }
+
+
+async def make_key(url: URL) -> str:
+    engine = create_engine(url, pool_size=1)
+    async with engine.begin() as conn:
+        key = (await KeyStore(conn).create("bench", frozenset({Scope.INGEST}))).key
+    await engine.dispose()
+    return key
+
+
+# (a) ------------------------------------------------------------------------------------
+
+
+def copy_rows(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The rows Causeway would write for ``events``, built before the clock starts."""
+    batch = [
+        NewEvent(
+            id=e["id"],
+            source=e["source"],
+            type=e["type"],
+            stream=e["subject"],
+            subject=e["subject"],
+            time=e["time"],
+            datacontenttype=None,
+            has_data=True,
+            data=e["data"],
+            correlation_id=e["correlationid"],
+            model_name=e["modelname"],
+            model_version=e["modelversion"],
+        )
+        for e in events
+    ]
+    plan = GroupPlan(0, GENESIS_HASH, {}, {}, {}, datetime.now(UTC))
+    plan.plan("bench", batch)
+    return [_copy_row(row) for row in plan.rows]
+
+
+def copy_baseline(url: URL, rows: list[tuple[Any, ...]]) -> float:
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS copy_baseline")
+        conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
+        columns = [
+            r[0]
+            for r in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_name = 'events' ORDER BY ordinal_position"
+            )
+        ]
+        started = time.perf_counter()
+        for i in range(0, len(rows), 500):
+            statement = f"COPY copy_baseline ({', '.join(columns)}) FROM STDIN"
+            with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in rows[i : i + 500]:
+                    copy.write_row(row)
+        elapsed = time.perf_counter() - started
+        conn.execute("DROP TABLE copy_baseline")
+    return len(rows) / elapsed
+
+
+async def http_batches(base: str, key: str, events: list[dict[str, Any]], clients: int) -> float:
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Content-Type": "application/cloudevents-batch+json",
+    }
+    bodies = [orjson.dumps(events[i : i + 500]) for i in range(0, len(events), 500)]
+    queue = list(reversed(bodies))
+
+    async def client() -> None:
+        conn = await Connection.open(base)
+        while queue:
+            status, answer = await conn.post("/events", queue.pop(), headers)
+            assert status == 201, answer
+        await conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return len(events) / (time.perf_counter() - started)
+
+
+# (b) ------------------------------------------------------------------------------------
+
+
+async def http_singles(
+    base: str, key: str, events: list[dict[str, Any]], clients: int
+) -> tuple[float, list[float]]:
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/cloudevents+json"}
+    bodies = [orjson.dumps(e) for e in events]
+    queue = list(reversed(bodies))
+    latencies: list[float] = []
+
+    async def client() -> None:
+        conn = await Connection.open(base)
+        while queue:
+            body = queue.pop()
+            t0 = time.perf_counter()
+            status, answer = await conn.post("/events", body, headers)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            assert status == 201, answer
+        await conn.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    return len(events) / (time.perf_counter() - started), latencies
+
+
+def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int) -> float:
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate, event
+
+    class Frame(Aggregate):
+        @event("Recorded")
+        def __init__(self, payload: dict[str, Any]) -> None:
+            self.payload = payload
+
+    host = url.host or str(url.query.get("host"))
+    env = {
+        "PERSISTENCE_MODULE": "eventsourcing.postgres",
+        "POSTGRES_DBNAME": url.database or "",
+        "POSTGRES_HOST": host,
+        "POSTGRES_PORT": str(url.port or 5432),
+        "POSTGRES_USER": url.username or "postgres",
+        "POSTGRES_PASSWORD": url.password or "",
+        "POSTGRES_POOL_SIZE": str(threads),
+        "CREATE_TABLE": "y",
+    }
+    app: Application[Any] = Application(env=env)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda e: app.save(Frame(e["data"])), events))
+    rate = len(events) / (time.perf_counter() - started)
+    app.close()
+    return rate
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts, for CI")
+    parser.add_argument("--batch-events", type=int, default=None)
+    parser.add_argument("--single-events", type=int, default=None)
+    args = parser.parse_args()
+    batch_events = args.batch_events or (5_000 if args.quick else 200_000)
+    single_events = args.single_events or (1_000 if args.quick else 20_000)
+
+    with bench_server() as server:
+        url, _ = ensure_database(server, "causeway_bench_ingest", fresh=True)
+        key = asyncio.run(make_key(url))
+
+        batch = [cloudevent("b") for _ in range(batch_events)]
+        copy_rate = copy_baseline(url, copy_rows(batch))
+        with serving(url) as base:
+            batch_rate = asyncio.run(http_batches(base, key, batch, clients=4))
+            single = [cloudevent("s1") for _ in range(single_events)]
+            single_rate, latencies = asyncio.run(http_singles(base, key, single, clients=32))
+        es_rate = eventsourcing_baseline(url, [cloudevent("es") for _ in range(single_events)], 32)
+        workers_rows = []
+        for workers in (2, 4):
+            os.environ["CAUSEWAY_WORKERS"] = str(workers)
+            try:
+                with serving(url) as base:
+                    events = [cloudevent(f"w{workers}") for _ in range(single_events)]
+                    rate, lat = asyncio.run(http_singles(base, key, events, clients=32))
+            finally:
+                del os.environ["CAUSEWAY_WORKERS"]
+            workers_rows += [
+                Row(f"(c) single POSTs, {workers} workers", rate, es_rate, "events/s"),
+                Row(f"(c) latency p50, {workers} workers", percentile(lat, 50), None, "ms"),
+                Row(f"(c) latency p99, {workers} workers", percentile(lat, 99), None, "ms"),
+            ]
+
+    print_table(
+        f"ingest (a): {batch_events:,} events in batches of 500 over 4 connections",
+        [Row("(a) HTTP batch ingest vs COPY", batch_rate, copy_rate, "events/s")],
+        "psycopg COPY",
+    )
+    print_table(
+        f"ingest (b, c): {single_events:,} single-event POSTs from 32 clients",
+        [
+            Row("(b) single POSTs, 1 worker", single_rate, es_rate, "events/s"),
+            Row("(b) latency p50", percentile(latencies, 50), None, "ms"),
+            Row("(b) latency p99", percentile(latencies, 99), None, "ms"),
+            *workers_rows,
+        ],
+        "eventsourcing (32 threads)",
+    )
+    print(f"\ntargets: (a) >= 0.5x COPY ({batch_rate / copy_rate:.2f}x), "
+          f"(b) >= 10x eventsourcing ({single_rate / es_rate:.2f}x)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
