@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run fmt lint test migrate schema bench clean
+.PHONY: install run fmt lint test migrate schema bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ lint: install  ## exactly what CI checks, in the same order
 test: lint  ## .ci/run calls this and nothing else
 	$(BIN)/pytest tests/unit
 	$(BIN)/pytest tests/integration
+	$(MAKE) bench-quick
 
 migrate: install
 	$(BIN)/causeway migrate
@@ -36,8 +37,15 @@ migrate: install
 schema: install  ## regenerate docs/schema.graphql and docs/openapi.json (checked by make test)
 	$(BIN)/python -m app.export
 
-bench: install  ## full benchmark runs (for people; CI runs them with --quick)
+bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
+	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.replay
 	$(BIN)/python -m bench.lineage
+
+bench-quick: install  ## the benchmarks on small data: a smoke test, not a measurement
+	$(BIN)/python -m bench.ingest --quick
+	$(BIN)/python -m bench.replay --quick
+	$(BIN)/python -m bench.lineage --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -250,14 +250,11 @@ async def _replay(
         ) as progress:
             task = progress.add_task("replay", total=None)
             async with engine.connect() as conn:
-                async for line in EventReader(conn).replay(
-                    tenant, selection, fetch_rows=fetch_rows
-                ):
-                    sink.write(line)
-                    sink.write("\n")
-                    count += 1
-                    if count % 1000 == 0:
-                        progress.update(task, completed=count)
+                reader = EventReader(conn)
+                async for chunk in reader.replay(tenant, selection, fetch_rows=fetch_rows):
+                    sink.write(chunk.text)
+                    count += chunk.count
+                    progress.update(task, completed=count)
     finally:
         if sink is not sys.stdout:
             sink.close()

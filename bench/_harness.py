@@ -62,9 +62,29 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    base: str
+    pid: int
+
+    def peak_rss_mb(self) -> float:
+        """The server process's peak resident memory (Linux ``VmHWM``), in MiB."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+
 @contextmanager
 def serving(url: URL) -> Iterator[str]:
     """A real ``causeway serve`` on ``url``; yields its base URL."""
+    with served(url) as server:
+        yield server.base
+
+
+@contextmanager
+def served(url: URL) -> Iterator[Served]:
+    """A real ``causeway serve`` on ``url``, with its process id."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env["CAUSEWAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
@@ -86,7 +106,7 @@ def serving(url: URL) -> Iterator[str]:
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("causeway serve did not start") from None
                 time.sleep(0.2)
-        yield base
+        yield Served(base, process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)

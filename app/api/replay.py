@@ -42,18 +42,9 @@ def split_types(text: str | None) -> tuple[str, ...]:
 async def ndjson_lines(
     engine: AsyncEngine, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncIterator[bytes]:
-    """Lines grouped into chunks of about 64 KiB, so the socket sees few, large writes."""
-    chunk: list[str] = []
-    size = 0
     async with engine.connect() as conn:
-        async for line in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
-            chunk.append(line)
-            size += len(line)
-            if size >= 65_536:
-                yield ("\n".join(chunk) + "\n").encode()
-                chunk, size = [], 0
-    if chunk:
-        yield ("\n".join(chunk) + "\n").encode()
+        async for chunk in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
+            yield chunk.text.encode()
 
 
 @router.get(

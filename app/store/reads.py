@@ -10,8 +10,10 @@ carries ``position``, ``stream``, ``stream_version``, ``recordedtime``, ``prev_h
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
+from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import Select, Text, case, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -122,15 +124,29 @@ class EventReader:
 
     async def replay(
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
-    ) -> AsyncIterator[str]:
-        """Matching events in position order, from a server-side cursor (flat memory)."""
+    ) -> AsyncIterator[ReplayChunk]:
+        """Matching events in position order, ``fetch_rows`` at a time, as NDJSON chunks.
+
+        A named (server-side) cursor streams the rows, so memory stays flat whatever
+        the store's size. It runs on the driver connection under SQLAlchemy: PostgreSQL
+        renders each line, and building a Row object per line cost a third of the rate.
+        """
         statement = apply_filter(select(_json_text()), tenant, selection)
-        result = await self._conn.stream(statement.execution_options(yield_per=fetch_rows))
-        try:
-            async for row in result:
-                yield row[0]
-        finally:
-            await result.close()
+        compiled = statement.compile(
+            dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
+        )
+        raw = await self._conn.get_raw_connection()
+        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
+        async with driver.cursor(name="causeway_replay") as cursor:
+            await cursor.execute(str(compiled), compiled.params)
+            while rows := await cursor.fetchmany(fetch_rows):
+                yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayChunk:
+    text: str  # NDJSON: ``count`` lines, each ending in a newline
+    count: int
 
 
 def apply_filter(statement: Select[Any], tenant: str, selection: EventFilter) -> Select[Any]:

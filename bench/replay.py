@@ -1,0 +1,145 @@
+"""Replay throughput: NDJSON over HTTP against a bare psycopg server-side cursor that
+encodes the same rows with orjson, on the same data, in the same run; and the server's
+peak memory, which must stay flat whatever the size of the store.
+
+Run: ``python -m bench.replay [--quick] [--events N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import time
+from typing import Any
+
+import httpx2
+import orjson
+import psycopg
+from sqlalchemy import URL
+
+from app.db.engine import create_engine
+from app.store.keys import KeyStore, Scope
+from app.store.log import EventLog
+from app.store.records import NewEvent
+from bench._harness import Row, bench_server, ensure_database, libpq, print_table, served
+
+_BASELINE_SQL = """
+SELECT position, id, source, type, subject, time_rfc3339, datacontenttype, dataschema,
+       data, data_binary, extensions, causes, correlation_id, model_name, model_version,
+       model_signature, stream, stream_version, recorded_at, prev_hash, hash
+FROM events WHERE tenant = %s ORDER BY position
+"""
+
+
+async def build(url: URL, total: int) -> None:
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
+    for start in range(0, total, 5000):
+        batch = [
+            NewEvent(
+                id=f"e{n}",
+                source=f"/cameras/{n % 32}",
+                type="com.example.frame.v1",
+                stream=f"camera-{n % 32}",
+                subject=f"camera-{n % 32}",
+                time="2026-11-30T12:00:00.123456Z",
+                has_data=True,
+                data={"frame": n, "motion": 0.25, "boxes": [[1, 2, 3, 4]], "label": "car"},
+                correlation_id=f"run-{n // 100}",
+                model_name="detector",
+                model_version="3",
+            )
+            for n in range(start, min(total, start + 5000))
+        ]
+        async with engine.begin() as conn:
+            await EventLog(conn).append("bench", batch)
+        if (start // 5000) % 20 == 19:
+            print(f"  built {start + len(batch):,} events", flush=True)
+    await engine.dispose()
+
+
+async def make_key(url: URL) -> str:
+    engine = create_engine(url, pool_size=1)
+    async with engine.begin() as conn:
+        key = (await KeyStore(conn).create("bench", frozenset({Scope.READ}))).key
+    await engine.dispose()
+    return key
+
+
+def over_http(base: str, key: str) -> tuple[float, int, int]:
+    lines = size = 0
+    started = time.perf_counter()
+    with httpx2.stream(
+        "GET", f"{base}/replay", headers={"Authorization": f"Bearer {key}"}, timeout=600
+    ) as response:
+        for chunk in response.iter_bytes():
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+    return time.perf_counter() - started, lines, size
+
+
+def baseline(url: URL) -> tuple[float, int, int]:
+    """What a hand-written exporter would do: a named cursor and orjson, row by row."""
+    lines = size = 0
+    started = time.perf_counter()
+    with psycopg.connect(libpq(url)) as conn, conn.cursor(name="export") as cursor:
+        cursor.itersize = 1000
+        cursor.execute(_BASELINE_SQL, ("bench",))
+        for row in cursor:
+            event: dict[str, Any] = {
+                "specversion": "1.0", "position": row[0], "id": row[1], "source": row[2],
+                "type": row[3], "subject": row[4], "time": row[5], "datacontenttype": row[6],
+                "dataschema": row[7], "correlationid": row[12], "modelname": row[13],
+                "modelversion": row[14], "modelsig": row[15], "causes": row[11],
+                "stream": row[16], "stream_version": row[17],
+                "recordedtime": row[18].isoformat(), "prev_hash": row[19].hex(),
+                "hash": row[20].hex(), **row[10],
+            }  # fmt: skip
+            if row[9] is not None:
+                event["data_base64"] = base64.b64encode(row[9]).decode()
+            elif row[8] is not None:
+                event["data"] = row[8]
+            encoded = orjson.dumps({k: v for k, v in event.items() if v is not None}) + b"\n"
+            lines += 1
+            size += len(encoded)
+    return time.perf_counter() - started, lines, size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small store, for CI")
+    parser.add_argument("--events", type=int, default=None)
+    args = parser.parse_args()
+    total = args.events or (20_000 if args.quick else 1_000_000)
+
+    with bench_server() as server:
+        url, existed = ensure_database(server, f"causeway_bench_replay_{total}", fresh=False)
+        with psycopg.connect(libpq(url)) as conn:
+            stored = conn.execute("SELECT count(*) FROM events").fetchone()
+        if not (existed and stored and stored[0] == total):
+            url, _ = ensure_database(server, url.database or "", fresh=True)
+            print(f"building a store of {total:,} events")
+            asyncio.run(build(url, total))
+            with psycopg.connect(libpq(url), autocommit=True) as conn:
+                conn.execute("VACUUM ANALYZE events")
+        key = asyncio.run(make_key(url))
+        base_s, base_lines, base_bytes = baseline(url)
+        with served(url) as process:
+            ours_s, our_lines, our_bytes = over_http(process.base, key)
+            peak = process.peak_rss_mb()
+    assert our_lines == base_lines == total, (our_lines, base_lines, total)
+    print_table(
+        f"replay: {total:,} events as NDJSON",
+        [
+            Row("replay rate (events/s)", our_lines / ours_s, base_lines / base_s, "events/s"),
+            Row("replay rate (MB/s)", our_bytes / ours_s / 1e6, base_bytes / base_s / 1e6, "MB/s"),
+            Row("server peak RSS", peak, None, "MiB", higher_is_better=False),
+        ],
+        "psycopg named cursor + orjson",
+    )
+    print(f"\ntargets: >= 0.7x the bare cursor ({(our_lines / ours_s) / (base_lines / base_s):.2f}x), "
+          f"peak RSS under 300 MiB ({peak:.0f} MiB)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
