@@ -38,6 +38,11 @@ _STORED_ELSEWHERE = {
     "modelsig",
 }
 _SET_BY_STORE = {"position", "hash", "causes", "recordedtime"}
+_NOT_EXTENSIONS = frozenset({*_STORED_ELSEWHERE, *_STRING_ATTRIBUTES, "specversion", "time"})
+_PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
+# Attribute names already found valid: producers send the same few names again and again.
+_GOOD_NAMES: set[str] = set()
+_MAX_GOOD_NAMES = 4096
 RESERVED_TYPE_PREFIX = "causeway."
 
 
@@ -94,19 +99,27 @@ def build_event(
     def bad(attribute: str, detail: str, kind: type[AppError] = InvalidCloudEvent) -> None:
         problems.append(Problem(kind, index, attribute, detail))
 
-    attrs = {k: v for k, v in attributes.items() if v is not None}
+    attrs = {k: v for k, v in attributes.items() if v is not None and k not in _PAYLOAD_MEMBERS}
     for name, value in attrs.items():
-        if not _NAME.match(name):
-            bad(name, f"attribute name {name!r} must be lower-case letters and digits only")
-        elif name in _SET_BY_STORE:
-            bad(name, f"attribute {name!r} is set by the store and cannot be sent")
-        elif not isinstance(value, str | bool | int) or isinstance(value, float):
-            bad(name, f"attribute {name!r} must be a string, integer or boolean")
-        elif isinstance(value, int) and not isinstance(value, bool):
+        if name not in _GOOD_NAMES:
+            if not _NAME.match(name):
+                bad(name, f"attribute name {name!r} must be lower-case letters and digits only")
+                continue
+            if name in _SET_BY_STORE:
+                bad(name, f"attribute {name!r} is set by the store and cannot be sent")
+                continue
+            if len(_GOOD_NAMES) < _MAX_GOOD_NAMES:
+                _GOOD_NAMES.add(name)
+        kind = type(value)
+        if kind is str:
+            # isprintable() is a fast yes for almost every value; the regex decides the rest.
+            if not value.isprintable() and _CONTROL.search(value):
+                bad(name, f"attribute {name!r} contains a control character")
+        elif kind is int:
             if not _INT32[0] <= value <= _INT32[1]:
                 bad(name, f"attribute {name!r} is outside the 32-bit integer range")
-        elif isinstance(value, str) and _CONTROL.search(value):
-            bad(name, f"attribute {name!r} contains a control character")
+        elif kind is not bool:
+            bad(name, f"attribute {name!r} must be a string, integer or boolean")
 
     specversion = attrs.get("specversion")
     if specversion != "1.0":
@@ -192,13 +205,7 @@ def build_event(
         has_data=payload.present,
         data=payload.value,
         data_binary=payload.binary,
-        extensions={
-            k: v
-            for k, v in attrs.items()
-            if k not in _STORED_ELSEWHERE
-            and k not in _STRING_ATTRIBUTES
-            and k not in ("specversion", "time")
-        },
+        extensions={k: v for k, v in attrs.items() if k not in _NOT_EXTENSIONS},
         causes=causes,
         correlation_id=attrs.get("correlationid"),
         model_name=attrs.get("modelname"),

@@ -112,7 +112,6 @@ def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
 
 
 def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Limits) -> NewEvent:
-    attributes = {k: v for k, v in item.items() if k not in ("data", "data_base64")}
     has_data = "data" in item
     encoded = item.get("data_base64")
     if has_data and encoded is not None:
@@ -142,7 +141,7 @@ def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Lim
         payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
     else:
         payload = Payload()
-    return build_event(index, attributes, payload, limits, binary=False)
+    return build_event(index, item, payload, limits, binary=False)
 
 
 def _from_binary(
@@ -160,6 +159,11 @@ def _from_binary(
         attribute = name[3:]
         if attribute in attributes:
             problems.append(_header_problem(attribute, f"header {name} appears more than once"))
+            continue
+        if attribute in ("data", "data_base64"):
+            problems.append(
+                _header_problem(attribute, f"{name} is not an attribute: the body is data")
+            )
             continue
         try:
             attributes[attribute] = _decode_header(raw_value)

@@ -17,6 +17,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -84,6 +85,7 @@ def link(prev_hash: bytes, record: ChainRecord) -> bytes:
     return hashlib.sha256(prev_hash + canonical_bytes(record)).digest()
 
 
+@lru_cache(maxsize=256)  # every event of a group shares one recorded_at
 def format_recorded_at(value: datetime) -> str:
     """UTC, always six fractional digits and ``Z``: ``2026-11-30T13:19:11.000123Z``."""
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
