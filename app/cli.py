@@ -8,6 +8,7 @@ under ``CAUSEWAY_DATA_DIR``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -29,7 +30,10 @@ from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
 from app.errors import AppError
-from app.main import create_app
+from app.main import create_app, create_runner
+from app.projections.base import Projection
+from app.projections.catalogue import all_projections
+from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_status
 from app.settings import Settings
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
@@ -41,6 +45,8 @@ cli = typer.Typer(
 )
 keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
+projections_cli = typer.Typer(help="Inspect and rebuild read models.", no_args_is_help=True)
+cli.add_typer(projections_cli, name="projections")
 _err = Console(stderr=True)
 ADMIN_KEY_FILE = "admin.key"
 
@@ -260,6 +266,76 @@ async def _replay(
             sink.close()
         await engine.dispose()
     return count
+
+
+@cli.command()
+def project() -> None:
+    """Run the projection runner alone (several may run: one leads each projection)."""
+    settings = load_settings()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    with database(settings) as db:
+        runner = create_runner(settings, db.url)
+        typer.echo(f"following {', '.join(p.name for p in runner.projections)}", err=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(runner.run())
+
+
+@projections_cli.command("status")
+def projections_status() -> None:
+    """Each projection's checkpoint, the head, the lag in events and seconds, errors."""
+    settings = load_settings()
+    with database(settings) as db:
+        rows = asyncio.run(_status(db.url))
+    typer.echo(f"{'name':<20} {'checkpoint':>10} {'head':>10} {'lag':>8} {'lag_s':>8}  error")
+    for row in rows:
+        error = f"at {row.error_position}: {row.last_error}" if row.last_error else "-"
+        typer.echo(
+            f"{row.name:<20} {row.checkpoint:>10} {row.head:>10} {row.lag_events:>8} "
+            f"{row.lag_seconds:>8.1f}  {error}"
+        )
+
+
+async def _status(url: URL | str) -> list[ProjectionStatus]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await fetch_status(conn, all_projections())
+    finally:
+        await engine.dispose()
+
+
+@projections_cli.command("rebuild")
+def projections_rebuild(
+    name: Annotated[str, typer.Argument(help="the projection to rebuild")],
+    timeout_s: Annotated[float, typer.Option(help="how long to wait for a running leader")] = 600,
+) -> None:
+    """Rebuild a read model from position 0; readers see the old one until it is done."""
+    settings = load_settings()
+    with database(settings) as db:
+        runner = create_runner(settings, db.url)
+        try:
+            projection = runner.projection(name)
+        except AppError as exc:
+            fail(exc.detail)
+        count = asyncio.run(_rebuild(runner, projection, timeout_s))
+    typer.echo(f"rebuilt {name} from {count} events" if count >= 0 else f"rebuilt {name}")
+
+
+async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: float) -> int:
+    """Rebuild here if no runner leads the projection; else ask the leader and wait."""
+    try:
+        async with runner.leadership(projection) as leading:
+            if leading:
+                return await runner.rebuild(projection)
+        await runner.request_rebuild(projection)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while await runner.is_rebuild_requested(projection):
+            if asyncio.get_running_loop().time() > deadline:
+                fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
+            await asyncio.sleep(0.2)
+        return -1
+    finally:
+        await runner.dispose()
 
 
 @keys_cli.command("create")

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlalchemy import URL
+from sqlalchemy import URL, make_url
 
-from app.api import events, health, problems, replay
+from app.api import events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
 from app.api.deps import require
 from app.db.engine import create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import create_router as create_graphql_router
+from app.projections.catalogue import all_projections
+from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.keys import Scope
 from ingest.appender import Appender
@@ -43,6 +47,23 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
     )
 
 
+def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunner:
+    """The projection runner, on an engine of its own (a leader holds a connection)."""
+    projections = all_projections()
+    engine = create_engine(
+        database_url,
+        pool_size=len(projections) + 2,
+        statement_timeout_ms=settings.statement_timeout_ms,
+    )
+    dsn = make_url(str(database_url)).set(drivername="postgresql")
+    return ProjectionRunner(
+        engine,
+        projections,
+        listen_dsn=dsn.render_as_string(hide_password=False),
+        poll_interval_s=settings.projection_poll_interval_s,
+    )
+
+
 def create_app(
     settings: Settings,
     *,
@@ -57,10 +78,17 @@ def create_app(
     )
 
     appender = Appender(engine)
+    runner = create_runner(settings, database_url)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        following = asyncio.create_task(runner.run()) if settings.run_projections else None
         yield
+        if following is not None:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+        await runner.dispose()
         await engine.dispose()
         if on_shutdown is not None:
             on_shutdown()
@@ -74,6 +102,7 @@ def create_app(
     app.state.settings = settings
     app.state.engine = engine
     app.state.appender = appender
+    app.state.runner = runner
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
@@ -81,6 +110,8 @@ def create_app(
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
+    app.include_router(models.router)
+    app.include_router(projections.router)
     app.include_router(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )

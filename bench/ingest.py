@@ -29,7 +29,8 @@ from app.db.engine import create_engine
 from app.store._plan import GroupPlan
 from app.store.chain import GENESIS_HASH
 from app.store.keys import KeyStore, Scope
-from app.store.log import _copy_row
+from app.store.log import EventLog, _copy_row
+from app.store.models import Signature, registration_event, registration_from
 from app.store.records import NewEvent
 from bench._harness import (
     Row,
@@ -43,6 +44,13 @@ from bench._harness import (
 from bench._http import Connection
 
 _ids = count()
+DETECTOR = registration_event(
+    "detector",
+    "3",
+    Signature.model_validate({"inputs": [{"type": "binary"}], "outputs": [{"type": "string"}]}),
+    {},
+    enforce_outputs=False,
+)
 
 
 def cloudevent(prefix: str) -> dict[str, Any]:
@@ -62,9 +70,11 @@ def cloudevent(prefix: str) -> dict[str, Any]:
 
 
 async def make_key(url: URL) -> str:
+    """A key for tenant ``bench``, whose events name model ``detector`` version 3."""
     engine = create_engine(url, pool_size=1)
     async with engine.begin() as conn:
         key = (await KeyStore(conn).create("bench", frozenset({Scope.INGEST}))).key
+        await EventLog(conn).append("bench", [DETECTOR])
     await engine.dispose()
     return key
 
@@ -91,8 +101,12 @@ def copy_rows(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         )
         for e in events
     ]
-    plan = GroupPlan(0, GENESIS_HASH, {}, {}, {}, datetime.now(UTC))
-    plan.plan("bench", batch)
+    registered = {
+        ("bench", "detector", "3"): registration_from(DETECTOR.data, DETECTOR.model_signature or "")
+    }
+    plan = GroupPlan(0, GENESIS_HASH, {}, {}, {}, datetime.now(UTC), registered)
+    outcome = plan.plan("bench", batch)
+    assert isinstance(outcome, list), outcome
     return [_copy_row(row) for row in plan.rows]
 
 

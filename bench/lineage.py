@@ -21,6 +21,7 @@ import psycopg
 from app.db.engine import create_engine
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
+from app.store.models import Signature, registration_event
 from app.store.records import NewEvent
 from bench._harness import (
     Row,
@@ -89,6 +90,17 @@ def workload(total: int, seed: int = 7) -> tuple[list[list[NewEvent]], list[str]
 
 async def build(url: object, batches: list[list[NewEvent]]) -> str:
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)  # type: ignore[arg-type]
+    signature = Signature.model_validate(
+        {"inputs": [{"type": "double"}], "outputs": [{"type": "double"}]}
+    )
+    async with engine.begin() as conn:
+        await EventLog(conn).append(
+            "bench",
+            [
+                registration_event(name, version, signature, {}, enforce_outputs=False)
+                for name, version in (("detector", "3"), ("ranker", "1"))
+            ],
+        )
     started, done = time.perf_counter(), 0
     for batch in batches:
         async with engine.begin() as conn:
@@ -128,7 +140,7 @@ def main() -> None:
         )
         with psycopg.connect(libpq(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM events").fetchone()
-        if existed and stored and stored[0] == sum(len(b) for b in batches):
+        if existed and stored and stored[0] == sum(len(b) for b in batches) + 2:
             print(f"reusing a store of {stored[0]:,} events")
             key = asyncio.run(make_key(url))
         else:

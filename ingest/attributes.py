@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import orjson
 
 from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
 from app.store.records import NewEvent
+from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
 
 _NAME = re.compile(r"^[a-z0-9]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
-)
 _INT32 = (-(2**31), 2**31 - 1)
 _STRING_ATTRIBUTES = ("id", "source", "type", "subject", "datacontenttype", "dataschema")
 _REQUIRED = ("id", "source", "type")
@@ -213,29 +210,6 @@ def build_event(
         model_signature=attrs.get("modelsig"),
         expected_version=expected,
     )
-
-
-def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
-    """The instant (to the microsecond) and None, or None and why ``text`` is not RFC 3339."""
-    match = _RFC3339.match(text)
-    if match is None:
-        return None, f"time {text!r} is not an RFC 3339 timestamp"
-    year, month, day, hour, minute, second, fraction, offset = match.groups()
-    if second == "60":
-        return None, "time: leap seconds (:60) are not supported"
-    if offset in ("Z", "z"):
-        zone = UTC
-    else:
-        sign = 1 if offset[0] == "+" else -1
-        zone = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6])))
-    micros = int((fraction or "0")[:6].ljust(6, "0"))
-    try:
-        value = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second), micros, zone
-        )
-    except ValueError as exc:
-        return None, f"time {text!r} is not a valid date and time: {exc}"
-    return value, None
 
 
 _EXACT = 2**53  # RFC 7493 (I-JSON): integers beyond this do not survive IEEE doubles

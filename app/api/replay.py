@@ -20,7 +20,7 @@ from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import EventFilter
-from ingest.attributes import parse_rfc3339
+from app.store.timestamps import parse_rfc3339
 
 NDJSON = "application/x-ndjson"
 router = APIRouter(tags=["replay"])

@@ -6,6 +6,7 @@ server as an unprivileged user when started as root, so this also works in CI.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ class EmbeddedPostgres:
         self._server: Any = None
 
     def start(self) -> URL:
-        # Imported here: it is heavy, and only needed when no database URL is set.
-        from pgserver.postgres_server import get_server
+        # Imported here: it is heavy, and only needed when no database URL is set. Its
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (as under root), harmlessly.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            from pgserver.postgres_server import get_server
 
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._server = get_server(self._data_dir, cleanup_mode="stop")

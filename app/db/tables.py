@@ -15,6 +15,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Index,
+    Integer,
     LargeBinary,
     MetaData,
     Table,
@@ -127,4 +128,42 @@ api_keys = Table(
     Column("description", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("revoked_at", DateTime(timezone=True)),
+)
+
+# One row per projection: how far it has applied the log, and its last failure.
+projection_checkpoints = Table(
+    "projection_checkpoints",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("position", BigInteger, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True)),
+    Column("last_error", Text),
+    Column("error_position", BigInteger),
+    Column("failures", Integer, nullable=False, server_default=text("0")),
+    Column("rebuild_requested", Boolean, nullable=False, server_default=text("false")),
+)
+
+# Read models of the model registry projection (app/projections/models.py).
+model_versions = Table(
+    "model_versions",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("version", Text, primary_key=True),
+    Column("signature", JSONB, nullable=False),
+    Column("signature_digest", Text, nullable=False),
+    Column("tags", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("enforce_outputs", Boolean, nullable=False, server_default=text("false")),
+    Column("registered_at", DateTime(timezone=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+)
+
+model_aliases = Table(
+    "model_aliases",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("alias", Text, primary_key=True),
+    Column("version", Text, nullable=False),
+    Column("position", BigInteger, nullable=False),
 )

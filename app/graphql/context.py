@@ -11,6 +11,7 @@ from strawberry.fastapi import BaseContext
 from app.graphql.limits import GraphQLLimits
 from app.store.graph import GraphReader, Page, StoredEvent
 from app.store.keys import Principal
+from app.store.registry import ModelVersion, RegistryReader
 
 EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
 
@@ -21,6 +22,9 @@ class Loaders:
         self._tenant = tenant
         self.causes = DataLoader[int, list[StoredEvent]](load_fn=self._load_causes)
         self.effects = DataLoader[EffectsKey, Page](load_fn=self._load_effects)
+        self.model_versions = DataLoader[tuple[str, str], ModelVersion | None](
+            load_fn=self._load_model_versions
+        )
 
     async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
         async with self._engine.connect() as conn:
@@ -41,6 +45,11 @@ class Loaders:
                 )
                 pages.update({(p, first, after): found[p] for p in positions})
         return [pages[k] for k in keys]
+
+    async def _load_model_versions(self, keys: list[tuple[str, str]]) -> list[ModelVersion | None]:
+        async with self._engine.connect() as conn:
+            found = await RegistryReader(conn).read_versions(self._tenant, keys)
+        return [found.get(k) for k in keys]
 
 
 class Context(BaseContext):

@@ -32,13 +32,15 @@ from app.graphql.types import (
     EventFilter,
     Lineage,
     LineageDirection,
+    Model,
     decode_cursor,
     page_size,
 )
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.records import EventFilter as StoreFilter
-from ingest.attributes import parse_rfc3339
+from app.store.registry import RegistryReader
+from app.store.timestamps import parse_rfc3339
 
 Info = strawberry.Info[Context, None]
 T = TypeVar("T")
@@ -131,6 +133,18 @@ class Query:
     ) -> EventConnection:
         selection = StoreFilter(after=decode_cursor(after), correlation_id=id)
         return await _page(info, selection, first)
+
+    @strawberry.field(description="Registered models, with versions and aliases.")
+    async def models(self, info: Info) -> list[Model]:
+        async with info.context.engine.connect() as conn:
+            found = await RegistryReader(conn).read_models(info.context.tenant)
+        return [Model.from_store(m) for m in found]
+
+    @strawberry.field(description="One registered model; null when there is none.")
+    async def model(self, info: Info, name: str) -> Model | None:
+        async with info.context.engine.connect() as conn:
+            found = await RegistryReader(conn).read_models(info.context.tenant, name)
+        return Model.from_store(found[0]) if found else None
 
     @strawberry.field(description="The causal graph around one event.")
     async def lineage(

@@ -12,6 +12,8 @@ from app.graphql.context import Context
 from app.store.chain import format_recorded_at
 from app.store.graph import Direction, Page, StoredEvent
 from app.store.lineage import Audit, Trace
+from app.store.registry import Model as StoredModel
+from app.store.registry import ModelVersion as StoredVersion
 
 BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
 BIG_INT = strawberry.scalar(
@@ -50,11 +52,56 @@ class LineageDirection(enum.Enum):
         return Direction(self.value)
 
 
+@strawberry.type(description="A registered model version (the registry read model).")
+class ModelVersion:
+    name: str
+    version: str
+    signature: JSON
+    signature_digest: str
+    tags: JSON
+    enforce_outputs: bool
+    registered_at: str
+
+    @classmethod
+    def from_store(cls, found: StoredVersion) -> "ModelVersion":
+        return cls(
+            name=found.name,
+            version=found.version,
+            signature=JSON(found.signature),
+            signature_digest=found.signature_digest,
+            tags=JSON(found.tags),
+            enforce_outputs=found.enforce_outputs,
+            registered_at=found.registered_at.isoformat(),
+        )
+
+
+@strawberry.type(description="A registered model: its versions and aliases.")
+class Model:
+    name: str
+    versions: list[ModelVersion]
+    aliases: JSON = strawberry.field(description="alias -> version")
+
+    @classmethod
+    def from_store(cls, found: StoredModel) -> "Model":
+        return cls(
+            name=found.name,
+            versions=[ModelVersion.from_store(v) for v in found.versions],
+            aliases=JSON(found.aliases),
+        )
+
+
 @strawberry.type(description="The model that produced an event, as the event names it.")
 class ModelRef:
     name: str
     version: str | None
     signature_digest: str | None
+
+    @strawberry.field(description="The registered version, with its signature.")
+    async def registered(self, info: strawberry.Info[Context, None]) -> ModelVersion | None:
+        if self.version is None:
+            return None
+        found = await info.context.loaders.model_versions.load((self.name, self.version))
+        return None if found is None else ModelVersion.from_store(found)
 
 
 @strawberry.type(description="One stored event: its CloudEvents attributes and its lineage.")

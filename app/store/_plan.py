@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from app.errors import AppError, IdConflict, UnknownCause, VersionConflict
+from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
 from app.store.chain import ChainRecord, canonical_bytes, link
+from app.store.models import REGISTERED, Registration, output_violation, registration_from
 from app.store.records import Appended, NewEvent
 
 Key = tuple[str, str]  # (tenant, id or stream)
+ModelKey = tuple[str, str, str]  # (tenant, model name, version)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -49,6 +51,7 @@ class GroupPlan:
         positions: Mapping[Key, int],
         versions: Mapping[Key, int],
         recorded_at: datetime,
+        registrations: Mapping[ModelKey, Registration] | None = None,
     ) -> None:
         self.position = position
         self.prev_hash = prev_hash
@@ -59,6 +62,7 @@ class GroupPlan:
         self._positions.update({k: v.position for k, v in stored.items()})
         self._versions: dict[Key, int] = dict(versions)
         self._recorded_at = recorded_at
+        self._registrations: dict[ModelKey, Registration] = dict(registrations or {})
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
@@ -66,12 +70,14 @@ class GroupPlan:
         known: dict[Key, Known] = {}
         positions: dict[Key, int] = {}
         versions: dict[Key, int] = {}
+        registrations: dict[ModelKey, Registration] = {}
         position, prev_hash = self.position, self.prev_hash
         rows: list[Row] = []
         edges: list[tuple[int, int]] = []
         outcomes: list[Appended] = []
         id_errors: list[dict[str, Any]] = []
         cause_errors: list[dict[str, Any]] = []
+        model_errors: list[dict[str, Any]] = []
         for index, event in enumerate(batch):
             key = (tenant, event.id)
             earlier = known.get(key) or self._known.get(key)
@@ -109,6 +115,19 @@ class GroupPlan:
                     }
                 )
                 continue
+            if event.model_name is not None and event.model_version is not None:
+                model = (tenant, event.model_name, event.model_version)
+                if event.type == REGISTERED:
+                    registrations[model] = registration_from(
+                        event.data, event.model_signature or ""
+                    )
+                else:
+                    refused = _model_problem(
+                        event, registrations.get(model) or self._registrations.get(model)
+                    )
+                    if refused is not None:
+                        model_errors.append({"index": index, **refused})
+                        continue
             stream = (tenant, event.stream)
             actual = versions.get(stream) or self._versions.get(stream, 0)
             if event.expected_version is not None and event.expected_version != actual:
@@ -137,6 +156,9 @@ class GroupPlan:
             return IdConflict(_summary(id_errors), errors=id_errors)
         if cause_errors:
             return UnknownCause(_summary(cause_errors), errors=cause_errors)
+        if model_errors:
+            return InvalidEvent(_summary(model_errors), errors=model_errors)
+        self._registrations.update(registrations)
         self._known.update(known)
         self._positions.update(positions)
         self._versions.update(versions)
@@ -182,6 +204,28 @@ def _compare(event: NewEvent, tenant: str, stored: ChainRecord) -> str | None:
     kept = replace(stored, position=0, stream_version=0, recorded_at=_EPOCH)
     if canonical_bytes(sent) != canonical_bytes(kept):
         return f"event {event.source!r}/{event.id!r} was stored before with other content"
+    return None
+
+
+def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str, Any] | None:
+    """Why an event naming a model version breaks the registry, or None."""
+    if registered is None:
+        return {
+            "attribute": "modelversion",
+            "detail": f"model {event.model_name!r} version {event.model_version!r} is not registered",
+        }
+    if event.model_signature is not None and event.model_signature != registered.digest:
+        return {
+            "attribute": "modelsig",
+            "detail": f"signature mismatch: the event names {event.model_signature}, "
+            f"the registered signature is {registered.digest}",
+            "registered": registered.digest,
+        }
+    if registered.enforce_outputs and event.has_data and event.data_binary is None:
+        violation = output_violation(registered, event.data)
+        if violation is not None:
+            field, why = violation
+            return {"attribute": f"data.{field}" if field else "data", "detail": why}
     return None
 
 

@@ -27,11 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, log_head
 from app.errors import AppError
-from app.store._plan import GroupPlan, Key, Known, Row
+from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
 from app.store.chain import ChainRecord
+from app.store.models import REGISTERED, Registration, registration_from
 from app.store.records import Appended, NewEvent
 
 Outcome = list[Appended] | AppError
+NOTIFY_CHANNEL = "causeway_events"
 
 _EVENT_COLUMNS = (
     "position", "tenant", "id", "source", "type", "subject", "time", "time_rfc3339",
@@ -69,6 +71,12 @@ class EventLog:
         ids = {(t, e.id) for t, batch in requests for e in batch}
         causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
         streams = {(t, e.stream) for t, batch in requests for e in batch}
+        models = {
+            (t, e.model_name, e.model_version)
+            for t, batch in requests
+            for e in batch
+            if e.model_name is not None and e.model_version is not None
+        }
         group = GroupPlan(
             position=int(head.position),
             prev_hash=bytes(head.hash),
@@ -76,6 +84,7 @@ class EventLog:
             positions=await self._fetch_positions(causes),
             versions=await self._fetch_stream_versions(streams),
             recorded_at=datetime.now(UTC),
+            registrations=await self._fetch_registrations(models),
         )
         outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
         if group.rows:
@@ -96,6 +105,40 @@ class EventLog:
         await self._conn.execute(
             update(log_head).values(position=group.position, hash=group.prev_hash)
         )
+        # A wake-up hint for projection runners, delivered at commit; they poll anyway.
+        await self._conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, str(group.position))))
+
+    async def _fetch_registrations(self, keys: set[ModelKey]) -> dict[ModelKey, Registration]:
+        if not keys:
+            return {}
+        ordered = sorted(keys)
+        wanted = (
+            func.unnest(
+                literal([k[0] for k in ordered], ARRAY(Text)),
+                literal([k[1] for k in ordered], ARRAY(Text)),
+                literal([k[2] for k in ordered], ARRAY(Text)),
+            )
+            .table_valued("tenant", "name", "version")
+            .render_derived("wanted")
+        )
+        e = events.c
+        result = await self._conn.execute(
+            select(e.tenant, e.model_name, e.model_version, e.model_signature, e.data).join(
+                wanted,
+                and_(
+                    e.tenant == wanted.c.tenant,
+                    e.model_name == wanted.c.name,
+                    e.model_version == wanted.c.version,
+                    e.type == REGISTERED,
+                ),
+            )
+        )
+        return {
+            (row.tenant, row.model_name, row.model_version): registration_from(
+                row.data, row.model_signature
+            )
+            for row in result
+        }
 
     async def _fetch_known(self, keys: set[Key]) -> dict[Key, Known]:
         wanted = _pairs(keys, "id")

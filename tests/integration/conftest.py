@@ -14,6 +14,7 @@ from app.db.engine import create_engine
 from app.main import create_app
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
+from tests.integration.events import JSON, registration
 
 MakeKey = Callable[..., Awaitable[str]]
 
@@ -34,6 +35,7 @@ async def engine(database_url: URL) -> AsyncIterator[AsyncEngine]:
 async def app(settings: Settings, database_url: URL) -> AsyncIterator[FastAPI]:
     app = create_app(settings, database_url=database_url)
     yield app
+    await app.state.runner.dispose()
     await app.state.engine.dispose()
 
 
@@ -56,3 +58,28 @@ async def client(app: FastAPI, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncC
         transport=transport, base_url="http://causeway", headers={"Authorization": f"Bearer {key}"}
     ) as client:
         yield client
+
+
+@pytest.fixture
+async def admin(app: FastAPI, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of tenant ``acme`` with the admin scope (registers models)."""
+    key = await make_key("acme", "admin")
+    transport = httpx2.ASGITransport(app=app)
+    async with httpx2.AsyncClient(
+        transport=transport, base_url="http://causeway", headers={"Authorization": f"Bearer {key}"}
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def register(admin: httpx2.AsyncClient) -> Callable[..., Awaitable[None]]:
+    """Register model versions in tenant ``acme``: ``await register("m", "1", "2")``."""
+
+    async def register_versions(name: str, *versions: str) -> None:
+        for version in versions:
+            response = await admin.post(
+                f"/models/{name}/versions", content=registration(version), headers=JSON
+            )
+            assert response.status_code in (200, 201), response.text
+
+    return register_versions

@@ -7,8 +7,11 @@ from typing import Any
 
 import orjson
 
+from app.store.models import Signature
+
 STRUCTURED = {"Content-Type": "application/cloudevents+json"}
 BATCH = {"Content-Type": "application/cloudevents-batch+json"}
+JSON = {"Content-Type": "application/json"}
 _ids = count(1)
 
 
@@ -27,3 +30,20 @@ def event(**attributes: Any) -> dict[str, Any]:
 
 def dumps(value: Any) -> bytes:
     return orjson.dumps(value)
+
+
+SIGNATURE: dict[str, Any] = {
+    "inputs": [{"name": "image", "type": "binary"}],
+    "outputs": [
+        {"name": "score", "type": "double"},
+        {"name": "label", "type": "string", "required": False},
+    ],
+}
+
+
+def digest_of(signature: dict[str, Any] = SIGNATURE) -> str:
+    return Signature.model_validate(signature).digest()
+
+
+def registration(version: str, signature: dict[str, Any] = SIGNATURE, **extra: Any) -> bytes:
+    return dumps({"version": version, "signature": signature, **extra})

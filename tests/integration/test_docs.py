@@ -9,7 +9,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.integration.events import BATCH, dumps, event
+from tests.integration.events import BATCH, digest_of, dumps, event
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "hash-chain.md"
 
@@ -22,7 +22,10 @@ def documented_checker() -> Any:
     return namespace["check"]
 
 
-async def test_the_documented_recipe_verifies_a_replay(client: httpx2.AsyncClient) -> None:
+async def test_the_documented_recipe_verifies_a_replay(
+    client: httpx2.AsyncClient, register: Any
+) -> None:
+    await register("m", "1")
     first = event(
         data={
             "float": 1.5,
@@ -39,13 +42,13 @@ async def test_the_documented_recipe_verifies_a_replay(client: httpx2.AsyncClien
         event(data=None, causationid=first["id"], correlationid="run", priority=3, flag=True),
         event(data=..., data_base64="AAEC", datacontenttype="application/octet-stream"),
         event(data=..., subject="s", time="2026-11-30T12:00:00.123456789+01:00"),
-        event(modelname="m", modelversion="1", modelsig="sha256:00", data=[1, "x", None]),
+        event(modelname="m", modelversion="1", modelsig=digest_of(), data=[1, "x", None]),
     ]
     response = await client.post("/events", content=dumps(batch), headers=BATCH)
     assert response.status_code == 201, response.text
     lines = (await client.get("/replay")).text.splitlines()
     check = documented_checker()
-    assert list(check(lines, "acme")) == [1, 2, 3, 4, 5]
+    assert list(check(lines, "acme")) == [1, 2, 3, 4, 5, 6]  # 1: the model registration
 
 
 async def test_the_recipe_catches_a_changed_value(client: httpx2.AsyncClient) -> None:

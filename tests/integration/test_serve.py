@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from secrets import token_hex
 
@@ -12,8 +13,8 @@ import orjson
 from sqlalchemy import URL
 
 from tests.conftest import janitor
-from tests.integration.events import STRUCTURED, event
-from tests.integration.process import environment, free_port, serving
+from tests.integration.events import STRUCTURED, event, registration
+from tests.integration.process import create_key, environment, free_port, serving
 
 
 def test_serve_on_a_configured_database(database_url: URL, tmp_path: Path) -> None:
@@ -61,7 +62,7 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
             timeout=60,
         )
         assert refused.returncode == 2
-        assert "not 0002" in refused.stderr
+        assert "not 0003" in refused.stderr
         assert "--migrate" in refused.stderr
         with serving(env, "--migrate") as base:
             assert httpx2.get(f"{base}/readyz").status_code == 200
@@ -81,3 +82,23 @@ def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path:
         stored = httpx2.get(f"{base}/events/{sent['id']}", headers=auth)
         assert stored.status_code == 200
         assert stored.json()["data"] == sent["data"]
+
+
+def test_serve_runs_the_projections(database_url: URL, tmp_path: Path) -> None:
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(
+        CAUSEWAY_DATABASE_URL=url,
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_PROJECTION_POLL_INTERVAL_S="0.2",
+    )
+    key = create_key(env, "t", "admin")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        posted = httpx2.post(
+            f"{base}/models/faces/versions", content=registration("1"), headers=auth
+        )
+        assert posted.status_code == 201
+        deadline = time.monotonic() + 20
+        while httpx2.get(f"{base}/models/faces", headers=auth).status_code != 200:
+            assert time.monotonic() < deadline, "the registry never showed the model"
+            time.sleep(0.1)

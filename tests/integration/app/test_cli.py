@@ -131,7 +131,7 @@ class TestReplay:
 def test_migrate_is_idempotent(run: CliRunner) -> None:
     result = run.invoke(cli, ["migrate"])
     assert result.exit_code == 0
-    assert "schema at revision 0002" in result.stdout
+    assert "schema at revision 0003" in result.stdout
 
 
 def test_a_bad_database_url_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,3 +139,21 @@ def test_a_bad_database_url_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(cli, ["verify"])
     assert result.exit_code == 2
     assert result.stderr.startswith("error: setting CAUSEWAY_DATABASE_URL")
+
+
+class TestProjections:
+    def test_status_and_rebuild(self, run: CliRunner, database_url: URL) -> None:
+        store(database_url, "acme", 3)
+        status = run.invoke(cli, ["projections", "status"])
+        assert status.exit_code == 0, status.output
+        assert status.stdout.splitlines()[1].split()[:4] == ["model-registry", "0", "3", "3"]
+        rebuilt = run.invoke(cli, ["projections", "rebuild", "model-registry"])
+        assert rebuilt.exit_code == 0, rebuilt.output
+        assert rebuilt.stdout.strip() == "rebuilt model-registry from 0 events"
+        after = run.invoke(cli, ["projections", "status"])
+        assert after.stdout.splitlines()[1].split()[:4] == ["model-registry", "3", "3", "0"]
+
+    def test_rebuilding_an_unknown_projection_is_exit_2(self, run: CliRunner) -> None:
+        result = run.invoke(cli, ["projections", "rebuild", "nope"])
+        assert result.exit_code == 2
+        assert result.stderr.startswith("error: no projection 'nope'")

@@ -410,4 +410,5 @@ class TestUnavailable:
             assert (await client.get(f"/events/{sent['id']}")).status_code == 404
             retried = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
             assert retried.status_code == 201
+        await app.state.runner.dispose()
         await app.state.engine.dispose()

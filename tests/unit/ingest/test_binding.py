@@ -13,7 +13,8 @@ from app.errors import (
     ReservedType,
     UnsupportedMediaType,
 )
-from ingest.attributes import is_json_media_type, parse_rfc3339
+from app.store.timestamps import parse_rfc3339
+from ingest.attributes import is_json_media_type
 from ingest.binding import parse_request
 from ingest.limits import Limits
 

@@ -11,7 +11,7 @@ from gql.transport.requests import RequestsHTTPTransport
 from sqlalchemy import URL
 
 from tests.integration.app.graphql.test_schema import AUDIT, hospital
-from tests.integration.events import BATCH
+from tests.integration.events import BATCH, JSON, registration
 from tests.integration.process import create_key, environment, serving
 
 
@@ -20,9 +20,16 @@ def test_gql_runs_the_audit_query(database_url: URL, tmp_path: Path) -> None:
         CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
         CAUSEWAY_DATA_DIR=str(tmp_path),
     )
-    key = create_key(env, "hospital", "ingest,read")
+    key = create_key(env, "hospital", "admin")
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {key}"}
+        for name, version in (("tumor-detector", "3"), ("fracture-detector", "1")):
+            registered = httpx2.post(
+                f"{base}/models/{name}/versions",
+                content=registration(version),
+                headers={**JSON, **auth},
+            )
+            assert registered.status_code == 201, registered.text
         posted = httpx2.post(
             f"{base}/events", content=orjson.dumps(hospital()), headers={**BATCH, **auth}
         )

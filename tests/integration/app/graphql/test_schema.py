@@ -12,7 +12,7 @@ from sqlalchemy import URL, event
 from app.main import create_app
 from app.settings import Settings
 from tests.integration.conftest import MakeKey
-from tests.integration.events import BATCH, dumps
+from tests.integration.events import BATCH, digest_of, dumps
 from tests.integration.events import event as cloudevent
 
 AUDIT = """
@@ -63,7 +63,7 @@ def hospital() -> list[dict[str, Any]]:
             causationid="pre-1",
             modelname="tumor-detector",
             modelversion="3",
-            modelsig="sha256:aa",
+            modelsig=digest_of(),
         ),
         ce(
             "fracture-1",
@@ -72,7 +72,7 @@ def hospital() -> list[dict[str, Any]]:
             causationid="pre-1",
             modelname="fracture-detector",
             modelversion="1",
-            modelsig="sha256:bb",
+            modelsig=digest_of(),
         ),
         ce("dx-1", "diagnosed", source="/decisions", causationid="tumor-1,fracture-1,img-2"),
     ]
@@ -90,7 +90,9 @@ def ids(items: list[dict[str, Any]]) -> set[str]:
 
 
 @pytest.fixture
-async def stored(client: httpx2.AsyncClient) -> None:
+async def stored(client: httpx2.AsyncClient, register: Any) -> None:
+    await register("tumor-detector", "3")
+    await register("fracture-detector", "1")
     response = await client.post("/events", content=dumps(hospital()), headers=BATCH)
     assert response.status_code == 201
 
@@ -108,13 +110,13 @@ class TestAudit:
             {
                 "name": "fracture-detector",
                 "version": "1",
-                "signatureDigest": "sha256:bb",
+                "signatureDigest": digest_of(),
                 "events": [{"id": "fracture-1"}],
             },
             {
                 "name": "tumor-detector",
                 "version": "3",
-                "signatureDigest": "sha256:aa",
+                "signatureDigest": digest_of(),
                 "events": [{"id": "tumor-1"}],
             },
         ]
@@ -251,11 +253,11 @@ class TestEvents:
         assert found["model"] == {
             "name": "tumor-detector",
             "version": "3",
-            "signatureDigest": "sha256:aa",
+            "signatureDigest": digest_of(),
         }
         assert found["causes"] == [{"id": "pre-1", "causes": [{"id": "img-1"}]}]
         assert found["effects"]["edges"] == [{"node": {"id": "dx-1"}}]
-        assert found["position"] == 4
+        assert found["position"] == 6  # after the two model registrations
         assert len(found["hash"]) == 64
 
     async def test_causes_keep_the_order_the_event_named_them(
@@ -271,7 +273,11 @@ class TestEvents:
         query = """{ events(filter: {modelName: "tumor-detector"}) { edges { node { id } } }
                      correlation(id: "study-42", first: 2) { edges { node { id } } } }"""
         data = (await ask(client, query))["data"]
-        assert [e["node"]["id"] for e in data["events"]["edges"]] == ["tumor-1"]
+        # The registration event is about the model too.
+        assert [e["node"]["id"] for e in data["events"]["edges"]] == [
+            "model:tumor-detector:3",
+            "tumor-1",
+        ]
         assert [e["node"]["id"] for e in data["correlation"]["edges"]] == ["img-1", "img-2"]
 
 
@@ -307,9 +313,8 @@ class TestPagination:
 
 class TestTenants:
     async def test_another_tenant_sees_nothing_and_lineage_never_crosses(
-        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey
+        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey, stored: None
     ) -> None:
-        await client.post("/events", content=dumps(hospital()), headers=BATCH)
         key = await make_key("clinic-b", "ingest,read")
         transport = httpx2.ASGITransport(app=app)
         async with httpx2.AsyncClient(
@@ -371,6 +376,7 @@ class TestLimits:
             headers={"Authorization": f"Bearer {key}"},
         ) as client:
             yield client
+        await app.state.runner.dispose()
         await app.state.engine.dispose()
 
     async def test_first_is_capped(self, tight: httpx2.AsyncClient) -> None:

@@ -1,0 +1,26 @@
+"""``GET /projections``: each read model's checkpoint, lag and last error."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.deps import engine_of, require
+from app.projections.catalogue import all_projections
+from app.projections.runner import fetch_status
+from app.store.keys import Principal, Scope
+
+router = APIRouter(tags=["projections"])
+
+
+@router.get("/projections", summary="Checkpoint, head, lag and last error of each projection")
+async def projections(
+    _: Annotated[Principal, Depends(require(Scope.READ))],
+    engine: Annotated[AsyncEngine, Depends(engine_of)],
+) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        found = await fetch_status(conn, all_projections())
+    return {"projections": [dataclasses.asdict(s) for s in found]}

@@ -1,0 +1,1 @@
+"""Read models derived from the log, each applied in position order with a checkpoint."""

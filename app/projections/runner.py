@@ -1,0 +1,351 @@
+"""Runs projections: catch up from the checkpoint in batches, then follow the log.
+
+Each batch is one transaction: the checkpoint row is locked, the projection's events
+after it (up to the head read first, so none can commit later below it) are applied,
+and the checkpoint moves; so an event takes effect exactly once even if the process dies
+mid-batch. One runner per projection leads, through a session advisory lock on its own
+connection, so runners in several processes or machines never apply an event twice;
+the others stand by and take over when the leader's connection goes.
+
+NOTIFY (sent by every append) wakes a runner early; it never relies on it: it polls every
+``poll_interval_s`` too. A failing event stops its projection at that position: the
+error is recorded (see ``fetch_status``) and the batch is retried with exponential
+backoff; nothing is skipped. A rebuild, when requested, replays the projection from
+position 0 in one transaction, so readers see the old read model until the new one
+commits, never a half-built one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import psycopg
+from sqlalchemy import any_, delete, func, literal, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.types import Text
+
+from app.db.tables import events, log_head, projection_checkpoints
+from app.errors import NotFound
+from app.projections.base import Projection
+from app.store.graph import StoredEvent
+from app.store.log import NOTIFY_CHANNEL, full_row, record_from_row
+
+logger = logging.getLogger(__name__)
+_c = projection_checkpoints.c
+
+
+class ProjectionFailed(Exception):
+    def __init__(self, position: int, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.position = position
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionStatus:
+    name: str
+    checkpoint: int
+    head: int
+    lag_events: int
+    lag_seconds: float
+    last_error: str | None
+    error_position: int | None
+    failures: int
+    rebuild_requested: bool
+
+
+class ProjectionRunner:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        projections: Sequence[Projection],
+        *,
+        listen_dsn: str | None = None,
+        batch_size: int = 500,
+        poll_interval_s: float = 1.0,
+        max_backoff_s: float = 60.0,
+    ) -> None:
+        self._engine = engine
+        self._projections = list(projections)
+        self._listen_dsn = listen_dsn
+        self._batch_size = batch_size
+        self._poll_interval_s = poll_interval_s
+        self._max_backoff_s = max_backoff_s
+        self._wake = {p.name: asyncio.Event() for p in self._projections}
+
+    async def dispose(self) -> None:
+        await self._engine.dispose()
+
+    def projection(self, name: str) -> Projection:
+        for projection in self._projections:
+            if projection.name == name:
+                return projection
+        raise NotFound(
+            f"no projection {name!r}; there are {', '.join(p.name for p in self._projections)}"
+        )
+
+    @property
+    def projections(self) -> list[Projection]:
+        return list(self._projections)
+
+    async def run(self) -> None:
+        """Lead (or stand by for) every projection until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            if self._listen_dsn:
+                group.create_task(self._listen(self._listen_dsn))
+            for projection in self._projections:
+                group.create_task(self._follow(projection))
+
+    async def catch_up(self, projection: Projection) -> None:
+        """Apply everything up to the current head now (for tests and the CLI)."""
+        while await self.step(projection):
+            pass
+
+    async def step(self, projection: Projection, *, until: int | None = None) -> int:
+        """Apply one batch (up to position ``until``); how far the checkpoint moved."""
+        async with self._engine.begin() as conn:
+            checkpoint = await _lock_checkpoint(conn, projection.name)
+            head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+            if until is not None:
+                head = min(head, until)
+            rows = (
+                await conn.execute(
+                    select(*full_row())
+                    .where(
+                        events.c.position > checkpoint,
+                        events.c.position <= head,
+                        events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
+                    )
+                    .order_by(events.c.position)
+                    .limit(self._batch_size)
+                )
+            ).all()
+            for row in rows:
+                stored = StoredEvent(record_from_row(row), bytes(row.prev_hash), bytes(row.hash))
+                try:
+                    await projection.apply(conn, stored)
+                except Exception as exc:
+                    raise ProjectionFailed(row.position, exc) from exc
+            reached = rows[-1].position if len(rows) == self._batch_size else head
+            if not rows and reached - checkpoint < self._batch_size:
+                # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
+                # for every append; it moves once a batch's worth has gone by instead.
+                return 0
+            if reached > checkpoint:
+                await conn.execute(
+                    update(projection_checkpoints)
+                    .where(_c.name == projection.name)
+                    .values(
+                        position=reached,
+                        updated_at=datetime.now(UTC),
+                        last_error=None,
+                        error_position=None,
+                        failures=0,
+                    )
+                )
+            return int(reached - checkpoint)
+
+    async def rebuild(self, projection: Projection) -> int:
+        """Empty the read model and apply the log again from position 0, atomically."""
+        async with self._engine.begin() as conn:
+            await _lock_checkpoint(conn, projection.name)
+            head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+            for table in projection.tables:
+                await conn.execute(delete(table))
+            after = applied = 0
+            while True:
+                rows = (
+                    await conn.execute(
+                        select(*full_row())
+                        .where(
+                            events.c.position > after,
+                            events.c.position <= head,
+                            events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
+                        )
+                        .order_by(events.c.position)
+                        .limit(1000)
+                    )
+                ).all()
+                if not rows:
+                    break
+                for row in rows:
+                    stored = StoredEvent(
+                        record_from_row(row), bytes(row.prev_hash), bytes(row.hash)
+                    )
+                    await projection.apply(conn, stored)
+                applied += len(rows)
+                after = rows[-1].position
+            await conn.execute(
+                update(projection_checkpoints)
+                .where(_c.name == projection.name)
+                .values(
+                    position=head,
+                    updated_at=datetime.now(UTC),
+                    last_error=None,
+                    error_position=None,
+                    failures=0,
+                    rebuild_requested=False,
+                )
+            )
+        return applied
+
+    @contextlib.asynccontextmanager
+    async def leadership(self, projection: Projection) -> AsyncIterator[bool]:
+        """Try to lead ``projection``; yields whether this runner does. The lock lives as
+        long as the connection, so a crashed leader releases it at once."""
+        conn = await self._engine.connect()
+        try:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            key = func.hashtextextended(f"causeway.projection:{projection.name}", 0)
+            leading = bool((await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar())
+            try:
+                yield leading
+            finally:
+                if leading:
+                    await conn.execute(select(func.pg_advisory_unlock(key)))
+        finally:
+            await conn.close()
+
+    async def _follow(self, projection: Projection) -> None:
+        while True:
+            try:
+                async with self.leadership(projection) as leading:
+                    if leading:
+                        await self._lead(projection)
+            except (DBAPIError, OSError) as exc:
+                logger.warning("projection %s: database unavailable: %s", projection.name, exc)
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def _lead(self, projection: Projection) -> None:
+        failures = 0
+        while True:
+            try:
+                if await self.is_rebuild_requested(projection):
+                    count = await self.rebuild(projection)
+                    logger.info("projection %s rebuilt from %d events", projection.name, count)
+                moved = await self.step(projection)
+                failures = 0
+            except ProjectionFailed as failed:
+                failures += 1
+                # Keep what came before the failing event, so the projection stops right
+                # at it (the failed batch was rolled back whole).
+                while await self.step(projection, until=failed.position - 1):
+                    pass
+                await self._record_failure(projection, failed)
+                delay = min(self._poll_interval_s * 2**failures, self._max_backoff_s)
+                logger.error(
+                    "projection %s stopped at position %d (%s); retrying in %.1f s",
+                    projection.name,
+                    failed.position,
+                    failed,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                continue
+            if not moved:
+                await self._wait(projection)
+
+    async def _wait(self, projection: Projection) -> None:
+        wake = self._wake[projection.name]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), self._poll_interval_s)
+            # Under load every append notifies: let a few arrive, then take them at once.
+            await asyncio.sleep(min(0.05, self._poll_interval_s))
+        wake.clear()
+
+    async def _listen(self, dsn: str) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        for wake in self._wake.values():
+                            wake.set()
+            except (psycopg.Error, OSError) as exc:
+                logger.warning("LISTEN lost (%s); polling meanwhile", exc)
+            await asyncio.sleep(self._poll_interval_s)
+
+    async def request_rebuild(self, projection: Projection) -> None:
+        """Ask whichever runner leads ``projection`` to rebuild it."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                insert(projection_checkpoints)
+                .values(name=projection.name, rebuild_requested=True)
+                .on_conflict_do_update(index_elements=["name"], set_={"rebuild_requested": True})
+            )
+
+    async def is_rebuild_requested(self, projection: Projection) -> bool:
+        async with self._engine.connect() as conn:
+            flag = await conn.execute(
+                select(_c.rebuild_requested).where(_c.name == projection.name)
+            )
+            return bool(flag.scalar())
+
+    async def _record_failure(self, projection: Projection, failed: ProjectionFailed) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                update(projection_checkpoints)
+                .where(_c.name == projection.name)
+                .values(
+                    last_error=str(failed)[:2000],
+                    error_position=failed.position,
+                    failures=_c.failures + 1,
+                    updated_at=datetime.now(UTC),
+                )
+            )
+
+
+async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:
+    await conn.execute(insert(projection_checkpoints).values(name=name).on_conflict_do_nothing())
+    locked = await conn.execute(select(_c.position).where(_c.name == name).with_for_update())
+    return int(locked.scalar_one())
+
+
+async def fetch_status(
+    conn: AsyncConnection, projections: Sequence[Projection]
+) -> list[ProjectionStatus]:
+    head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+    rows = {
+        row.name: row
+        for row in await conn.execute(
+            select(projection_checkpoints).where(
+                _c.name == any_(literal([p.name for p in projections], ARRAY(Text)))
+            )
+        )
+    }
+    found = []
+    for projection in projections:
+        row = rows.get(projection.name)
+        checkpoint = int(row.position) if row else 0
+        oldest = (
+            await conn.execute(
+                select(events.c.recorded_at)
+                .where(
+                    events.c.position > checkpoint,
+                    events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
+                )
+                .order_by(events.c.position)
+                .limit(1)
+            )
+        ).scalar()
+        lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
+        found.append(
+            ProjectionStatus(
+                name=projection.name,
+                checkpoint=checkpoint,
+                head=head,
+                lag_events=head - checkpoint if oldest else 0,
+                lag_seconds=round(max(lag_s, 0.0), 3),
+                last_error=row.last_error if row else None,
+                error_position=row.error_position if row else None,
+                failures=int(row.failures) if row else 0,
+                rebuild_requested=bool(row.rebuild_requested) if row else False,
+            )
+        )
+    return found

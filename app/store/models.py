@@ -1,0 +1,190 @@
+"""The model registry's rules: signatures (MLflow's shape), their digest, and what an
+event produced by a registered model must satisfy.
+
+A signature has ``inputs`` and ``outputs`` (and optional ``params``), each a list of
+column specs (``name``, ``type``, ``required``) or tensor specs (``type: tensor`` with
+``tensor-spec: {dtype, shape}``). As MLflow writes them in ``MLmodel`` files, each list
+may also come as a JSON string. The digest is ``sha256:`` and the hex SHA-256 of the
+canonical JSON of the validated signature (keys sorted, no whitespace, defaults filled,
+absent optional members left out), so one signature always has one digest.
+
+Registrations are events (``causeway.model.registered``) with a deterministic id, so the
+store's idempotency makes a re-registration of the same content a no-op and a different
+one a conflict. Checks at ingest read the registration events themselves, under the
+append lock, so they never lag behind a registration.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from app.store.records import NewEvent
+from app.store.timestamps import parse_rfc3339
+
+REGISTERED = "causeway.model.registered"
+ALIASED = "causeway.model.aliased"
+SOURCE = "causeway:models"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+ColumnType = Literal[
+    "boolean", "integer", "long", "float", "double", "string", "binary", "datetime"
+]
+
+
+def _json_list(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, str) else value
+
+
+class ColumnSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str | None = None
+    type: ColumnType
+    required: bool = True
+
+
+class TensorInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    dtype: str
+    shape: list[int]
+
+
+class TensorSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    name: str | None = None
+    type: Literal["tensor"]
+    tensor_spec: TensorInfo = Field(alias="tensor-spec")
+
+
+class ParamSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    type: str
+    default: Any = None
+    shape: list[int] | None = None
+
+
+Specs = Annotated[list[TensorSpec | ColumnSpec], BeforeValidator(_json_list)]
+
+
+class Signature(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    inputs: Specs
+    outputs: Specs
+    params: Annotated[list[ParamSpec] | None, BeforeValidator(_json_list)] = None
+
+    def canonical(self) -> dict[str, Any]:
+        dumped: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return dumped
+
+    def digest(self) -> str:
+        encoded = orjson.dumps(self.canonical(), option=orjson.OPT_SORT_KEYS)
+        return "sha256:" + hashlib.sha256(encoded).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What ingest needs of a registered model version."""
+
+    digest: str
+    enforce_outputs: bool
+    outputs: tuple[dict[str, Any], ...]
+
+
+def is_valid_name(text: str) -> bool:
+    return bool(_NAME.match(text))
+
+
+def registration_event(
+    name: str, version: str, signature: Signature, tags: dict[str, str], *, enforce_outputs: bool
+) -> NewEvent:
+    return NewEvent(
+        id=f"model:{name}:{version}",
+        source=SOURCE,
+        type=REGISTERED,
+        stream=f"model:{name}",
+        has_data=True,
+        data={
+            "name": name,
+            "version": version,
+            "signature": signature.canonical(),
+            "tags": tags,
+            "enforce_outputs": enforce_outputs,
+        },
+        model_name=name,
+        model_version=version,
+        model_signature=signature.digest(),
+    )
+
+
+def alias_event(name: str, alias: str, version: str | None, sequence: int) -> NewEvent:
+    """Point ``alias`` at ``version`` (None: remove it). ``sequence`` keeps ids unique."""
+    return NewEvent(
+        id=f"model:{name}:alias:{alias}:{sequence}",
+        source=SOURCE,
+        type=ALIASED,
+        stream=f"model:{name}",
+        has_data=True,
+        data={"name": name, "alias": alias, "version": version},
+        model_name=name,
+    )
+
+
+def registration_from(data: dict[str, Any], digest: str) -> Registration:
+    outputs = data.get("signature", {}).get("outputs", [])
+    return Registration(digest, bool(data.get("enforce_outputs")), tuple(outputs))
+
+
+def output_violation(registration: Registration, data: Any) -> tuple[str, str] | None:
+    """The first (field, why) by which ``data`` breaks the registered outputs, or None
+    (field ``""`` means the data as a whole).
+
+    Column outputs are checked by name against a JSON object: required columns must be
+    present, and values must have the column's type or one that converts to it without
+    loss (an integer for a float or double). Tensor outputs are not checked.
+    """
+    columns = [o for o in registration.outputs if o.get("type") != "tensor" and o.get("name")]
+    if not columns:
+        return None
+    if not isinstance(data, dict):
+        return "", "the model's outputs are named columns, so data must be a JSON object"
+    for column in columns:
+        name, kind = column["name"], column["type"]
+        if name not in data or data[name] is None:
+            if column.get("required", True):
+                return name, f"required output {name!r} is missing"
+            continue
+        if not _fits(kind, data[name]):
+            return name, f"output {name!r} must be {kind}, got {type(data[name]).__name__}"
+    return None
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind in ("integer", "long"):
+        return isinstance(value, int)
+    if kind in ("float", "double"):
+        return isinstance(value, int | float)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "datetime":
+        return isinstance(value, str) and parse_rfc3339(value)[0] is not None
+    if kind == "binary":
+        if not isinstance(value, str):
+            return False
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        return True
+    return False

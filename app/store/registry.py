@@ -1,0 +1,96 @@
+"""Reads of the model registry read model (written by ``app.projections.models``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import events, model_aliases, model_versions
+from app.store.models import REGISTERED
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVersion:
+    name: str
+    version: str
+    signature: dict[str, Any]
+    signature_digest: str
+    tags: dict[str, Any]
+    enforce_outputs: bool
+    registered_at: datetime
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    versions: list[ModelVersion]
+    aliases: dict[str, str]
+
+
+class RegistryReader:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def read_models(self, tenant: str, name: str | None = None) -> list[Model]:
+        v, a = model_versions.c, model_aliases.c
+        versions = select(model_versions).where(v.tenant == tenant)
+        aliases = select(model_aliases).where(a.tenant == tenant)
+        if name is not None:
+            versions, aliases = versions.where(v.name == name), aliases.where(a.name == name)
+        found: dict[str, Model] = {}
+        for row in await self._conn.execute(versions.order_by(v.name, v.position)):
+            model = found.setdefault(row.name, Model(row.name, [], {}))
+            model.versions.append(_version(row))
+        for row in await self._conn.execute(aliases.order_by(a.name, a.alias)):
+            if row.name in found:
+                found[row.name].aliases[row.alias] = row.version
+        return list(found.values())
+
+    async def read_versions(
+        self, tenant: str, keys: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], ModelVersion]:
+        wanted = list(keys)
+        if not wanted:
+            return {}
+        v = model_versions.c
+        rows = await self._conn.execute(
+            select(model_versions).where(
+                and_(v.tenant == tenant, tuple_(v.name, v.version).in_(wanted))
+            )
+        )
+        return {(row.name, row.version): _version(row) for row in rows}
+
+
+def _version(row: Any) -> ModelVersion:
+    return ModelVersion(
+        name=row.name,
+        version=row.version,
+        signature=row.signature,
+        signature_digest=row.signature_digest,
+        tags=row.tags,
+        enforce_outputs=row.enforce_outputs,
+        registered_at=row.registered_at,
+        position=row.position,
+    )
+
+
+async def fetch_registered_digest(
+    conn: AsyncConnection, tenant: str, name: str, version: str
+) -> str | None:
+    """The digest of a registered version, read from the log itself (never stale)."""
+    e = events.c
+    found = await conn.execute(
+        select(e.model_signature).where(
+            e.tenant == tenant,
+            e.model_name == name,
+            e.model_version == version,
+            e.type == REGISTERED,
+        )
+    )
+    return found.scalar()

@@ -1,0 +1,33 @@
+"""RFC 3339 timestamps, as CloudEvents ``time`` and the read filters use them."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
+    """The instant (to the microsecond) and None, or None and why ``text`` is not RFC 3339."""
+    match = _RFC3339.match(text)
+    if match is None:
+        return None, f"time {text!r} is not an RFC 3339 timestamp"
+    year, month, day, hour, minute, second, fraction, offset = match.groups()
+    if second == "60":
+        return None, "time: leap seconds (:60) are not supported"
+    if offset in ("Z", "z"):
+        zone = UTC
+    else:
+        sign = 1 if offset[0] == "+" else -1
+        zone = timezone(sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6])))
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    try:
+        value = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micros, zone
+        )
+    except ValueError as exc:
+        return None, f"time {text!r} is not a valid date and time: {exc}"
+    return value, None

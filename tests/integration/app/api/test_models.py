@@ -1,0 +1,223 @@
+"""The model registry over HTTP, and its rules at ingest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+
+from app.projections.catalogue import all_projections
+from tests.integration.conftest import MakeKey
+from tests.integration.events import (
+    JSON,
+    SIGNATURE,
+    STRUCTURED,
+    digest_of,
+    dumps,
+    event,
+    registration,
+)
+
+OTHER_SIGNATURE: dict[str, Any] = {**SIGNATURE, "outputs": [{"name": "score", "type": "float"}]}
+
+
+async def catch_up(app: FastAPI) -> None:
+    runner = app.state.runner
+    for projection in all_projections():
+        await runner.catch_up(projection)
+
+
+class TestRegister:
+    async def test_a_version_is_registered_with_its_digest(self, admin: httpx2.AsyncClient) -> None:
+        response = await admin.post(
+            "/models/faces/versions", content=registration("3"), headers=JSON
+        )
+        assert response.status_code == 201
+        assert response.json()["signature_digest"] == digest_of()
+        assert digest_of().startswith("sha256:")
+
+    async def test_the_same_registration_again_is_idempotent(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        first = await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        again = await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        assert again.status_code == 200
+        assert again.json()["position"] == first.json()["position"]
+
+    async def test_another_signature_for_a_version_is_409(self, admin: httpx2.AsyncClient) -> None:
+        await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        response = await admin.post(
+            "/models/faces/versions", content=registration("3", OTHER_SIGNATURE), headers=JSON
+        )
+        assert response.status_code == 409
+        assert response.json()["registered"] == digest_of()
+        assert response.json()["sent"] == digest_of(OTHER_SIGNATURE)
+
+    async def test_mlflow_string_specs_give_the_same_digest(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        as_strings = {k: dumps(v).decode() for k, v in SIGNATURE.items()}
+        response = await admin.post(
+            "/models/faces/versions", content=registration("3", as_strings), headers=JSON
+        )
+        assert response.json()["signature_digest"] == digest_of()
+
+    async def test_a_malformed_signature_is_422(self, admin: httpx2.AsyncClient) -> None:
+        bad = {"inputs": [{"name": "x", "type": "complex"}], "outputs": []}
+        response = await admin.post(
+            "/models/faces/versions", content=registration("3", bad), headers=JSON
+        )
+        assert response.status_code == 422
+        assert response.json()["type"] == "/problems/invalid-request"
+
+    async def test_registering_needs_the_admin_scope(self, client: httpx2.AsyncClient) -> None:
+        response = await client.post(
+            "/models/faces/versions", content=registration("3"), headers=JSON
+        )
+        assert response.status_code == 403
+
+
+class TestRead:
+    async def test_models_list_versions_signatures_tags_and_aliases(
+        self, admin: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        await admin.post(
+            "/models/faces/versions",
+            content=registration("3", tags={"team": "vision"}),
+            headers=JSON,
+        )
+        await admin.post("/models/faces/versions", content=registration("4"), headers=JSON)
+        alias = await admin.put(
+            "/models/faces/aliases/champion", content=dumps({"version": "3"}), headers=JSON
+        )
+        assert alias.status_code == 200
+        await catch_up(app)
+        model = (await admin.get("/models/faces")).json()
+        assert [v["version"] for v in model["versions"]] == ["3", "4"]
+        assert model["versions"][0]["tags"] == {"team": "vision"}
+        assert model["versions"][0]["signature"]["outputs"][0] == {
+            "name": "score",
+            "type": "double",
+            "required": True,
+        }
+        assert model["aliases"] == {"champion": "3"}
+        await admin.delete("/models/faces/aliases/champion")
+        await catch_up(app)
+        assert (await admin.get("/models/faces")).json()["aliases"] == {}
+        assert [m["name"] for m in (await admin.get("/models")).json()["models"]] == ["faces"]
+
+    async def test_an_alias_to_an_unregistered_version_is_404(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        response = await admin.put(
+            "/models/faces/aliases/x", content=dumps({"version": "9"}), headers=JSON
+        )
+        assert response.status_code == 404
+
+    async def test_an_unknown_model_is_404(self, admin: httpx2.AsyncClient) -> None:
+        assert (await admin.get("/models/nothing")).status_code == 404
+
+
+class TestIngestRules:
+    async def test_an_unregistered_version_is_refused(self, client: httpx2.AsyncClient) -> None:
+        sent = event(modelname="faces", modelversion="7")
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 422
+        assert response.json()["detail"] == "event 0: model 'faces' version '7' is not registered"
+
+    async def test_a_signature_mismatch_shows_both_digests(
+        self, client: httpx2.AsyncClient, register: Any
+    ) -> None:
+        await register("faces", "3")
+        sent = event(modelname="faces", modelversion="3", modelsig="sha256:beef")
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 422
+        assert "signature mismatch" in response.json()["detail"]
+        assert "sha256:beef" in response.json()["detail"]
+        assert response.json()["errors"][0]["registered"] == digest_of()
+
+    async def test_the_registered_digest_is_accepted(
+        self, client: httpx2.AsyncClient, register: Any
+    ) -> None:
+        await register("faces", "3")
+        sent = event(modelname="faces", modelversion="3", modelsig=digest_of())
+        assert (
+            await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        ).status_code == 201
+
+    @pytest.mark.parametrize(
+        ("data", "status", "field"),
+        [
+            ({"score": 0.5, "label": "x"}, 201, None),
+            ({"score": 1}, 201, None),  # an integer is a safe double
+            ({"label": "x"}, 422, "data.score"),
+            ({"score": "high"}, 422, "data.score"),
+            ({"score": 0.5, "label": 3}, 422, "data.label"),
+            ([0.5], 422, "data"),
+        ],
+    )
+    async def test_outputs_are_checked_when_the_model_opts_in(
+        self,
+        client: httpx2.AsyncClient,
+        admin: httpx2.AsyncClient,
+        data: Any,
+        status: int,
+        field: str | None,
+    ) -> None:
+        body = registration("5", enforce_outputs=True)
+        await admin.post("/models/faces/versions", content=body, headers=JSON)
+        sent = event(modelname="faces", modelversion="5", data=data)
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == status, response.text
+        if field:
+            assert response.json()["errors"][0]["attribute"] == field
+
+    async def test_registrations_stay_in_their_tenant(
+        self, app: FastAPI, register: Any, make_key: MakeKey
+    ) -> None:
+        await register("faces", "3")
+        key = await make_key("globex", "ingest")
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://c",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as other:
+            sent = event(modelname="faces", modelversion="3")
+            response = await other.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 422
+
+
+class TestGraphQL:
+    async def test_models_and_the_registered_version_behind_an_event(
+        self, client: httpx2.AsyncClient, register: Any, app: FastAPI
+    ) -> None:
+        await register("faces", "3")
+        sent = event(modelname="faces", modelversion="3", modelsig=digest_of())
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        await catch_up(app)
+        query = f"""{{ models {{ name versions {{ version signatureDigest }} }}
+            model(name: "faces") {{ versions {{ signature }} }}
+            event(id: "{sent["id"]}") {{ model {{ name registered {{ version signature }} }} }} }}"""
+        data = (await client.post("/graphql", json={"query": query})).json()["data"]
+        assert data["models"] == [
+            {"name": "faces", "versions": [{"version": "3", "signatureDigest": digest_of()}]}
+        ]
+        signature = data["model"]["versions"][0]["signature"]
+        assert signature["inputs"] == [{"name": "image", "type": "binary", "required": True}]
+        assert data["event"]["model"]["registered"]["version"] == "3"
+        assert data["event"]["model"]["registered"]["signature"] == signature
+
+
+class TestProjectionsStatus:
+    async def test_status_shows_checkpoint_head_and_lag(
+        self, admin: httpx2.AsyncClient, app: FastAPI, register: Any
+    ) -> None:
+        await register("faces", "3")
+        [behind] = (await admin.get("/projections")).json()["projections"]
+        assert behind["name"] == "model-registry"
+        assert (behind["checkpoint"], behind["head"], behind["lag_events"]) == (0, 1, 1)
+        await catch_up(app)
+        [current] = (await admin.get("/projections")).json()["projections"]
+        assert (current["checkpoint"], current["lag_events"], current["lag_seconds"]) == (1, 0, 0)

@@ -1,0 +1,242 @@
+"""The projection engine against a real PostgreSQL: exactly-once effects across crashes,
+rebuilds equal to incremental state, one leader among several runners, recorded errors."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import URL, BigInteger, Column, MetaData, Table, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db.engine import create_engine
+from app.projections.catalogue import all_projections
+from app.projections.models import ModelRegistry
+from app.projections.runner import ProjectionFailed, ProjectionRunner, fetch_status
+from app.store.graph import StoredEvent
+from app.store.log import EventLog
+from app.store.models import Signature, alias_event, registration_event
+from app.store.records import NewEvent
+
+test_metadata = MetaData()
+applied = Table("test_applied", test_metadata, Column("position", BigInteger, primary_key=True))
+
+
+class Counter:
+    """Writes one row per event it applies: a second application fails on the key."""
+
+    name = "test-counter"
+    tables = (applied,)
+    types = frozenset({"t.count"})
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fail_at = fail_at
+
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        await conn.execute(insert(applied).values(position=event.position))
+        if event.position == self.fail_at:
+            raise RuntimeError(f"cannot apply {event.position}")
+
+
+@pytest.fixture
+async def counter_table(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(test_metadata.create_all)
+
+
+async def append_counts(engine: AsyncEngine, count: int, tenant: str = "acme") -> None:
+    batch = [
+        NewEvent(id=f"c{i}-{tenant}", source="/s", type="t.count", stream="s") for i in range(count)
+    ]
+    others = [
+        NewEvent(id=f"o{i}-{tenant}", source="/s", type="t.other", stream="o") for i in range(count)
+    ]
+    async with engine.begin() as conn:
+        await EventLog(conn).append(
+            tenant, [e for pair in zip(batch, others, strict=True) for e in pair]
+        )
+
+
+async def applied_positions(engine: AsyncEngine) -> list[int]:
+    async with engine.connect() as conn:
+        return [
+            r[0]
+            for r in await conn.execute(select(applied.c.position).order_by(applied.c.position))
+        ]
+
+
+@pytest.mark.usefixtures("counter_table")
+class TestExactlyOnce:
+    async def test_a_crash_mid_batch_leaves_no_trace_and_the_retry_applies_each_once(
+        self, engine: AsyncEngine
+    ) -> None:
+        await append_counts(engine, 10)  # counts at odd positions 1, 3, ..., 19
+        runner = ProjectionRunner(engine, [Counter(fail_at=11)], batch_size=4)
+        assert await runner.step(runner.projection("test-counter")) == 7  # 1, 3, 5, 7
+        with pytest.raises(ProjectionFailed) as failed:
+            await runner.step(runner.projection("test-counter"))  # 9, then 11 fails
+        assert failed.value.position == 11
+        assert await applied_positions(engine) == [1, 3, 5, 7]  # the partial batch rolled back
+        fixed = ProjectionRunner(engine, [Counter()], batch_size=4)
+        await fixed.catch_up(fixed.projection("test-counter"))
+        assert await applied_positions(engine) == list(range(1, 20, 2))
+
+    async def test_a_runner_cancelled_mid_batch_resumes_without_double_effects(
+        self, engine: AsyncEngine
+    ) -> None:
+        await append_counts(engine, 50)
+
+        class Slow(Counter):
+            async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+                await super().apply(conn, event)
+                await asyncio.sleep(0.005)
+
+        runner = ProjectionRunner(engine, [Slow()], batch_size=20)
+        task = asyncio.create_task(runner.catch_up(runner.projection("test-counter")))
+        await asyncio.sleep(0.15)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        resumed = ProjectionRunner(engine, [Counter()], batch_size=20)
+        await resumed.catch_up(resumed.projection("test-counter"))
+        assert await applied_positions(engine) == list(range(1, 100, 2))
+
+    async def test_rebuild_gives_the_incremental_state(self, engine: AsyncEngine) -> None:
+        await append_counts(engine, 30)
+        runner = ProjectionRunner(engine, [Counter()], batch_size=7)
+        await runner.catch_up(runner.projection("test-counter"))
+        before = await applied_positions(engine)
+        assert await runner.rebuild(runner.projection("test-counter")) == 30
+        assert await applied_positions(engine) == before
+
+
+@pytest.mark.usefixtures("counter_table")
+class TestRunning:
+    async def test_two_runners_one_leader_no_double_application(
+        self, engine: AsyncEngine, database_url: URL
+    ) -> None:
+        other_engine = create_engine(database_url, pool_size=3)
+        first = ProjectionRunner(engine, [Counter()], poll_interval_s=0.05)
+        second = ProjectionRunner(other_engine, [Counter()], poll_interval_s=0.05)
+        tasks = [asyncio.create_task(first.run()), asyncio.create_task(second.run())]
+        for _ in range(5):
+            await append_counts(engine, 10, tenant=f"t{_}")
+            await asyncio.sleep(0.05)
+        await _until(lambda: _caught_up(engine, "test-counter"))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await other_engine.dispose()
+        assert len(await applied_positions(engine)) == 50
+        async with engine.connect() as conn:
+            [status] = await fetch_status(conn, [Counter()])
+        assert status.failures == 0
+        assert status.lag_events == 0
+
+    async def test_a_failing_event_stops_the_projection_and_shows_in_status(
+        self, engine: AsyncEngine
+    ) -> None:
+        await append_counts(engine, 3)
+        runner = ProjectionRunner(engine, [Counter(fail_at=3)], poll_interval_s=0.05)
+        task = asyncio.create_task(runner.run())
+
+        async def failed_twice() -> bool:
+            async with engine.connect() as conn:
+                [status] = await fetch_status(conn, [Counter()])
+            return status.failures >= 2
+
+        await _until(failed_twice)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        async with engine.connect() as conn:
+            [status] = await fetch_status(conn, [Counter()])
+        assert status.checkpoint == 2  # position 1 applied; stopped before 3, nothing skipped
+        assert status.error_position == 3
+        assert status.last_error == "RuntimeError: cannot apply 3"
+        assert await applied_positions(engine) == [1]
+
+    async def test_notify_wakes_a_runner_long_before_its_poll(
+        self, engine: AsyncEngine, database_url: URL
+    ) -> None:
+        dsn = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        runner = ProjectionRunner(engine, [Counter()], listen_dsn=dsn, poll_interval_s=60)
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.5)  # leading and listening
+        await append_counts(engine, 1)
+        await _until(lambda: _caught_up(engine, "test-counter"), timeout_s=10)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await applied_positions(engine) == [1]
+
+
+async def _caught_up(engine: AsyncEngine, name: str) -> bool:
+    async with engine.connect() as conn:
+        [status] = await fetch_status(
+            conn, [Counter()] if name == "test-counter" else all_projections()
+        )
+    return status.lag_events == 0 and status.checkpoint > 0
+
+
+async def _until(check: Any, timeout_s: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+SIG = Signature.model_validate({"inputs": [{"type": "double"}], "outputs": [{"type": "long"}]})
+commands = st.lists(
+    st.one_of(
+        st.tuples(st.just("register"), st.sampled_from("ab"), st.sampled_from("123")),
+        st.tuples(
+            st.just("alias"),
+            st.sampled_from("ab"),
+            st.sampled_from(["x", "y"]),
+            st.sampled_from(["1", "2", None]),
+        ),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(script=commands, batch=st.integers(min_value=1, max_value=5), tenant=st.uuids())
+async def test_every_projection_rebuilds_to_its_incremental_state(
+    engine: AsyncEngine, script: list[tuple[Any, ...]], batch: int, tenant: Any
+) -> None:
+    tenant_name = f"p{tenant.hex[:12]}"
+    to_append = []
+    for n, command in enumerate(script):
+        if command[0] == "register":
+            to_append.append(
+                registration_event(command[1], command[2], SIG, {}, enforce_outputs=False)
+            )
+        else:
+            to_append.append(alias_event(command[1], command[2], command[3], n))
+    for projection in all_projections():
+        runner = ProjectionRunner(engine, [projection], batch_size=batch)
+        for start in range(0, len(to_append), 3):
+            async with engine.begin() as conn:
+                await EventLog(conn).append(tenant_name, to_append[start : start + 3])
+            await runner.catch_up(projection)
+        incremental = await _snapshot(engine, projection)
+        await runner.rebuild(projection)
+        assert await _snapshot(engine, projection) == incremental
+
+
+async def _snapshot(engine: AsyncEngine, projection: Any) -> list[list[tuple[Any, ...]]]:
+    async with engine.connect() as conn:
+        return [
+            sorted(tuple(row) for row in await conn.execute(select(table)))
+            for table in projection.tables
+        ]
+
+
+def test_the_registry_is_in_the_catalogue() -> None:
+    assert [type(p) for p in all_projections()] == [ModelRegistry]
