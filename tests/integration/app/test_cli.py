@@ -146,7 +146,8 @@ class TestProjections:
         store(database_url, "acme", 3)
         status = run.invoke(cli, ["projections", "status"])
         assert status.exit_code == 0, status.output
-        assert status.stdout.splitlines()[1].split()[:4] == ["model-registry", "0", "3", "3"]
+        # Nothing of the registry after the checkpoint: no lag, though the head moved.
+        assert status.stdout.splitlines()[1].split()[:4] == ["model-registry", "0", "3", "0"]
         rebuilt = run.invoke(cli, ["projections", "rebuild", "model-registry"])
         assert rebuilt.exit_code == 0, rebuilt.output
         assert rebuilt.stdout.strip() == "rebuilt model-registry from 0 events"
