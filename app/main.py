@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import URL, make_url
 
-from app.api import events, health, models, problems, projections, replay
+from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
 from app.api.deps import require
 from app.db.engine import create_engine
@@ -111,6 +111,7 @@ def create_app(
     app.include_router(replay.router)
     app.include_router(health.router)
     app.include_router(models.router)
+    app.include_router(deployments.router)
     app.include_router(projections.router)
     app.include_router(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"

@@ -167,3 +167,37 @@ model_aliases = Table(
     Column("version", Text, nullable=False),
     Column("position", BigInteger, nullable=False),
 )
+
+# Read models of the deployments projection (app/projections/deployments.py): the state
+# of each service now, and after each of its events (for history and as-of queries).
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("service", Text, primary_key=True),
+    Column("model", Text),
+    Column("stable_version", Text),
+    Column("candidate_version", Text),
+    Column("candidate_percent", Integer, nullable=False),
+    Column("previous_stable", ARRAY(Text), nullable=False),
+    Column("status", Text, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("position", BigInteger, nullable=False),
+)
+
+deployment_history = Table(
+    "deployment_history",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("service", Text, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("model", Text),
+    Column("stable_version", Text),
+    Column("candidate_version", Text),
+    Column("candidate_percent", Integer, nullable=False),
+    Column("reason", Text),
+    Column("actor", Text),
+    Column("event_id", Text, nullable=False),
+)

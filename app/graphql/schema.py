@@ -6,6 +6,7 @@
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import TypeVar
 
 import strawberry
@@ -27,6 +28,7 @@ from app.graphql.types import (
     BIG_INT,
     BigInt,
     DecisionAudit,
+    Deployment,
     Event,
     EventConnection,
     EventFilter,
@@ -36,6 +38,8 @@ from app.graphql.types import (
     decode_cursor,
     page_size,
 )
+from app.store.deployment_reads import DeploymentReader, DeploymentView
+from app.store.deployments import DeploymentState
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.records import EventFilter as StoreFilter
@@ -46,7 +50,7 @@ Info = strawberry.Info[Context, None]
 T = TypeVar("T")
 
 
-def _time(name: str, text: str | None) -> object:
+def _time(name: str, text: str | None) -> datetime | None:
     if text is None:
         return None
     value, why = parse_rfc3339(text)
@@ -68,8 +72,8 @@ def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
         correlation_id=selection.correlation_id,
         model_name=selection.model_name,
         model_version=selection.model_version,
-        since=_time("timeFrom", selection.time_from),  # type: ignore[arg-type]  # datetime
-        until=_time("timeTo", selection.time_to),  # type: ignore[arg-type]  # datetime
+        since=_time("timeFrom", selection.time_from),
+        until=_time("timeTo", selection.time_to),
         position_to=selection.position_to,
     )
 
@@ -146,6 +150,41 @@ class Query:
             found = await RegistryReader(conn).read_models(info.context.tenant, name)
         return Model.from_store(found[0]) if found else None
 
+    @strawberry.field(description="Every service's deployment, now.")
+    async def deployments(self, info: Info) -> list[Deployment]:
+        async with info.context.engine.connect() as conn:
+            reader = DeploymentReader(conn)
+            found = await reader.read_deployments(info.context.tenant)
+            return [
+                Deployment.build(
+                    _as_state(v), await reader.read_history(info.context.tenant, v.service)
+                )
+                for v in found
+            ]
+
+    @strawberry.field(description="One service's deployment, now or as of ``at`` (RFC 3339).")
+    async def deployment(
+        self, info: Info, service: str, at: str | None = None
+    ) -> Deployment | None:
+        when = _time("at", at)
+        async with info.context.engine.connect() as conn:
+            history = await DeploymentReader(conn).read_history(
+                info.context.tenant,
+                service,
+                at=when,
+            )
+        if not history:
+            return None
+        last = history[-1]
+        state = DeploymentState(
+            service,
+            last.model,
+            last.stable_version,
+            last.candidate_version,
+            last.candidate_percent,
+        )
+        return Deployment.build(state, history)
+
     @strawberry.field(description="The causal graph around one event.")
     async def lineage(
         self,
@@ -198,6 +237,16 @@ class Query:
             return DecisionAudit.from_audit(answer)
 
         return await _bounded(info, work)
+
+
+def _as_state(view: DeploymentView) -> DeploymentState:
+    return DeploymentState(
+        view.service,
+        view.model,
+        view.stable_version,
+        view.candidate_version,
+        view.candidate_percent,
+    )
 
 
 def _bound(value: int, cap: int) -> int:

@@ -10,6 +10,8 @@ from strawberry.scalars import JSON
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.store.chain import format_recorded_at
+from app.store.deployment_reads import Change as StoredChange
+from app.store.deployments import DeploymentState
 from app.store.graph import Direction, Page, StoredEvent
 from app.store.lineage import Audit, Trace
 from app.store.registry import Model as StoredModel
@@ -335,3 +337,54 @@ class EventFilter:
     )
     position_from: BigInt | None = None
     position_to: BigInt | None = None
+
+
+@strawberry.type(description="One change to a deployment, and the state right after it.")
+class DeploymentChange:
+    position: BigInt
+    at: str
+    action: str
+    stable_version: str | None
+    candidate_version: str | None
+    candidate_percent: int
+    reason: str | None
+    actor: str | None
+    event_id: str
+
+
+@strawberry.type(description="A service's model deployment: stable, candidate, traffic.")
+class Deployment:
+    service: str
+    model: str | None
+    status: str
+    stable_version: str | None
+    candidate_version: str | None
+    candidate_percent: int
+    traffic: JSON = strawberry.field(description="version -> percent of requests")
+    history: list[DeploymentChange]
+
+    @classmethod
+    def build(cls, state: DeploymentState, history: list[StoredChange]) -> "Deployment":
+        return cls(
+            service=state.service,
+            model=state.model,
+            status=state.status,
+            stable_version=state.stable_version,
+            candidate_version=state.candidate_version,
+            candidate_percent=state.candidate_percent,
+            traffic=JSON(state.traffic()),
+            history=[
+                DeploymentChange(
+                    position=BigInt(c.position),
+                    at=c.at.isoformat(),
+                    action=c.action,
+                    stable_version=c.stable_version,
+                    candidate_version=c.candidate_version,
+                    candidate_percent=c.candidate_percent,
+                    reason=c.reason,
+                    actor=c.actor,
+                    event_id=c.event_id,
+                )
+                for c in history
+            ],
+        )

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from app.projections.base import Projection
+from app.projections.deployments import Deployments
 from app.projections.models import ModelRegistry
 
 
 def all_projections() -> list[Projection]:
-    return [ModelRegistry()]
+    return [ModelRegistry(), Deployments()]

@@ -215,9 +215,10 @@ class TestProjectionsStatus:
         self, admin: httpx2.AsyncClient, app: FastAPI, register: Any
     ) -> None:
         await register("faces", "3")
-        [behind] = (await admin.get("/projections")).json()["projections"]
+        behind, _ = (await admin.get("/projections")).json()["projections"]
         assert behind["name"] == "model-registry"
         assert (behind["checkpoint"], behind["head"], behind["lag_events"]) == (0, 1, 1)
         await catch_up(app)
-        [current] = (await admin.get("/projections")).json()["projections"]
+        current, deployments = (await admin.get("/projections")).json()["projections"]
+        assert deployments["name"] == "deployments"
         assert (current["checkpoint"], current["lag_events"], current["lag_seconds"]) == (1, 0, 0)

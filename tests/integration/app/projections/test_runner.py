@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
 from app.projections.catalogue import all_projections
+from app.projections.deployments import Deployments
 from app.projections.models import ModelRegistry
 from app.projections.runner import ProjectionFailed, ProjectionRunner, fetch_status
 from app.store.graph import StoredEvent
@@ -240,5 +241,5 @@ async def _snapshot(engine: AsyncEngine, projection: Any) -> list[list[tuple[Any
         ]
 
 
-def test_the_registry_is_in_the_catalogue() -> None:
-    assert [type(p) for p in all_projections()] == [ModelRegistry]
+def test_the_catalogue_names_every_projection() -> None:
+    assert [type(p) for p in all_projections()] == [ModelRegistry, Deployments]

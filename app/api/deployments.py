@@ -1,0 +1,281 @@
+"""Deployments over HTTP: rollout, traffic, promote and rollback commands (scope admin),
+the read model (now, as of a time, history) and a server-sent event stream of changes.
+
+A command reads the service's state from its stream in the log, checks the transition,
+and appends one ``causeway.deployment.*`` event expecting that stream version, so two
+commands racing on one service cannot both win (the loser gets 409).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.api.deps import engine_of, require
+from app.api.models import appender_of
+from app.api.replay import parse_time
+from app.errors import InvalidEvent, NotFound
+from app.store import deployments as commands
+from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
+from app.store.deployments import DeploymentState, incompatibility
+from app.store.keys import Principal, Scope
+from app.store.models import is_valid_name
+from app.store.records import NewEvent
+from ingest.appender import Appender
+
+router = APIRouter(tags=["deployments"])
+_admin = require(Scope.ADMIN)
+_read = require(Scope.READ)
+_WATCH_POLL_S = 0.25
+_KEEPALIVE_S = 15.0
+
+
+class Rollout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(min_length=1, max_length=128)
+    version: str = Field(min_length=1, max_length=128)
+    percent: int = Field(default=10, ge=0, le=100)
+    strategy: Literal["canary", "rolling"] = "canary"
+    force: bool = False
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class Traffic(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    percent: int = Field(ge=0, le=100)
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class Promote(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = Field(default=None, max_length=500)
+
+
+class Rollback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=500)
+
+
+Admin = Annotated[Principal, Depends(_admin)]
+Engine = Annotated[AsyncEngine, Depends(engine_of)]
+Writer = Annotated[Appender, Depends(appender_of)]
+
+
+async def _state(engine: AsyncEngine, tenant: str, service: str) -> DeploymentState:
+    if not is_valid_name(service):
+        raise NotFound(f"{service!r} is not a valid service name")
+    async with engine.connect() as conn:
+        return await DeploymentReader(conn).fetch_state(tenant, service)
+
+
+async def _apply(
+    appender: Appender, tenant: str, state: DeploymentState, event: NewEvent
+) -> dict[str, Any]:
+    [appended] = await appender.append(tenant, [event])
+    after = commands.fold(state, event.type, event.data)
+    return {**_state_json(after), "position": appended.position}
+
+
+@router.post("/deployments/{service}/rollouts", summary="Start a canary or rolling rollout")
+async def start_rollout(
+    service: str, body: Rollout, principal: Admin, engine: Engine, appender: Writer
+) -> dict[str, Any]:
+    state = await _state(engine, principal.tenant, service)
+    async with engine.connect() as conn:
+        reader = DeploymentReader(conn)
+        candidate = await reader.fetch_signature(principal.tenant, body.model, body.version)
+        if candidate is None:
+            raise InvalidEvent(
+                f"model {body.model!r} version {body.version!r} is not registered",
+                model=body.model,
+                version=body.version,
+            )
+        if state.stable_version is not None and state.model is not None:
+            current = await reader.fetch_signature(
+                principal.tenant, state.model, state.stable_version
+            )
+            why = incompatibility(current or {}, candidate)
+            if why is not None and not body.force:
+                raise InvalidEvent(
+                    f"version {body.version!r} cannot replace {state.stable_version!r}: {why}; "
+                    "send force: true to roll out anyway",
+                    reason=why,
+                )
+    event = commands.start_rollout(
+        state,
+        model=body.model,
+        version=body.version,
+        percent=body.percent,
+        strategy=body.strategy,
+        reason=body.reason,
+        actor=principal.key_id,
+    )
+    return await _apply(appender, principal.tenant, state, event)
+
+
+@router.post("/deployments/{service}/traffic", summary="Shift the candidate's traffic share")
+async def shift_traffic(
+    service: str, body: Traffic, principal: Admin, engine: Engine, appender: Writer
+) -> dict[str, Any]:
+    state = await _state(engine, principal.tenant, service)
+    event = commands.shift_traffic(
+        state, percent=body.percent, reason=body.reason, actor=principal.key_id
+    )
+    return await _apply(appender, principal.tenant, state, event)
+
+
+@router.post("/deployments/{service}/promote", summary="Make the candidate the stable version")
+async def promote(
+    service: str, body: Promote, principal: Admin, engine: Engine, appender: Writer
+) -> dict[str, Any]:
+    state = await _state(engine, principal.tenant, service)
+    event = commands.promote(state, reason=body.reason, actor=principal.key_id)
+    return await _apply(appender, principal.tenant, state, event)
+
+
+@router.post(
+    "/deployments/{service}/rollback", summary="Drop the candidate, or restore the previous stable"
+)
+async def rollback(
+    service: str, body: Rollback, principal: Admin, engine: Engine, appender: Writer
+) -> dict[str, Any]:
+    state = await _state(engine, principal.tenant, service)
+    event = commands.rollback(state, reason=body.reason, actor=principal.key_id)
+    return await _apply(appender, principal.tenant, state, event)
+
+
+@router.get("/deployments", summary="Every service's deployment state")
+async def list_deployments(
+    principal: Annotated[Principal, Depends(_read)], engine: Engine
+) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        found = await DeploymentReader(conn).read_deployments(principal.tenant)
+    return {"deployments": [_view_json(v) for v in found]}
+
+
+@router.get("/deployments/{service}", summary="A service's state and history, now or as of ?at=")
+async def read_deployment(
+    service: str,
+    principal: Annotated[Principal, Depends(_read)],
+    engine: Engine,
+    at: Annotated[str | None, Query(description="RFC 3339: the state at that time")] = None,
+) -> dict[str, Any]:
+    when = parse_time("at", at)
+    async with engine.connect() as conn:
+        reader = DeploymentReader(conn)
+        view = await reader.read_deployment(principal.tenant, service)
+        history = await reader.read_history(principal.tenant, service, at=when)
+    if view is None:
+        raise NotFound(f"no deployment for service {service!r}", service=service)
+    if when is None:
+        return {**_view_json(view), "history": [_change_json(c) for c in history]}
+    if not history:
+        raise NotFound(f"service {service!r} had no deployment at {at}", service=service)
+    last = history[-1]
+    state = DeploymentState(
+        service, last.model, last.stable_version, last.candidate_version, last.candidate_percent
+    )
+    return {**_state_json(state), "at": at, "since": last.at.isoformat(), "position": last.position}
+
+
+@router.get(
+    "/deployments/{service}/watch",
+    summary="Server-sent events: each change to the service, as it is appended",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def watch(
+    service: str,
+    request: Request,
+    principal: Annotated[Principal, Depends(_read)],
+    engine: Engine,
+    after: Annotated[int | None, Query(ge=0, description="resume after this position")] = None,
+) -> StreamingResponse:
+    resume = request.headers.get("last-event-id")
+    start = after if after is not None else int(resume) if resume and resume.isdigit() else None
+    if start is None:
+        async with engine.connect() as conn:
+            latest = await DeploymentReader(conn).read_changes_after(principal.tenant, service, 0)
+        start = latest[-1].position if latest else 0
+    return StreamingResponse(
+        _changes(request, engine, principal.tenant, service, start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache"},
+    )
+
+
+async def _changes(
+    request: Request, engine: AsyncEngine, tenant: str, service: str, after: int
+) -> AsyncIterator[bytes]:
+    idle = 0.0
+    yield b": watching\n\n"
+    while not await request.is_disconnected():
+        async with engine.connect() as conn:
+            found = await DeploymentReader(conn).read_changes_after(tenant, service, after)
+        for change in found:
+            payload = {
+                "type": change.type,
+                "position": change.position,
+                "recordedtime": change.recorded_at.isoformat(),
+                **change.data,
+            }
+            yield (
+                f"id: {change.position}\nevent: {change.type}\n".encode()
+                + b"data: "
+                + orjson.dumps(payload)
+                + b"\n\n"
+            )
+            after = change.position
+        idle = 0.0 if found else idle + _WATCH_POLL_S
+        if idle >= _KEEPALIVE_S:
+            idle = 0.0
+            yield b": keep-alive\n\n"
+        await asyncio.sleep(_WATCH_POLL_S)
+
+
+def _state_json(state: DeploymentState) -> dict[str, Any]:
+    return {
+        "service": state.service,
+        "model": state.model,
+        "status": state.status,
+        "stable_version": state.stable_version,
+        "candidate_version": state.candidate_version,
+        "candidate_percent": state.candidate_percent,
+        "traffic": state.traffic(),
+    }
+
+
+def _view_json(view: DeploymentView) -> dict[str, Any]:
+    state = DeploymentState(
+        view.service,
+        view.model,
+        view.stable_version,
+        view.candidate_version,
+        view.candidate_percent,
+    )
+    return {
+        **_state_json(state),
+        "updated_at": view.updated_at.isoformat(),
+        "position": view.position,
+    }
+
+
+def _change_json(change: Change) -> dict[str, Any]:
+    return {
+        "position": change.position,
+        "at": change.at.isoformat(),
+        "action": change.action,
+        "stable_version": change.stable_version,
+        "candidate_version": change.candidate_version,
+        "candidate_percent": change.candidate_percent,
+        "reason": change.reason,
+        "actor": change.actor,
+        "event_id": change.event_id,
+    }

@@ -1,0 +1,150 @@
+"""Reads for deployments: the state a command checks (folded from the log, so it is never
+stale), and the read model's views (now, as of a time, history)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import deployment_history, deployments, events
+from app.store.deployments import TYPES, DeploymentState, fold, stream_of
+from app.store.models import REGISTERED
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One deployment event, and the service's state right after it."""
+
+    position: int
+    at: datetime
+    action: str
+    model: str | None
+    stable_version: str | None
+    candidate_version: str | None
+    candidate_percent: int
+    reason: str | None
+    actor: str | None
+    event_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentView:
+    service: str
+    model: str | None
+    stable_version: str | None
+    candidate_version: str | None
+    candidate_percent: int
+    status: str
+    updated_at: datetime
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedChange:
+    position: int
+    type: str
+    data: dict[str, Any]
+    recorded_at: datetime
+
+
+class DeploymentReader:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def fetch_state(self, tenant: str, service: str) -> DeploymentState:
+        """The service's state folded from its stream, with the stream's version."""
+        e = events.c
+        rows = await self._conn.execute(
+            select(e.type, e.data)
+            .where(e.tenant == tenant, e.stream == stream_of(service))
+            .order_by(e.stream_version)
+        )
+        state = DeploymentState(service)
+        for row in rows:
+            state = fold(state, row.type, row.data)
+        return state
+
+    async def fetch_signature(self, tenant: str, model: str, version: str) -> dict[str, Any] | None:
+        e = events.c
+        data = await self._conn.execute(
+            select(e.data).where(
+                e.tenant == tenant,
+                e.model_name == model,
+                e.model_version == version,
+                e.type == REGISTERED,
+            )
+        )
+        found = data.scalar()
+        return None if found is None else dict(found["signature"])
+
+    async def read_changes_after(self, tenant: str, service: str, after: int) -> list[LoggedChange]:
+        e = events.c
+        rows = await self._conn.execute(
+            select(e.position, e.type, e.data, e.recorded_at)
+            .where(
+                e.tenant == tenant,
+                e.stream == stream_of(service),
+                e.position > after,
+                e.type.in_(sorted(TYPES)),
+            )
+            .order_by(e.position)
+        )
+        return [LoggedChange(r.position, r.type, r.data, r.recorded_at) for r in rows]
+
+    async def read_deployments(self, tenant: str) -> list[DeploymentView]:
+        d = deployments.c
+        rows = await self._conn.execute(
+            select(deployments).where(d.tenant == tenant).order_by(d.service)
+        )
+        return [_view(row) for row in rows]
+
+    async def read_deployment(self, tenant: str, service: str) -> DeploymentView | None:
+        d = deployments.c
+        row = (
+            await self._conn.execute(
+                select(deployments).where(d.tenant == tenant, d.service == service)
+            )
+        ).one_or_none()
+        return None if row is None else _view(row)
+
+    async def read_history(
+        self, tenant: str, service: str, *, at: datetime | None = None
+    ) -> list[Change]:
+        """The service's changes in order; with ``at``, only those at or before it."""
+        h = deployment_history.c
+        statement = select(deployment_history).where(h.tenant == tenant, h.service == service)
+        if at is not None:
+            statement = statement.where(h.at <= at)
+        rows = await self._conn.execute(statement.order_by(h.position))
+        return [
+            Change(
+                position=r.position,
+                at=r.at,
+                action=r.action,
+                model=r.model,
+                stable_version=r.stable_version,
+                candidate_version=r.candidate_version,
+                candidate_percent=r.candidate_percent,
+                reason=r.reason,
+                actor=r.actor,
+                event_id=r.event_id,
+            )
+            for r in rows
+        ]
+
+
+def _view(row: Any) -> DeploymentView:
+    return DeploymentView(
+        service=row.service,
+        model=row.model,
+        stable_version=row.stable_version,
+        candidate_version=row.candidate_version,
+        candidate_percent=row.candidate_percent,
+        status=row.status,
+        updated_at=row.updated_at,
+        position=row.position,
+    )

@@ -1,0 +1,226 @@
+"""Deployments and hot-swap: the state of one service, folded from its events, and the
+commands that change it (each checked against that state, and turned into an event).
+
+A service has at most one stable version and one candidate in rollout. The events, on
+the stream ``deployment:<service>``:
+
+- ``causeway.deployment.rollout_started``: a registered version becomes the candidate
+  and receives ``percent`` of the traffic (all of it when nothing is stable yet);
+- ``causeway.deployment.traffic_shifted``: the candidate's share changes (0-100);
+- ``causeway.deployment.promoted``: the candidate becomes stable, at 100 percent;
+- ``causeway.deployment.rolled_back``: during a rollout the candidate is dropped; with no
+  rollout, the previous stable version comes back.
+
+``fold`` is the one place that says what an event does to the state; the command checks
+and the deployments projection both use it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from app.errors import Conflict
+from app.store.records import NewEvent
+
+PREFIX = "causeway.deployment."
+ROLLOUT_STARTED = PREFIX + "rollout_started"
+TRAFFIC_SHIFTED = PREFIX + "traffic_shifted"
+PROMOTED = PREFIX + "promoted"
+ROLLED_BACK = PREFIX + "rolled_back"
+TYPES = frozenset({ROLLOUT_STARTED, TRAFFIC_SHIFTED, PROMOTED, ROLLED_BACK})
+SOURCE = "causeway:deployments"
+_WIDER = {"integer": 0, "long": 1, "float": 2, "double": 3}
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentState:
+    service: str
+    model: str | None = None
+    stable_version: str | None = None
+    candidate_version: str | None = None
+    candidate_percent: int = 0
+    previous_stable: tuple[str, ...] = ()  # earlier stable versions, most recent last
+    stream_version: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.candidate_version is not None:
+            return "rolling_out"
+        return "stable" if self.stable_version is not None else "empty"
+
+    def traffic(self) -> dict[str, int]:
+        """Version -> percent of requests it serves now."""
+        split: dict[str, int] = {}
+        if self.candidate_version is not None:
+            split[self.candidate_version] = self.candidate_percent
+        if self.stable_version is not None:
+            split[self.stable_version] = split.get(self.stable_version, 0) + (
+                100 - self.candidate_percent if self.candidate_version is not None else 100
+            )
+        return split
+
+
+def stream_of(service: str) -> str:
+    return f"deployment:{service}"
+
+
+def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> DeploymentState:
+    """The state after one deployment event (the events were checked when appended)."""
+    version = state.stream_version + 1
+    if event_type == ROLLOUT_STARTED:
+        return replace(
+            state,
+            model=data["model"],
+            candidate_version=data["version"],
+            candidate_percent=data["percent"],
+            stream_version=version,
+        )
+    if event_type == TRAFFIC_SHIFTED:
+        return replace(state, candidate_percent=data["percent"], stream_version=version)
+    if event_type == PROMOTED:
+        earlier = state.previous_stable
+        if state.stable_version is not None:
+            earlier = (*earlier, state.stable_version)
+        return replace(
+            state,
+            stable_version=state.candidate_version,
+            candidate_version=None,
+            candidate_percent=0,
+            previous_stable=earlier,
+            stream_version=version,
+        )
+    if event_type == ROLLED_BACK:
+        if state.candidate_version is not None:
+            return replace(
+                state, candidate_version=None, candidate_percent=0, stream_version=version
+            )
+        return replace(
+            state,
+            stable_version=state.previous_stable[-1],
+            previous_stable=state.previous_stable[:-1],
+            stream_version=version,
+        )
+    return replace(state, stream_version=version)
+
+
+def start_rollout(
+    state: DeploymentState,
+    *,
+    model: str,
+    version: str,
+    percent: int,
+    strategy: str,
+    reason: str | None,
+    actor: str,
+) -> NewEvent:
+    if state.candidate_version is not None:
+        raise Conflict(
+            f"service {state.service!r} is already rolling out version "
+            f"{state.candidate_version!r}; promote or roll it back first",
+            service=state.service,
+        )
+    if state.model is not None and model != state.model:
+        raise Conflict(
+            f"service {state.service!r} serves model {state.model!r}, not {model!r}",
+            service=state.service,
+        )
+    if version == state.stable_version:
+        raise Conflict(f"version {version!r} is already stable on {state.service!r}")
+    if state.stable_version is None:
+        percent = 100  # nothing else to serve the rest
+    data = {"model": model, "version": version, "percent": percent, "strategy": strategy}
+    started = _event(state, ROLLOUT_STARTED, data, reason, actor)
+    # Naming the model version makes the append itself refuse an unregistered one.
+    return replace(started, model_name=model, model_version=version)
+
+
+def shift_traffic(
+    state: DeploymentState, *, percent: int, reason: str | None, actor: str
+) -> NewEvent:
+    if state.candidate_version is None:
+        raise Conflict(f"service {state.service!r} has no rollout to shift traffic for")
+    if state.stable_version is None and percent != 100:
+        raise Conflict(
+            f"service {state.service!r} has no stable version to send the other "
+            f"{100 - percent} percent to"
+        )
+    return _event(state, TRAFFIC_SHIFTED, {"percent": percent}, reason, actor)
+
+
+def promote(state: DeploymentState, *, reason: str | None, actor: str) -> NewEvent:
+    if state.candidate_version is None:
+        raise Conflict(f"service {state.service!r} has no rollout to promote")
+    data = {"version": state.candidate_version, "replaces": state.stable_version}
+    return _event(state, PROMOTED, data, reason, actor)
+
+
+def rollback(state: DeploymentState, *, reason: str, actor: str) -> NewEvent:
+    if state.candidate_version is not None:
+        data = {"dropped": state.candidate_version, "version": state.stable_version}
+    elif state.previous_stable:
+        data = {"dropped": state.stable_version, "version": state.previous_stable[-1]}
+    else:
+        raise Conflict(f"service {state.service!r} has no earlier version to roll back to")
+    return _event(state, ROLLED_BACK, data, reason, actor)
+
+
+def incompatibility(current: dict[str, Any], candidate: dict[str, Any]) -> str | None:
+    """Why ``candidate`` cannot take the requests ``current`` accepts, or None.
+
+    Every input the candidate requires must be one the current version is given, with the
+    same type or one that widens to it losslessly (integer -> long -> float -> double);
+    tensor inputs need the same dtype and shape (-1 matches any size).
+    """
+    given = {spec.get("name"): spec for spec in current.get("inputs", [])}
+    for position, spec in enumerate(candidate.get("inputs", [])):
+        name = spec.get("name")
+        label = name if name is not None else f"#{position}"
+        old = given.get(name) if name is not None else _at(current.get("inputs", []), position)
+        if old is None:
+            if spec.get("required", True):
+                return f"the candidate requires input {label!r}, which callers do not send"
+            continue
+        if spec.get("type") == "tensor" or old.get("type") == "tensor":
+            if spec.get("tensor-spec", {}).get("dtype") != old.get("tensor-spec", {}).get("dtype"):
+                return f"input {label!r} changes tensor dtype"
+            if not _shapes_fit(
+                old.get("tensor-spec", {}).get("shape", []),
+                spec.get("tensor-spec", {}).get("shape", []),
+            ):
+                return f"input {label!r} changes tensor shape"
+            continue
+        if not _widens(old.get("type", ""), spec.get("type", "")):
+            return f"input {label!r} was {old.get('type')}, the candidate takes {spec.get('type')}"
+    return None
+
+
+def _at(specs: list[dict[str, Any]], position: int) -> dict[str, Any] | None:
+    return specs[position] if position < len(specs) else None
+
+
+def _widens(old: str, new: str) -> bool:
+    if old == new:
+        return True
+    return old in _WIDER and new in _WIDER and _WIDER[old] <= _WIDER[new]
+
+
+def _shapes_fit(old: list[int], new: list[int]) -> bool:
+    return len(old) == len(new) and all(
+        a == b or -1 in (a, b) for a, b in zip(old, new, strict=True)
+    )
+
+
+def _event(
+    state: DeploymentState, event_type: str, data: dict[str, Any], reason: str | None, actor: str
+) -> NewEvent:
+    return NewEvent(
+        id=f"deployment:{state.service}:{uuid.uuid4().hex}",
+        source=SOURCE,
+        type=event_type,
+        stream=stream_of(state.service),
+        has_data=True,
+        data={"service": state.service, **data, "reason": reason, "actor": actor},
+        expected_version=state.stream_version,
+    )

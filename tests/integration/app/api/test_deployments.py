@@ -1,0 +1,218 @@
+"""Deployments: commands and their refusals, the read model with history and as-of, the
+SSE watch against a real server, and GraphQL."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import URL
+
+from tests.integration.app.api.test_models import catch_up
+from tests.integration.events import JSON, SIGNATURE, dumps, registration
+from tests.integration.process import create_key, environment, serving
+
+WIDER_INPUT: dict[str, Any] = {
+    **SIGNATURE,
+    "inputs": [
+        {"name": "image", "type": "binary"},
+        {"name": "hint", "type": "string", "required": False},
+    ],
+}
+NEW_REQUIRED: dict[str, Any] = {
+    **SIGNATURE,
+    "inputs": [{"name": "image", "type": "binary"}, {"name": "depth", "type": "double"}],
+}
+
+
+@pytest.fixture
+async def models(admin: httpx2.AsyncClient) -> None:
+    for version, signature in (("1", SIGNATURE), ("2", WIDER_INPUT), ("3", NEW_REQUIRED)):
+        response = await admin.post(
+            "/models/faces/versions", content=registration(version, signature), headers=JSON
+        )
+        assert response.status_code == 201
+
+
+async def command(admin: httpx2.AsyncClient, action: str, **body: Any) -> httpx2.Response:
+    return await admin.post(f"/deployments/gate/{action}", content=dumps(body), headers=JSON)
+
+
+@pytest.mark.usefixtures("models")
+class TestCommands:
+    async def test_rollout_traffic_promote_and_rollback(self, admin: httpx2.AsyncClient) -> None:
+        first = await command(admin, "rollouts", model="faces", version="1", percent=10)
+        assert first.json()["candidate_percent"] == 100  # nothing stable yet takes the rest
+        assert (await command(admin, "promote")).json()["stable_version"] == "1"
+        canary = await command(admin, "rollouts", model="faces", version="2", percent=10)
+        assert canary.json()["traffic"] == {"2": 10, "1": 90}
+        shifted = await command(admin, "traffic", percent=50, reason="looks good")
+        assert shifted.json()["traffic"] == {"2": 50, "1": 50}
+        promoted = await command(admin, "promote")
+        assert (promoted.json()["stable_version"], promoted.json()["status"]) == ("2", "stable")
+        back = await command(admin, "rollback", reason="latency up")
+        assert back.json()["stable_version"] == "1"
+        assert back.json()["traffic"] == {"1": 100}
+
+    async def test_a_rollback_during_a_rollout_drops_the_candidate(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        await command(admin, "rollouts", model="faces", version="2", percent=20)
+        dropped = await command(admin, "rollback", reason="errors")
+        assert (dropped.json()["stable_version"], dropped.json()["candidate_version"]) == (
+            "1",
+            None,
+        )
+
+    @pytest.mark.parametrize(
+        ("steps", "status", "problem"),
+        [
+            ([("promote", {})], 409, "/problems/conflict"),
+            ([("traffic", {"percent": 5})], 409, "/problems/conflict"),
+            ([("rollback", {"reason": "why"})], 409, "/problems/conflict"),
+            ([("rollback", {})], 422, "/problems/invalid-request"),
+            ([("rollouts", {"model": "faces", "version": "9"})], 422, "/problems/invalid-event"),
+            (
+                [
+                    ("rollouts", {"model": "faces", "version": "1"}),
+                    ("rollouts", {"model": "faces", "version": "2"}),
+                ],
+                409,
+                "/problems/conflict",
+            ),
+            ([("traffic", {"percent": 101})], 422, "/problems/invalid-request"),
+        ],
+    )
+    async def test_invalid_transitions_are_refused(
+        self,
+        admin: httpx2.AsyncClient,
+        steps: list[tuple[str, dict[str, Any]]],
+        status: int,
+        problem: str,
+    ) -> None:
+        *before, (action, body) = steps
+        for earlier_action, earlier_body in before:
+            assert (await command(admin, earlier_action, **earlier_body)).status_code == 200
+        response = await command(admin, action, **body)
+        assert response.status_code == status, response.text
+        assert response.json()["type"] == problem
+
+    async def test_an_incompatible_signature_needs_force(self, admin: httpx2.AsyncClient) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        refused = await command(admin, "rollouts", model="faces", version="3")
+        assert refused.status_code == 422
+        assert "requires input 'depth'" in refused.json()["detail"]
+        forced = await command(admin, "rollouts", model="faces", version="3", force=True)
+        assert forced.status_code == 200
+
+    async def test_concurrent_commands_on_one_service_cannot_both_win(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        answers = await asyncio.gather(*(command(admin, "promote") for _ in range(4)))
+        assert sorted(a.status_code for a in answers) == [200, 409, 409, 409]
+
+
+@pytest.mark.usefixtures("models")
+class TestReadModel:
+    async def test_history_and_as_of(self, admin: httpx2.AsyncClient, app: FastAPI) -> None:
+        await command(admin, "rollouts", model="faces", version="1", reason="first")
+        await command(admin, "promote")
+        await catch_up(app)
+        between = (await admin.get("/deployments/gate")).json()["updated_at"]
+        await asyncio.sleep(0.01)
+        await command(admin, "rollouts", model="faces", version="2", percent=30)
+        await catch_up(app)
+        now = (await admin.get("/deployments/gate")).json()
+        assert now["traffic"] == {"2": 30, "1": 70}
+        assert [h["action"] for h in now["history"]] == [
+            "rollout_started",
+            "promoted",
+            "rollout_started",
+        ]
+        assert now["history"][0]["reason"] == "first"
+        assert now["history"][0]["actor"]
+        then = (await admin.get("/deployments/gate", params={"at": between})).json()
+        assert (then["stable_version"], then["candidate_version"]) == ("1", None)
+        assert (
+            await admin.get("/deployments/gate", params={"at": "2000-01-01T00:00:00Z"})
+        ).status_code == 404
+        listed = (await admin.get("/deployments")).json()["deployments"]
+        assert [d["service"] for d in listed] == ["gate"]
+
+    async def test_graphql_deployment_now_and_as_of(
+        self, admin: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        await catch_up(app)
+        query = '{ deployments { service stableVersion traffic history { action } } deployment(service: "gate", at: "2000-01-01T00:00:00Z") { service } }'
+        data = (await admin.post("/graphql", json={"query": query})).json()["data"]
+        assert data["deployments"] == [
+            {
+                "service": "gate",
+                "stableVersion": "1",
+                "traffic": {"1": 100},
+                "history": [{"action": "rollout_started"}, {"action": "promoted"}],
+            }
+        ]
+        assert data["deployment"] is None
+
+
+def test_watch_streams_promote_and_rollback_in_order(database_url: URL, tmp_path: Path) -> None:
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+    )
+    key = create_key(env, "t", "admin")
+    auth = {"Authorization": f"Bearer {key}"}
+    seen: list[str] = []
+    with serving(env) as base:
+        for version in ("1", "2"):
+            httpx2.post(
+                f"{base}/models/faces/versions",
+                content=registration(version),
+                headers={**JSON, **auth},
+            )
+
+        def post(action: str, **body: Any) -> None:
+            response = httpx2.post(
+                f"{base}/deployments/gate/{action}", content=dumps(body), headers={**JSON, **auth}
+            )
+            assert response.status_code == 200, response.text
+
+        post("rollouts", model="faces", version="1")
+        post("promote")
+        ready = threading.Event()
+
+        def watch() -> None:
+            with httpx2.stream(
+                "GET", f"{base}/deployments/gate/watch", headers=auth, timeout=30
+            ) as stream:
+                for line in stream.iter_lines():
+                    ready.set()
+                    if line.startswith("event: "):
+                        seen.append(line.removeprefix("event: "))
+                    if len(seen) == 3:
+                        return
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        assert ready.wait(10)
+        post("rollouts", model="faces", version="2", percent=10)
+        post("promote")
+        post("rollback", reason="regression")
+        watcher.join(30)
+    assert seen == [
+        "causeway.deployment.rollout_started",
+        "causeway.deployment.promoted",
+        "causeway.deployment.rolled_back",
+    ]
