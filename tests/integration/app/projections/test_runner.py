@@ -14,10 +14,13 @@ from sqlalchemy import URL, BigInteger, Column, MetaData, Table, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
+from app.errors import Conflict
 from app.projections.catalogue import all_projections
 from app.projections.deployments import Deployments
 from app.projections.models import ModelRegistry
 from app.projections.runner import ProjectionFailed, ProjectionRunner, fetch_status
+from app.store import deployments as deploy
+from app.store.deployments import DeploymentState
 from app.store.graph import StoredEvent
 from app.store.log import EventLog
 from app.store.models import Signature, alias_event, registration_event
@@ -200,29 +203,61 @@ commands = st.lists(
             st.sampled_from(["x", "y"]),
             st.sampled_from(["1", "2", None]),
         ),
+        st.tuples(st.just("rollout"), st.sampled_from("123"), st.integers(0, 100)),
+        st.tuples(st.just("traffic"), st.integers(0, 100)),
+        st.tuples(st.just("promote")),
+        st.tuples(st.just("rollback")),
     ),
     min_size=1,
-    max_size=12,
+    max_size=14,
 )
 
 
+def script_events(script: list[tuple[Any, ...]]) -> list[NewEvent]:
+    """Events for a random script; deployment steps that make no sense are left out, as
+    the commands would refuse them (models are registered up front)."""
+    found = [registration_event("m", v, SIG, {}, enforce_outputs=False) for v in "123"]
+    state = DeploymentState("svc")
+    for n, step in enumerate(script):
+        try:
+            if step[0] == "register":
+                event = registration_event(step[1], step[2], SIG, {}, enforce_outputs=False)
+            elif step[0] == "alias":
+                event = alias_event(step[1], step[2], step[3], n)
+            elif step[0] == "rollout":
+                event = deploy.start_rollout(
+                    state,
+                    model="m",
+                    version=step[1],
+                    percent=step[2],
+                    strategy="canary",
+                    reason=None,
+                    actor="test",
+                )
+            elif step[0] == "traffic":
+                event = deploy.shift_traffic(state, percent=step[1], reason=None, actor="test")
+            elif step[0] == "promote":
+                event = deploy.promote(state, reason=None, actor="test")
+            else:
+                event = deploy.rollback(state, reason="test", actor="test")
+        except Conflict:
+            continue
+        if event.type in deploy.TYPES:
+            state = deploy.fold(state, event.type, event.data)
+        found.append(event)
+    return found
+
+
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(script=commands, batch=st.integers(min_value=1, max_value=5))
 async def test_every_projection_rebuilds_to_its_incremental_state(
     engine: AsyncEngine, script: list[tuple[Any, ...]], batch: int
 ) -> None:
-    tenant_name = f"p{next(_examples)}"  # a fresh tenant per example: the database is shared
-    to_append = []
-    for n, command in enumerate(script):
-        if command[0] == "register":
-            to_append.append(
-                registration_event(command[1], command[2], SIG, {}, enforce_outputs=False)
-            )
-        else:
-            to_append.append(alias_event(command[1], command[2], command[3], n))
+    to_append = script_events(script)
     for projection in all_projections():
+        tenant_name = f"p{next(_examples)}"  # a fresh tenant per run: the database is shared
         runner = ProjectionRunner(engine, [projection], batch_size=batch)
         for start in range(0, len(to_append), 3):
             async with engine.begin() as conn:
