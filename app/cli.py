@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import URL
 
-from app.api.replay import parse_time, split_types
+from app.api.replay import replay_filter
 from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
@@ -221,17 +221,17 @@ def replay(
     """Write matching events as NDJSON, in position order, with progress on stderr."""
     settings = load_settings()
     try:
-        selection = EventFilter(
-            after=after,
-            types=split_types(types),
-            stream=stream,
-            source=source,
-            correlation_id=correlationid,
-            model_name=modelname,
-            model_version=modelversion,
-            since=parse_time("since", since),
-            until=parse_time("until", until),
-            limit=limit,
+        selection = replay_filter(
+            after,
+            types,
+            stream,
+            source,
+            correlationid,
+            modelname,
+            modelversion,
+            since,
+            until,
+            limit,
         )
     except AppError as exc:
         fail(exc.detail)

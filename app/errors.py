@@ -142,8 +142,11 @@ class UnknownCause(InvalidEvent):
 
 class ReservedType(InvalidEvent):
     code = "reserved-type"
-    title = "Event type is reserved"
-    about = "Event types starting with 'causeway.' are written by Causeway itself."
+    title = "Event type or id is reserved"
+    about = (
+        "Event types starting with 'causeway.' and ids starting with 'causeway:' belong to "
+        "the events Causeway writes itself."
+    )
 
 
 class EventTooLarge(InvalidEvent):

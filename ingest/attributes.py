@@ -41,6 +41,7 @@ _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 _GOOD_NAMES: set[str] = set()
 _MAX_GOOD_NAMES = 4096
 RESERVED_TYPE_PREFIX = "causeway."
+RESERVED_ID_PREFIX = "causeway:"  # system events' ids, so no producer can take one first
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,13 @@ def build_event(
         if name in attrs and (not isinstance(attrs[name], str) or attrs[name] == ""):
             bad(name, f"{name} must be a non-empty string")
 
+    event_id = attrs.get("id")
+    if isinstance(event_id, str) and event_id.startswith(RESERVED_ID_PREFIX):
+        bad(
+            "id",
+            f"ids starting with {RESERVED_ID_PREFIX!r} are given by Causeway only",
+            kind=ReservedType,
+        )
     event_type = attrs.get("type")
     if isinstance(event_type, str) and event_type.startswith(RESERVED_TYPE_PREFIX):
         bad(

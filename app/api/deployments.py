@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require
 from app.api.models import appender_of
-from app.api.replay import parse_time
 from app.errors import InvalidEvent, NotFound
 from app.store import deployments as commands
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
@@ -28,6 +27,7 @@ from app.store.deployments import DeploymentState, incompatibility
 from app.store.keys import Principal, Scope
 from app.store.models import is_valid_name
 from app.store.records import NewEvent
+from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 
 router = APIRouter(tags=["deployments"])
@@ -167,7 +167,7 @@ async def read_deployment(
     engine: Engine,
     at: Annotated[str | None, Query(description="RFC 3339: the state at that time")] = None,
 ) -> dict[str, Any]:
-    when = parse_time("at", at)
+    when = parse_time_parameter("at", at)
     async with engine.connect() as conn:
         reader = DeploymentReader(conn)
         view = await reader.read_deployment(principal.tenant, service)

@@ -7,7 +7,6 @@ whatever the size of the store. ``after`` resumes after the last position a clie
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
@@ -15,24 +14,41 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require, settings_of
-from app.errors import BadRequest
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import EventFilter
-from app.store.timestamps import parse_rfc3339
+from app.store.timestamps import parse_time_parameter
 
 NDJSON = "application/x-ndjson"
 router = APIRouter(tags=["replay"])
 
 
-def parse_time(name: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    value, why = parse_rfc3339(text)
-    if value is None:
-        raise BadRequest(f"{name}: {why}", parameter=name)
-    return value
+def replay_filter(
+    after: int,
+    types: str | None,
+    stream: str | None,
+    source: str | None,
+    correlationid: str | None,
+    modelname: str | None,
+    modelversion: str | None,
+    since: str | None,
+    until: str | None,
+    limit: int | None,
+) -> EventFilter:
+    """The filter a replay's parameters name (HTTP and CLI take the same ones)."""
+    return EventFilter(
+        after=after,
+        types=split_types(types),
+        stream=stream,
+        source=source,
+        correlation_id=correlationid,
+        model_name=modelname,
+        model_version=modelversion,
+        since=parse_time_parameter("since", since),
+        until=parse_time_parameter("until", until),
+        limit=limit,
+    )
 
 
 def split_types(text: str | None) -> tuple[str, ...]:
@@ -68,17 +84,8 @@ async def replay(
     until: Annotated[str | None, Query(description="event time < (RFC 3339)")] = None,
     limit: Annotated[int | None, Query(ge=1)] = None,
 ) -> StreamingResponse:
-    selection = EventFilter(
-        after=after,
-        types=split_types(types),
-        stream=stream,
-        source=source,
-        correlation_id=correlationid,
-        model_name=modelname,
-        model_version=modelversion,
-        since=parse_time("since", since),
-        until=parse_time("until", until),
-        limit=limit,
+    selection = replay_filter(
+        after, types, stream, source, correlationid, modelname, modelversion, since, until, limit
     )
     return StreamingResponse(
         ndjson_lines(engine, principal.tenant, selection, settings.replay_fetch_rows),

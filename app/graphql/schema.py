@@ -6,7 +6,6 @@
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import TypeVar
 
 import strawberry
@@ -44,19 +43,10 @@ from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.records import EventFilter as StoreFilter
 from app.store.registry import RegistryReader
-from app.store.timestamps import parse_rfc3339
+from app.store.timestamps import parse_time_parameter
 
 Info = strawberry.Info[Context, None]
 T = TypeVar("T")
-
-
-def _time(name: str, text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    value, why = parse_rfc3339(text)
-    if value is None:
-        raise BadRequest(f"{name}: {why}", argument=name)
-    return value
 
 
 def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
@@ -72,8 +62,8 @@ def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
         correlation_id=selection.correlation_id,
         model_name=selection.model_name,
         model_version=selection.model_version,
-        since=_time("timeFrom", selection.time_from),
-        until=_time("timeTo", selection.time_to),
+        since=parse_time_parameter("timeFrom", selection.time_from),
+        until=parse_time_parameter("timeTo", selection.time_to),
         position_to=selection.position_to,
     )
 
@@ -166,7 +156,7 @@ class Query:
     async def deployment(
         self, info: Info, service: str, at: str | None = None
     ) -> Deployment | None:
-        when = _time("at", at)
+        when = parse_time_parameter("at", at)
         async with info.context.engine.connect() as conn:
             history = await DeploymentReader(conn).read_history(
                 info.context.tenant,

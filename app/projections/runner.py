@@ -114,26 +114,14 @@ class ProjectionRunner:
             head = int((await conn.execute(select(log_head.c.position))).scalar_one())
             if until is not None:
                 head = min(head, until)
-            rows = (
-                await conn.execute(
-                    select(*full_row())
-                    .where(
-                        events.c.position > checkpoint,
-                        events.c.position <= head,
-                        events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
-                    )
-                    .order_by(events.c.position)
-                    .limit(self._batch_size)
-                )
-            ).all()
-            for row in rows:
-                stored = StoredEvent(record_from_row(row), bytes(row.prev_hash), bytes(row.hash))
+            found = await _read_events(conn, projection, checkpoint, head, self._batch_size)
+            for event in found:
                 try:
-                    await projection.apply(conn, stored)
+                    await projection.apply(conn, event)
                 except Exception as exc:
-                    raise ProjectionFailed(row.position, exc) from exc
-            reached = rows[-1].position if len(rows) == self._batch_size else head
-            if not rows and reached - checkpoint < self._batch_size:
+                    raise ProjectionFailed(event.position, exc) from exc
+            reached = found[-1].position if len(found) == self._batch_size else head
+            if not found and reached - checkpoint < self._batch_size:
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
                 return 0
@@ -159,28 +147,11 @@ class ProjectionRunner:
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
-            while True:
-                rows = (
-                    await conn.execute(
-                        select(*full_row())
-                        .where(
-                            events.c.position > after,
-                            events.c.position <= head,
-                            events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
-                        )
-                        .order_by(events.c.position)
-                        .limit(1000)
-                    )
-                ).all()
-                if not rows:
-                    break
-                for row in rows:
-                    stored = StoredEvent(
-                        record_from_row(row), bytes(row.prev_hash), bytes(row.hash)
-                    )
-                    await projection.apply(conn, stored)
-                applied += len(rows)
-                after = rows[-1].position
+            while found := await _read_events(conn, projection, after, head, 1000):
+                for event in found:
+                    await projection.apply(conn, event)
+                applied += len(found)
+                after = found[-1].position
             await conn.execute(
                 update(projection_checkpoints)
                 .where(_c.name == projection.name)
@@ -299,6 +270,23 @@ class ProjectionRunner:
                     updated_at=datetime.now(UTC),
                 )
             )
+
+
+async def _read_events(
+    conn: AsyncConnection, projection: Projection, after: int, head: int, limit: int
+) -> list[StoredEvent]:
+    """The projection's events in (after, head], in position order, ``limit`` at most."""
+    rows = await conn.execute(
+        select(*full_row())
+        .where(
+            events.c.position > after,
+            events.c.position <= head,
+            events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
+        )
+        .order_by(events.c.position)
+        .limit(limit)
+    )
+    return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
 
 
 async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:

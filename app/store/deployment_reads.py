@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import deployment_history, deployments, events
 from app.store.deployments import TYPES, DeploymentState, fold, stream_of
-from app.store.models import REGISTERED
+from app.store.models import REGISTERED, registration_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +72,7 @@ class DeploymentReader:
         e = events.c
         data = await self._conn.execute(
             select(e.data).where(
-                e.tenant == tenant,
-                e.model_name == model,
-                e.model_version == version,
-                e.type == REGISTERED,
+                e.tenant == tenant, e.id == registration_id(model, version), e.type == REGISTERED
             )
         )
         found = data.scalar()

@@ -216,7 +216,7 @@ def _event(
     state: DeploymentState, event_type: str, data: dict[str, Any], reason: str | None, actor: str
 ) -> NewEvent:
     return NewEvent(
-        id=f"deployment:{state.service}:{uuid.uuid4().hex}",
+        id=f"causeway:deployment:{state.service}:{uuid.uuid4().hex}",
         source=SOURCE,
         type=event_type,
         stream=stream_of(state.service),

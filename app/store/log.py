@@ -29,7 +29,7 @@ from app.db.tables import events, log_head
 from app.errors import AppError
 from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
 from app.store.chain import ChainRecord
-from app.store.models import REGISTERED, Registration, registration_from
+from app.store.models import REGISTERED, Registration, registration_from, registration_id
 from app.store.records import Appended, NewEvent
 
 Outcome = list[Appended] | AppError
@@ -111,33 +111,16 @@ class EventLog:
     async def _fetch_registrations(self, keys: set[ModelKey]) -> dict[ModelKey, Registration]:
         if not keys:
             return {}
-        ordered = sorted(keys)
-        wanted = (
-            func.unnest(
-                literal([k[0] for k in ordered], ARRAY(Text)),
-                literal([k[1] for k in ordered], ARRAY(Text)),
-                literal([k[2] for k in ordered], ARRAY(Text)),
-            )
-            .table_valued("tenant", "name", "version")
-            .render_derived("wanted")
-        )
-        e = events.c
-        result = await self._conn.execute(
-            select(e.tenant, e.model_name, e.model_version, e.model_signature, e.data).join(
-                wanted,
-                and_(
-                    e.tenant == wanted.c.tenant,
-                    e.model_name == wanted.c.name,
-                    e.model_version == wanted.c.version,
-                    e.type == REGISTERED,
-                ),
-            )
-        )
+        wanted = {(tenant, registration_id(name, version)) for tenant, name, version in keys}
+        found = await self._fetch_known(wanted)
         return {
-            (row.tenant, row.model_name, row.model_version): registration_from(
-                row.data, row.model_signature
-            )
-            for row in result
+            (
+                known.record.tenant,
+                known.record.model_name or "",
+                known.record.model_version or "",
+            ): (registration_from(known.record.data, known.record.model_signature or ""))
+            for known in found.values()
+            if known.record.type == REGISTERED
         }
 
     async def _fetch_known(self, keys: set[Key]) -> dict[Key, Known]:

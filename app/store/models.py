@@ -102,11 +102,17 @@ def is_valid_name(text: str) -> bool:
     return bool(_NAME.match(text))
 
 
+def registration_id(name: str, version: str) -> str:
+    """The id of a version's registration event: lookups go through the (tenant, id) key,
+    never through the model columns, which every event the model produced also fills."""
+    return f"causeway:model:{name}:{version}"
+
+
 def registration_event(
     name: str, version: str, signature: Signature, tags: dict[str, str], *, enforce_outputs: bool
 ) -> NewEvent:
     return NewEvent(
-        id=f"model:{name}:{version}",
+        id=registration_id(name, version),
         source=SOURCE,
         type=REGISTERED,
         stream=f"model:{name}",
@@ -127,7 +133,7 @@ def registration_event(
 def alias_event(name: str, alias: str, version: str | None, sequence: int) -> NewEvent:
     """Point ``alias`` at ``version`` (None: remove it). ``sequence`` keeps ids unique."""
     return NewEvent(
-        id=f"model:{name}:alias:{alias}:{sequence}",
+        id=f"causeway:model:{name}:alias:{alias}:{sequence}",
         source=SOURCE,
         type=ALIASED,
         stream=f"model:{name}",

@@ -11,7 +11,7 @@ from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, model_aliases, model_versions
-from app.store.models import REGISTERED
+from app.store.models import REGISTERED, registration_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +87,7 @@ async def fetch_registered_digest(
     e = events.c
     found = await conn.execute(
         select(e.model_signature).where(
-            e.tenant == tenant,
-            e.model_name == name,
-            e.model_version == version,
-            e.type == REGISTERED,
+            e.tenant == tenant, e.id == registration_id(name, version), e.type == REGISTERED
         )
     )
     return found.scalar()

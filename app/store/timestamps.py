@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
+from app.errors import BadRequest
+
 _RFC3339 = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -31,3 +33,13 @@ def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
     except ValueError as exc:
         return None, f"time {text!r} is not a valid date and time: {exc}"
     return value, None
+
+
+def parse_time_parameter(name: str, text: str | None) -> datetime | None:
+    """A request's time parameter: None when absent, a ``BadRequest`` when malformed."""
+    if text is None:
+        return None
+    value, why = parse_rfc3339(text)
+    if value is None:
+        raise BadRequest(f"{name}: {why}", parameter=name)
+    return value

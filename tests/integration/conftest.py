@@ -49,25 +49,25 @@ async def make_key(engine: AsyncEngine) -> MakeKey:
     return make
 
 
+def asgi_client(app: FastAPI, key: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=app),
+        base_url="http://causeway",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+
+
 @pytest.fixture
 async def client(app: FastAPI, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncClient]:
     """A client of tenant ``acme`` with the ingest and read scopes."""
-    key = await make_key("acme", "ingest,read")
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(
-        transport=transport, base_url="http://causeway", headers={"Authorization": f"Bearer {key}"}
-    ) as client:
+    async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
         yield client
 
 
 @pytest.fixture
 async def admin(app: FastAPI, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncClient]:
     """A client of tenant ``acme`` with the admin scope (registers models)."""
-    key = await make_key("acme", "admin")
-    transport = httpx2.ASGITransport(app=app)
-    async with httpx2.AsyncClient(
-        transport=transport, base_url="http://causeway", headers={"Authorization": f"Bearer {key}"}
-    ) as client:
+    async with asgi_client(app, await make_key("acme", "admin")) as client:
         yield client
 
 

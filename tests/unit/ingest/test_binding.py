@@ -170,3 +170,10 @@ class TestNumbers:
         )
         with pytest.raises(InvalidEvent, match="I-JSON"):
             parse_request("application/cloudevents+json", [], body, LIMITS)
+
+
+def test_system_ids_are_reserved() -> None:
+    with pytest.raises(ReservedType, match="ids starting with 'causeway:'"):
+        parse_request(
+            "application/cloudevents+json", [], structured(id="causeway:model:m:1"), LIMITS
+        )

@@ -275,7 +275,7 @@ class TestEvents:
         data = (await ask(client, query))["data"]
         # The registration event is about the model too.
         assert [e["node"]["id"] for e in data["events"]["edges"]] == [
-            "model:tumor-detector:3",
+            "causeway:model:tumor-detector:3",
             "tumor-1",
         ]
         assert [e["node"]["id"] for e in data["correlation"]["edges"]] == ["img-1", "img-2"]
