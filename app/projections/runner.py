@@ -149,7 +149,10 @@ class ProjectionRunner:
             after = applied = 0
             while found := await _read_events(conn, projection, after, head, 1000):
                 for event in found:
-                    await projection.apply(conn, event)
+                    try:
+                        await projection.apply(conn, event)
+                    except Exception as exc:
+                        raise ProjectionFailed(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
             await conn.execute(
@@ -191,6 +194,10 @@ class ProjectionRunner:
                         await self._lead(projection)
             except (DBAPIError, OSError) as exc:
                 logger.warning("projection %s: database unavailable: %s", projection.name, exc)
+            except Exception:
+                # Whatever went wrong, this projection keeps its leader loop (and the others
+                # theirs): log it, give up the lead, and start over after a pause.
+                logger.exception("projection %s: unexpected failure", projection.name)
             await asyncio.sleep(self._poll_interval_s)
 
     async def _lead(self, projection: Projection) -> None:

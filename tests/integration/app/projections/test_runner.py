@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import URL, BigInteger, Column, MetaData, Table, insert, select
+from sqlalchemy import URL, BigInteger, Column, MetaData, Table, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
@@ -162,6 +162,24 @@ class TestRunning:
         assert status.error_position == 3
         assert status.last_error == "RuntimeError: cannot apply 3"
         assert await applied_positions(engine) == [1]
+
+    async def test_the_leader_rebuilds_when_asked(self, engine: AsyncEngine) -> None:
+        await append_counts(engine, 5)
+        leader = ProjectionRunner(engine, [Counter()], poll_interval_s=0.05)
+        task = asyncio.create_task(leader.run())
+        await _until(lambda: _caught_up(engine, "test-counter"))
+        async with engine.begin() as conn:  # damage the read model behind its back
+            await conn.execute(delete(applied).where(applied.c.position > 3))
+        asker = ProjectionRunner(engine, [Counter()])
+        await asker.request_rebuild(asker.projection("test-counter"))
+
+        async def rebuilt() -> bool:
+            return not await asker.is_rebuild_requested(asker.projection("test-counter"))
+
+        await _until(rebuilt)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await applied_positions(engine) == [1, 3, 5, 7, 9]
 
     async def test_notify_wakes_a_runner_long_before_its_poll(
         self, engine: AsyncEngine, database_url: URL
