@@ -26,7 +26,7 @@ from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState, incompatibility
 from app.store.keys import Principal, Scope
 from app.store.models import is_valid_name
-from app.store.records import NewEvent
+from app.store.records import MAX_POSITION, NewEvent
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 
@@ -196,10 +196,13 @@ async def watch(
     request: Request,
     principal: Annotated[Principal, Depends(_read)],
     engine: Engine,
-    after: Annotated[int | None, Query(ge=0, description="resume after this position")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_POSITION, description="resume after this position")
+    ] = None,
 ) -> StreamingResponse:
     resume = request.headers.get("last-event-id")
-    start = after if after is not None else int(resume) if resume and resume.isdigit() else None
+    resumed = int(resume) if resume and resume.isdigit() and len(resume) < 19 else None
+    start = after if after is not None else resumed
     if start is None:
         async with engine.connect() as conn:
             latest = await DeploymentReader(conn).read_changes_after(principal.tenant, service, 0)

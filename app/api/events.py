@@ -12,6 +12,7 @@ from app.api.deps import engine_of, require
 from app.errors import NotFound
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
+from app.store.records import MAX_POSITION
 
 router = APIRouter(tags=["events"])
 _read = require(Scope.READ)
@@ -35,7 +36,7 @@ async def read_stream(
     stream: str,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[AsyncEngine, Depends(engine_of)],
-    from_version: Annotated[int, Query(ge=1)] = 1,
+    from_version: Annotated[int, Query(ge=1, le=MAX_POSITION)] = 1,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:
     async with engine.connect() as conn:

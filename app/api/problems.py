@@ -12,15 +12,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import AppError, NotFound, Unavailable, error_classes
 
 MEDIA_TYPE = "application/problem+json"
+BAD_VALUE = (
+    "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
+)
 logger = logging.getLogger(__name__)
 
 _CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
@@ -87,6 +91,10 @@ async def on_database_unavailable(request: Request, exc: Exception) -> JSONRespo
     )
 
 
+async def on_bad_value(request: Request, exc: Exception) -> JSONResponse:
+    return problem(400, "bad-request", "Bad request", BAD_VALUE)
+
+
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return problem(500, "internal", "Internal error", "The server failed; see its log.")
@@ -115,6 +123,10 @@ def install(app: FastAPI) -> None:
     # Connection loss and statement timeouts (psycopg's QueryCanceled) arrive as
     # OperationalError from any path; the transaction was rolled back, so a retry is safe.
     app.add_exception_handler(OperationalError, on_database_unavailable)
+    # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
+    # its values first, so this is a read given a NUL character or an oversized number.
+    app.add_exception_handler(DataError, on_bad_value)
+    app.add_exception_handler(psycopg.DataError, on_bad_value)  # refused before it was sent
     app.add_exception_handler(Exception, on_unexpected)
 
     @app.get("/problems/{code}", tags=["problems"])

@@ -14,10 +14,11 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require, settings_of
+from app.errors import BadRequest
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
-from app.store.records import EventFilter
+from app.store.records import MAX_POSITION, EventFilter
 from app.store.timestamps import parse_time_parameter
 
 NDJSON = "application/x-ndjson"
@@ -37,6 +38,10 @@ def replay_filter(
     limit: int | None,
 ) -> EventFilter:
     """The filter a replay's parameters name (HTTP and CLI take the same ones)."""
+    texts = (types, stream, source, correlationid, modelname, modelversion)
+    if any(text is not None and "\x00" in text for text in texts):
+        # Checked here, not left to PostgreSQL: a replay's response has begun by then.
+        raise BadRequest("parameters cannot contain a NUL character")
     return EventFilter(
         after=after,
         types=split_types(types),
@@ -73,7 +78,9 @@ async def replay(
     principal: Annotated[Principal, Depends(require(Scope.READ))],
     engine: Annotated[AsyncEngine, Depends(engine_of)],
     settings: Annotated[Settings, Depends(settings_of)],
-    after: Annotated[int, Query(ge=0, description="resume after this position")] = 0,
+    after: Annotated[
+        int, Query(ge=0, le=MAX_POSITION, description="resume after this position")
+    ] = 0,
     types: Annotated[str | None, Query(description="comma-separated event types")] = None,
     stream: str | None = None,
     source: str | None = None,
@@ -82,7 +89,7 @@ async def replay(
     modelversion: str | None = None,
     since: Annotated[str | None, Query(description="event time >= (RFC 3339)")] = None,
     until: Annotated[str | None, Query(description="event time < (RFC 3339)")] = None,
-    limit: Annotated[int | None, Query(ge=1)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_POSITION)] = None,
 ) -> StreamingResponse:
     selection = replay_filter(
         after, types, stream, source, correlationid, modelname, modelversion, since, until, limit

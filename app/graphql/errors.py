@@ -10,10 +10,16 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 from graphql.error import GraphQLError
+from sqlalchemy.exc import DataError
 from strawberry.extensions import SchemaExtension
 
-from app.errors import AppError
+from app.errors import AppError, BadRequest
+
+BAD_VALUE = (
+    "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +32,8 @@ def _render(error: GraphQLError) -> GraphQLError:
     original = error.original_error
     if original is None or isinstance(original, GraphQLError):
         return error
+    if isinstance(original, DataError | psycopg.DataError):  # see problems.on_bad_value
+        original = BadRequest(BAD_VALUE)
     if isinstance(original, AppError):
         extensions: dict[str, Any] = {
             "code": error_code(original),

@@ -14,14 +14,26 @@ from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
 from app.store.graph import Direction, Page, StoredEvent
 from app.store.lineage import Audit, Trace
+from app.store.records import MAX_POSITION
 from app.store.registry import Model as StoredModel
 from app.store.registry import ModelVersion as StoredVersion
 
 BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
+
+
+def _parse_big_int(value: object) -> int:
+    if not isinstance(value, int | str) or isinstance(value, bool) or not str(value).isdigit():
+        raise BadRequest(f"{value!r} is not a non-negative integer")
+    number = int(value)
+    if number > MAX_POSITION:
+        raise BadRequest(f"{value} does not fit in 64 bits")
+    return number
+
+
 BIG_INT = strawberry.scalar(
     name="BigInt",
     serialize=int,
-    parse_value=int,
+    parse_value=_parse_big_int,
     description="An integer that may exceed 32 bits (positions), as a JSON number.",
 )
 
@@ -38,7 +50,9 @@ def decode_cursor(cursor: str | None) -> int:
     try:
         text = base64.urlsafe_b64decode(cursor.encode()).decode()
         if text.startswith(_CURSOR_PREFIX):
-            return int(text[len(_CURSOR_PREFIX) :])
+            position = int(text[len(_CURSOR_PREFIX) :])
+            if 0 <= position <= MAX_POSITION:
+                return position
     except (ValueError, UnicodeDecodeError):
         pass
     raise BadRequest(f"cursor {cursor!r} is not one this API gave out", cursor=cursor)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
+
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:

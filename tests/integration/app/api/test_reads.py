@@ -176,3 +176,35 @@ class TestHealthAndProblems:
         response = await client.get("/nowhere")
         assert response.status_code == 404
         assert response.headers["content-type"] == "application/problem+json"
+
+
+class TestOddParameters:
+    """Values PostgreSQL cannot take are a 4xx, never a 500 (found by fuzzing)."""
+
+    @pytest.mark.parametrize(
+        ("path", "status"),
+        [
+            ("/replay?after=99999999999999999999", 422),
+            ("/streams/a%00b", 400),
+            ("/events/a%00b", 400),
+            ("/replay?source=a%00b", 400),
+        ],
+    )
+    async def test_rest(self, client: httpx2.AsyncClient, path: str, status: int) -> None:
+        response = await client.get(path)
+        assert response.status_code == status
+        assert response.headers["content-type"] == "application/problem+json"
+
+    @pytest.mark.parametrize(
+        "query",
+        [
+            '{ event(id: "a\\u0000b") { id } }',
+            "{ events(filter: {positionFrom: 99999999999999999999}) { edges { cursor } } }",
+            '{ events(after: "cG9zaXRpb246OTk5OTk5OTk5OTk5OTk5OTk5OTk5") { edges { cursor } } }',
+        ],
+    )
+    async def test_graphql(self, client: httpx2.AsyncClient, query: str) -> None:
+        body = (await client.post("/graphql", json={"query": query})).json()
+        assert body["errors"]
+        assert body["errors"][0].get("extensions", {}).get("code") in (None, "BAD_REQUEST")
+        assert body["errors"][0]["message"] != "Unexpected error."
