@@ -55,7 +55,7 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
         pool_size=len(projections) + 2,
         statement_timeout_ms=settings.statement_timeout_ms,
     )
-    dsn = make_url(str(database_url)).set(drivername="postgresql")
+    dsn = make_url(database_url).set(drivername="postgresql")
     return ProjectionRunner(
         engine,
         projections,

@@ -15,7 +15,8 @@ def _json_text(value: Any) -> str:
 
 def async_url(url: str | URL) -> URL:
     """``url`` with the psycopg 3 driver, whatever driver it named."""
-    return make_url(str(url)).set(drivername="postgresql+psycopg")
+    # make_url, not str(): str() of a URL masks its password.
+    return make_url(url).set(drivername="postgresql+psycopg")
 
 
 def create_engine(

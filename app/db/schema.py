@@ -19,7 +19,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def sync_url(url: str | URL) -> URL:
-    return make_url(str(url)).set(drivername="postgresql+psycopg")
+    return make_url(url).set(drivername="postgresql+psycopg")  # str() would mask a password
 
 
 def alembic_config(url: str | URL) -> Config:
