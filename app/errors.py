@@ -144,8 +144,8 @@ class ReservedType(InvalidEvent):
     code = "reserved-type"
     title = "Event type or id is reserved"
     about = (
-        "Event types starting with 'causeway.' and ids starting with 'causeway:' belong to "
-        "the events Causeway writes itself."
+        "Event types starting with 'causeway.', and ids and streams starting with 'causeway:', "
+        "belong to the events Causeway writes itself."
     )
 
 

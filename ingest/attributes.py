@@ -41,7 +41,7 @@ _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 _GOOD_NAMES: set[str] = set()
 _MAX_GOOD_NAMES = 4096
 RESERVED_TYPE_PREFIX = "causeway."
-RESERVED_ID_PREFIX = "causeway:"  # system events' ids, so no producer can take one first
+RESERVED_ID_PREFIX = "causeway:"  # system events' ids and streams: no producer takes one first
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +162,18 @@ def build_event(
         if name in attrs and (not isinstance(attrs[name], str) or attrs[name] == ""):
             bad(name, f"{name} must be a non-empty string")
 
-    event_id = attrs.get("id")
-    if isinstance(event_id, str) and event_id.startswith(RESERVED_ID_PREFIX):
-        bad(
-            "id",
-            f"ids starting with {RESERVED_ID_PREFIX!r} are given by Causeway only",
-            kind=ReservedType,
-        )
+    # The stream may come from ``stream``, else ``subject``, else ``source``.
+    chosen = {
+        "id": attrs.get("id"),
+        "stream": attrs.get("stream") or attrs.get("subject") or attrs.get("source"),
+    }
+    for name, value in chosen.items():
+        if isinstance(value, str) and value.startswith(RESERVED_ID_PREFIX):
+            bad(
+                name,
+                f"{name}s starting with {RESERVED_ID_PREFIX!r} belong to Causeway's own events",
+                kind=ReservedType,
+            )
     event_type = attrs.get("type")
     if isinstance(event_type, str) and event_type.startswith(RESERVED_TYPE_PREFIX):
         bad(

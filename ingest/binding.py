@@ -50,13 +50,13 @@ def parse_request(
     headers: Sequence[tuple[bytes, bytes]],
     body: bytes,
     limits: Limits,
-) -> tuple[list[NewEvent], bool]:
-    """The events of one request, and whether it was a batch. Raises an ``AppError``."""
+) -> list[NewEvent]:
+    """The events of one request, in order. Raises an ``AppError``."""
     essence = (content_type or "").split(";", 1)[0].strip().lower()
     if essence.startswith("application/cloudevents-batch"):
         if essence != BATCH:
             raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")
-        return _parse_batch(body, limits), True
+        return _parse_batch(body, limits)
     if essence.startswith("application/cloudevents"):
         if essence != STRUCTURED:
             raise UnsupportedMediaType(
@@ -66,8 +66,8 @@ def parse_request(
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
         may_have_nul = _NUL_ESCAPE in body
-        return [_single(lambda: _from_json(0, document, may_have_nul, limits))], False
-    return [_single(lambda: _from_binary(content_type, headers, body, limits))], False
+        return [_single(lambda: _from_json(0, document, may_have_nul, limits))]
+    return [_single(lambda: _from_binary(content_type, headers, body, limits))]
 
 
 def _parse_batch(body: bytes, limits: Limits) -> list[NewEvent]:

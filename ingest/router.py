@@ -75,7 +75,7 @@ def create_router(
         request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
     ) -> Response:
         body = await read_body(request, limits.max_request_bytes)
-        events, _ = parse_request(
+        events = parse_request(
             request.headers.get("content-type"), request.scope["headers"], body, limits
         )
         appended = await appender.append(principal.tenant, events, size_bytes=len(body))

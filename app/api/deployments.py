@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require
 from app.api.models import appender_of
-from app.errors import InvalidEvent, NotFound
+from app.errors import BadRequest, InvalidEvent, NotFound
 from app.store import deployments as commands
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState, incompatibility
@@ -70,7 +70,9 @@ Writer = Annotated[Appender, Depends(appender_of)]
 
 async def _state(engine: AsyncEngine, tenant: str, service: str) -> DeploymentState:
     if not is_valid_name(service):
-        raise NotFound(f"{service!r} is not a valid service name")
+        raise BadRequest(
+            f"{service!r} is not a valid service name: 1-128 of letters, digits, '_', '.', '-'"
+        )
     async with engine.connect() as conn:
         return await DeploymentReader(conn).fetch_state(tenant, service)
 

@@ -15,11 +15,8 @@ from graphql.error import GraphQLError
 from sqlalchemy.exc import DataError
 from strawberry.extensions import SchemaExtension
 
+from app.api.problems import BAD_VALUE
 from app.errors import AppError, BadRequest
-
-BAD_VALUE = (
-    "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
-)
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,7 @@ class ModelRegistry:
         data = record.data
         if record.type == REGISTERED:
             await conn.execute(
-                insert(model_versions)
-                .values(
+                insert(model_versions).values(
                     tenant=record.tenant,
                     name=data["name"],
                     version=data["version"],
@@ -34,7 +33,6 @@ class ModelRegistry:
                     registered_at=record.recorded_at,
                     position=record.position,
                 )
-                .on_conflict_do_nothing()
             )
         elif data.get("version") is None:
             await conn.execute(

@@ -23,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from sqlalchemy import any_, delete, func, literal, select, update
@@ -126,17 +127,7 @@ class ProjectionRunner:
                 # for every append; it moves once a batch's worth has gone by instead.
                 return 0
             if reached > checkpoint:
-                await conn.execute(
-                    update(projection_checkpoints)
-                    .where(_c.name == projection.name)
-                    .values(
-                        position=reached,
-                        updated_at=datetime.now(UTC),
-                        last_error=None,
-                        error_position=None,
-                        failures=0,
-                    )
-                )
+                await _advance(conn, projection.name, reached)
             return int(reached - checkpoint)
 
     async def rebuild(self, projection: Projection) -> int:
@@ -155,18 +146,7 @@ class ProjectionRunner:
                         raise ProjectionFailed(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
-            await conn.execute(
-                update(projection_checkpoints)
-                .where(_c.name == projection.name)
-                .values(
-                    position=head,
-                    updated_at=datetime.now(UTC),
-                    last_error=None,
-                    error_position=None,
-                    failures=0,
-                    rebuild_requested=False,
-                )
-            )
+            await _advance(conn, projection.name, head, rebuild_requested=False)
         return applied
 
     @contextlib.asynccontextmanager
@@ -294,6 +274,22 @@ async def _read_events(
         .limit(limit)
     )
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+
+
+async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any) -> None:
+    """Move the checkpoint to ``position``; having got there, the projection is healthy."""
+    await conn.execute(
+        update(projection_checkpoints)
+        .where(_c.name == name)
+        .values(
+            position=position,
+            updated_at=datetime.now(UTC),
+            last_error=None,
+            error_position=None,
+            failures=0,
+            **also,
+        )
+    )
 
 
 async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:

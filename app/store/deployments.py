@@ -63,7 +63,7 @@ class DeploymentState:
 
 
 def stream_of(service: str) -> str:
-    return f"deployment:{service}"
+    return f"causeway:deployment:{service}"
 
 
 def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> DeploymentState:

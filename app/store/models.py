@@ -115,7 +115,7 @@ def registration_event(
         id=registration_id(name, version),
         source=SOURCE,
         type=REGISTERED,
-        stream=f"model:{name}",
+        stream=f"causeway:model:{name}",
         has_data=True,
         data={
             "name": name,
@@ -136,7 +136,7 @@ def alias_event(name: str, alias: str, version: str | None, sequence: int) -> Ne
         id=f"causeway:model:{name}:alias:{alias}:{sequence}",
         source=SOURCE,
         type=ALIASED,
-        stream=f"model:{name}",
+        stream=f"causeway:model:{name}",
         has_data=True,
         data={"name": name, "alias": alias, "version": version},
         model_name=name,

@@ -28,19 +28,18 @@ def structured(**members: object) -> bytes:
 
 class TestModeSelection:
     def test_content_type_alone_picks_structured_even_with_ce_headers(self) -> None:
-        events, is_batch = parse_request(
+        events = parse_request(
             "Application/CloudEvents+JSON; charset=utf-8",
             [(b"ce-id", b"from-header")],
             structured(),
             LIMITS,
         )
-        assert (events[0].id, is_batch) == ("1", False)
+        assert events[0].id == "1"
 
     def test_batch_mode(self) -> None:
         body = orjson.dumps([BASE, {**BASE, "id": "2"}])
-        events, is_batch = parse_request("application/cloudevents-batch+json", [], body, LIMITS)
+        events = parse_request("application/cloudevents-batch+json", [], body, LIMITS)
         assert [e.id for e in events] == ["1", "2"]
-        assert is_batch
 
     def test_other_formats_are_unsupported(self) -> None:
         with pytest.raises(UnsupportedMediaType):
@@ -63,7 +62,7 @@ class TestBinaryMode:
             (b"ce-type", b"t"),
             (b"ce-expectedversion", b"4"),
         ]
-        [event], _ = parse_request("text/plain", headers, b"hi", LIMITS)
+        [event] = parse_request("text/plain", headers, b"hi", LIMITS)
         assert (event.id, event.source, event.expected_version) == ("€", '/a"b', 4)
         assert event.data_binary == b"hi"
 
@@ -91,7 +90,7 @@ class TestValidation:
             priority=7,
             urgent=True,
         )
-        [event], _ = parse_request("application/cloudevents+json", [], body, LIMITS)
+        [event] = parse_request("application/cloudevents+json", [], body, LIMITS)
         assert event.causes == ("a", "b")
         assert (event.correlation_id, event.model_name, event.model_version) == ("run", "m", "2")
         assert (event.model_signature, event.stream, event.expected_version) == (
@@ -102,7 +101,7 @@ class TestValidation:
         assert event.extensions == {"priority": 7, "urgent": True}
 
     def test_null_members_are_unset(self) -> None:
-        [event], _ = parse_request(
+        [event] = parse_request(
             "application/cloudevents+json", [], structured(subject=None), LIMITS
         )
         assert event.subject is None
@@ -157,7 +156,7 @@ def test_json_media_types() -> None:
 class TestNumbers:
     def test_integral_numbers_are_stored_as_integers(self) -> None:
         body = structured(data={"a": 1.0, "b": -0.0, "c": [2.5, 3]})
-        [event], _ = parse_request("application/cloudevents+json", [], body, LIMITS)
+        [event] = parse_request("application/cloudevents+json", [], body, LIMITS)
         assert event.data == {"a": 1, "b": 0, "c": [2.5, 3]}
         assert isinstance(event.data["a"], int)
 
@@ -177,3 +176,11 @@ def test_system_ids_are_reserved() -> None:
         parse_request(
             "application/cloudevents+json", [], structured(id="causeway:model:m:1"), LIMITS
         )
+
+
+@pytest.mark.parametrize(
+    "members", [{"stream": "causeway:deployment:x"}, {"subject": "causeway:model:m"}]
+)
+def test_system_streams_are_reserved(members: dict[str, str]) -> None:
+    with pytest.raises(ReservedType, match="streams starting with 'causeway:'"):
+        parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
