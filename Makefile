@@ -38,14 +38,19 @@ schema: install  ## regenerate docs/schema.graphql and docs/openapi.json (checke
 	$(BIN)/python -m app.export
 
 bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.replay
 	$(BIN)/python -m bench.lineage
+	$(BIN)/python -m bench.scheduler
+	$(BIN)/python -m bench.evs_filter
 
 bench-quick: install  ## the benchmarks on small data: a smoke test, not a measurement
 	$(BIN)/python -m bench.ingest --quick
 	$(BIN)/python -m bench.replay --quick
 	$(BIN)/python -m bench.lineage --quick
+	$(BIN)/python -m bench.scheduler --quick
+	$(BIN)/python -m bench.evs_filter --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

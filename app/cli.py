@@ -30,15 +30,15 @@ from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
 from app.errors import AppError
-from app.main import create_app, create_runner
+from app.main import create_app, create_runner, every_projection
 from app.projections.base import Projection
-from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_status
 from app.settings import Settings
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
 from app.store.records import EventFilter
 from app.store.verify import ChainReport, verify_chain
+from evs_bridge.cli import cli as evs_cli
 
 cli = typer.Typer(
     help="Causeway: an append-only lineage store for AI systems.", no_args_is_help=True
@@ -47,6 +47,7 @@ keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 projections_cli = typer.Typer(help="Inspect and rebuild read models.", no_args_is_help=True)
 cli.add_typer(projections_cli, name="projections")
+cli.add_typer(evs_cli, name="evs")  # the edge bridge, also `python -m evs_bridge`
 _err = Console(stderr=True)
 ADMIN_KEY_FILE = "admin.key"
 
@@ -299,7 +300,7 @@ async def _status(url: URL | str) -> list[ProjectionStatus]:
     engine = create_engine(url, pool_size=1)
     try:
         async with engine.connect() as conn:
-            return await fetch_status(conn, all_projections())
+            return await fetch_status(conn, every_projection())
     finally:
         await engine.dispose()
 
@@ -341,7 +342,7 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
 @keys_cli.command("create")
 def keys_create(
     tenant: Annotated[str, typer.Option(help="the tenant the key belongs to")],
-    scopes: Annotated[str, typer.Option(help="comma-separated: ingest, read, admin")],
+    scopes: Annotated[str, typer.Option(help="comma-separated: ingest, read, worker, admin")],
     description: Annotated[str | None, typer.Option(help="what the key is for")] = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""

@@ -107,6 +107,16 @@ class IdConflict(Conflict):
     )
 
 
+class LeaseLost(Conflict):
+    code = "lease-lost"
+    title = "The lease is not held"
+    about = (
+        "The task is no longer leased under this lease id: it expired and went back to the "
+        "queue (another worker may hold it now), or it was completed, failed or superseded. "
+        "Drop the work; nothing was written."
+    )
+
+
 class PayloadTooLarge(AppError):
     status = 413
     code = "payload-too-large"

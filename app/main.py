@@ -17,6 +17,7 @@ from app.db.engine import create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import create_router as create_graphql_router
+from app.projections.base import Projection
 from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
@@ -24,6 +25,11 @@ from app.store.keys import Scope
 from ingest.appender import Appender
 from ingest.limits import Limits
 from ingest.router import create_router as create_ingest_router
+from scheduler.placement import OffPeak
+from scheduler.projections import scheduler_projections
+from scheduler.router import LeasePolicy, Principals
+from scheduler.router import create_router as create_scheduler_router
+from scheduler.service import SchedulerLoop, controller_from, timers_from
 
 
 def limits_from(settings: Settings) -> Limits:
@@ -47,9 +53,24 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
     )
 
 
+def every_projection() -> list[Projection]:
+    return [*all_projections(), *scheduler_projections()]
+
+
+def lease_policy_from(settings: Settings) -> LeasePolicy:
+    return LeasePolicy(
+        lease_s=settings.scheduler_lease_s,
+        max_lease_s=settings.scheduler_max_lease_s,
+        max_wait_s=settings.scheduler_max_wait_s,
+        off_peak=OffPeak.parse(
+            settings.scheduler_off_peak_hours, settings.scheduler_off_peak_max_priority
+        ),
+    )
+
+
 def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunner:
     """The projection runner, on an engine of its own (a leader holds a connection)."""
-    projections = all_projections()
+    projections = every_projection()
     engine = create_engine(
         database_url,
         pool_size=len(projections) + 2,
@@ -79,15 +100,21 @@ def create_app(
 
     appender = Appender(engine)
     runner = create_runner(settings, database_url)
+    controller = controller_from(settings)
+    timers = timers_from(settings)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        following = asyncio.create_task(runner.run()) if settings.run_projections else None
+        background = []
+        if settings.run_projections:
+            background.append(asyncio.create_task(runner.run()))
+        if settings.run_scheduler:
+            background.append(asyncio.create_task(SchedulerLoop(engine, controller, timers).run()))
         yield
-        if following is not None:
-            following.cancel()
+        for task in background:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await following
+                await task
         await runner.dispose()
         await engine.dispose()
         if on_shutdown is not None:
@@ -103,6 +130,7 @@ def create_app(
     app.state.engine = engine
     app.state.appender = appender
     app.state.runner = runner
+    app.state.scheduler_controller = controller
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
@@ -113,6 +141,18 @@ def create_app(
     app.include_router(models.router)
     app.include_router(deployments.router)
     app.include_router(projections.router)
+    app.include_router(
+        create_scheduler_router(
+            engine,
+            appender,
+            limits_from(settings),
+            lease_policy_from(settings),
+            controller,
+            Principals(
+                admin=require(Scope.ADMIN), worker=require(Scope.WORKER), read=require(Scope.READ)
+            ),
+        )
+    )
     app.include_router(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )

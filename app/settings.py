@@ -7,6 +7,7 @@ test keeps that table and this class in step.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -45,6 +46,26 @@ class Settings(BaseSettings):
     graphql_max_lineage_depth: int = Field(default=100, ge=1)
     graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
     graphql_timeout_ms: int = Field(default=5000, ge=1)
+    run_scheduler: bool = True  # serve expires leases and refreshes autoscale advice
+    scheduler_lease_s: float = Field(default=30.0, gt=0, le=86_400)
+    scheduler_max_lease_s: float = Field(default=3600.0, gt=0, le=86_400)
+    scheduler_max_wait_s: float = Field(default=30.0, ge=0, le=300)
+    scheduler_sweep_interval_s: float = Field(default=1.0, gt=0)
+    # UTC hours "START-END" (e.g. "22-6") when tasks of priority <= the max go to spot workers only
+    scheduler_off_peak_hours: str | None = None
+    scheduler_off_peak_max_priority: int = Field(default=3, ge=0, le=9)
+    scheduler_autoscale_interval_s: float = Field(default=15.0, gt=0)
+    scheduler_target_latency_s: float = Field(default=5.0, gt=0)
+    scheduler_min_workers: int = Field(default=1, ge=0)
+    scheduler_max_workers: int = Field(default=64, ge=1)
+    scheduler_max_step: int = Field(default=4, ge=1)
+
+    @field_validator("scheduler_off_peak_hours")
+    @classmethod
+    def _are_hours(cls, value: str | None) -> str | None:
+        if value and not re.fullmatch(r"\s*([01]?\d|2[0-3])\s*-\s*([01]?\d|2[0-4])\s*", value):
+            raise ValueError("must be 'START-END' in whole UTC hours, e.g. '22-6'")
+        return value or None
 
     @field_validator("database_url")
     @classmethod

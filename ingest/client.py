@@ -1,4 +1,5 @@
-"""A small HTTP client for producers: post CloudEvents to a Causeway service.
+"""A small HTTP client for producers and workers: post CloudEvents to a Causeway service,
+and lease, extend, complete or fail the scheduler's tasks.
 
 It imports nothing of ``app``: it runs where producers run (the edge bridge, workers)
 and speaks only HTTP. Events are plain dicts in the CloudEvents JSON format.
@@ -13,7 +14,7 @@ from typing import Any
 import httpx2
 import orjson
 
-__all__ = ["AppendResult", "CausewayClient", "CausewayError"]
+__all__ = ["AppendResult", "CausewayClient", "CausewayError", "Lease"]
 
 _STRUCTURED = "application/cloudevents+json"
 _BATCH = "application/cloudevents-batch+json"
@@ -27,6 +28,17 @@ class AppendResult:
     stream_version: int
     position: int
     duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A task leased to this worker: ``trigger`` is the event that caused it."""
+
+    task_id: str
+    lease: str
+    expires_at: str
+    task: dict[str, Any]
+    trigger: dict[str, Any]
 
 
 class CausewayError(Exception):
@@ -54,6 +66,62 @@ class CausewayClient:
         """Append ``events`` atomically: all are stored, or none and ``CausewayError``."""
         return self._post(orjson.dumps(events), _BATCH)
 
+    def lease(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        capabilities: dict[str, bool | float] | None = None,
+        spot: bool = False,
+        labels: dict[str, str] | None = None,
+        wait_s: float = 0.0,
+        lease_s: float | None = None,
+    ) -> Lease | None:
+        """The best task of ``queue`` this worker can run, or None (after ``wait_s``)."""
+        body: dict[str, Any] = {
+            "worker": worker,
+            "capabilities": capabilities or {},
+            "spot": spot,
+            "labels": labels or {},
+            "wait_s": wait_s,
+        }
+        if lease_s is not None:
+            body["lease_s"] = lease_s
+        response = self._call("POST", f"/queues/{queue}/lease", body)
+        if response.status_code == 204:
+            return None
+        found = response.json()
+        return Lease(
+            found["task"]["id"],
+            found["lease"],
+            found["expires_at"],
+            found["task"],
+            found["trigger"],
+        )
+
+    def heartbeat(self, lease: Lease, *, lease_s: float | None = None) -> None:
+        """Extend the lease (raises ``CausewayError`` 409 when it was lost)."""
+        body: dict[str, Any] = {"lease": lease.lease}
+        if lease_s is not None:
+            body["lease_s"] = lease_s
+        self._call("POST", f"/tasks/{lease.task_id}/heartbeat", body)
+
+    def complete(self, lease: Lease, events: list[dict[str, Any]] | None = None) -> list[int]:
+        """Finish the task; ``events`` are appended caused by its trigger. Their positions."""
+        response = self._call(
+            "POST",
+            f"/tasks/{lease.task_id}/complete",
+            {"lease": lease.lease, "events": events or []},
+        )
+        return [entry["position"] for entry in response.json()["results"]]
+
+    def fail(self, lease: Lease, error_class: str, message: str) -> dict[str, Any]:
+        """Report a failed attempt: ``transient``, ``unknown``, ``data_invalid`` or
+        ``model_version_mismatch``. The task as it stands after it (retried or dead)."""
+        body = {"lease": lease.lease, "class": error_class, "message": message}
+        result: dict[str, Any] = self._call("POST", f"/tasks/{lease.task_id}/fail", body).json()
+        return result
+
     def close(self) -> None:
         self._http.close()
 
@@ -70,10 +138,28 @@ class CausewayClient:
 
     def _post(self, body: bytes, content_type: str) -> list[AppendResult]:
         response = self._http.post("/events", content=body, headers={"Content-Type": content_type})
-        if response.status_code >= 400:
-            try:
-                problem = response.json()
-            except ValueError:
-                problem = {"detail": response.text}
-            raise CausewayError(response.status_code, problem)
+        _raise_for_problem(response)
         return [AppendResult(**entry) for entry in response.json()["events"]]
+
+    def _call(self, method: str, path: str, body: dict[str, Any]) -> httpx2.Response:
+        # A long-poll lease may wait up to its wait_s: give the read that much more time.
+        timeout = self._http.timeout.read
+        extra = float(body.get("wait_s", 0.0))
+        response = self._http.request(
+            method,
+            path,
+            content=orjson.dumps(body),
+            headers={"Content-Type": "application/json"},
+            timeout=httpx2.Timeout(self._http.timeout.connect, read=(timeout or 30.0) + extra),
+        )
+        _raise_for_problem(response)
+        return response
+
+
+def _raise_for_problem(response: httpx2.Response) -> None:
+    if response.status_code >= 400:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = {"detail": response.text}
+        raise CausewayError(response.status_code, problem)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -200,4 +201,95 @@ deployment_history = Table(
     Column("reason", Text),
     Column("actor", Text),
     Column("event_id", Text, nullable=False),
+)
+
+# Read models of the scheduler (scheduler/): routes, tasks, pre-warm windows and autoscale
+# state. ``tasks`` is kept inline: each ``causeway.task.*`` event is applied in the same
+# transaction that appends it, so a lease never sees a stale queue.
+routes = Table(
+    "routes",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("id", Text, primary_key=True),
+    Column("spec", JSONB, nullable=False),
+    Column("position", BigInteger, nullable=False),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("id", Text, primary_key=True),
+    Column("route_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("req_numbers", JSONB, nullable=False),
+    Column("req_flags", ARRAY(Text), nullable=False),
+    Column("req_labels", JSONB, nullable=False),
+    Column("trigger_id", Text, nullable=False),
+    Column("trigger_type", Text, nullable=False),
+    Column("trigger_time", DateTime(timezone=True), nullable=False),
+    Column("debounce_key", Text),
+    Column("state", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_retries", Integer, nullable=False),
+    Column("backoff_base_s", Float, nullable=False),
+    Column("service", Text),
+    Column("on_model_mismatch", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("available_at", DateTime(timezone=True), nullable=False),
+    Column("lease_id", Text),
+    Column("worker", Text),
+    Column("leased_at", DateTime(timezone=True)),
+    Column("lease_expires_at", DateTime(timezone=True)),
+    Column("error_class", Text),
+    Column("error", Text),
+    Column("disposition", Text),
+    Column("finished_at", DateTime(timezone=True)),
+    Column("seq", BigInteger, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    CheckConstraint(
+        "state IN ('ready', 'leased', 'completed', 'superseded', 'dead', 'discarded')",
+        name="state",
+    ),
+    Index(
+        "ix_tasks_ready",
+        "tenant",
+        "queue",
+        text("priority DESC"),
+        "seq",
+        postgresql_where=text("state = 'ready'"),
+    ),
+    Index("ix_tasks_leased", "lease_expires_at", postgresql_where=text("state = 'leased'")),
+    Index(
+        "ix_tasks_debounce",
+        "tenant",
+        "route_id",
+        "debounce_key",
+        postgresql_where=text("state = 'ready' AND debounce_key IS NOT NULL"),
+    ),
+    Index("ix_tasks_dead", "tenant", "finished_at", postgresql_where=text("state = 'dead'")),
+)
+
+prewarm_windows = Table(
+    "prewarm_windows",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("route_id", Text, primary_key=True),
+    Column("source", Text, primary_key=True),
+    Column("recent", JSONB, nullable=False),
+)
+
+queue_autoscale = Table(
+    "queue_autoscale",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("queue", Text, primary_key=True),
+    Column("recommended", Integer, nullable=False),
+    Column("integral", Float, nullable=False),
+    Column("last_error", Float, nullable=False),
+    Column("observed_s", Float, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
 )

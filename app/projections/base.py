@@ -3,7 +3,12 @@
 Its read-model writes and its checkpoint commit in one transaction, so each event takes
 effect exactly once, whatever crashes in between. ``tables`` are the read model (a rebuild
 empties them); ``types`` are the event types it reads (others only move its checkpoint
-forward). Handlers must be deterministic: a rebuild from position 0 gives the same state.
+forward; ``None``: every event). Handlers must be deterministic: a rebuild from position 0
+gives the same state.
+
+An ``inline`` projection is applied by the code that appends its events, in the same
+transaction (the scheduler's task table: a lease must never see a stale queue). The runner
+does not follow it; it only rebuilds it, with appends held off meanwhile.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ class Projection(Protocol):
     def tables(self) -> Sequence[Table]: ...
 
     @property
-    def types(self) -> frozenset[str]: ...
+    def types(self) -> frozenset[str] | None: ...
+
+    @property
+    def inline(self) -> bool: ...
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None: ...

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import any_, delete, func, literal, select, update
+from sqlalchemy import any_, delete, func, literal, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -96,12 +96,13 @@ class ProjectionRunner:
         return list(self._projections)
 
     async def run(self) -> None:
-        """Lead (or stand by for) every projection until cancelled."""
+        """Lead (or stand by for) every projection that is not inline, until cancelled."""
         async with asyncio.TaskGroup() as group:
             if self._listen_dsn:
                 group.create_task(self._listen(self._listen_dsn))
             for projection in self._projections:
-                group.create_task(self._follow(projection))
+                if not projection.inline:
+                    group.create_task(self._follow(projection))
 
     async def catch_up(self, projection: Projection) -> None:
         """Apply everything up to the current head now (for tests and the CLI)."""
@@ -133,6 +134,13 @@ class ProjectionRunner:
     async def rebuild(self, projection: Projection) -> int:
         """Empty the read model and apply the log again from position 0, atomically."""
         async with self._engine.begin() as conn:
+            if projection.inline:
+                # Its writers append and apply in one transaction: hold them all off (its
+                # tables first, the order they lock in), so none lands between the replay
+                # and the commit.
+                names = ", ".join(table.name for table in projection.tables)
+                await conn.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))
+                await conn.execute(select(log_head.c.position).with_for_update())
             await _lock_checkpoint(conn, projection.name)
             head = int((await conn.execute(select(log_head.c.position))).scalar_one())
             for table in projection.tables:
@@ -263,17 +271,15 @@ async def _read_events(
     conn: AsyncConnection, projection: Projection, after: int, head: int, limit: int
 ) -> list[StoredEvent]:
     """The projection's events in (after, head], in position order, ``limit`` at most."""
-    rows = await conn.execute(
-        select(*full_row())
-        .where(
-            events.c.position > after,
-            events.c.position <= head,
-            events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
-        )
-        .order_by(events.c.position)
-        .limit(limit)
-    )
+    statement = select(*full_row()).where(events.c.position > after, events.c.position <= head)
+    if projection.types is not None:
+        statement = statement.where(_of_types(projection.types))
+    rows = await conn.execute(statement.order_by(events.c.position).limit(limit))
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+
+
+def _of_types(types: frozenset[str]) -> Any:
+    return events.c.type == any_(literal(sorted(types), ARRAY(Text)))
 
 
 async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any) -> None:
@@ -313,18 +319,12 @@ async def fetch_status(
     found = []
     for projection in projections:
         row = rows.get(projection.name)
-        checkpoint = int(row.position) if row else 0
-        oldest = (
-            await conn.execute(
-                select(events.c.recorded_at)
-                .where(
-                    events.c.position > checkpoint,
-                    events.c.type == any_(literal(sorted(projection.types), ARRAY(Text))),
-                )
-                .order_by(events.c.position)
-                .limit(1)
-            )
-        ).scalar()
+        # An inline projection is as far as the log, whatever its (unused) checkpoint says.
+        checkpoint = head if projection.inline else int(row.position) if row else 0
+        pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
+        if projection.types is not None:
+            pending = pending.where(_of_types(projection.types))
+        oldest = (await conn.execute(pending.order_by(events.c.position).limit(1))).scalar()
         lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
         found.append(
             ProjectionStatus(

@@ -27,6 +27,7 @@ TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 
 class Scope(enum.StrEnum):
     INGEST = "ingest"
+    WORKER = "worker"
     READ = "read"
     ADMIN = "admin"
 

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.types.json import Jsonb
-from sqlalchemy import Text, and_, func, literal, select, update
+from sqlalchemy import Text, and_, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -124,12 +124,7 @@ class EventLog:
         }
 
     async def _fetch_known(self, keys: set[Key]) -> dict[Key, Known]:
-        wanted = _pairs(keys, "id")
-        result = await self._conn.execute(
-            select(*full_row()).join(
-                wanted, and_(events.c.tenant == wanted.c.tenant, events.c.id == wanted.c.id)
-            )
-        )
+        result = await self._conn.execute(_FETCH_KNOWN, _pair_params(keys))
         return {
             (row.tenant, row.id): Known(row.position, row.stream_version, record_from_row(row))
             for row in result
@@ -138,36 +133,53 @@ class EventLog:
     async def _fetch_positions(self, keys: set[Key]) -> dict[Key, int]:
         if not keys:
             return {}
-        wanted = _pairs(keys, "id")
-        result = await self._conn.execute(
-            select(events.c.tenant, events.c.id, events.c.position).join(
-                wanted, and_(events.c.tenant == wanted.c.tenant, events.c.id == wanted.c.id)
-            )
-        )
+        result = await self._conn.execute(_FETCH_POSITIONS, _pair_params(keys))
         return {(row.tenant, row.id): row.position for row in result}
 
     async def _fetch_stream_versions(self, keys: set[Key]) -> dict[Key, int]:
-        wanted = _pairs(keys, "stream")
-        latest = (
-            select(func.max(events.c.stream_version))
-            .where(events.c.tenant == wanted.c.tenant, events.c.stream == wanted.c.stream)
-            .scalar_subquery()
-        )
-        result = await self._conn.execute(select(wanted.c.tenant, wanted.c.stream, latest))
+        result = await self._conn.execute(_FETCH_VERSIONS, _pair_params(keys))
         return {(tenant, stream): int(v) for tenant, stream, v in result if v is not None}
 
 
-def _pairs(keys: Iterable[Key], name: str) -> Any:
+def _pairs(name: str) -> Any:
     """``(tenant, name)`` pairs as a table: one array parameter per column, however many."""
-    ordered = sorted(keys)
     return (
-        func.unnest(
-            literal([k[0] for k in ordered], ARRAY(Text)),
-            literal([k[1] for k in ordered], ARRAY(Text)),
-        )
+        func.unnest(bindparam("tenants", type_=ARRAY(Text)), bindparam("names", type_=ARRAY(Text)))
         .table_valued("tenant", name)
         .render_derived("wanted")
     )
+
+
+def _pair_params(keys: Iterable[Key]) -> dict[str, list[str]]:
+    ordered = sorted(keys)
+    return {"tenants": [k[0] for k in ordered], "names": [k[1] for k in ordered]}
+
+
+def full_row() -> tuple[Any, ...]:
+    """The columns ``record_from_row`` needs: all of ``events``, and whether ``data`` is set
+    (a JSON ``null`` loads as ``None`` too, so SQL has to tell)."""
+    return (events, events.c.data.is_not(None).label("has_json_data"))
+
+
+# The lookups of every append, built once (building them costs more than running them).
+_WANTED_IDS = _pairs("id")
+_FETCH_KNOWN = select(*full_row()).join(
+    _WANTED_IDS, and_(events.c.tenant == _WANTED_IDS.c.tenant, events.c.id == _WANTED_IDS.c.id)
+)
+_FETCH_POSITIONS = select(events.c.tenant, events.c.id, events.c.position).join(
+    _WANTED_IDS, and_(events.c.tenant == _WANTED_IDS.c.tenant, events.c.id == _WANTED_IDS.c.id)
+)
+_WANTED_STREAMS = _pairs("stream")
+_FETCH_VERSIONS = select(
+    _WANTED_STREAMS.c.tenant,
+    _WANTED_STREAMS.c.stream,
+    select(func.max(events.c.stream_version))
+    .where(
+        events.c.tenant == _WANTED_STREAMS.c.tenant,
+        events.c.stream == _WANTED_STREAMS.c.stream,
+    )
+    .scalar_subquery(),
+)
 
 
 def _json_text(value: Any) -> str:
@@ -187,12 +199,6 @@ def _copy_row(row: Row) -> tuple[Any, ...]:
         Jsonb(event.extensions, dumps=_json_text), list(event.causes), event.correlation_id,
         event.model_name, event.model_version, event.model_signature, row.prev_hash, row.hash,
     )  # fmt: skip
-
-
-def full_row() -> tuple[Any, ...]:
-    """The columns ``record_from_row`` needs: all of ``events``, and whether ``data`` is set
-    (a JSON ``null`` loads as ``None`` too, so SQL has to tell)."""
-    return (events, events.c.data.is_not(None).label("has_json_data"))
 
 
 def record_from_row(row: Any) -> ChainRecord:

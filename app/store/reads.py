@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection as PsycopgConnection
-from sqlalchemy import Select, Text, case, cast, func, literal, select
+from sqlalchemy import Select, Text, bindparam, case, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
@@ -90,14 +90,20 @@ def _json_text() -> ColumnElement[str]:
     return cast(_structured(), Text).label("json")
 
 
+# Built once: constructing the envelope expression costs more than running the query.
+_READ_EVENT = select(_json_text()).where(
+    events.c.tenant == bindparam("tenant"), events.c.id == bindparam("event_id")
+)
+
+
 class EventReader:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
     async def read_event(self, tenant: str, event_id: str) -> str | None:
         """The event as structured CloudEvent JSON text, or None when not in ``tenant``."""
-        statement = select(_json_text()).where(events.c.tenant == tenant, events.c.id == event_id)
-        return (await self._conn.execute(statement)).scalar_one_or_none()
+        found = await self._conn.execute(_READ_EVENT, {"tenant": tenant, "event_id": event_id})
+        return found.scalar_one_or_none()
 
     async def read_stream(
         self, tenant: str, stream: str, *, from_version: int, limit: int

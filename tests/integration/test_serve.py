@@ -62,7 +62,7 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
             timeout=60,
         )
         assert refused.returncode == 2
-        assert "not 0004" in refused.stderr
+        assert "not 0005" in refused.stderr
         assert "--migrate" in refused.stderr
         with serving(env, "--migrate") as base:
             assert httpx2.get(f"{base}/readyz").status_code == 200

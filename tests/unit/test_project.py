@@ -34,7 +34,12 @@ def test_readme_documents_every_setting() -> None:
 
 
 def test_the_client_public_names_are_pinned() -> None:
-    assert sorted(ingest.client.__all__) == ["AppendResult", "CausewayClient", "CausewayError"]
+    assert sorted(ingest.client.__all__) == [
+        "AppendResult",
+        "CausewayClient",
+        "CausewayError",
+        "Lease",
+    ]
 
 
 def test_the_committed_graphql_schema_and_openapi_are_current() -> None:

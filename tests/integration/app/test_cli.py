@@ -131,7 +131,7 @@ class TestReplay:
 def test_migrate_is_idempotent(run: CliRunner) -> None:
     result = run.invoke(cli, ["migrate"])
     assert result.exit_code == 0
-    assert "schema at revision 0004" in result.stdout
+    assert "schema at revision 0005" in result.stdout
 
 
 def test_a_bad_database_url_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:

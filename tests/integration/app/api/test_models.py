@@ -8,7 +8,6 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
-from app.projections.catalogue import all_projections
 from tests.integration.conftest import MakeKey
 from tests.integration.events import (
     JSON,
@@ -25,8 +24,9 @@ OTHER_SIGNATURE: dict[str, Any] = {**SIGNATURE, "outputs": [{"name": "score", "t
 
 async def catch_up(app: FastAPI) -> None:
     runner = app.state.runner
-    for projection in all_projections():
-        await runner.catch_up(projection)
+    for projection in runner.projections:
+        if not projection.inline:
+            await runner.catch_up(projection)
 
 
 class TestRegister:
@@ -215,10 +215,19 @@ class TestProjectionsStatus:
         self, admin: httpx2.AsyncClient, app: FastAPI, register: Any
     ) -> None:
         await register("faces", "3")
-        behind, _ = (await admin.get("/projections")).json()["projections"]
+        behind, *_ = (await admin.get("/projections")).json()["projections"]
         assert behind["name"] == "model-registry"
         assert (behind["checkpoint"], behind["head"], behind["lag_events"]) == (0, 1, 1)
         await catch_up(app)
-        current, deployments = (await admin.get("/projections")).json()["projections"]
+        current, deployments, dispatch, tasks = (await admin.get("/projections")).json()[
+            "projections"
+        ]
         assert deployments["name"] == "deployments"
+        assert (dispatch["name"], dispatch["lag_events"]) == ("scheduler-dispatch", 0)
+        # The task table is kept inline: never behind the log.
+        assert (tasks["name"], tasks["checkpoint"], tasks["lag_events"]) == (
+            "scheduler-tasks",
+            1,
+            0,
+        )
         assert (current["checkpoint"], current["lag_events"], current["lag_seconds"]) == (1, 0, 0)

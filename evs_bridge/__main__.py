@@ -1,0 +1,6 @@
+"""``python -m evs_bridge``: the bridge's commands without the rest of Causeway."""
+
+from evs_bridge.cli import cli
+
+if __name__ == "__main__":
+    cli()

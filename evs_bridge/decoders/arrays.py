@@ -1,0 +1,117 @@
+"""Events saved as numpy arrays: ``.npz`` (``events`` plus ``width``/``height``) or ``.npy``.
+
+An array with fields ``x``, ``y``, ``p`` (or ``on``/``polarity``) and ``t`` is accepted in any
+field order and integer width, and normalised to ``EVENT_DTYPE`` chunk by chunk. Memory stays
+bounded either way: a ``.npy`` file is memory-mapped, and the ``events`` member of an ``.npz``
+(stored or deflated) is read as a stream, ``chunk_events`` records at a time, after its ``.npy``
+header. The geometry comes from ``width``/``height`` members, else from the largest coordinates
+(one extra streaming pass). ``t`` is taken as µs; the clock domain is Unix when times look like
+epoch µs (after 2001), else sensor time. Offsets are array indexes.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events, RecordingInfo
+
+_EPOCH_2001_US = 978_307_200_000_000
+_POLARITY_NAMES = ("p", "on", "polarity")
+_EVENTS_MEMBER = "events.npy"
+
+
+class UnsupportedArray(ValueError):
+    """The array has no x/y/p/t fields, or is not a 1-D C-ordered array."""
+
+
+def _read_npy_header(stream: IO[bytes]) -> tuple[np.dtype[Any], int]:
+    """The dtype and length of the ``.npy`` array that ``stream`` is positioned at."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    if len(shape) != 1 or fortran_order:
+        raise UnsupportedArray(f"events must be a 1-D array, not shape {shape}")
+    return dtype, int(shape[0])
+
+
+class ArrayRecording:
+    def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
+        self.path = path
+        self.chunk_events = chunk_events
+        self._is_npz = zipfile.is_zipfile(path)
+        width = height = None
+        if self._is_npz:
+            with zipfile.ZipFile(path) as archive:
+                names = set(archive.namelist())
+                if _EVENTS_MEMBER not in names:
+                    raise UnsupportedArray(f"{path}: no 'events' member")
+                with archive.open(_EVENTS_MEMBER) as member:
+                    dtype, self._length = _read_npy_header(member)
+            if {"width.npy", "height.npy"} <= names:
+                with np.load(path) as small:
+                    width, height = int(small["width"]), int(small["height"])
+        else:
+            memmap: npt.NDArray[Any] = np.load(path, mmap_mode="r")
+            if memmap.ndim != 1:
+                raise UnsupportedArray(f"{path}: events must be a 1-D array")
+            dtype, self._length = memmap.dtype, len(memmap)
+        fields = dtype.names or ()
+        polarity = next((n for n in _POLARITY_NAMES if n in fields), None)
+        if polarity is None or not {"x", "y", "t"} <= set(fields):
+            raise UnsupportedArray(f"{path}: fields {fields} lack x, y, p and t")
+        self._polarity = polarity
+        first_t: int | None = None
+        if width is None or height is None:
+            width = height = 0
+            for _, part in self._parts():
+                width = max(width, int(part["x"].max()) + 1)
+                height = max(height, int(part["y"].max()) + 1)
+        for _, part in self._parts():
+            first_t = int(part["t"][0])
+            break
+        is_unix = first_t is not None and first_t > _EPOCH_2001_US
+        self._info = RecordingInfo(
+            sensor="unknown",
+            width=width,
+            height=height,
+            clock=ClockDomain.UNIX if is_unix else ClockDomain.SENSOR,
+            format="npz" if self._is_npz else "npy",
+            metadata={"events": self._length},
+        )
+
+    @property
+    def info(self) -> RecordingInfo:
+        return self._info
+
+    def chunks(self) -> Iterator[EventChunk]:
+        for start, part in self._parts():
+            events: Events = np.empty(len(part), dtype=EVENT_DTYPE)
+            events["x"] = part["x"]
+            events["y"] = part["y"]
+            events["p"] = part[self._polarity]
+            events["t"] = part["t"]
+            yield EventChunk(events, start, start + len(part))
+
+    def _parts(self) -> Iterator[tuple[int, npt.NDArray[Any]]]:
+        """Consecutive non-empty runs of at most ``chunk_events`` source records."""
+        if not self._is_npz:
+            memmap: npt.NDArray[Any] = np.load(self.path, mmap_mode="r")
+            for start in range(0, len(memmap), self.chunk_events):
+                yield start, memmap[start : start + self.chunk_events]
+            return
+        with zipfile.ZipFile(self.path) as archive, archive.open(_EVENTS_MEMBER) as member:
+            dtype, length = _read_npy_header(member)
+            for start in range(0, length, self.chunk_events):
+                count = min(self.chunk_events, length - start)
+                data = member.read(count * dtype.itemsize)
+                if len(data) < count * dtype.itemsize:
+                    raise UnsupportedArray(f"{self.path}: events member is truncated")
+                yield start, np.frombuffer(data, dtype=dtype, count=count)

@@ -1,0 +1,181 @@
+"""The bridge's pipeline: chunks of sensor events in, lineage events out, in cause order.
+
+    decode ─▶ hot-pixel filter ─▶ background-activity filter ─▶ windows/segments
+           ─▶ regions per window ─▶ tracks ─▶ classifier ─▶ channel ─▶ lineage events
+
+The pipeline does no I/O. Decoding happens before it (a ``Recording``'s chunks, or MQTT
+packets), sending after it: every lineage event goes to an ``EventSink`` (the ``Output``)
+with its delivery, in the order it was made. That order is a cause order: a segment
+comes before the activities found in it, and activities before the sustained signal they
+cause, so a sink that keeps the order never sends an effect before its cause.
+
+The sustained signal: ``sustained_windows`` (N, 10 by default = 200 ms) consecutive
+windows with at least one region each emit one ``evs.activity.sustained``, caused by the
+largest region's activity of each of those windows (up to ten). A window without regions
+ends the run; the next run can emit again. It carries the highest priority seen in the
+run and goes out at least "soon", since its purpose is to warm things up early.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evs_bridge.channels import ChannelMap, Delivery
+from evs_bridge.classify import Classifier, HeuristicClassifier
+from evs_bridge.events import EventChunk, Events
+from evs_bridge.lineage import LineageEvents
+from evs_bridge.regions import Region, RegionParams, Tracker, TrackParams, find_regions
+from evs_bridge.windows import Segment, SegmentCutter, WindowSpec
+
+_URGENCY = {Delivery.LAZY: 0, Delivery.SOON: 1, Delivery.IMMEDIATE: 2}
+
+
+class EventFilter(Protocol):
+    def apply(self, events: Events) -> Events: ...
+
+
+class EventSink(Protocol):
+    def put(self, event: dict[str, Any], delivery: Delivery) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineConfig:
+    windows: WindowSpec = field(default_factory=WindowSpec)
+    regions: RegionParams = field(default_factory=RegionParams)
+    tracking: TrackParams = field(default_factory=TrackParams)
+    sustained_windows: int = 10
+    segment_delivery: Delivery = Delivery.LAZY
+
+
+@dataclass(slots=True)
+class PipelineStats:
+    events_in: int = 0
+    after_hot_pixel: int = 0
+    after_background: int = 0
+    segments: int = 0
+    activities: int = 0
+    sustained: int = 0
+    labels: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def filter_ratio(self) -> float:
+        return self.after_background / self.events_in if self.events_in else 0.0
+
+
+@dataclass(slots=True)
+class _Run:
+    last_window: int = -2
+    windows: int = 0
+    start_us: int = 0
+    causes: list[str] = field(default_factory=list)
+    priority: int = 0
+    delivery: Delivery = Delivery.SOON
+
+
+class Pipeline:
+    """One sensor's pipeline; ``feed`` chunks in time order, then ``finish``."""
+
+    def __init__(
+        self,
+        lineage: LineageEvents,
+        *,
+        width: int,
+        height: int,
+        hot_pixel: EventFilter,
+        background: EventFilter,
+        sink: EventSink,
+        classifier: Classifier | None = None,
+        channels: ChannelMap | None = None,
+        config: PipelineConfig | None = None,
+    ) -> None:
+        self.lineage = lineage
+        self.config = config or PipelineConfig()
+        self.stats = PipelineStats()
+        self._width, self._height = width, height
+        self._hot_pixel, self._background = hot_pixel, background
+        self._sink = sink
+        self._classifier = classifier or HeuristicClassifier()
+        self._channels = channels or ChannelMap()
+        self._cutter = SegmentCutter(self.config.windows)
+        self._tracker = Tracker(self.config.windows.window_us, self.config.tracking)
+        self._run = _Run()
+
+    def feed(self, chunk: EventChunk) -> None:
+        raw = chunk.events
+        after_hot_pixel = self._hot_pixel.apply(raw)
+        after_background = self._background.apply(after_hot_pixel)
+        self.stats.events_in += len(raw)
+        self.stats.after_hot_pixel += len(after_hot_pixel)
+        self.stats.after_background += len(after_background)
+        closed = self._cutter.feed(
+            raw,
+            after_hot_pixel,
+            after_background,
+            offset_start=chunk.offset_start,
+            offset_end=chunk.offset_end,
+        )
+        for segment in closed:
+            self._emit(segment)
+
+    def finish(self) -> None:
+        for segment in self._cutter.finish():
+            self._emit(segment)
+
+    def _emit(self, segment: Segment) -> None:
+        found: list[list[Region]] = []
+        for window in segment.windows:
+            regions = find_regions(
+                window.events,
+                self._width,
+                self._height,
+                window_index=window.index,
+                window_start_us=window.start_us,
+                window_end_us=window.end_us,
+                params=self.config.regions,
+            )
+            found.append(self._tracker.update(regions))
+        segment_event = self.lineage.segment(
+            segment,
+            regions=sum(len(r) for r in found),
+            active_windows=sum(1 for r in found if r),
+        )
+        self._sink.put(segment_event, self.config.segment_delivery)
+        self.stats.segments += 1
+        for regions in found:
+            self._emit_window(regions, segment_event["id"])
+
+    def _emit_window(self, regions: list[Region], segment_id: str) -> None:
+        if not regions:
+            return
+        window = regions[0]
+        run = self._run
+        if window.window_index != run.last_window + 1:
+            self._run = run = _Run(start_us=window.window_start_us)
+        largest: tuple[int, str] = (-1, "")
+        for region in regions:
+            label, confidence = self._classifier.classify(region)
+            channel = self._channels.channel(label)
+            event = self.lineage.activity(region, label, confidence, channel, segment_id)
+            self._sink.put(event, channel.delivery)
+            self.stats.activities += 1
+            self.stats.labels[label] = self.stats.labels.get(label, 0) + 1
+            if region.event_count > largest[0]:
+                largest = (region.event_count, event["id"])
+            run.priority = max(run.priority, channel.priority)
+            if _URGENCY[channel.delivery] > _URGENCY[run.delivery]:
+                run.delivery = channel.delivery
+        run.last_window = window.window_index
+        run.windows += 1
+        run.causes.append(largest[1])
+        if run.windows == self.config.sustained_windows:
+            event = self.lineage.sustained(
+                window.window_start_us,
+                window.window_end_us,
+                windows=run.windows,
+                run_start_us=run.start_us,
+                activity_ids=run.causes,
+                priority=run.priority,
+            )
+            self._sink.put(event, run.delivery)
+            self.stats.sustained += 1

@@ -1,0 +1,208 @@
+"""A bounded on-disk queue for lineage events the store could not take yet.
+
+When the store is unreachable the bridge must neither lose events nor send them out of
+order (a cause must be stored before its effects), so they wait here and are sent oldest
+first when the store answers again. The format is plain enough to read with ``cat``::
+
+    <directory>/
+      spool-000000000001.ndjson   segment files: one CloudEvent (JSON) per line, in order
+      spool-000000000002.ndjson   a new file starts when the current one passes segment_bytes
+      cursor                      "<segment number> <byte offset>": the first line not yet
+                                  stored; written to a temporary file, fsync'd, renamed
+      rejected.ndjson             events the store refused (4xx):
+                                  {"status": 422, "problem": {...}, "event": {...}} per line
+
+Files are only appended to, and every append is flushed and ``fsync``'d before it returns.
+A crash can leave a torn last line, which is cut off on the next open (its event was never
+acknowledged as spooled). A crash between "stored" and "cursor written" re-sends a few
+events: the store answers an exact re-send with its stored position, so nothing is stored
+twice. Segment files wholly behind the cursor are deleted. The spool is bounded by
+``max_bytes`` of unsent lines; ``append`` raises ``SpoolFull`` rather than grow past it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+DEFAULT_MAX_BYTES = 256 << 20
+DEFAULT_SEGMENT_BYTES = 8 << 20
+_PREFIX = "spool-"
+_SUFFIX = ".ndjson"
+CURSOR_FILE = "cursor"
+REJECTED_FILE = "rejected.ndjson"
+
+
+class SpoolFull(Exception):
+    """Appending would take the spool past ``max_bytes``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolBatch:
+    """Events read from the spool, and the cursor after each of them."""
+
+    events: list[dict[str, Any]]
+    cursors: list[tuple[int, int]]
+
+
+class Spool:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    ) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self._segment_bytes = segment_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._cursor = self._load_cursor()
+        self._repair_tail()
+        self._drop_finished()
+        self._pending_bytes = self._count_pending()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of spooled events not yet stored."""
+        return self._pending_bytes
+
+    def _count_pending(self) -> int:
+        total = 0
+        for number in self._segments():
+            size = self._path(number).stat().st_size
+            if number == self._cursor[0]:
+                size -= self._cursor[1]
+            if number >= self._cursor[0]:
+                total += size
+        return total
+
+    @property
+    def is_empty(self) -> bool:
+        return self.pending_bytes == 0
+
+    def append(self, events: list[dict[str, Any]]) -> None:
+        """Write ``events`` after everything spooled so far, durably, or raise ``SpoolFull``."""
+        if not events:
+            return
+        payload = b"".join(orjson.dumps(e) + b"\n" for e in events)
+        # An empty spool takes any one append, so a batch larger than the limit cannot wait
+        # forever for room that will never come.
+        if self._pending_bytes and self._pending_bytes + len(payload) > self.max_bytes:
+            raise SpoolFull(
+                f"spool {self.directory} holds {self.pending_bytes} bytes; "
+                f"{len(payload)} more would pass its {self.max_bytes}-byte limit"
+            )
+        segments = self._segments()
+        # With nothing left, continue after the cursor's segment if it was partly read.
+        after_cursor = self._cursor[0] + (1 if self._cursor[1] else 0)
+        number = segments[-1] if segments else after_cursor
+        if segments and self._path(number).stat().st_size >= self._segment_bytes:
+            number += 1
+        _append_durably(self._path(number), payload)
+        self._pending_bytes += len(payload)
+
+    def read_batch(self, max_events: int) -> SpoolBatch:
+        """Up to ``max_events`` of the oldest unsent events (nothing is consumed yet)."""
+        events: list[dict[str, Any]] = []
+        cursors: list[tuple[int, int]] = []
+        number, offset = self._cursor
+        for segment in self._segments():
+            if segment < number:
+                continue
+            start = offset if segment == number else 0
+            with self._path(segment).open("rb") as file:
+                file.seek(start)
+                position = start
+                for line in file:
+                    if not line.endswith(b"\n"):
+                        break
+                    position += len(line)
+                    events.append(orjson.loads(line))
+                    cursors.append((segment, position))
+                    if len(events) >= max_events:
+                        return SpoolBatch(events, cursors)
+        return SpoolBatch(events, cursors)
+
+    def commit(self, cursor: tuple[int, int]) -> None:
+        """Mark everything up to ``cursor`` (one of a batch's ``cursors``) as stored."""
+        self._cursor = cursor
+        temporary = self.directory / f"{CURSOR_FILE}.tmp"
+        with temporary.open("wb") as file:
+            file.write(f"{cursor[0]} {cursor[1]}\n".encode())
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, self.directory / CURSOR_FILE)
+        _fsync_directory(self.directory)
+        self._drop_finished()
+        self._pending_bytes = self._count_pending()
+
+    def reject(self, event: dict[str, Any], status: int, problem: dict[str, Any]) -> None:
+        """Keep an event the store refused, with its answer, in ``rejected.ndjson``."""
+        record = {"status": status, "problem": problem, "event": event}
+        _append_durably(self.directory / REJECTED_FILE, orjson.dumps(record) + b"\n")
+
+    def _segments(self) -> list[int]:
+        numbers = []
+        for path in self.directory.glob(f"{_PREFIX}*{_SUFFIX}"):
+            digits = path.name[len(_PREFIX) : -len(_SUFFIX)]
+            if digits.isdigit():
+                numbers.append(int(digits))
+        return sorted(numbers)
+
+    def _path(self, number: int) -> Path:
+        return self.directory / f"{_PREFIX}{number:012d}{_SUFFIX}"
+
+    def _load_cursor(self) -> tuple[int, int]:
+        path = self.directory / CURSOR_FILE
+        if not path.exists():
+            segments = self._segments()
+            return (segments[0] if segments else 1, 0)
+        number, offset = path.read_text().split()
+        return int(number), int(offset)
+
+    def _repair_tail(self) -> None:
+        segments = self._segments()
+        if not segments:
+            return
+        path = self._path(segments[-1])
+        content = path.read_bytes()
+        if content and not content.endswith(b"\n"):
+            with path.open("r+b") as file:
+                file.truncate(content.rfind(b"\n") + 1)
+                file.flush()
+                os.fsync(file.fileno())
+
+    def _drop_finished(self) -> None:
+        number, offset = self._cursor
+        segments = self._segments()
+        for segment in segments:
+            finished = segment < number or (
+                segment == number
+                and segment != segments[-1]
+                and offset >= self._path(segment).stat().st_size
+            )
+            if finished:
+                self._path(segment).unlink()
+
+
+def _append_durably(path: Path, payload: bytes) -> None:
+    is_new = not path.exists()
+    with path.open("ab") as file:
+        file.write(payload)
+        file.flush()
+        os.fsync(file.fileno())
+    if is_new:
+        _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

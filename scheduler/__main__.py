@@ -1,0 +1,61 @@
+"""``python -m scheduler``: run the scheduler alone, on the store's database: the
+dispatcher (events become tasks), lease expiry and autoscale advice. Beside ``serve``
+processes it needs nothing switched off: one process leads the dispatcher, and sweeping
+is safe in all of them (``CAUSEWAY_RUN_PROJECTIONS`` / ``CAUSEWAY_RUN_SCHEDULER`` set to
+false keep the API processes to serving)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+
+from pydantic import ValidationError
+from sqlalchemy import make_url
+
+from app.db.engine import create_engine
+from app.projections.runner import ProjectionRunner
+from app.settings import Settings
+from scheduler.projections import scheduler_projections
+from scheduler.service import SchedulerLoop, controller_from, timers_from
+
+
+async def run(settings: Settings, url: str) -> None:
+    projections = scheduler_projections()
+    runner = ProjectionRunner(
+        create_engine(url, pool_size=len(projections) + 2),
+        projections,
+        listen_dsn=make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+        poll_interval_s=settings.projection_poll_interval_s,
+    )
+    engine = create_engine(url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms)
+    loop = SchedulerLoop(engine, controller_from(settings), timers_from(settings))
+    try:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(runner.run())
+            group.create_task(loop.run())
+    finally:
+        await runner.dispose()
+        await engine.dispose()
+
+
+def main() -> None:
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        sys.stderr.write(
+            f"error: setting CAUSEWAY_{str(first['loc'][0]).upper()}: {first['msg']}\n"
+        )
+        sys.exit(2)
+    if settings.database_url is None:
+        sys.stderr.write("error: set CAUSEWAY_DATABASE_URL to the store's database\n")
+        sys.exit(2)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run(settings, settings.database_url))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""Autoscale advice: a PID controller per queue, from observed task latency to a
+recommended worker count (the figure an HPA or KEDA can scale inference on).
+
+Each tick measures the queue's latency, the longer of the mean wait of the tasks leased
+since the last tick (ready until leased) and the age of its oldest ready task, so a queue
+nobody serves still reads as slow. The error is relative to the target (``(observed -
+target) / target``), so one set of gains fits queues with targets of 1 s or 1 min. The
+output is positional: ``min_workers + kp*e + ki*integral + kd*de/dt``, clamped to
+``[min_workers, max_workers]``; while clamped, the integral does not grow (conditional
+integration, the anti-windup), so the advice comes back as soon as the load does. The
+recommendation moves at most ``max_step`` workers per tick. A tick that changes it is
+recorded as a ``causeway.queue.autoscale_changed`` event.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, literal, select, union
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import queue_autoscale, tasks
+from app.store.log import EventLog
+from app.store.records import NewEvent
+
+AUTOSCALE_CHANGED = "causeway.queue.autoscale_changed"
+_SOURCE = "causeway:scheduler"
+
+
+@dataclass(frozen=True, slots=True)
+class PidState:
+    recommended: int
+    integral: float = 0.0
+    last_error: float = 0.0
+    observed_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PidController:
+    target_s: float
+    min_workers: int = 1
+    max_workers: int = 64
+    max_step: int = 4
+    kp: float = 1.0
+    ki: float = 0.1
+    kd: float = 0.0
+    deadband: float = 0.25
+
+    def step(self, state: PidState, observed_s: float, dt_s: float) -> PidState:
+        error = (observed_s - self.target_s) / self.target_s
+        if abs(error) <= self.deadband:
+            error = 0.0  # close enough: hold, rather than chase measurement noise
+        derivative = (error - state.last_error) / dt_s if dt_s > 0 else 0.0
+        integral = state.integral + error * dt_s
+        desired = self.min_workers + self.kp * error + self.ki * integral + self.kd * derivative
+        clamped = min(max(desired, self.min_workers), self.max_workers)
+        if desired != clamped:
+            integral = state.integral  # saturated: integrating further would only wind up
+        lo, hi = state.recommended - self.max_step, state.recommended + self.max_step
+        stepped = int(min(max(round(clamped), lo), hi))
+        return PidState(stepped, integral, error, observed_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Advice:
+    queue: str
+    recommended: int
+    observed_s: float
+    target_s: float
+    updated_at: datetime | None
+
+
+class AutoscaleAdvisor:
+    def __init__(self, conn: AsyncConnection, controller: PidController) -> None:
+        self._conn = conn
+        self._controller = controller
+
+    async def read(self, tenant: str, queue: str) -> Advice:
+        a = queue_autoscale.c
+        row = (
+            await self._conn.execute(
+                select(queue_autoscale).where(a.tenant == tenant, a.queue == queue)
+            )
+        ).one_or_none()
+        if row is None:
+            return Advice(queue, self._controller.min_workers, 0.0, self._controller.target_s, None)
+        return Advice(
+            queue, row.recommended, row.observed_s, self._controller.target_s, row.updated_at
+        )
+
+    async def tick(self, *, interval_s: float, now: datetime | None = None) -> int:
+        """Advise every active queue whose last advice is older than ``interval_s``; how
+        many were advised. Safe in several processes: a queue's row is taken with SKIP
+        LOCKED, and a fresh one is left alone."""
+        now = now or datetime.now(UTC)
+        since = now - timedelta(seconds=interval_s)
+        c = tasks.c
+        active = union(
+            select(c.tenant, c.queue).where(c.state.in_(("ready", "leased"))).distinct(),
+            select(c.tenant, c.queue).where(c.leased_at > since).distinct(),
+            select(queue_autoscale.c.tenant, queue_autoscale.c.queue),
+        )
+        advised = 0
+        for tenant, queue in (await self._conn.execute(active)).all():
+            if await self._advise(tenant, queue, now=now, interval_s=interval_s):
+                advised += 1
+        return advised
+
+    async def _advise(self, tenant: str, queue: str, *, now: datetime, interval_s: float) -> bool:
+        a = queue_autoscale.c
+        await self._conn.execute(
+            insert(queue_autoscale)
+            .values(
+                tenant=tenant,
+                queue=queue,
+                recommended=self._controller.min_workers,
+                integral=0.0,
+                last_error=0.0,
+                observed_s=0.0,
+                updated_at=now - timedelta(seconds=interval_s),
+            )
+            .on_conflict_do_nothing()
+        )
+        row = (
+            await self._conn.execute(
+                select(queue_autoscale)
+                .where(a.tenant == tenant, a.queue == queue)
+                .with_for_update(skip_locked=True)
+            )
+        ).one_or_none()
+        if row is None or (now - row.updated_at).total_seconds() < interval_s * 0.9:
+            return False
+        observed = await self._observed_latency_s(tenant, queue, since=row.updated_at, now=now)
+        before = PidState(row.recommended, row.integral, row.last_error, row.observed_s)
+        dt = (now - row.updated_at).total_seconds()
+        after = self._controller.step(before, observed, dt)
+        await self._conn.execute(
+            queue_autoscale.update()
+            .where(a.tenant == tenant, a.queue == queue)
+            .values(
+                recommended=after.recommended,
+                integral=after.integral,
+                last_error=after.last_error,
+                observed_s=observed,
+                updated_at=now,
+            )
+        )
+        if after.recommended != before.recommended:
+            await EventLog(self._conn).append(
+                tenant, [self._changed(queue, before.recommended, after, now)]
+            )
+        return True
+
+    async def _observed_latency_s(
+        self, tenant: str, queue: str, *, since: datetime, now: datetime
+    ) -> float:
+        c = tasks.c
+        waited = (
+            await self._conn.execute(
+                select(
+                    func.avg(func.extract("epoch", c.leased_at - c.available_at)),
+                ).where(c.tenant == tenant, c.queue == queue, c.leased_at > since)
+            )
+        ).scalar()
+        oldest = (
+            await self._conn.execute(
+                select(func.min(c.available_at)).where(
+                    c.tenant == tenant,
+                    c.queue == queue,
+                    c.state == "ready",
+                    c.available_at <= literal(now),
+                )
+            )
+        ).scalar()
+        age = (now - oldest).total_seconds() if oldest is not None else 0.0
+        return round(max(float(waited or 0.0), age, 0.0), 3)
+
+    def _changed(self, queue: str, previous: int, after: PidState, now: datetime) -> NewEvent:
+        return NewEvent(
+            id=f"causeway:autoscale:{uuid.uuid4().hex}",
+            source=_SOURCE,
+            type=AUTOSCALE_CHANGED,
+            stream=f"causeway:queue:{queue}",
+            time=now.isoformat(),
+            time_value=now,
+            has_data=True,
+            data={
+                "queue": queue,
+                "recommended": after.recommended,
+                "previous": previous,
+                "observed_latency_s": after.observed_s,
+                "target_latency_s": self._controller.target_s,
+            },
+        )

@@ -1,0 +1,181 @@
+"""The scheduler's projections of the log.
+
+- ``Dispatcher`` reads every event. Route events maintain the routing table; any other
+  event is matched against the routes of its tenant as they stood at its position, and
+  each matching route makes its task (``causeway.task.created``, caused by the event),
+  supersedes a debounced one, or counts towards a pre-warm request. It appends those
+  decisions in the runner's transaction, with the checkpoint, so an event is dispatched
+  exactly once across crashes and restarts; on a rebuild it finds its tasks already made
+  and appends nothing again.
+- ``TaskBook`` is the task table, kept inline by the commands that decide (see
+  ``scheduler.queue``); as a projection it exists to be rebuilt: from the log alone it
+  gives the same rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import events, prewarm_windows, routes, tasks
+from app.store.chain import ChainRecord
+from app.store.graph import StoredEvent
+from app.store.log import EventLog
+from app.store.records import NewEvent
+from scheduler import routes as r
+from scheduler import tasks as t
+from scheduler.queue import TaskQueue, write_task
+
+PREWARM_REQUESTED = "causeway.model.prewarm_requested"
+_NAMESPACE = uuid.UUID("0f3a52f4-8f87-4bc1-9a55-1d8a7d4b6c21")
+
+
+class Dispatcher:
+    name = "scheduler-dispatch"
+    tables = (routes, prewarm_windows)
+    types = None
+    inline = False
+
+    def __init__(self) -> None:
+        # Routes by tenant, as of the last event applied. The runner hands this projection
+        # every position in order; any other step (a rebuild, a batch retried after a
+        # rollback, leadership regained after another process led) drops the cache.
+        self._routes: dict[str, list[r.Route]] = {}
+        self._last = -1
+
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        record = event.record
+        if record.position != self._last + 1:
+            self._routes.clear()
+        self._last = record.position
+        if record.type in r.TYPES:
+            await self._apply_route(conn, record)
+            return
+        for route in await self._routes_of(conn, record.tenant):
+            if not route.matches(record):
+                continue
+            if route.makes_tasks:
+                await TaskQueue(conn).dispatch(record.tenant, route, record)
+            if route.prewarm is not None:
+                await _count_towards_prewarm(conn, route, record)
+
+    async def _routes_of(self, conn: AsyncConnection, tenant: str) -> list[r.Route]:
+        if tenant not in self._routes:
+            rows = await conn.execute(
+                select(routes.c.spec).where(routes.c.tenant == tenant).order_by(routes.c.id)
+            )
+            self._routes[tenant] = [r.route_from_json(row.spec) for row in rows]
+        return self._routes[tenant]
+
+    async def _apply_route(self, conn: AsyncConnection, record: ChainRecord) -> None:
+        self._routes.pop(record.tenant, None)
+        route_id = record.data["id"]
+        if record.type == r.DELETED:
+            await conn.execute(
+                delete(routes).where(routes.c.tenant == record.tenant, routes.c.id == route_id)
+            )
+            return
+        values = {"spec": record.data, "position": record.position}
+        await conn.execute(
+            insert(routes)
+            .values(tenant=record.tenant, id=route_id, **values)
+            .on_conflict_do_update(index_elements=["tenant", "id"], set_=values)
+        )
+
+
+async def _count_towards_prewarm(
+    conn: AsyncConnection, route: r.Route, record: ChainRecord
+) -> None:
+    """Keep the source's matching events of the last ``within_s``; at ``count`` of them,
+    ask for the model to be pre-warmed, caused by exactly those events, and start over."""
+    rule = route.prewarm
+    if rule is None:
+        return
+    w = prewarm_windows.c
+    key = {"tenant": record.tenant, "route_id": route.id, "source": record.source}
+    row = (await conn.execute(select(w.recent).filter_by(**key).with_for_update())).one_or_none()
+    at_us = _micros(r.event_time(record))
+    recent = [
+        [i, us]
+        for i, us in (row.recent if row is not None else [])
+        if us > at_us - rule.within_s * 1e6
+    ]
+    recent.append([record.id, at_us])
+    if len(recent) >= rule.count:
+        await _request_prewarm(conn, route, record, [i for i, _ in recent])
+        recent = []
+    await conn.execute(
+        insert(prewarm_windows)
+        .values(**key, recent=recent)
+        .on_conflict_do_update(
+            index_elements=["tenant", "route_id", "source"], set_={"recent": recent}
+        )
+    )
+
+
+async def _request_prewarm(
+    conn: AsyncConnection, route: r.Route, record: ChainRecord, causes: list[str]
+) -> None:
+    rule = route.prewarm
+    if rule is None:
+        return
+    event_id = (
+        f"causeway:prewarm:{uuid.uuid5(_NAMESPACE, f'{record.tenant}/{route.id}/{record.id}').hex}"
+    )
+    exists = await conn.execute(
+        select(events.c.position).where(events.c.tenant == record.tenant, events.c.id == event_id)
+    )
+    if exists.first() is not None:
+        return  # requested before this rebuild
+    at = r.event_time(record)
+    await EventLog(conn).append(
+        record.tenant,
+        [
+            NewEvent(
+                id=event_id,
+                source=r.SOURCE,
+                type=PREWARM_REQUESTED,
+                stream=f"causeway:prewarm:{route.id}",
+                time=at.isoformat(),
+                time_value=at,
+                has_data=True,
+                data={
+                    "model": rule.model,
+                    "route": route.id,
+                    "source": record.source,
+                    "count": len(causes),
+                    "within_s": rule.within_s,
+                },
+                causes=tuple(causes),
+            )
+        ],
+    )
+
+
+class TaskBook:
+    name = "scheduler-tasks"
+    tables = (tasks,)
+    types = t.TYPES
+    inline = True
+
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        record = event.record
+        data = record.data
+        state = None
+        if record.type != t.CREATED:
+            state = await TaskQueue(conn).fetch(record.tenant, data["task_id"])
+        if state is not None and state.position >= record.position:
+            return
+        await write_task(conn, t.fold(state, record.type, data, record.position))
+
+
+def scheduler_projections() -> list[Dispatcher | TaskBook]:
+    return [Dispatcher(), TaskBook()]
+
+
+def _micros(at: datetime) -> int:
+    return int(at.timestamp() * 1_000_000)

@@ -1,0 +1,483 @@
+"""The task queue: every command that changes a task, and the reads over the queue table.
+
+A command runs in the caller's transaction and does three things together: lock the
+task's row, append the decision to the log (``EventLog``, which serialises on the log
+head), and apply that decision to the row with ``tasks.fold``. So the table always equals
+the fold of the log, and a rebuild from the log gives the same rows.
+
+Locks are always taken in one order, task rows before the log head, so commands never
+deadlock with each other; the dispatcher, which already holds the log head when it
+supersedes a pending task, takes task rows with ``SKIP LOCKED`` and never waits for one.
+Leasing walks ``ix_tasks_ready`` in priority-then-age order with ``FOR UPDATE SKIP
+LOCKED``: concurrent leasers each take a different row, and none waits for another.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, bindparam, func, literal, select, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import Text
+
+from app.db.tables import events, routes, tasks
+from app.errors import AppError, Conflict, LeaseLost, NotFound
+from app.store import deployments as deployment_commands
+from app.store.chain import ChainRecord
+from app.store.deployment_reads import DeploymentReader
+from app.store.log import EventLog
+from app.store.reads import EventReader
+from app.store.records import NewEvent
+from scheduler import tasks as t
+from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
+from scheduler.routes import Route, event_time
+
+_c = tasks.c
+_FITS = text(
+    "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
+    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, -1) < need.value::float8)"
+).bindparams(bindparam("numbers", type_=JSONB))
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    task: t.TaskState
+    lease_id: str
+    expires_at: datetime
+    trigger: str  # the trigger event, structured CloudEvent JSON
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    queue: str
+    ready_by_priority: dict[int, int]
+    delayed: int
+    in_flight: int
+    dead_letters: int
+    alerts: int
+    oldest_ready_s: float
+
+    @property
+    def ready(self) -> int:
+        return sum(self.ready_by_priority.values())
+
+
+class TaskQueue:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+        self._log = EventLog(conn)
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def fetch(self, tenant: str, task_id: str, *, lock: bool = False) -> t.TaskState | None:
+        statement = select(tasks).where(_c.tenant == tenant, _c.id == task_id)
+        if lock:
+            statement = statement.with_for_update()
+        row = (await self._conn.execute(statement)).one_or_none()
+        return _state(row) if row is not None else None
+
+    async def read_dead_letters(
+        self,
+        tenant: str,
+        *,
+        queue: str | None,
+        error_class: str | None,
+        since: datetime | None,
+        limit: int,
+    ) -> list[t.TaskState]:
+        statement = select(tasks).where(_c.tenant == tenant, _c.state == "dead")
+        if queue is not None:
+            statement = statement.where(_c.queue == queue)
+        if error_class is not None:
+            statement = statement.where(_c.error_class == error_class)
+        if since is not None:
+            statement = statement.where(_c.finished_at >= since)
+        rows = await self._conn.execute(statement.order_by(_c.finished_at, _c.id).limit(limit))
+        return [_state(r) for r in rows]
+
+    async def read_depths(self, tenant: str, *, now: datetime) -> list[QueueDepth]:
+        ready = and_(_c.state == "ready", _c.available_at <= now)
+        rows = await self._conn.execute(
+            select(
+                _c.queue,
+                _c.priority,
+                func.count().filter(ready).label("ready"),
+                func.count().filter(_c.state == "ready", _c.available_at > now).label("delayed"),
+                func.count().filter(_c.state == "leased").label("in_flight"),
+                func.count().filter(_c.state == "dead").label("dead"),
+                func.count()
+                .filter(_c.state == "dead", _c.disposition == t.FLAGGED)
+                .label("alerts"),
+                func.min(_c.available_at).filter(ready).label("oldest"),
+            )
+            .where(_c.tenant == tenant, _c.state.in_(("ready", "leased", "dead")))
+            .group_by(_c.queue, _c.priority)
+        )
+        # Queues of the routes, too, so an idle queue reads as zeros rather than vanishing.
+        routed = await self._conn.execute(
+            select(routes.c.spec["queue"].astext)
+            .where(routes.c.tenant == tenant, routes.c.spec["queue"].astext.is_not(None))
+            .distinct()
+        )
+        found = {q: QueueDepth(q, {}, 0, 0, 0, 0, 0.0) for (q,) in routed}
+        for row in rows:
+            depth = found.get(row.queue) or QueueDepth(row.queue, {}, 0, 0, 0, 0, 0.0)
+            by_priority = dict(depth.ready_by_priority)
+            if row.ready:
+                by_priority[int(row.priority)] = int(row.ready)
+            age = (now - row.oldest).total_seconds() if row.oldest is not None else 0.0
+            found[row.queue] = QueueDepth(
+                row.queue,
+                by_priority,
+                depth.delayed + int(row.delayed),
+                depth.in_flight + int(row.in_flight),
+                depth.dead_letters + int(row.dead),
+                depth.alerts + int(row.alerts),
+                round(max(depth.oldest_ready_s, age, 0.0), 3),
+            )
+        return [found[q] for q in sorted(found)]
+
+    async def read_history(self, tenant: str, task: t.TaskState) -> list[dict[str, Any]]:
+        """The task's decisions in order: type, position, time and data of each."""
+        rows = await self._conn.execute(
+            select(events.c.type, events.c.position, events.c.time_rfc3339, events.c.data)
+            .where(events.c.tenant == tenant, events.c.stream == task.stream)
+            .order_by(events.c.stream_version)
+        )
+        return [
+            {"type": r.type, "position": r.position, "time": r.time_rfc3339, "data": r.data}
+            for r in rows
+        ]
+
+    # -- commands --------------------------------------------------------------------
+
+    async def dispatch(self, tenant: str, route: Route, record: ChainRecord) -> bool:
+        """Make ``route``'s task for ``record`` (superseding a debounced one); False when
+        that task exists already (the dispatcher is being replayed)."""
+        task_id = t.task_id_for(tenant, route.id, record.id)
+        if await self.fetch(tenant, task_id) is not None:
+            return False
+        now = datetime.now(UTC)
+        trigger_time = event_time(record)
+        key = route.debounce_value(record)
+        if key is not None:
+            pending = await self._conn.execute(
+                select(tasks)
+                .where(
+                    _c.tenant == tenant,
+                    _c.route_id == route.id,
+                    _c.debounce_key == key,
+                    _c.state == "ready",
+                    _c.trigger_time > trigger_time - timedelta(seconds=route.debounce_window_s),
+                    _c.trigger_time <= trigger_time,
+                )
+                .order_by(_c.seq)
+                .with_for_update(skip_locked=True)
+            )
+            for row in pending.all():
+                await self._decide(
+                    tenant,
+                    _state(row),
+                    t.SUPERSEDED,
+                    {"by": record.id, "by_task": task_id},
+                    at=now,
+                    causes=(record.id,),
+                )
+        trigger = {"id": record.id, "type": record.type, "source": record.source}
+        event = t.created(
+            tenant=tenant,
+            task_id=task_id,
+            route={**route.as_json(), "requires": route.requires.as_json()},
+            priority=route.priority_for(record),
+            trigger={**trigger, "time": trigger_time.isoformat()},
+            debounce_key=key,
+            at=now,
+        )
+        [appended] = await self._log.append(tenant, [event])
+        state = t.fold(None, event.type, event.data, appended.position)
+        await self._write(state)
+        return True
+
+    async def lease(
+        self,
+        tenant: str,
+        queue: str,
+        profile: WorkerProfile,
+        *,
+        lease_s: float,
+        off_peak: OffPeak | None,
+    ) -> Lease | None:
+        """The best ready task ``profile`` can run, leased to it; None when there is none."""
+        now = datetime.now(UTC)
+        statement = (
+            select(tasks)
+            .where(
+                _c.tenant == tenant,
+                _c.queue == queue,
+                _c.state == "ready",
+                _c.available_at <= now,
+                _FITS.bindparams(numbers=profile.numbers),
+                _c.req_flags.op("<@")(literal(sorted(profile.flags), ARRAY(Text))),
+                _c.req_labels.op("<@")(literal(profile.labels, JSONB)),
+            )
+            .order_by(_c.priority.desc(), _c.seq)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        if profile.spot:
+            statement = statement.where(_c.priority <= GUARANTEED_ABOVE)
+        elif off_peak is not None and off_peak.is_active(now):
+            statement = statement.where(_c.priority > off_peak.max_priority)
+        row = (await self._conn.execute(statement)).one_or_none()
+        if row is None:
+            return None
+        state = _state(row)
+        lease_id = uuid.uuid4().hex
+        expires = now + timedelta(seconds=lease_s)
+        state = await self._decide(
+            tenant,
+            state,
+            t.LEASED,
+            {
+                "lease": lease_id,
+                "worker": profile.worker,
+                "attempt": state.attempts + 1,
+                "expires_at": expires.isoformat(),
+                "spot": profile.spot,
+                "labels": profile.labels,
+            },
+            at=now,
+        )
+        trigger = await EventReader(self._conn).read_event(tenant, state.trigger_id)
+        return Lease(state, lease_id, expires, trigger or "null")
+
+    async def extend(
+        self, tenant: str, task_id: str, lease_id: str, *, lease_s: float
+    ) -> t.TaskState:
+        state = await self._held(tenant, task_id, lease_id)
+        now = datetime.now(UTC)
+        expires = now + timedelta(seconds=lease_s)
+        return await self._decide(
+            tenant,
+            state,
+            t.LEASE_EXTENDED,
+            {"lease": lease_id, "expires_at": expires.isoformat()},
+            at=now,
+        )
+
+    async def complete(
+        self, tenant: str, task_id: str, lease_id: str, results: Sequence[NewEvent]
+    ) -> tuple[t.TaskState, list[int]]:
+        """Append ``results`` (each caused by the trigger, besides its own causes) and the
+        completion, atomically; the positions of the results."""
+        state = await self._held(tenant, task_id, lease_id)
+        caused = [
+            replace(e, causes=tuple(dict.fromkeys((*e.causes, state.trigger_id)))) for e in results
+        ]
+        now = datetime.now(UTC)
+        done = t.decision(
+            state,
+            t.COMPLETED,
+            {"lease": lease_id, "worker": state.worker, "results": [e.id for e in caused]},
+            at=now,
+            causes=tuple(e.id for e in caused),
+        )
+        appended = await self._log.append(tenant, [*caused, done])
+        await self._write(t.fold(state, done.type, done.data, appended[-1].position))
+        return state, [a.position for a in appended[:-1]]
+
+    async def fail(
+        self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str
+    ) -> t.TaskState:
+        state = await self._held(tenant, task_id, lease_id)
+        return await self._after_failure(tenant, state, error_class, message)
+
+    async def expire_leases(self, *, limit: int = 100) -> int:
+        """Put tasks whose lease ran out back in the queue (or the dead-letter queue: the
+        attempt counts). Safe to run in every process at once."""
+        now = datetime.now(UTC)
+        rows = (
+            await self._conn.execute(
+                select(tasks)
+                .where(_c.state == "leased", _c.lease_expires_at < now)
+                .order_by(_c.lease_expires_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        ).all()
+        for row in rows:
+            state = _state(row)
+            await self._after_failure(
+                state.tenant,
+                state,
+                "transient",
+                f"lease expired: worker {state.worker!r} neither finished nor extended it",
+                retry_now=True,
+            )
+        return len(rows)
+
+    async def requeue(
+        self, tenant: str, task_id: str, *, reason: str | None, actor: str
+    ) -> t.TaskState:
+        state = await self._dead(tenant, task_id)
+        return await self._decide(
+            tenant, state, t.REQUEUED, {"reason": reason, "actor": actor}, at=datetime.now(UTC)
+        )
+
+    async def discard(self, tenant: str, task_id: str, *, reason: str, actor: str) -> t.TaskState:
+        state = await self._dead(tenant, task_id)
+        return await self._decide(
+            tenant, state, t.DISCARDED, {"reason": reason, "actor": actor}, at=datetime.now(UTC)
+        )
+
+    # -- internals -------------------------------------------------------------------
+
+    async def _held(self, tenant: str, task_id: str, lease_id: str) -> t.TaskState:
+        state = await self.fetch(tenant, task_id, lock=True)
+        if state is None:
+            raise NotFound(f"no task {task_id!r}", task=task_id)
+        if state.state != "leased" or state.lease_id != lease_id:
+            raise LeaseLost(
+                f"task {task_id!r} is {state.state}"
+                + (" under another lease" if state.state == "leased" else "")
+                + "; this lease is no longer held",
+                task=task_id,
+                state=state.state,
+            )
+        return state
+
+    async def _dead(self, tenant: str, task_id: str) -> t.TaskState:
+        state = await self.fetch(tenant, task_id, lock=True)
+        if state is None:
+            raise NotFound(f"no task {task_id!r}", task=task_id)
+        if state.state != "dead":
+            raise Conflict(f"task {task_id!r} is {state.state}, not dead-lettered", task=task_id)
+        return state
+
+    async def _after_failure(
+        self,
+        tenant: str,
+        state: t.TaskState,
+        error_class: str,
+        message: str,
+        *,
+        retry_now: bool = False,
+    ) -> t.TaskState:
+        now = datetime.now(UTC)
+        jitter = 0.0 if retry_now else t.draw_jitter()
+        event_type, data = t.after_failure(state, error_class, message, at=now, jitter=jitter)
+        if retry_now and event_type == t.RETRIED:
+            data = {**data, "delay_s": 0.0, "retry_at": now.isoformat()}
+        if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
+            data = {**data, "input": await self._input_of(tenant, state.trigger_id)}
+        after = await self._decide(tenant, state, event_type, data, at=now)
+        if event_type != t.DEAD_LETTERED:
+            return after
+        dead_letter = after.last_decision_id
+        disposition = data["disposition"]
+        if disposition == t.FLAGGED:
+            detail = {"class": error_class, "message": message, "attempts": after.attempts}
+            await self._log.append(
+                tenant, [t.alert(after, "dead_letter", detail, at=now, cause=dead_letter)]
+            )
+        elif disposition == t.ROLLBACK_PROPOSED:
+            detail = {
+                "service": after.service,
+                "proposal": f"roll back the deployment of service {after.service!r}",
+                "message": message,
+            }
+            await self._log.append(
+                tenant, [t.alert(after, "rollback_proposed", detail, at=now, cause=dead_letter)]
+            )
+        elif disposition == t.ROLLED_BACK:
+            after = await self._roll_back(tenant, after, message, now=now)
+        return after
+
+    async def _roll_back(
+        self, tenant: str, state: t.TaskState, message: str, *, now: datetime
+    ) -> t.TaskState:
+        """Roll the route's service back, then requeue the task behind the rollback; when
+        there is nothing to roll back to, raise an alert instead and leave it dead."""
+        service = state.service or ""  # set: the disposition is only chosen with a service
+        deployment = await DeploymentReader(self._conn).fetch_state(tenant, service)
+        try:
+            rollback = deployment_commands.rollback(
+                deployment,
+                reason=f"task {state.id} failed with model_version_mismatch: {message}"[:500],
+                actor="scheduler",
+            )
+        except AppError as refused:
+            detail = {"service": state.service, "why": refused.detail}
+            await self._log.append(
+                tenant,
+                [t.alert(state, "rollback_failed", detail, at=now, cause=state.last_decision_id)],
+            )
+            return state
+        rollback = replace(rollback, causes=(state.last_decision_id,))
+        await self._log.append(tenant, [rollback])
+        return await self._decide(
+            tenant,
+            state,
+            t.REQUEUED,
+            {"reason": f"service {state.service!r} rolled back", "actor": "scheduler"},
+            at=now,
+            causes=(rollback.id,),
+        )
+
+    async def _input_of(self, tenant: str, event_id: str) -> dict[str, Any] | None:
+        row = (
+            await self._conn.execute(
+                select(events.c.type, events.c.source, events.c.data).where(
+                    events.c.tenant == tenant, events.c.id == event_id
+                )
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return {"id": event_id, "type": row.type, "source": row.source, "data": row.data}
+
+    async def _decide(
+        self,
+        tenant: str,
+        state: t.TaskState,
+        event_type: str,
+        data: dict[str, Any],
+        *,
+        at: datetime,
+        causes: tuple[str, ...] = (),
+    ) -> t.TaskState:
+        event = t.decision(state, event_type, data, at=at, causes=causes)
+        [appended] = await self._log.append(tenant, [event])
+        after = t.fold(state, event.type, event.data, appended.position)
+        await self._write(after)
+        return after
+
+    async def _write(self, state: t.TaskState) -> None:
+        await write_task(self._conn, state)
+
+
+def _upsert() -> Any:
+    names = [c.name for c in tasks.columns]
+    statement = insert(tasks).values({n: bindparam(n) for n in names})
+    return statement.on_conflict_do_update(
+        index_elements=["tenant", "id"],
+        set_={n: statement.excluded[n] for n in names if n not in ("tenant", "id")},
+    )
+
+
+_UPSERT = _upsert()  # built once: it is on every decision's path
+
+
+async def write_task(conn: AsyncConnection, state: t.TaskState) -> None:
+    await conn.execute(_UPSERT, asdict(state))
+
+
+def _state(row: Any) -> t.TaskState:
+    values = row._asdict()
+    values["req_flags"] = list(values["req_flags"])
+    return t.TaskState(**values)

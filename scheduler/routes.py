@@ -1,0 +1,377 @@
+"""Routes: which events become which tasks.
+
+A route is defined by a ``causeway.route.defined`` event (and removed by
+``causeway.route.deleted``), so the routing table is itself a projection of the log and
+an event is routed by the routes that existed at its position, on every rebuild alike.
+
+A route matches an event by type (exact, or a prefix ending in ``*``) and by predicates on
+its attributes. A predicate names an attribute: an extension of that name, else a
+top-level field of the event's JSON ``data`` (``ext.NAME`` or ``data.NAME`` pick one). It is
+written as text, as an operator would say it:
+
+- ``device_type=light`` (or ``!=``): the attribute's text equals the value;
+- ``room in (bedroom, kitchen)``: it equals one of the values;
+- ``user_id exists`` (or ``not exists``).
+
+Values compare as text: ``true``/``false`` for booleans, the JSON spelling for numbers.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import orjson
+
+from app.errors import BadRequest
+from app.store.chain import ChainRecord
+from app.store.records import NewEvent
+from app.store.timestamps import parse_rfc3339
+
+PREFIX = "causeway.route."
+DEFINED = PREFIX + "defined"
+DELETED = PREFIX + "deleted"
+TYPES = frozenset({DEFINED, DELETED})
+SOURCE = "causeway:scheduler"
+
+ON_MODEL_MISMATCH = ("propose", "rollback")
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
+_EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)\s*(.*?)\s*$")
+_IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)
+_EXISTS = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+exists|exists)\s*$", re.IGNORECASE)
+# Decisions of the scheduler never trigger routes, so a route cannot feed itself.
+_UNROUTABLE = ("causeway.task.", "causeway.route.")
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    attribute: str
+    op: Literal["eq", "ne", "in", "not_in", "exists", "not_exists"]
+    values: tuple[str, ...] = ()
+
+    def holds(self, record: ChainRecord) -> bool:
+        found, value = _lookup(record, self.attribute)
+        match self.op:
+            case "exists":
+                return found
+            case "not_exists":
+                return not found
+            case "eq" | "in":
+                return found and _text(value) in self.values
+            case "ne" | "not_in":
+                return not found or _text(value) not in self.values
+
+    def describe(self) -> str:
+        match self.op:
+            case "eq":
+                return f"{self.attribute}={self.values[0]}"
+            case "ne":
+                return f"{self.attribute}!={self.values[0]}"
+            case "in" | "not_in":
+                word = "in" if self.op == "in" else "not in"
+                return f"{self.attribute} {word} ({', '.join(self.values)})"
+            case "exists":
+                return f"{self.attribute} exists"
+            case "not_exists":
+                return f"{self.attribute} not exists"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirements:
+    """What a worker must offer: ``numbers`` are minimums of the worker's capability of the
+    same name (``model_size_gb`` counts against free ``gpu_memory_gb``), ``flags`` must be
+    true in its profile, ``labels`` must equal its node labels."""
+
+    numbers: dict[str, float]
+    flags: tuple[str, ...]
+    labels: dict[str, str]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"numbers": self.numbers, "flags": list(self.flags), "labels": self.labels}
+
+
+@dataclass(frozen=True, slots=True)
+class Prewarm:
+    """After ``count`` matching events from one source within ``within_s``, ask for
+    ``model`` to be loaded (``causeway.model.prewarm_requested``)."""
+
+    model: str
+    count: int
+    within_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    id: str
+    types: tuple[str, ...]
+    where: tuple[Predicate, ...]
+    kind: str | None
+    queue: str | None
+    priority: int | None  # None: the event's ``priority`` extension, else 5
+    requires: Requirements
+    debounce_key: str | None
+    debounce_window_s: float
+    max_retries: int
+    backoff_base_s: float
+    service: str | None
+    on_model_mismatch: str
+    prewarm: Prewarm | None
+
+    @property
+    def makes_tasks(self) -> bool:
+        return self.kind is not None and self.queue is not None
+
+    def matches(self, record: ChainRecord) -> bool:
+        if record.type.startswith(_UNROUTABLE):
+            return False
+        if not any(
+            record.type.startswith(t[:-1]) if t.endswith("*") else record.type == t
+            for t in self.types
+        ):
+            return False
+        return all(p.holds(record) for p in self.where)
+
+    def priority_for(self, record: ChainRecord) -> int:
+        if self.priority is not None:
+            return self.priority
+        value = record.extensions.get("priority")
+        try:
+            return min(max(int(str(value)), 0), 9)
+        except ValueError:
+            return 5
+
+    def debounce_value(self, record: ChainRecord) -> str | None:
+        if self.debounce_key is None:
+            return None
+        found, value = _lookup(record, self.debounce_key)
+        return _text(value) if found else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "types": list(self.types),
+            "where": [p.describe() for p in self.where],
+            "kind": self.kind,
+            "queue": self.queue,
+            "priority": self.priority,
+            "requires": {
+                **self.requires.numbers,
+                **dict.fromkeys(self.requires.flags, True),
+                **({"labels": self.requires.labels} if self.requires.labels else {}),
+            },
+            "debounce": (
+                {"key": self.debounce_key, "window_s": self.debounce_window_s}
+                if self.debounce_key
+                else None
+            ),
+            "max_retries": self.max_retries,
+            "backoff_base_s": self.backoff_base_s,
+            "service": self.service,
+            "on_model_mismatch": self.on_model_mismatch,
+            "prewarm": (
+                {
+                    "model": self.prewarm.model,
+                    "count": self.prewarm.count,
+                    "within_s": self.prewarm.within_s,
+                }
+                if self.prewarm
+                else None
+            ),
+        }
+
+
+def parse_route(spec: dict[str, Any]) -> Route:
+    """A route from its JSON form (the body of ``POST /routes``); ``BadRequest`` names the
+    first field that is wrong and why."""
+    route_id = _name(spec, "id", required=True)
+    types = spec.get("types", spec.get("type"))
+    if isinstance(types, str):
+        types = [types]
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+        raise BadRequest(
+            "types must be a non-empty list of event types ('prefix.*' matches a prefix)"
+        )
+    for t in types:
+        if not t.strip("*") or t.startswith(_UNROUTABLE):
+            raise BadRequest(f"type {t!r} cannot be routed")
+    where = spec.get("where", [])
+    if not isinstance(where, list) or not all(isinstance(w, str) for w in where):
+        raise BadRequest("where must be a list of predicates such as 'room in (bedroom, kitchen)'")
+    kind = _name(spec, "kind")
+    queue = _name(spec, "queue")
+    prewarm = _prewarm(spec.get("prewarm"))
+    if (kind is None) != (queue is None):
+        raise BadRequest("a route that makes tasks names both kind and queue")
+    if kind is None and prewarm is None:
+        raise BadRequest("a route makes tasks (kind and queue), asks for pre-warming, or both")
+    priority = spec.get("priority")
+    if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
+        raise BadRequest("priority is an integer 0-9 (omit it to take the event's 'priority')")
+    debounce = spec.get("debounce")
+    debounce_key: str | None = None
+    window_s = 0.0
+    if debounce is not None:
+        if not isinstance(debounce, dict) or not isinstance(debounce.get("key"), str):
+            raise BadRequest("debounce is {'key': attribute, 'window_s': seconds}")
+        debounce_key = debounce["key"]
+        window_s = _number(debounce, "window_s", low=0.001, high=86_400.0)
+    mismatch = spec.get("on_model_mismatch", "propose")
+    if mismatch not in ON_MODEL_MISMATCH:
+        raise BadRequest("on_model_mismatch is 'propose' or 'rollback'")
+    return Route(
+        id=route_id or "",
+        types=tuple(types),
+        where=tuple(parse_predicate(w) for w in where),
+        kind=kind,
+        queue=queue,
+        priority=priority,
+        requires=_requirements(spec.get("requires", {})),
+        debounce_key=debounce_key,
+        debounce_window_s=window_s,
+        max_retries=int(_number(spec, "max_retries", low=0, high=100, default=3, integer=True)),
+        backoff_base_s=_number(spec, "backoff_base_s", low=0.0, high=3600.0, default=1.0),
+        service=_name(spec, "service"),
+        on_model_mismatch=mismatch,
+        prewarm=prewarm,
+    )
+
+
+def parse_predicate(text: str) -> Predicate:
+    if m := _IN.match(text):
+        values = tuple(v.strip() for v in m.group(3).split(",") if v.strip())
+        if not values:
+            raise BadRequest(f"predicate {text!r} lists no values")
+        if m.group(2).lower().startswith("not"):
+            return Predicate(m.group(1), "not_in", values)
+        return Predicate(m.group(1), "in", values)
+    if m := _EXISTS.match(text):
+        if m.group(2).lower().startswith("not"):
+            return Predicate(m.group(1), "not_exists")
+        return Predicate(m.group(1), "exists")
+    if m := _EQUALS.match(text):
+        return Predicate(m.group(1), "eq" if m.group(2) == "=" else "ne", (m.group(3),))
+    raise BadRequest(
+        f"predicate {text!r} is not one of 'NAME=VALUE', 'NAME!=VALUE', "
+        "'NAME in (A, B)', 'NAME exists', 'NAME not exists'"
+    )
+
+
+def stream_of(route_id: str) -> str:
+    return f"causeway:route:{route_id}"
+
+
+def define_event(route: Route) -> NewEvent:
+    return NewEvent(
+        id=f"causeway:route:{route.id}:{uuid.uuid4().hex}",
+        source=SOURCE,
+        type=DEFINED,
+        stream=stream_of(route.id),
+        has_data=True,
+        data=route.as_json(),
+    )
+
+
+def delete_event(route_id: str, *, reason: str | None, actor: str) -> NewEvent:
+    return NewEvent(
+        id=f"causeway:route:{route_id}:{uuid.uuid4().hex}",
+        source=SOURCE,
+        type=DELETED,
+        stream=stream_of(route_id),
+        has_data=True,
+        data={"id": route_id, "reason": reason, "actor": actor},
+    )
+
+
+def event_time(record: ChainRecord) -> datetime:
+    """When ``record`` happened: its ``time`` attribute, else when it was recorded."""
+    if record.time is not None:
+        value, _ = parse_rfc3339(record.time)
+        if value is not None:
+            return value
+    return record.recorded_at
+
+
+def _lookup(record: ChainRecord, attribute: str) -> tuple[bool, Any]:
+    where, _, name = attribute.rpartition(".")
+    if where in ("", "ext") and name in record.extensions:
+        return True, record.extensions[name]
+    if where in ("", "data") and isinstance(record.data, dict) and name in record.data:
+        return True, record.data[name]
+    return False, None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+def _name(spec: dict[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = spec.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise BadRequest(f"{key} must be 1-128 of letters, digits, '_', '.', '-'")
+    return value
+
+
+def _number(
+    spec: dict[str, Any],
+    key: str,
+    *,
+    low: float,
+    high: float,
+    default: float | None = None,
+    integer: bool = False,
+) -> float:
+    value = spec.get(key, default)
+    is_number = isinstance(value, int) or (isinstance(value, float) and not integer)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not is_number:
+        raise BadRequest(f"{key} must be a number from {low:g} to {high:g}")
+    if not low <= value <= high:
+        raise BadRequest(f"{key} must be a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _requirements(raw: Any) -> Requirements:
+    if not isinstance(raw, dict):
+        raise BadRequest("requires is an object such as {'gpu_memory_gb': 8, 'fp16': true}")
+    numbers: dict[str, float] = {}
+    flags: list[str] = []
+    labels: dict[str, str] = {}
+    for key, value in raw.items():
+        if key == "labels":
+            if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+                raise BadRequest("requires.labels maps node label names to text values")
+            labels = dict(value)
+        elif isinstance(value, bool):
+            if value:
+                flags.append(key)
+        elif isinstance(value, int | float) and value >= 0:
+            numbers[key] = float(value)
+        else:
+            raise BadRequest(f"requires.{key} must be true/false or a non-negative number")
+    # The model has to fit in the free GPU memory a worker reports.
+    if "model_size_gb" in numbers:
+        size = numbers.pop("model_size_gb")
+        numbers["gpu_memory_gb"] = max(numbers.get("gpu_memory_gb", 0.0), size)
+    return Requirements(numbers, tuple(sorted(flags)), labels)
+
+
+def _prewarm(raw: Any) -> Prewarm | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("model"), str) or not raw["model"]:
+        raise BadRequest("prewarm is {'model': name, 'count': N, 'within_s': seconds}")
+    count = int(_number(raw, "count", low=1, high=10_000, integer=True))
+    return Prewarm(raw["model"], count, _number(raw, "within_s", low=0.001, high=86_400.0))
+
+
+def route_from_json(data: dict[str, Any]) -> Route:
+    """A stored route (the data of its ``causeway.route.defined`` event)."""
+    requires = dict(data.get("requires") or {})
+    return parse_route({**data, "requires": requires})

@@ -1,0 +1,84 @@
+"""The scheduler's clock-driven work: expiring leases and advising on worker counts.
+
+Everything event-driven (routing, task creation, debouncing, pre-warming) is a projection
+the runner follows; what is left depends on time passing: a lease whose worker went quiet
+must go back to the queue, and each queue's autoscale advice is refreshed every interval.
+Both are safe to run in every ``serve`` process at once (rows are taken with SKIP LOCKED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.settings import Settings
+from scheduler.autoscale import AutoscaleAdvisor, PidController
+from scheduler.queue import TaskQueue
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerTimers:
+    sweep_interval_s: float = 1.0
+    autoscale_interval_s: float = 15.0
+
+
+def controller_from(settings: Settings) -> PidController:
+    return PidController(
+        target_s=settings.scheduler_target_latency_s,
+        min_workers=settings.scheduler_min_workers,
+        max_workers=settings.scheduler_max_workers,
+        max_step=settings.scheduler_max_step,
+    )
+
+
+def timers_from(settings: Settings) -> SchedulerTimers:
+    return SchedulerTimers(
+        sweep_interval_s=settings.scheduler_sweep_interval_s,
+        autoscale_interval_s=settings.scheduler_autoscale_interval_s,
+    )
+
+
+class SchedulerLoop:
+    def __init__(
+        self, engine: AsyncEngine, controller: PidController, timers: SchedulerTimers
+    ) -> None:
+        self._engine = engine
+        self._controller = controller
+        self._timers = timers
+
+    async def run(self) -> None:
+        """Sweep and advise until cancelled; a failure is logged and the loop goes on."""
+        loop = asyncio.get_running_loop()
+        next_advice = loop.time()
+        while True:
+            try:
+                await self.expire_leases()
+                if loop.time() >= next_advice:
+                    next_advice = loop.time() + self._timers.autoscale_interval_s
+                    await self.advise()
+            except (DBAPIError, OSError) as exc:
+                logger.warning("scheduler: database unavailable: %s", exc)
+            except Exception:
+                logger.exception("scheduler: unexpected failure")
+            await asyncio.sleep(self._timers.sweep_interval_s)
+
+    async def expire_leases(self) -> int:
+        expired = 0
+        while True:
+            async with self._engine.begin() as conn:
+                found = await TaskQueue(conn).expire_leases(limit=100)
+            expired += found
+            if found < 100:
+                return expired
+
+    async def advise(self) -> int:
+        async with self._engine.begin() as conn:
+            return await AutoscaleAdvisor(conn, self._controller).tick(
+                interval_s=self._timers.autoscale_interval_s
+            )

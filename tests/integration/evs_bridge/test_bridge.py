@@ -1,0 +1,284 @@
+"""The bridge against a real ``causeway serve`` (and a real Mosquitto): recordings in,
+lineage out, re-runs append nothing, the spool delivers once and in order."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import numpy as np
+import orjson
+import pytest
+from sqlalchemy import URL
+
+from evs_bridge.mqtt import Broker, MqttBridge, send_packets
+from evs_bridge.output import NdjsonSink, Output, StoreSink
+from evs_bridge.spool import Spool
+from ingest.client import CausewayClient
+from tests.integration.process import create_key, environment, free_port, serving
+from tests.unit.evs_bridge.scenes import FACE, HEIGHT, PERSON, WIDTH, save_npz, scene
+
+SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
+PROPHESEE_BAG = SAMPLES / "test_data_evt3_trigger" / "test_data_evt3_trigger_0.db3"
+MOSQUITTO = Path("/usr/sbin/mosquitto")
+LINEAGE = """
+query ($id: ID!) {
+  lineage(id: $id, direction: UPSTREAM) { nodes { depth event { id type } } edges { cause { id } effect { id } } }
+  audit(decisionId: $id) { sourceEvents { id type } chainVerified }
+}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    base: str
+    key: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def fetch_events(self, **filters: str) -> list[dict[str, Any]]:
+        response = httpx2.get(f"{self.base}/replay", params=filters, headers=self.auth, timeout=30)
+        assert response.status_code == 200, response.text
+        return [orjson.loads(line) for line in response.content.splitlines() if line]
+
+    def fetch_graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        response = httpx2.post(
+            f"{self.base}/graphql",
+            json={"query": query, "variables": variables},
+            headers=self.auth,
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert "errors" not in body, body
+        result: dict[str, Any] = body["data"]
+        return result
+
+
+@pytest.fixture
+def store(database_url: URL, tmp_path: Path) -> Iterator[Store]:
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path / "data"))
+    key = create_key(env, "edge", "ingest,read")
+    with serving(env) as base:
+        yield Store(base, key)
+
+
+def bridge_cli(*arguments: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "evs_bridge", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=environment(),
+        check=False,
+    )
+
+
+def test_a_replayed_recording_traces_back_to_its_segment(store: Store, tmp_path: Path) -> None:
+    arguments = ["replay", str(PROPHESEE_BAG), "--sensor", "gate-1", "--target", store.base]
+    first = bridge_cli(*arguments, "--key", store.key, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    stored = store.fetch_events(source="evs://gate-1")
+    assert len(stored) == 14
+    activity = next(e for e in stored if e["type"] == "evs.activity.detected")
+    segment_id = activity["causationid"]
+    segment = next(e for e in stored if e["id"] == segment_id)
+    assert segment["type"] == "evs.segment.recorded"
+    assert segment["position"] < activity["position"]
+    assert segment["data"]["events"]["in"] > segment["data"]["events"]["after_background"]
+    assert segment["data"]["dataref"]["uri"] == f"file:{PROPHESEE_BAG.name}"
+    assert activity["priority"] == 2  # a "person" at the edge: green
+
+    answer = store.fetch_graphql(LINEAGE, id=activity["id"])
+    nodes = {(n["event"]["id"], n["depth"]) for n in answer["lineage"]["nodes"]}
+    assert nodes == {(activity["id"], 0), (segment_id, 1)}
+    assert answer["lineage"]["edges"] == [
+        {"cause": {"id": segment_id}, "effect": {"id": activity["id"]}}
+    ]
+    assert answer["audit"]["sourceEvents"] == [{"id": segment_id, "type": "evs.segment.recorded"}]
+    assert answer["audit"]["chainVerified"] is True
+
+    # The same recording again, from another folder: nothing new is appended.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    copy = shutil.copy(PROPHESEE_BAG, elsewhere / PROPHESEE_BAG.name)
+    again = bridge_cli(
+        "replay", str(copy), "--sensor", "gate-1", "--target", store.base, "--key", store.key,
+        cwd=elsewhere,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "14 sent (14 already stored)" in again.stdout
+    assert store.fetch_events() == stored  # same events, same positions, nothing after
+
+
+def test_events_spooled_while_the_store_is_away_arrive_once_in_order(
+    store: Store, tmp_path: Path
+) -> None:
+    recording = save_npz(tmp_path / "face.npz", scene([FACE, PERSON]))
+    expected_file = tmp_path / "expected.ndjson"
+    offline = bridge_cli(
+        "replay", str(recording), "--sensor", "door", "--out", str(expected_file), cwd=tmp_path
+    )
+    assert offline.returncode == 0, offline.stderr
+    expected = [orjson.loads(line)["id"] for line in expected_file.read_bytes().splitlines()]
+    assert len(expected) > 40
+
+    spool = tmp_path / "spool"
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    down = bridge_cli(
+        "replay", str(recording), "--sensor", "door", "--target", nowhere, "--key", store.key,
+        "--spool", str(spool), "--drain-timeout-s", "0", cwd=tmp_path,
+    )  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    assert f"{len(expected)} spooled" in down.stdout
+    assert "store unavailable" in down.stderr
+    assert store.fetch_events() == []
+
+    up = bridge_cli(
+        "drain", "--spool", str(spool), "--target", store.base, "--key", store.key, cwd=tmp_path
+    )
+    assert up.returncode == 0, up.stderr
+    stored = store.fetch_events()
+    assert [e["id"] for e in stored] == expected
+    assert Spool(spool).is_empty
+
+    # Replaying now appends nothing: the spooled run stored exactly these events.
+    rerun = bridge_cli(
+        "replay", str(recording), "--sensor", "door", "--target", store.base, "--key",
+        store.key, "--spool", str(spool), cwd=tmp_path,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    assert store.fetch_events() == stored
+
+
+def test_an_unreachable_store_is_a_usage_error_without_a_spool(tmp_path: Path) -> None:
+    result = bridge_cli(
+        "replay", str(PROPHESEE_BAG), "--sensor", "s", "--target",
+        f"http://127.0.0.1:{free_port()}", "--key", "k", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: cannot reach")
+
+
+def test_a_recording_published_over_mqtt_reaches_the_store(store: Store, tmp_path: Path) -> None:
+    topic = f"causeway-test/evs/{uuid.uuid4().hex}"
+    events = scene([FACE])
+    with CausewayClient(store.base, store.key) as client:
+        output = Output(StoreSink(client), Spool(tmp_path / "spool"))
+        bridge = MqttBridge(Broker("127.0.0.1", 1883), topic, "lobby", output)
+        bridge.start()
+        try:
+            assert bridge.subscribed.wait(10), "the bridge never subscribed"
+            published = send_packets(
+                Broker("127.0.0.1", 1883), topic, [events], width=WIDTH, height=HEIGHT
+            )
+            deadline = time.monotonic() + 10
+            while bridge.stats.processed < published:
+                assert time.monotonic() < deadline, bridge.stats
+                time.sleep(0.05)
+        finally:
+            bridge.stop(drain_timeout_s=5)
+    assert bridge.stats.dropped == bridge.stats.bad == bridge.stats.gaps == 0
+    stored = store.fetch_events(source="evs://lobby")
+    assert len(stored) == output.stats.sent == output.stats.queued
+    faces = [e for e in stored if e["type"] == "evs.activity.detected"]
+    assert faces
+    assert {e["data"]["label"] for e in faces} == {"face"}
+    assert {e["priority"] for e in faces} == {9}
+    segments = {e["id"]: e for e in stored if e["type"] == "evs.segment.recorded"}
+    for face in faces:
+        segment = segments[face["causationid"]]
+        assert segment["data"]["dataref"]["uri"] == f"mqtt://127.0.0.1:1883/{topic}"
+        assert segment["data"]["dataref"]["offset_unit"] == "sequence"
+    assert any(e["type"] == "evs.activity.sustained" for e in stored)
+
+
+@pytest.mark.skipif(not MOSQUITTO.exists(), reason="needs the mosquitto binary")
+def test_the_bridge_survives_a_broker_restart(tmp_path: Path) -> None:
+    port = free_port()
+
+    def start_broker() -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [str(MOSQUITTO), "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(0.3)
+        return process
+
+    def stop_broker(process: subprocess.Popen[bytes]) -> None:
+        process.terminate()
+        process.wait(timeout=10)
+
+    broker = Broker("127.0.0.1", port)
+    topic = "evs/restart"
+    events = scene([FACE], duration_us=100_000)
+    out = tmp_path / "out.ndjson"
+    process = start_broker()
+    with out.open("w") as file:
+        bridge = MqttBridge(broker, topic, "yard", Output(NdjsonSink(file)))
+        bridge.start()
+        try:
+            assert bridge.subscribed.wait(10)
+            assert send_packets(broker, topic, [events], width=WIDTH, height=HEIGHT) > 0
+            stop_broker(process)
+            process = start_broker()
+            assert bridge.subscribed.wait(15), "no resubscription after the restart"
+            later = events.copy()
+            later["t"] += 1_000_000
+            sent = send_packets(
+                broker, topic, [later], width=WIDTH, height=HEIGHT, first_sequence=10_000
+            )
+            deadline = time.monotonic() + 10
+            while bridge.stats.processed < sent + 1:
+                assert time.monotonic() < deadline, bridge.stats
+                time.sleep(0.05)
+        finally:
+            bridge.stop()
+            stop_broker(process)
+    assert bridge.stats.connects == 2
+    ids = [orjson.loads(line)["id"] for line in out.read_bytes().splitlines()]
+    assert any(":seg:2000000" in i for i in ids)  # a segment from after the restart
+    assert np.unique(ids).size == len(ids)
+
+
+def test_the_mqtt_command_runs_until_sigterm_and_spools_for_an_absent_store(
+    tmp_path: Path,
+) -> None:
+    topic = f"causeway-test/evs/{uuid.uuid4().hex}"
+    spool = tmp_path / "spool"
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "evs_bridge", "mqtt", "--broker", "mqtt://127.0.0.1:1883",
+            "--topic", topic, "--sensor", "dock", "--target", f"http://127.0.0.1:{free_port()}",
+            "--key", "k", "--spool", str(spool),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(),
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        assert process.stderr.readline().startswith("subscribed to mqtt://127.0.0.1:1883/")
+        send_packets(Broker("127.0.0.1", 1883), topic, [scene([FACE])], width=WIDTH, height=HEIGHT)
+        time.sleep(1.0)
+    finally:
+        process.terminate()
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert "0 dropped" in stdout
+    spooled = Spool(spool).read_batch(1000).events
+    assert spooled
+    assert spooled[0]["type"] == "evs.segment.recorded"
+    assert f"{len(spooled)} spooled" in stdout

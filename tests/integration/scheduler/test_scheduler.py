@@ -1,0 +1,597 @@
+"""The scheduler over HTTP on a real PostgreSQL: routing, leasing, retries, the dead-letter
+queue, debounce, pre-warming, signals, and the queue rebuilt from the log."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import URL, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.tables import log_head, tasks
+from app.main import create_app
+from app.settings import Settings
+from scheduler.service import SchedulerLoop, SchedulerTimers
+from tests.integration.conftest import MakeKey, asgi_client
+from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
+
+Client = httpx2.AsyncClient
+
+
+@pytest.fixture
+async def worker(app: FastAPI, make_key: MakeKey) -> AsyncIterator[Client]:
+    async with asgi_client(app, await make_key("acme", "worker")) as client:
+        yield client
+
+
+async def dispatch(app: FastAPI) -> None:
+    """Run the projections (the dispatcher makes the tasks) up to the head."""
+    runner = app.state.runner
+    for projection in runner.projections:
+        if not projection.inline:
+            await runner.catch_up(projection)
+
+
+async def define(admin: Client, **route: Any) -> dict[str, Any]:
+    response = await admin.post("/routes", content=dumps(route), headers=JSON)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+async def post(client: Client, **attributes: Any) -> dict[str, Any]:
+    body = event(**attributes)
+    response = await client.post("/events", content=dumps(body), headers=STRUCTURED)
+    assert response.status_code == 201, response.text
+    return body
+
+
+async def lease(client: Client, queue: str, **profile: Any) -> dict[str, Any] | None:
+    body = {"worker": "w1", **profile}
+    response = await client.post(f"/queues/{queue}/lease", content=dumps(body), headers=JSON)
+    if response.status_code == 204:
+        return None
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def fail(client: Client, leased: dict[str, Any], error_class: str) -> dict[str, Any]:
+    response = await client.post(
+        f"/tasks/{leased['task']['id']}/fail",
+        content=dumps({"lease": leased["lease"], "class": error_class, "message": "boom"}),
+        headers=JSON,
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def queues(client: Client) -> dict[str, dict[str, Any]]:
+    return {q["queue"]: q for q in (await client.get("/queues")).json()["queues"]}
+
+
+async def events_of_type(client: Client, event_type: str) -> list[dict[str, Any]]:
+    response = await client.get("/replay", params={"types": event_type})
+    return [orjson.loads(line) for line in response.text.splitlines() if line]
+
+
+class TestRouting:
+    async def test_fan_out_with_attribute_predicates(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin,
+            id="lights",
+            types=["home.sensor.*"],
+            where=["device_type=light", "room in (bedroom, kitchen)"],
+            kind="switch",
+            queue="lights",
+        )
+        await define(admin, id="audit", types=["home.sensor.*"], kind="log", queue="audit")
+        await define(
+            admin, id="motion", types=["home.motion"], where=["user_id exists"], kind="greet",
+            queue="lights",
+        )  # fmt: skip
+        kitchen = await post(
+            admin, type="home.sensor.changed", data={"device_type": "light", "room": "kitchen"}
+        )  # fmt: skip
+        await post(
+            admin, type="home.sensor.changed", data={"device_type": "light", "room": "garage"}
+        )
+        await post(
+            admin, type="home.sensor.changed", data={"device_type": "lock", "room": "bedroom"}
+        )
+        await post(admin, type="home.motion", data={"room": "hall"})
+        await post(admin, type="other.thing", data={"device_type": "light", "room": "kitchen"})
+        await dispatch(app)
+
+        depth = await queues(admin)
+        assert (depth["lights"]["ready"], depth["audit"]["ready"]) == (1, 3)
+        leased = await lease(worker, "lights")
+        assert leased is not None
+        assert leased["task"]["kind"] == "switch"
+        assert leased["trigger"]["id"] == kitchen["id"]
+        assert leased["trigger"]["data"] == {"device_type": "light", "room": "kitchen"}
+
+    async def test_a_task_is_made_once_even_when_the_dispatcher_runs_again(
+        self, app: FastAPI, admin: Client, engine: AsyncEngine
+    ) -> None:
+        await define(admin, id="audit", types=["home.sensor.changed"], kind="log", queue="audit")
+        await post(admin, type="home.sensor.changed")
+        await dispatch(app)
+        async with engine.connect() as conn:
+            head = (await conn.execute(select(log_head.c.position))).scalar_one()
+        runner = app.state.runner
+        dispatcher = runner.projection("scheduler-dispatch")
+        await runner.rebuild(dispatcher)
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(log_head.c.position))).scalar_one() == head
+        assert (await queues(admin))["audit"]["ready"] == 1
+
+    async def test_a_deleted_route_routes_nothing_after_it(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(admin, id="audit", types=["a.*"], kind="log", queue="audit")
+        await post(admin, type="a.one")
+        response = await admin.request("DELETE", "/routes/audit")
+        assert response.status_code == 200
+        await post(admin, type="a.two")
+        await dispatch(app)
+        assert (await queues(admin))["audit"]["ready"] == 1
+        assert (await admin.get("/routes")).json()["routes"] == []
+
+    @pytest.mark.parametrize(
+        ("route", "detail"),
+        [
+            ({"id": "x", "types": ["a"], "where": ["room in ()"], "kind": "k", "queue": "q"}, "no values"),
+            ({"id": "x", "types": ["a"], "where": ["room ~ b"], "kind": "k", "queue": "q"}, "is not one of"),
+            ({"id": "x", "types": ["a"], "kind": "k"}, "both kind and queue"),
+            ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "priority": 12}, "priority"),
+            ({"id": "x", "types": ["causeway.task.created"], "kind": "k", "queue": "q"}, "cannot be routed"),
+            ({"id": "bad id", "types": ["a"], "kind": "k", "queue": "q"}, "id must be"),
+        ],
+    )  # fmt: skip
+    async def test_a_bad_route_is_a_problem_naming_what_is_wrong(
+        self, admin: Client, route: dict[str, Any], detail: str
+    ) -> None:
+        response = await admin.post("/routes", content=dumps(route), headers=JSON)
+        assert response.status_code == 400
+        assert response.headers["content-type"] == "application/problem+json"
+        assert detail in response.json()["detail"]
+
+    async def test_routes_and_leases_need_their_scopes(
+        self, app: FastAPI, make_key: MakeKey, client: Client
+    ) -> None:
+        route = {"id": "x", "types": ["a"], "kind": "k", "queue": "q"}
+        assert (await client.post("/routes", content=dumps(route), headers=JSON)).status_code == 403
+        refused = await client.post("/queues/q/lease", content=dumps({"worker": "w"}), headers=JSON)
+        assert refused.status_code == 403
+        assert refused.json()["required"] == "worker"
+
+
+class TestLeasing:
+    async def test_priority_then_age_and_requirements(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="any", types=["job"], kind="infer", queue="gpu")
+        await define(
+            admin, id="big", types=["job.big"], kind="infer", queue="gpu", priority=9,
+            requires={"gpu_memory_gb": 16, "fp16": True, "labels": {"zone": "a"}},
+        )  # fmt: skip
+        low = await post(admin, type="job", priority="2")
+        high = await post(admin, type="job", priority="6")
+        high_later = await post(admin, type="job", priority="6")
+        big = await post(admin, type="job.big")
+        await dispatch(app)
+
+        small = {"capabilities": {"gpu_memory_gb": 8, "fp16": True}, "labels": {"zone": "a"}}
+        order = [(await lease(worker, "gpu", **small)) for _ in range(4)]
+        assert [o["trigger"]["id"] if o else None for o in order] == [
+            high["id"], high_later["id"], low["id"], None,
+        ]  # fmt: skip
+        wrong_zone = {"capabilities": {"gpu_memory_gb": 24, "fp16": True}, "labels": {"zone": "b"}}
+        assert await lease(worker, "gpu", **wrong_zone) is None
+        no_fp16 = {"capabilities": {"gpu_memory_gb": 24, "fp16": False}, "labels": {"zone": "a"}}
+        assert await lease(worker, "gpu", **no_fp16) is None
+        fits = {"capabilities": {"gpu_memory_gb": 24, "fp16": True}, "labels": {"zone": "a"}}
+        got = await lease(worker, "gpu", **fits)
+        assert got is not None
+        assert got["trigger"]["id"] == big["id"]
+        assert got["task"]["guaranteed"] is True
+
+    async def test_guaranteed_work_never_goes_to_spot_workers(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="infer", queue="q")
+        await post(admin, type="job", priority="9")
+        await dispatch(app)
+        assert await lease(worker, "q", spot=True) is None
+        assert await lease(worker, "q", spot=False) is not None
+
+    async def test_off_peak_keeps_low_priority_work_for_spot_workers(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        settings = Settings(_env_file=None, scheduler_off_peak_hours="0-24")
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                await define(admin, id="r", types=["job"], kind="batch", queue="q")
+                low = await post(admin, type="job", priority="1")
+                normal = await post(admin, type="job", priority="5")
+                await dispatch(app)
+                on_demand = await lease(admin, "q")
+                assert on_demand is not None
+                assert on_demand["trigger"]["id"] == normal["id"]
+                assert await lease(admin, "q") is None
+                spot = await lease(admin, "q", spot=True)
+                assert spot is not None
+                assert spot["trigger"]["id"] == low["id"]
+        finally:
+            await app.state.runner.dispose()
+            await app.state.engine.dispose()
+
+    async def test_an_expired_lease_is_delivered_again_and_counts_an_attempt(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="infer", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        first = await lease(worker, "q", lease_s=0.2)
+        assert first is not None
+        assert first["task"]["attempts"] == 1
+        beat = await worker.post(
+            f"/tasks/{first['task']['id']}/heartbeat",
+            content=dumps({"lease": first["lease"], "lease_s": 0.3}),
+            headers=JSON,
+        )
+        assert beat.status_code == 200
+        await asyncio.sleep(0.4)
+        sweeper = SchedulerLoop(app.state.engine, app.state.scheduler_controller, SchedulerTimers())
+        assert await sweeper.expire_leases() == 1
+        second = await lease(worker, "q", worker="w2")
+        assert second is not None
+        assert second["task"]["id"] == first["task"]["id"]
+        assert second["task"]["attempts"] == 2
+        late = await worker.post(
+            f"/tasks/{first['task']['id']}/complete",
+            content=dumps({"lease": first["lease"], "events": []}),
+            headers=JSON,
+        )
+        assert late.status_code == 409
+        assert late.json()["type"].endswith("/lease-lost")
+
+    async def test_sixteen_concurrent_leasers_never_share_a_task(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        settings = Settings(_env_file=None, db_pool_size=16)
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                await define(admin, id="r", types=["job"], kind="infer", queue="q")
+                batch = [event(type="job") for _ in range(160)]
+                response = await admin.post(
+                    "/events",
+                    content=dumps(batch),
+                    headers={"Content-Type": "application/cloudevents-batch+json"},
+                )
+                assert response.status_code == 201
+                await dispatch(app)
+
+                async def leaser(n: int) -> list[str]:
+                    got = []
+                    while (leased := await lease(admin, "q", worker=f"w{n}")) is not None:
+                        got.append(leased["task"]["id"])
+                    return got
+
+                found = await asyncio.gather(*(leaser(n) for n in range(16)))
+            every = [task for got in found for task in got]
+            assert len(every) == len(set(every)) == 160
+            assert sum(1 for got in found if got) > 1  # they really ran side by side
+        finally:
+            await app.state.runner.dispose()
+            await app.state.engine.dispose()
+
+
+class TestResults:
+    async def test_results_carry_the_trigger_as_their_cause_and_audit_finds_it(
+        self, app: FastAPI, admin: Client, worker: Client, register: Any
+    ) -> None:
+        await register("tumor-detector", "3")
+        await define(admin, id="scan", types=["imaging.scan.uploaded"], kind="detect", queue="q")
+        scan = await post(admin, type="imaging.scan.uploaded", data={"study": 7})
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        result = event(
+            type="imaging.finding.v1",
+            modelname="tumor-detector",
+            modelversion="3",
+            data={"score": 0.93},
+        )
+        done = await worker.post(
+            f"/tasks/{leased['task']['id']}/complete",
+            content=dumps({"lease": leased["lease"], "events": [result]}),
+            headers=JSON,
+        )
+        assert done.status_code == 200, done.text
+        query = """query($id: ID!) { audit(decisionId: $id) {
+            sourceEvents { id } models { name version } chainVerified } }"""
+        audit = await admin.post(
+            "/graphql", json={"query": query, "variables": {"id": result["id"]}}
+        )
+        answer = audit.json()["data"]["audit"]
+        assert answer["sourceEvents"] == [{"id": scan["id"]}]
+        assert answer["models"][0]["name"] == "tumor-detector"
+        assert answer["chainVerified"] is True
+        task = (await admin.get(f"/tasks/{leased['task']['id']}")).json()
+        assert task["state"] == "completed"
+        assert [h["type"] for h in task["history"]] == [
+            "causeway.task.created", "causeway.task.leased", "causeway.task.completed",
+        ]  # fmt: skip
+
+    async def test_a_refused_result_leaves_the_task_leased_and_nothing_written(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        bad = event(type="result", causationid="no-such-event")
+        response = await worker.post(
+            f"/tasks/{leased['task']['id']}/complete",
+            content=dumps({"lease": leased["lease"], "events": [bad]}),
+            headers=JSON,
+        )
+        assert response.status_code == 422
+        assert (await admin.get(f"/tasks/{leased['task']['id']}")).json()["state"] == "leased"
+        assert (await admin.get(f"/events/{bad['id']}")).status_code == 404
+
+
+class TestRetriesAndDeadLetters:
+    async def test_failures_back_off_then_dead_letter_and_flag(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["job"], kind="k", queue="q", max_retries=2, backoff_base_s=0.2
+        )
+        await post(admin, type="job")
+        await dispatch(app)
+        delays = []
+        for attempt in (1, 2):
+            leased = await lease(worker, "q")
+            assert leased is not None
+            assert leased["task"]["attempts"] == attempt
+            failed = await fail(worker, leased, "transient")
+            assert failed["state"] == "ready"
+            assert await lease(worker, "q") is None  # invisible until its retry time
+            history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+            delays.append(history[-1]["data"]["delay_s"])
+            await asyncio.sleep(delays[-1] + 0.05)
+        assert 0.2 <= delays[0] <= 0.25
+        assert 0.4 <= delays[1] <= 0.5
+        last = await lease(worker, "q")
+        assert last is not None
+        dead = await fail(worker, last, "transient")
+        assert (dead["state"], dead["disposition"]) == ("dead", "flagged")
+        alerts = await events_of_type(admin, "causeway.alert.raised")
+        assert [a["data"]["kind"] for a in alerts] == ["dead_letter"]
+        listed = (await admin.get("/dead-letters", params={"class": "transient"})).json()
+        assert [d["id"] for d in listed["dead_letters"]] == [last["task"]["id"]]
+        assert (await admin.get("/dead-letters", params={"class": "data_invalid"})).json()[
+            "dead_letters"
+        ] == []
+        one = (await admin.get(f"/dead-letters/{last['task']['id']}")).json()
+        assert [(a["attempt"], a["outcome"], a["class"]) for a in one["attempts"]] == [
+            (1, "retried", "transient"), (2, "retried", "transient"), (3, "dead_lettered", "transient"),
+        ]  # fmt: skip
+        assert one["trigger_event"]["type"] == "job"
+        assert (await queues(admin))["q"]["dead_letters"] == 1
+        metrics = (await admin.get("/metrics")).text
+        assert 'causeway_queue_dead_letters{queue="q"} 1.0' in metrics
+        assert 'causeway_queue_alerts{queue="q"} 1.0' in metrics
+
+        requeued = await admin.post(
+            f"/dead-letters/{last['task']['id']}/requeue", content=b"{}", headers=JSON
+        )
+        assert (requeued.json()["state"], requeued.json()["attempts"]) == ("ready", 0)
+        again = await lease(worker, "q")
+        assert again is not None
+        await worker.post(
+            f"/tasks/{again['task']['id']}/fail",
+            content=dumps({"lease": again["lease"], "class": "unknown", "message": "x"}),
+            headers=JSON,
+        )
+
+    async def test_invalid_data_is_archived_with_its_input_for_training(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0)
+        trigger = await post(admin, type="job", data={"pixels": [1, 2, 3]})
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "data_invalid")
+        assert dead["disposition"] == "archived"
+        [archived] = await events_of_type(admin, "causeway.task.dead_lettered")
+        assert archived["data"]["input"]["id"] == trigger["id"]
+        assert archived["data"]["input"]["data"] == {"pixels": [1, 2, 3]}
+        discarded = await admin.post(
+            f"/dead-letters/{leased['task']['id']}/discard",
+            content=dumps({"reason": "kept in the archive"}),
+            headers=JSON,
+        )
+        assert discarded.json()["state"] == "discarded"
+        again = await admin.post(
+            f"/dead-letters/{leased['task']['id']}/requeue", content=b"{}", headers=JSON
+        )
+        assert again.status_code == 409
+
+    async def test_a_model_mismatch_rolls_the_service_back_and_requeues(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        for version in ("1", "2"):
+            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
+        for action, body in (
+            ("rollouts", {"model": "faces", "version": "1"}),
+            ("promote", {}),
+            ("rollouts", {"model": "faces", "version": "2", "percent": 100}),
+            ("promote", {}),
+        ):
+            response = await admin.post(
+                f"/deployments/gate/{action}", content=dumps(body), headers=JSON
+            )
+            assert response.status_code == 200, response.text
+        await define(
+            admin, id="r", types=["frame"], kind="recognise", queue="q", max_retries=0,
+            service="gate", on_model_mismatch="rollback",
+        )  # fmt: skip
+        await post(admin, type="frame")
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        after = await fail(worker, leased, "model_version_mismatch")
+        assert after["state"] == "ready"  # requeued behind the rollback
+        await dispatch(app)
+        deployment = (await admin.get("/deployments/gate")).json()
+        assert deployment["stable_version"] == "1"
+        assert "model_version_mismatch" in deployment["history"][-1]["reason"]
+        history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+        assert [h["type"].rsplit(".", 1)[1] for h in history][-2:] == ["dead_lettered", "requeued"]
+
+    async def test_a_model_mismatch_only_proposes_a_rollback_by_default(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0, service="gate"
+        )
+        await post(admin, type="frame")
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "rollback_proposed")
+        [proposal] = await events_of_type(admin, "causeway.alert.raised")
+        assert (proposal["data"]["kind"], proposal["data"]["service"]) == (
+            "rollback_proposed",
+            "gate",
+        )
+
+
+class TestDebounceAndPrewarm:
+    async def test_a_newer_event_with_the_same_key_supersedes_the_pending_task(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["profile.changed"], kind="reindex", queue="q",
+            debounce={"key": "user_id", "window_s": 60},
+        )  # fmt: skip
+        await post(admin, type="profile.changed", data={"user_id": "ann", "n": 1})
+        newer = await post(admin, type="profile.changed", data={"user_id": "ann", "n": 2})
+        other = await post(admin, type="profile.changed", data={"user_id": "bob"})
+        await dispatch(app)
+        assert (await queues(admin))["q"]["ready"] == 2
+        got = {(await lease(worker, "q"))["trigger"]["id"] for _ in range(2)}  # type: ignore[index]
+        assert got == {newer["id"], other["id"]}
+        [superseded] = await events_of_type(admin, "causeway.task.superseded")
+        assert newer["id"] in superseded["causationid"].split(",")
+
+    async def test_enough_events_from_one_source_ask_for_a_prewarm(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(
+            admin, id="warm", types=["camera.motion"],
+            prewarm={"model": "face-recognition", "count": 3, "within_s": 60},
+        )  # fmt: skip
+        motions = [await post(admin, type="camera.motion", source="/cam/1") for _ in range(3)]
+        await post(admin, type="camera.motion", source="/cam/2")
+        await dispatch(app)
+        [request] = await events_of_type(admin, "causeway.model.prewarm_requested")
+        assert request["data"]["model"] == "face-recognition"
+        assert request["causationid"].split(",") == [m["id"] for m in motions]
+
+
+class TestQueueState:
+    async def test_the_queue_rebuilt_from_the_log_equals_the_live_one(
+        self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=1)
+        for n in range(6):
+            await post(admin, type="job", data={"n": n})
+        await dispatch(app)
+        first = await lease(worker, "q")
+        second = await lease(worker, "q")
+        third = await lease(worker, "q")
+        assert first
+        assert second
+        assert third
+        await worker.post(
+            f"/tasks/{first['task']['id']}/complete",
+            content=dumps({"lease": first["lease"], "events": [event(type="done")]}),
+            headers=JSON,
+        )
+        await fail(worker, second, "transient")
+
+        async def snapshot() -> list[Any]:
+            async with engine.connect() as conn:
+                return [tuple(r) for r in await conn.execute(select(tasks).order_by(tasks.c.id))]
+
+        live = await snapshot()
+        rebuilt = await app.state.runner.rebuild(app.state.runner.projection("scheduler-tasks"))
+        assert rebuilt > 0
+        assert await snapshot() == live
+
+    async def test_autoscale_advice_rises_with_latency_and_is_recorded(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        settings = Settings(
+            _env_file=None, scheduler_target_latency_s=0.05, scheduler_autoscale_interval_s=0.1
+        )
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                await define(admin, id="r", types=["job"], kind="k", queue="q")
+                for _ in range(3):
+                    await post(admin, type="job")
+                await dispatch(app)
+                loop = SchedulerLoop(
+                    app.state.engine,
+                    app.state.scheduler_controller,
+                    SchedulerTimers(autoscale_interval_s=0.1),
+                )
+                await asyncio.sleep(0.5)  # the oldest task waits far past the 50 ms target
+                assert await loop.advise() == 1
+                advice = (await admin.get("/queues/q/autoscale")).json()
+                assert advice["recommended_workers"] > 1
+                assert advice["observed_latency_s"] >= 0.5
+                [changed] = await events_of_type(admin, "causeway.queue.autoscale_changed")
+                assert changed["data"]["recommended"] == advice["recommended_workers"]
+        finally:
+            await app.state.runner.dispose()
+            await app.state.engine.dispose()
+
+
+class TestTenants:
+    async def test_a_worker_of_another_tenant_sees_no_task(
+        self, app: FastAPI, admin: Client, make_key: MakeKey
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        async with asgi_client(app, await make_key("globex", "worker,read")) as other:
+            assert await lease(other, "q") is None
+            assert (await other.get("/queues")).json()["queues"] == []
+        async with asgi_client(app, await make_key("acme", "worker")) as own:
+            leased = await lease(own, "q")
+        assert leased is not None
+        async with asgi_client(app, await make_key("globex", "worker")) as other:
+            response = await other.post(
+                f"/tasks/{leased['task']['id']}/fail",
+                content=dumps({"lease": leased["lease"], "class": "unknown", "message": "x"}),
+                headers=JSON,
+            )
+        assert response.status_code == 404

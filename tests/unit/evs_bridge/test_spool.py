@@ -1,0 +1,93 @@
+"""The on-disk spool: order, durability across reopening, torn tails, bounds, rejects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from evs_bridge.spool import CURSOR_FILE, REJECTED_FILE, Spool, SpoolFull
+
+
+def events(start: int, count: int) -> list[dict[str, Any]]:
+    return [{"id": f"e{i}", "data": {"n": i}} for i in range(start, start + count)]
+
+
+def drain(spool: Spool, size: int = 3) -> list[str]:
+    ids: list[str] = []
+    while True:
+        batch = spool.read_batch(size)
+        if not batch.events:
+            return ids
+        ids += [e["id"] for e in batch.events]
+        spool.commit(batch.cursors[-1])
+
+
+class TestSpool:
+    def test_events_come_back_in_order_once(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.append(events(0, 5))
+        spool.append(events(5, 5))
+        assert drain(spool) == [f"e{i}" for i in range(10)]
+        assert spool.is_empty
+        assert drain(spool) == []
+
+    def test_reading_without_commit_consumes_nothing(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.append(events(0, 4))
+        spool.read_batch(2)
+        assert [e["id"] for e in spool.read_batch(10).events] == ["e0", "e1", "e2", "e3"]
+
+    def test_a_reopened_spool_resumes_after_the_last_commit(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.append(events(0, 6))
+        batch = spool.read_batch(4)
+        spool.commit(batch.cursors[1])
+        assert drain(Spool(tmp_path)) == ["e2", "e3", "e4", "e5"]
+        assert (tmp_path / CURSOR_FILE).exists()
+
+    def test_a_torn_last_line_is_cut_off_on_open(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.append(events(0, 2))
+        [segment] = tmp_path.glob("spool-*.ndjson")
+        with segment.open("ab") as file:
+            file.write(b'{"id": "torn')
+        reopened = Spool(tmp_path)
+        reopened.append(events(2, 1))
+        assert drain(reopened) == ["e0", "e1", "e2"]
+
+    def test_it_is_bounded(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path, max_bytes=100)
+        spool.append(events(0, 3))
+        with pytest.raises(SpoolFull, match="100-byte limit"):
+            spool.append(events(3, 3))
+        drain(spool)
+        spool.append(events(3, 3))
+
+    def test_an_empty_spool_takes_one_batch_over_the_limit(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path, max_bytes=10)
+        spool.append(events(0, 3))
+        assert spool.pending_bytes > 10
+
+    def test_segments_rotate_and_sent_ones_are_deleted(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path, segment_bytes=60)
+        for start in range(0, 12, 2):
+            spool.append(events(start, 2))
+        assert len(list(tmp_path.glob("spool-*.ndjson"))) > 2
+        assert drain(spool, size=5) == [f"e{i}" for i in range(12)]
+        assert len(list(tmp_path.glob("spool-*.ndjson"))) == 1
+        spool.append(events(12, 1))
+        assert drain(Spool(tmp_path, segment_bytes=60)) == ["e12"]
+
+    def test_a_rejected_event_is_kept_with_the_answer(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.reject({"id": "bad"}, 422, {"detail": "unknown cause ids: x"})
+        [line] = (tmp_path / REJECTED_FILE).read_bytes().splitlines()
+        assert orjson.loads(line) == {
+            "status": 422,
+            "problem": {"detail": "unknown cause ids: x"},
+            "event": {"id": "bad"},
+        }
+        assert spool.is_empty

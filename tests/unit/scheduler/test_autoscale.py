@@ -1,0 +1,58 @@
+"""The PID advice on a simulated queue: it settles after a load step without oscillating,
+and does not wind up while saturated."""
+
+from __future__ import annotations
+
+import itertools
+
+from scheduler.autoscale import PidController, PidState
+
+TICK_S = 5.0
+PER_WORKER = 5.0  # tasks a worker finishes per second
+SERVICE_S = 0.2
+
+
+def simulate(controller: PidController, loads: list[float]) -> list[int]:
+    """A fluid queue: tasks arrive at ``load`` a second, ``workers`` serve ``PER_WORKER``
+    each; the observed latency is the backlog's wait plus the service time."""
+    backlog = 0.0
+    state = PidState(controller.min_workers)
+    advised = []
+    for load in loads:
+        workers = state.recommended
+        backlog = max(0.0, backlog + (load - PER_WORKER * workers) * TICK_S)
+        latency = backlog / (PER_WORKER * workers) + SERVICE_S
+        state = controller.step(state, latency, TICK_S)
+        advised.append(state.recommended)
+    return advised
+
+
+class TestStep:
+    def test_a_load_step_settles_on_the_needed_workers_without_oscillating(self) -> None:
+        controller = PidController(target_s=2.0, max_step=4)
+        advised = simulate(controller, [20.0] * 60 + [60.0] * 60)
+        after = advised[60:]
+        assert max(after) <= 12 + 2  # little overshoot
+        assert after[-20:] == [12] * 20  # 60 tasks/s need exactly 12 workers: it stays there
+        assert all(abs(b - a) <= 4 for a, b in itertools.pairwise(advised))
+
+    def test_it_does_not_wind_up_while_saturated(self) -> None:
+        capped = PidController(target_s=2.0, max_workers=10)
+        # More load than ten workers serve for 200 s, then none: 6,000 tasks of backlog,
+        # which ten workers drain in 120 s (24 ticks) once the load stops.
+        advised = simulate(capped, [80.0] * 40 + [0.0] * 60)
+        assert advised[39] == 10
+        # As soon as the backlog is gone the advice falls: nothing integrated while it was
+        # pinned at the cap holds it up.
+        falls = next(i for i in range(40, 100) if advised[i] < 10)
+        assert 40 + 20 <= falls <= 40 + 24 + 2
+        assert advised[-1] == capped.min_workers
+
+    def test_a_quiet_queue_is_advised_the_minimum(self) -> None:
+        controller = PidController(target_s=2.0, min_workers=2)
+        assert simulate(controller, [0.0] * 10) == [2] * 10
+
+    def test_each_tick_moves_at_most_max_step(self) -> None:
+        controller = PidController(target_s=1.0, max_step=2)
+        state = controller.step(PidState(3), observed_s=100.0, dt_s=5.0)
+        assert state.recommended == 5
