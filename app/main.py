@@ -99,12 +99,18 @@ def create_app(
     )
 
     appender = Appender(engine)
+    # The scheduler's decisions have an appender of their own, on connections of their own:
+    # a command holds its task row (and its connection) until its decision is appended.
+    decisions_engine = create_engine(
+        database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
+    )
+    decisions = Appender(decisions_engine)
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)
     timers = timers_from(settings)
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         background = []
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
@@ -115,8 +121,7 @@ def create_app(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await runner.dispose()
-        await engine.dispose()
+        await dispose(app)
         if on_shutdown is not None:
             on_shutdown()
 
@@ -131,6 +136,7 @@ def create_app(
     app.state.appender = appender
     app.state.runner = runner
     app.state.scheduler_controller = controller
+    app.state.decisions_engine = decisions_engine
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
@@ -145,6 +151,7 @@ def create_app(
         create_scheduler_router(
             engine,
             appender,
+            decisions,
             limits_from(settings),
             lease_policy_from(settings),
             controller,
@@ -157,6 +164,13 @@ def create_app(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )
     return app
+
+
+async def dispose(app: FastAPI) -> None:
+    """Close every engine of ``app`` (its lifespan does this; tests without one call it)."""
+    await app.state.runner.dispose()
+    await app.state.decisions_engine.dispose()
+    await app.state.engine.dispose()
 
 
 def create_app_from_environment() -> FastAPI:

@@ -7,9 +7,10 @@
   decisions in the runner's transaction, with the checkpoint, so an event is dispatched
   exactly once across crashes and restarts; on a rebuild it finds its tasks already made
   and appends nothing again.
-- ``TaskBook`` is the task table, kept inline by the commands that decide (see
-  ``scheduler.queue``); as a projection it exists to be rebuilt: from the log alone it
-  gives the same rows.
+- ``TaskBook`` is the task table. The commands that decide write it as they append (see
+  ``scheduler.queue``); as a projection it follows the log behind them, so a row whose
+  write was lost to a crash catches up, and a rebuild from the log alone gives the same
+  rows.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ class Dispatcher:
     name = "scheduler-dispatch"
     tables = (routes, prewarm_windows)
     types = None
-    inline = False
 
     def __init__(self) -> None:
         # Routes by tenant, as of the last event applied. The runner hands this projection
@@ -160,16 +160,17 @@ class TaskBook:
     name = "scheduler-tasks"
     tables = (tasks,)
     types = t.TYPES
-    inline = True
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record
         data = record.data
+        queue = TaskQueue(conn)
+        written = await queue.fetch_position(record.tenant, data["task_id"])
+        if written is not None and written >= record.position:
+            return  # the command that decided wrote it already: the usual case
         state = None
         if record.type != t.CREATED:
-            state = await TaskQueue(conn).fetch(record.tenant, data["task_id"])
-        if state is not None and state.position >= record.position:
-            return
+            state = await queue.fetch(record.tenant, data["task_id"])
         await write_task(conn, t.fold(state, record.type, data, record.position))
 
 

@@ -1,15 +1,20 @@
 """The task queue: every command that changes a task, and the reads over the queue table.
 
-A command runs in the caller's transaction and does three things together: lock the
-task's row, append the decision to the log (``EventLog``, which serialises on the log
-head), and apply that decision to the row with ``tasks.fold``. So the table always equals
-the fold of the log, and a rebuild from the log gives the same rows.
+A command runs in the caller's transaction: it locks the task's row, appends its decision
+to the log, and writes the row that decision folds to (``tasks.fold``). Appending goes
+through the group-commit ``Appender`` for the HTTP commands, so concurrent leases and
+completions share one append transaction and its fsync, while each holds its own row
+lock until it has written the row; the dispatcher and the sweeper append in their own
+transaction. A row is never written back to an older decision (the upsert compares
+positions), and ``TaskBook`` follows the log too, so if a process dies between an
+append and its row write, the row catches up; a command that meets such a row meanwhile
+gets a version conflict on the task's stream, never a second lease.
 
-Locks are always taken in one order, task rows before the log head, so commands never
-deadlock with each other; the dispatcher, which already holds the log head when it
-supersedes a pending task, takes task rows with ``SKIP LOCKED`` and never waits for one.
-Leasing walks ``ix_tasks_ready`` in priority-then-age order with ``FOR UPDATE SKIP
-LOCKED``: concurrent leasers each take a different row, and none waits for another.
+Locks are taken in one order, task rows before the log head, so commands never deadlock;
+the dispatcher, which holds the log head when it supersedes a pending task, takes task
+rows with ``SKIP LOCKED`` and never waits for one. Leasing walks ``ix_tasks_ready`` in
+priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take a
+different row, and none waits for another.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, literal, select, text
+from sqlalchemy import and_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
@@ -33,15 +38,40 @@ from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
 from app.store.records import NewEvent
+from ingest.appender import Appender
 from scheduler import tasks as t
 from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
 from scheduler.routes import Route, event_time
 
 _c = tasks.c
+# The hot statements, built once. A task fits a worker when each numeric requirement is at
+# most the worker's capability of that name, its flags are among the worker's true flags,
+# and its labels among the worker's labels (placement.satisfies says the same in Python).
 _FITS = text(
     "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
     "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, -1) < need.value::float8)"
 ).bindparams(bindparam("numbers", type_=JSONB))
+_LEASE = (
+    select(tasks)
+    .where(
+        _c.tenant == bindparam("tenant"),
+        _c.queue == bindparam("queue"),
+        _c.state == "ready",
+        _c.available_at <= bindparam("now"),
+        _FITS,
+        _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
+        _c.req_labels.op("<@")(bindparam("labels", type_=JSONB)),
+        _c.priority.between(bindparam("lowest"), bindparam("highest")),
+    )
+    .order_by(_c.priority.desc(), _c.seq)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+_FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
+_FETCH_LOCKED = _FETCH.with_for_update()
+_FETCH_POSITION = select(_c.position).where(
+    _c.tenant == bindparam("tenant"), _c.id == bindparam("id")
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,18 +98,28 @@ class QueueDepth:
 
 
 class TaskQueue:
-    def __init__(self, conn: AsyncConnection) -> None:
+    """Commands and reads over the queue on ``conn`` (the caller's transaction).
+
+    Decisions are appended by ``appender`` when given (group commit: concurrent commands
+    share one append transaction and its fsync, while each keeps its row locked in its own
+    transaction), else in ``conn``'s transaction (the dispatcher, the sweeper).
+    """
+
+    def __init__(self, conn: AsyncConnection, *, appender: Appender | None = None) -> None:
         self._conn = conn
-        self._log = EventLog(conn)
+        self._append = appender.append if appender is not None else EventLog(conn).append
 
     # -- reads -----------------------------------------------------------------------
 
     async def fetch(self, tenant: str, task_id: str, *, lock: bool = False) -> t.TaskState | None:
-        statement = select(tasks).where(_c.tenant == tenant, _c.id == task_id)
-        if lock:
-            statement = statement.with_for_update()
-        row = (await self._conn.execute(statement)).one_or_none()
+        statement = _FETCH_LOCKED if lock else _FETCH
+        row = (await self._conn.execute(statement, {"tenant": tenant, "id": task_id})).one_or_none()
         return _state(row) if row is not None else None
+
+    async def fetch_position(self, tenant: str, task_id: str) -> int | None:
+        """The position of the last decision written to the task's row."""
+        found = await self._conn.execute(_FETCH_POSITION, {"tenant": tenant, "id": task_id})
+        return found.scalar_one_or_none()
 
     async def read_dead_letters(
         self,
@@ -198,7 +238,7 @@ class TaskQueue:
             debounce_key=key,
             at=now,
         )
-        [appended] = await self._log.append(tenant, [event])
+        [appended] = await self._append(tenant, [event])
         state = t.fold(None, event.type, event.data, appended.position)
         await self._write(state)
         return True
@@ -214,26 +254,22 @@ class TaskQueue:
     ) -> Lease | None:
         """The best ready task ``profile`` can run, leased to it; None when there is none."""
         now = datetime.now(UTC)
-        statement = (
-            select(tasks)
-            .where(
-                _c.tenant == tenant,
-                _c.queue == queue,
-                _c.state == "ready",
-                _c.available_at <= now,
-                _FITS.bindparams(numbers=profile.numbers),
-                _c.req_flags.op("<@")(literal(sorted(profile.flags), ARRAY(Text))),
-                _c.req_labels.op("<@")(literal(profile.labels, JSONB)),
-            )
-            .order_by(_c.priority.desc(), _c.seq)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        )
+        lowest, highest = 0, 9
         if profile.spot:
-            statement = statement.where(_c.priority <= GUARANTEED_ABOVE)
+            highest = GUARANTEED_ABOVE  # guaranteed work never goes to spot capacity
         elif off_peak is not None and off_peak.is_active(now):
-            statement = statement.where(_c.priority > off_peak.max_priority)
-        row = (await self._conn.execute(statement)).one_or_none()
+            lowest = off_peak.max_priority + 1  # low-priority work waits for spot workers
+        parameters = {
+            "tenant": tenant,
+            "queue": queue,
+            "now": now,
+            "numbers": profile.numbers,
+            "flags": sorted(profile.flags),
+            "labels": profile.labels,
+            "lowest": lowest,
+            "highest": highest,
+        }
+        row = (await self._conn.execute(_LEASE, parameters)).one_or_none()
         if row is None:
             return None
         state = _state(row)
@@ -287,7 +323,7 @@ class TaskQueue:
             at=now,
             causes=tuple(e.id for e in caused),
         )
-        appended = await self._log.append(tenant, [*caused, done])
+        appended = await self._append(tenant, [*caused, done])
         await self._write(t.fold(state, done.type, done.data, appended[-1].position))
         return state, [a.position for a in appended[:-1]]
 
@@ -368,6 +404,8 @@ class TaskQueue:
         *,
         retry_now: bool = False,
     ) -> t.TaskState:
+        """Retry or dead-letter ``state`` after a failed attempt; a dead letter's handling
+        (alert, rollback and requeue) is appended with it, in one atomic batch."""
         now = datetime.now(UTC)
         jitter = 0.0 if retry_now else t.draw_jitter()
         event_type, data = t.after_failure(state, error_class, message, at=now, jitter=jitter)
@@ -375,34 +413,29 @@ class TaskQueue:
             data = {**data, "delay_s": 0.0, "retry_at": now.isoformat()}
         if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
             data = {**data, "input": await self._input_of(tenant, state.trigger_id)}
-        after = await self._decide(tenant, state, event_type, data, at=now)
-        if event_type != t.DEAD_LETTERED:
-            return after
-        dead_letter = after.last_decision_id
-        disposition = data["disposition"]
+        decided = t.decision(state, event_type, data, at=now)
+        batch = [decided]
+        disposition = data.get("disposition")
         if disposition == t.FLAGGED:
-            detail = {"class": error_class, "message": message, "attempts": after.attempts}
-            await self._log.append(
-                tenant, [t.alert(after, "dead_letter", detail, at=now, cause=dead_letter)]
-            )
+            detail = {"class": error_class, "message": message, "attempts": state.attempts}
+            batch.append(t.alert(state, "dead_letter", detail, at=now, cause=decided.id))
         elif disposition == t.ROLLBACK_PROPOSED:
             detail = {
-                "service": after.service,
-                "proposal": f"roll back the deployment of service {after.service!r}",
+                "service": state.service,
+                "proposal": f"roll back the deployment of service {state.service!r}",
                 "message": message,
             }
-            await self._log.append(
-                tenant, [t.alert(after, "rollback_proposed", detail, at=now, cause=dead_letter)]
-            )
+            batch.append(t.alert(state, "rollback_proposed", detail, at=now, cause=decided.id))
         elif disposition == t.ROLLED_BACK:
-            after = await self._roll_back(tenant, after, message, now=now)
-        return after
+            batch += await self._roll_back(tenant, state, decided, message, now=now)
+        return await self._commit(tenant, state, batch)
 
     async def _roll_back(
-        self, tenant: str, state: t.TaskState, message: str, *, now: datetime
-    ) -> t.TaskState:
-        """Roll the route's service back, then requeue the task behind the rollback; when
-        there is nothing to roll back to, raise an alert instead and leave it dead."""
+        self, tenant: str, state: t.TaskState, dead_letter: NewEvent, message: str, *, now: datetime
+    ) -> list[NewEvent]:
+        """What follows ``dead_letter`` of a model mismatch: the rollback of the route's
+        service and the task's requeue behind it; when there is nothing to roll back to, an
+        alert saying why (and the task stays dead)."""
         service = state.service or ""  # set: the disposition is only chosen with a service
         deployment = await DeploymentReader(self._conn).fetch_state(tenant, service)
         try:
@@ -413,21 +446,17 @@ class TaskQueue:
             )
         except AppError as refused:
             detail = {"service": state.service, "why": refused.detail}
-            await self._log.append(
-                tenant,
-                [t.alert(state, "rollback_failed", detail, at=now, cause=state.last_decision_id)],
-            )
-            return state
-        rollback = replace(rollback, causes=(state.last_decision_id,))
-        await self._log.append(tenant, [rollback])
-        return await self._decide(
-            tenant,
-            state,
+            return [t.alert(state, "rollback_failed", detail, at=now, cause=dead_letter.id)]
+        rollback = replace(rollback, causes=(dead_letter.id,))
+        dead = replace(state, version=state.version + 1)  # the state the requeue follows
+        requeue = t.decision(
+            dead,
             t.REQUEUED,
             {"reason": f"service {state.service!r} rolled back", "actor": "scheduler"},
             at=now,
             causes=(rollback.id,),
         )
+        return [rollback, requeue]
 
     async def _input_of(self, tenant: str, event_id: str) -> dict[str, Any] | None:
         row = (
@@ -452,8 +481,16 @@ class TaskQueue:
         causes: tuple[str, ...] = (),
     ) -> t.TaskState:
         event = t.decision(state, event_type, data, at=at, causes=causes)
-        [appended] = await self._log.append(tenant, [event])
-        after = t.fold(state, event.type, event.data, appended.position)
+        return await self._commit(tenant, state, [event])
+
+    async def _commit(self, tenant: str, state: t.TaskState, batch: list[NewEvent]) -> t.TaskState:
+        """Append ``batch`` atomically, then fold the task's own decisions in it into its
+        row (still locked by this transaction)."""
+        appended = await self._append(tenant, batch)
+        after = state
+        for event, where in zip(batch, appended, strict=True):
+            if event.stream == state.stream:
+                after = t.fold(after, event.type, event.data, where.position)
         await self._write(after)
         return after
 
@@ -467,6 +504,8 @@ def _upsert() -> Any:
     return statement.on_conflict_do_update(
         index_elements=["tenant", "id"],
         set_={n: statement.excluded[n] for n in names if n not in ("tenant", "id")},
+        # Never back: a row written from a later decision stays (see TaskBook).
+        where=tasks.c.position < statement.excluded.position,
     )
 
 

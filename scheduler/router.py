@@ -114,6 +114,7 @@ class DeleteRoute(BaseModel):
 def create_router(
     engine: AsyncEngine,
     appender: Appender,
+    decisions: Appender,
     limits: Limits,
     policy: LeasePolicy,
     controller: PidController,
@@ -175,7 +176,7 @@ def create_router(
         pause = _POLL_S[0]
         while True:
             async with engine.begin() as conn:
-                found = await TaskQueue(conn).lease(
+                found = await TaskQueue(conn, appender=decisions).lease(
                     principal.tenant, queue, profile, lease_s=lease_s, off_peak=policy.off_peak
                 )
             if found is not None:
@@ -195,7 +196,7 @@ def create_router(
     async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
         lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
         async with engine.begin() as conn:
-            state = await TaskQueue(conn).extend(
+            state = await TaskQueue(conn, appender=decisions).extend(
                 principal.tenant, task_id, body.lease, lease_s=lease_s
             )
         return _task_json(state)
@@ -204,7 +205,7 @@ def create_router(
     async def complete(task_id: str, body: Completion, principal: Worker) -> dict[str, Any]:
         results = parse_request(BATCH, [], orjson.dumps(body.events), limits) if body.events else []
         async with engine.begin() as conn:
-            state, positions = await TaskQueue(conn).complete(
+            state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
             )
         return {
@@ -219,7 +220,7 @@ def create_router(
     @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
     async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
         async with engine.begin() as conn:
-            state = await TaskQueue(conn).fail(
+            state = await TaskQueue(conn, appender=decisions).fail(
                 principal.tenant, task_id, body.lease, body.error_class, body.message
             )
         return _task_json(state)
@@ -313,7 +314,7 @@ def create_router(
         task_id: str, principal: Admin, body: Requeue | None = None
     ) -> dict[str, Any]:
         async with engine.begin() as conn:
-            state = await TaskQueue(conn).requeue(
+            state = await TaskQueue(conn, appender=decisions).requeue(
                 principal.tenant,
                 task_id,
                 reason=body.reason if body else None,
@@ -324,7 +325,7 @@ def create_router(
     @router.post("/dead-letters/{task_id}/discard", summary="Drop a dead letter, with a reason")
     async def discard(task_id: str, body: Discard, principal: Admin) -> dict[str, Any]:
         async with engine.begin() as conn:
-            state = await TaskQueue(conn).discard(
+            state = await TaskQueue(conn, appender=decisions).discard(
                 principal.tenant, task_id, reason=body.reason, actor=principal.key_id
             )
         return _task_json(state)

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+import psycopg
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -62,7 +63,7 @@ class SchedulerLoop:
                 if loop.time() >= next_advice:
                     next_advice = loop.time() + self._timers.autoscale_interval_s
                     await self.advise()
-            except (DBAPIError, OSError) as exc:
+            except (DBAPIError, psycopg.OperationalError, OSError) as exc:
                 logger.warning("scheduler: database unavailable: %s", exc)
             except Exception:
                 logger.exception("scheduler: unexpected failure")

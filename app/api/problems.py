@@ -121,8 +121,10 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid_request)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     # Connection loss and statement timeouts (psycopg's QueryCanceled) arrive as
-    # OperationalError from any path; the transaction was rolled back, so a retry is safe.
+    # OperationalError from any path (wrapped by SQLAlchemy, or straight from the driver
+    # on the append path); the transaction was rolled back, so a retry is safe.
     app.add_exception_handler(OperationalError, on_database_unavailable)
+    app.add_exception_handler(psycopg.OperationalError, on_database_unavailable)
     # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
     # its values first, so this is a read given a NUL character or an oversized number.
     app.add_exception_handler(DataError, on_bad_value)

@@ -204,8 +204,8 @@ deployment_history = Table(
 )
 
 # Read models of the scheduler (scheduler/): routes, tasks, pre-warm windows and autoscale
-# state. ``tasks`` is kept inline: each ``causeway.task.*`` event is applied in the same
-# transaction that appends it, so a lease never sees a stale queue.
+# state. ``tasks`` is written by the commands that decide, as they append (scheduler.queue),
+# and followed by its projection behind them.
 routes = Table(
     "routes",
     metadata,

@@ -5,10 +5,6 @@ effect exactly once, whatever crashes in between. ``tables`` are the read model 
 empties them); ``types`` are the event types it reads (others only move its checkpoint
 forward; ``None``: every event). Handlers must be deterministic: a rebuild from position 0
 gives the same state.
-
-An ``inline`` projection is applied by the code that appends its events, in the same
-transaction (the scheduler's task table: a lease must never see a stale queue). The runner
-does not follow it; it only rebuilds it, with appends held off meanwhile.
 """
 
 from __future__ import annotations
@@ -31,8 +27,5 @@ class Projection(Protocol):
 
     @property
     def types(self) -> frozenset[str] | None: ...
-
-    @property
-    def inline(self) -> bool: ...
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None: ...

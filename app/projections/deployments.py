@@ -16,8 +16,6 @@ class Deployments:
     name = "deployments"
     tables = (deployments, deployment_history)
     types = TYPES
-    inline = False
-    inline = False
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record

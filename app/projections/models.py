@@ -16,7 +16,6 @@ class ModelRegistry:
     name = "model-registry"
     tables = (model_versions, model_aliases)
     types = frozenset({REGISTERED, ALIASED})
-    inline = False
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import any_, delete, func, literal, select, text, update
+from sqlalchemy import any_, bindparam, delete, func, literal, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -36,7 +36,7 @@ from app.db.tables import events, log_head, projection_checkpoints
 from app.errors import NotFound
 from app.projections.base import Projection
 from app.store.graph import StoredEvent
-from app.store.log import NOTIFY_CHANNEL, full_row, record_from_row
+from app.store.log import NOTIFY_CHANNEL, full_row, read_wake_hint, record_from_row
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c
@@ -96,13 +96,12 @@ class ProjectionRunner:
         return list(self._projections)
 
     async def run(self) -> None:
-        """Lead (or stand by for) every projection that is not inline, until cancelled."""
+        """Lead (or stand by for) every projection until cancelled."""
         async with asyncio.TaskGroup() as group:
             if self._listen_dsn:
                 group.create_task(self._listen(self._listen_dsn))
             for projection in self._projections:
-                if not projection.inline:
-                    group.create_task(self._follow(projection))
+                group.create_task(self._follow(projection))
 
     async def catch_up(self, projection: Projection) -> None:
         """Apply everything up to the current head now (for tests and the CLI)."""
@@ -113,7 +112,7 @@ class ProjectionRunner:
         """Apply one batch (up to position ``until``); how far the checkpoint moved."""
         async with self._engine.begin() as conn:
             checkpoint = await _lock_checkpoint(conn, projection.name)
-            head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+            head = int((await conn.execute(_READ_HEAD)).scalar_one())
             if until is not None:
                 head = min(head, until)
             found = await _read_events(conn, projection, checkpoint, head, self._batch_size)
@@ -134,15 +133,8 @@ class ProjectionRunner:
     async def rebuild(self, projection: Projection) -> int:
         """Empty the read model and apply the log again from position 0, atomically."""
         async with self._engine.begin() as conn:
-            if projection.inline:
-                # Its writers append and apply in one transaction: hold them all off (its
-                # tables first, the order they lock in), so none lands between the replay
-                # and the commit.
-                names = ", ".join(table.name for table in projection.tables)
-                await conn.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))
-                await conn.execute(select(log_head.c.position).with_for_update())
             await _lock_checkpoint(conn, projection.name)
-            head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+            head = int((await conn.execute(_READ_HEAD)).scalar_one())
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
@@ -180,7 +172,7 @@ class ProjectionRunner:
                 async with self.leadership(projection) as leading:
                     if leading:
                         await self._lead(projection)
-            except (DBAPIError, OSError) as exc:
+            except (DBAPIError, psycopg.OperationalError, OSError) as exc:
                 logger.warning("projection %s: database unavailable: %s", projection.name, exc)
             except Exception:
                 # Whatever went wrong, this projection keeps its leader loop (and the others
@@ -230,9 +222,12 @@ class ProjectionRunner:
             try:
                 async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    async for _ in conn.notifies():
-                        for wake in self._wake.values():
-                            wake.set()
+                    async for notice in conn.notifies():
+                        appended = read_wake_hint(notice.payload)
+                        for projection in self._projections:
+                            types = projection.types
+                            if appended is None or types is None or not types.isdisjoint(appended):
+                                self._wake[projection.name].set()
             except (psycopg.Error, OSError) as exc:
                 logger.warning("LISTEN lost (%s); polling meanwhile", exc)
             await asyncio.sleep(self._poll_interval_s)
@@ -271,10 +266,11 @@ async def _read_events(
     conn: AsyncConnection, projection: Projection, after: int, head: int, limit: int
 ) -> list[StoredEvent]:
     """The projection's events in (after, head], in position order, ``limit`` at most."""
-    statement = select(*full_row()).where(events.c.position > after, events.c.position <= head)
-    if projection.types is not None:
-        statement = statement.where(_of_types(projection.types))
-    rows = await conn.execute(statement.order_by(events.c.position).limit(limit))
+    window = {"after": after, "head": head, "limit": limit}
+    if projection.types is None:
+        rows = await conn.execute(_READ_ALL, window)
+    else:
+        rows = await conn.execute(_READ_TYPES, {**window, "types": sorted(projection.types)})
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
 
 
@@ -284,30 +280,48 @@ def _of_types(types: frozenset[str]) -> Any:
 
 async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any) -> None:
     """Move the checkpoint to ``position``; having got there, the projection is healthy."""
-    await conn.execute(
-        update(projection_checkpoints)
-        .where(_c.name == name)
-        .values(
-            position=position,
-            updated_at=datetime.now(UTC),
-            last_error=None,
-            error_position=None,
-            failures=0,
-            **also,
-        )
-    )
+    values = {"which": name, "to": position, "at": datetime.now(UTC)}
+    if also:
+        await conn.execute(_ADVANCE.values(**also), values)
+    else:
+        await conn.execute(_ADVANCE, values)
 
 
 async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:
-    await conn.execute(insert(projection_checkpoints).values(name=name).on_conflict_do_nothing())
-    locked = await conn.execute(select(_c.position).where(_c.name == name).with_for_update())
-    return int(locked.scalar_one())
+    await conn.execute(_ENSURE_CHECKPOINT, {"which": name})
+    return int((await conn.execute(_LOCK_CHECKPOINT, {"which": name})).scalar_one())
+
+
+# Every step of every projection runs these: built once, not per call.
+_READ_ALL = (
+    select(*full_row())
+    .where(events.c.position > bindparam("after"), events.c.position <= bindparam("head"))
+    .order_by(events.c.position)
+    .limit(bindparam("limit"))
+)
+_READ_TYPES = _READ_ALL.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
+_READ_HEAD = select(log_head.c.position)
+_ENSURE_CHECKPOINT = (
+    insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
+)
+_LOCK_CHECKPOINT = select(_c.position).where(_c.name == bindparam("which")).with_for_update()
+_ADVANCE = (
+    update(projection_checkpoints)
+    .where(_c.name == bindparam("which"))
+    .values(
+        position=bindparam("to"),
+        updated_at=bindparam("at"),
+        last_error=None,
+        error_position=None,
+        failures=0,
+    )
+)
 
 
 async def fetch_status(
     conn: AsyncConnection, projections: Sequence[Projection]
 ) -> list[ProjectionStatus]:
-    head = int((await conn.execute(select(log_head.c.position))).scalar_one())
+    head = int((await conn.execute(_READ_HEAD)).scalar_one())
     rows = {
         row.name: row
         for row in await conn.execute(
@@ -319,8 +333,7 @@ async def fetch_status(
     found = []
     for projection in projections:
         row = rows.get(projection.name)
-        # An inline projection is as far as the log, whatever its (unused) checkpoint says.
-        checkpoint = head if projection.inline else int(row.position) if row else 0
+        checkpoint = int(row.position) if row else 0
         pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
         if projection.types is not None:
             pending = pending.where(_of_types(projection.types))

@@ -20,12 +20,12 @@ from typing import Any
 
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
+from psycopg import AsyncCursor
+from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
-from sqlalchemy import Text, and_, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.tables import events, log_head
+from app.db.tables import events
 from app.errors import AppError
 from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
 from app.store.chain import ChainRecord
@@ -63,123 +63,157 @@ class EventLog:
         request its own outcome: where its events landed, or the error that refused it."""
         if not any(batch for _, batch in requests):
             return [[] for _ in requests]
-        # Lock first, then read: a statement that both waited for the lock and read the
-        # tail would see a snapshot from before the wait.
-        head = (
-            await self._conn.execute(select(log_head.c.position, log_head.c.hash).with_for_update())
-        ).one()
-        ids = {(t, e.id) for t, batch in requests for e in batch}
-        causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
-        streams = {(t, e.stream) for t, batch in requests for e in batch}
-        models = {
-            (t, e.model_name, e.model_version)
-            for t, batch in requests
-            for e in batch
-            if e.model_name is not None and e.model_version is not None
-        }
-        group = GroupPlan(
-            position=int(head.position),
-            prev_hash=bytes(head.hash),
-            stored=await self._fetch_known(ids),
-            positions=await self._fetch_positions(causes),
-            versions=await self._fetch_stream_versions(streams),
-            recorded_at=datetime.now(UTC),
-            registrations=await self._fetch_registrations(models),
-        )
-        outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
-        if group.rows:
-            await self._write(group)
-        return outcomes
-
-    async def _write(self, group: GroupPlan) -> None:
+        # The log head stays locked from here to the commit, so every statement of the
+        # append goes straight to the driver: SQLAlchemy's per-statement work would
+        # lengthen the one section that no two appends share.
         raw = await self._conn.get_raw_connection()
         driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        async with driver.cursor() as cursor:
-            async with cursor.copy(_COPY_EVENTS) as copy:
-                for row in group.rows:
-                    await copy.write_row(_copy_row(row))
-            if group.edges:
-                async with cursor.copy(_COPY_EDGES) as copy:
-                    for edge in group.edges:
-                        await copy.write_row(edge)
-        await self._conn.execute(
-            update(log_head).values(position=group.position, hash=group.prev_hash)
-        )
-        # A wake-up hint for projection runners, delivered at commit; they poll anyway.
-        await self._conn.execute(select(func.pg_notify(NOTIFY_CHANNEL, str(group.position))))
-
-    async def _fetch_registrations(self, keys: set[ModelKey]) -> dict[ModelKey, Registration]:
-        if not keys:
-            return {}
-        wanted = {(tenant, registration_id(name, version)) for tenant, name, version in keys}
-        found = await self._fetch_known(wanted)
-        return {
-            (
-                known.record.tenant,
-                known.record.model_name or "",
-                known.record.model_version or "",
-            ): (registration_from(known.record.data, known.record.model_signature or ""))
-            for known in found.values()
-            if known.record.type == REGISTERED
-        }
-
-    async def _fetch_known(self, keys: set[Key]) -> dict[Key, Known]:
-        result = await self._conn.execute(_FETCH_KNOWN, _pair_params(keys))
-        return {
-            (row.tenant, row.id): Known(row.position, row.stream_version, record_from_row(row))
-            for row in result
-        }
-
-    async def _fetch_positions(self, keys: set[Key]) -> dict[Key, int]:
-        if not keys:
-            return {}
-        result = await self._conn.execute(_FETCH_POSITIONS, _pair_params(keys))
-        return {(row.tenant, row.id): row.position for row in result}
-
-    async def _fetch_stream_versions(self, keys: set[Key]) -> dict[Key, int]:
-        result = await self._conn.execute(_FETCH_VERSIONS, _pair_params(keys))
-        return {(tenant, stream): int(v) for tenant, stream, v in result if v is not None}
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            # Lock first, then read: a statement that both waited for the lock and read
+            # the tail would see a snapshot from before the wait.
+            await cursor.execute(_LOCK_HEAD)
+            head: Any = await cursor.fetchone()
+            if head is None:
+                raise RuntimeError("the log_head row is missing: the schema is not migrated")
+            ids = {(t, e.id) for t, batch in requests for e in batch}
+            causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
+            streams = {(t, e.stream) for t, batch in requests for e in batch}
+            models = {
+                (t, e.model_name, e.model_version)
+                for t, batch in requests
+                for e in batch
+                if e.model_name is not None and e.model_version is not None
+            }
+            group = GroupPlan(
+                position=int(head.position),
+                prev_hash=bytes(head.hash),
+                stored=await _fetch_known(cursor, ids),
+                positions=await _fetch_positions(cursor, causes),
+                versions=await _fetch_stream_versions(cursor, streams),
+                recorded_at=datetime.now(UTC),
+                registrations=await _fetch_registrations(cursor, models),
+            )
+            outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
+            if group.rows:
+                await _write(cursor, group)
+        return outcomes
 
 
-def _pairs(name: str) -> Any:
-    """``(tenant, name)`` pairs as a table: one array parameter per column, however many."""
-    return (
-        func.unnest(bindparam("tenants", type_=ARRAY(Text)), bindparam("names", type_=ARRAY(Text)))
-        .table_valued("tenant", name)
-        .render_derived("wanted")
+async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
+    async with cursor.copy(_COPY_EVENTS) as copy:
+        for row in group.rows:
+            await copy.write_row(_copy_row(row))
+    if group.edges:
+        async with cursor.copy(_COPY_EDGES) as copy:
+            for edge in group.edges:
+                await copy.write_row(edge)
+    # Move the head, and send projection runners a wake-up hint (delivered at commit;
+    # they poll anyway), in one round trip. The hint names the head and the types
+    # appended, so a runner wakes only the projections that read them.
+    await cursor.execute(
+        _MOVE_HEAD,
+        {
+            "position": group.position,
+            "hash": group.prev_hash,
+            "hint": wake_hint(group.position, {row.event.type for row in group.rows}),
+        },
     )
 
 
+def wake_hint(position: int, types: set[str]) -> str:
+    """The NOTIFY payload: ``<head> <type> <type> ...``, or just the head when the types
+    would not fit PostgreSQL's 8,000-byte payload (then every projection wakes)."""
+    hint = " ".join([str(position), *sorted(types)])
+    return hint if len(hint.encode()) < 7_000 else str(position)
+
+
+def read_wake_hint(payload: str) -> frozenset[str] | None:
+    """The types a ``wake_hint`` names; None when it names none (wake every projection)."""
+    types = frozenset(payload.split()[1:])
+    return types or None
+
+
+async def _fetch_registrations(
+    cursor: AsyncCursor[Any], keys: set[ModelKey]
+) -> dict[ModelKey, Registration]:
+    if not keys:
+        return {}
+    wanted = {(tenant, registration_id(name, version)) for tenant, name, version in keys}
+    found = await _fetch_known(cursor, wanted)
+    return {
+        (
+            known.record.tenant,
+            known.record.model_name or "",
+            known.record.model_version or "",
+        ): (registration_from(known.record.data, known.record.model_signature or ""))
+        for known in found.values()
+        if known.record.type == REGISTERED
+    }
+
+
+async def _fetch_known(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, Known]:
+    await cursor.execute(_FETCH_KNOWN, _pair_params(keys))
+    return {
+        (row.tenant, row.id): Known(row.position, row.stream_version, record_from_row(row))
+        for row in await cursor.fetchall()
+    }
+
+
+async def _fetch_positions(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, int]:
+    if not keys:
+        return {}
+    await cursor.execute(_FETCH_POSITIONS, _pair_params(keys))
+    return {(row.tenant, row.id): row.position for row in await cursor.fetchall()}
+
+
+async def _fetch_stream_versions(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, int]:
+    await cursor.execute(_FETCH_VERSIONS, _pair_params(keys))
+    return {
+        (row.tenant, row.stream): int(row.version)
+        for row in await cursor.fetchall()
+        if row.version is not None
+    }
+
+
 def _pair_params(keys: Iterable[Key]) -> dict[str, list[str]]:
+    """``(tenant, name)`` pairs as two arrays, unnested in SQL: one parameter each,
+    however many pairs."""
     ordered = sorted(keys)
     return {"tenants": [k[0] for k in ordered], "names": [k[1] for k in ordered]}
+
+
+_LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
+# The channel name is NOTIFY_CHANNEL's.
+_MOVE_HEAD = """
+    WITH moved AS (
+        UPDATE log_head SET position = %(position)s, hash = %(hash)s RETURNING position
+    )
+    SELECT pg_notify('causeway_events', %(hint)s) FROM moved
+"""
+_FETCH_KNOWN = """
+    SELECT events.*, events.data IS NOT NULL AS has_json_data
+    FROM events
+    JOIN unnest(%(tenants)s::text[], %(names)s::text[]) AS wanted (tenant, id)
+      ON events.tenant = wanted.tenant AND events.id = wanted.id
+"""
+_FETCH_POSITIONS = """
+    SELECT events.tenant, events.id, events.position
+    FROM events
+    JOIN unnest(%(tenants)s::text[], %(names)s::text[]) AS wanted (tenant, id)
+      ON events.tenant = wanted.tenant AND events.id = wanted.id
+"""
+_FETCH_VERSIONS = """
+    SELECT wanted.tenant, wanted.stream,
+           (SELECT max(events.stream_version) FROM events
+             WHERE events.tenant = wanted.tenant AND events.stream = wanted.stream) AS version
+    FROM unnest(%(tenants)s::text[], %(names)s::text[]) AS wanted (tenant, stream)
+"""
 
 
 def full_row() -> tuple[Any, ...]:
     """The columns ``record_from_row`` needs: all of ``events``, and whether ``data`` is set
     (a JSON ``null`` loads as ``None`` too, so SQL has to tell)."""
     return (events, events.c.data.is_not(None).label("has_json_data"))
-
-
-# The lookups of every append, built once (building them costs more than running them).
-_WANTED_IDS = _pairs("id")
-_FETCH_KNOWN = select(*full_row()).join(
-    _WANTED_IDS, and_(events.c.tenant == _WANTED_IDS.c.tenant, events.c.id == _WANTED_IDS.c.id)
-)
-_FETCH_POSITIONS = select(events.c.tenant, events.c.id, events.c.position).join(
-    _WANTED_IDS, and_(events.c.tenant == _WANTED_IDS.c.tenant, events.c.id == _WANTED_IDS.c.id)
-)
-_WANTED_STREAMS = _pairs("stream")
-_FETCH_VERSIONS = select(
-    _WANTED_STREAMS.c.tenant,
-    _WANTED_STREAMS.c.stream,
-    select(func.max(events.c.stream_version))
-    .where(
-        events.c.tenant == _WANTED_STREAMS.c.tenant,
-        events.c.stream == _WANTED_STREAMS.c.stream,
-    )
-    .scalar_subquery(),
-)
 
 
 def _json_text(value: Any) -> str:

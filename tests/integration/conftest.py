@@ -11,7 +11,7 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import create_engine
-from app.main import create_app
+from app.main import create_app, dispose
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
 from tests.integration.events import JSON, registration
@@ -35,8 +35,7 @@ async def engine(database_url: URL) -> AsyncIterator[AsyncEngine]:
 async def app(settings: Settings, database_url: URL) -> AsyncIterator[FastAPI]:
     app = create_app(settings, database_url=database_url)
     yield app
-    await app.state.runner.dispose()
-    await app.state.engine.dispose()
+    await dispose(app)
 
 
 @pytest.fixture

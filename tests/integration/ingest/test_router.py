@@ -8,7 +8,7 @@ import httpx2
 import pytest
 from sqlalchemy import text
 
-from app.main import create_app
+from app.main import create_app, dispose
 from app.settings import Settings
 from tests.integration.conftest import MakeKey
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
@@ -410,5 +410,4 @@ class TestUnavailable:
             assert (await client.get(f"/events/{sent['id']}")).status_code == 404
             retried = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
             assert retried.status_code == 201
-        await app.state.runner.dispose()
-        await app.state.engine.dispose()
+        await dispose(app)

@@ -15,13 +15,17 @@ from sqlalchemy import URL, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import log_head, tasks
-from app.main import create_app
+from app.main import create_app, dispose
 from app.settings import Settings
+from app.store.log import EventLog
+from scheduler import tasks as t
+from scheduler.queue import TaskQueue
 from scheduler.service import SchedulerLoop, SchedulerTimers
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
 
 Client = httpx2.AsyncClient
+NOW = "2026-11-30T12:00:00+00:00"
 
 
 @pytest.fixture
@@ -34,8 +38,7 @@ async def dispatch(app: FastAPI) -> None:
     """Run the projections (the dispatcher makes the tasks) up to the head."""
     runner = app.state.runner
     for projection in runner.projections:
-        if not projection.inline:
-            await runner.catch_up(projection)
+        await runner.catch_up(projection)
 
 
 async def define(admin: Client, **route: Any) -> dict[str, Any]:
@@ -231,8 +234,7 @@ class TestLeasing:
                 assert spot is not None
                 assert spot["trigger"]["id"] == low["id"]
         finally:
-            await app.state.runner.dispose()
-            await app.state.engine.dispose()
+            await dispose(app)
 
     async def test_an_expired_lease_is_delivered_again_and_counts_an_attempt(
         self, app: FastAPI, admin: Client, worker: Client
@@ -292,8 +294,7 @@ class TestLeasing:
             assert len(every) == len(set(every)) == 160
             assert sum(1 for got in found if got) > 1  # they really ran side by side
         finally:
-            await app.state.runner.dispose()
-            await app.state.engine.dispose()
+            await dispose(app)
 
 
 class TestResults:
@@ -545,6 +546,29 @@ class TestQueueState:
         assert rebuilt > 0
         assert await snapshot() == live
 
+    async def test_a_row_whose_write_was_lost_catches_up_from_the_log(
+        self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        async with engine.begin() as conn:
+            [row] = (await conn.execute(select(tasks.c.id))).all()
+            state = await TaskQueue(conn).fetch("acme", row.id)
+            assert state is not None
+            lease = {"lease": "l1", "worker": "gone", "attempt": 1, "expires_at": NOW}
+            # A leased decision appended, its row never written: the process died between.
+            await EventLog(conn).append(
+                "acme", [t.decision(state, t.LEASED, lease, at=state.created_at)]
+            )
+        refused = await worker.post(
+            "/queues/q/lease", content=dumps({"worker": "w2"}), headers=JSON
+        )
+        assert refused.status_code == 409  # the stale row cannot hand the task out again
+        await dispatch(app)  # the task table follows the log
+        task = (await admin.get(f"/tasks/{row.id}")).json()
+        assert (task["state"], task["worker"], task["attempts"]) == ("leased", "gone", 1)
+
     async def test_autoscale_advice_rises_with_latency_and_is_recorded(
         self, database_url: URL, make_key: MakeKey
     ) -> None:
@@ -571,8 +595,7 @@ class TestQueueState:
                 [changed] = await events_of_type(admin, "causeway.queue.autoscale_changed")
                 assert changed["data"]["recommended"] == advice["recommended_workers"]
         finally:
-            await app.state.runner.dispose()
-            await app.state.engine.dispose()
+            await dispose(app)
 
 
 class TestTenants:

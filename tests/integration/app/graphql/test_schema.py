@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL, event
 
-from app.main import create_app
+from app.main import create_app, dispose
 from app.settings import Settings
 from tests.integration.conftest import MakeKey
 from tests.integration.events import BATCH, digest_of, dumps
@@ -376,8 +376,7 @@ class TestLimits:
             headers={"Authorization": f"Bearer {key}"},
         ) as client:
             yield client
-        await app.state.runner.dispose()
-        await app.state.engine.dispose()
+        await dispose(app)
 
     async def test_first_is_capped(self, tight: httpx2.AsyncClient) -> None:
         await tight.post("/events", content=dumps([cloudevent() for _ in range(5)]), headers=BATCH)

@@ -36,7 +36,6 @@ class Counter:
     name = "test-counter"
     tables = (applied,)
     types = frozenset({"t.count"})
-    inline = False
 
     def __init__(self, fail_at: int | None = None) -> None:
         self.fail_at = fail_at

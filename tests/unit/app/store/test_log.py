@@ -1,0 +1,20 @@
+"""The wake-up hint an append sends: which projections a runner wakes for it."""
+
+from __future__ import annotations
+
+from app.store.log import read_wake_hint, wake_hint
+
+
+class TestWakeHint:
+    def test_the_hint_names_the_head_and_the_types_appended(self) -> None:
+        hint = wake_hint(42, {"b.type", "a.type"})
+        assert hint == "42 a.type b.type"
+        assert read_wake_hint(hint) == frozenset({"a.type", "b.type"})
+
+    def test_too_many_types_to_fit_wake_everyone(self) -> None:
+        hint = wake_hint(7, {f"com.example.type-{n:05d}" for n in range(1000)})
+        assert hint == "7"
+        assert read_wake_hint(hint) is None
+
+    def test_a_bare_position_wakes_everyone(self) -> None:
+        assert read_wake_hint("12") is None
