@@ -26,7 +26,7 @@ from ingest.appender import Appender
 from ingest.limits import Limits
 from ingest.router import create_router as create_ingest_router
 from scheduler.placement import OffPeak
-from scheduler.projections import scheduler_projections
+from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.router import LeasePolicy, Principals
 from scheduler.router import create_router as create_scheduler_router
 from scheduler.service import SchedulerLoop, controller_from, timers_from
@@ -82,6 +82,7 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
         projections,
         listen_dsn=dsn.render_as_string(hide_password=False),
         poll_interval_s=settings.projection_poll_interval_s,
+        batch_sizes={Dispatcher.name: DISPATCH_BATCH},
     )
 
 
@@ -115,7 +116,8 @@ def create_app(
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
         if settings.run_scheduler:
-            background.append(asyncio.create_task(SchedulerLoop(engine, controller, timers).run()))
+            sweeper = SchedulerLoop(engine, controller, timers, decisions)
+            background.append(asyncio.create_task(sweeper.run()))
         yield
         for task in background:
             task.cancel()
@@ -137,6 +139,7 @@ def create_app(
     app.state.runner = runner
     app.state.scheduler_controller = controller
     app.state.decisions_engine = decisions_engine
+    app.state.decisions = decisions
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)

@@ -5,8 +5,10 @@ them (up to ``max_group_events`` events and ``max_group_bytes`` of request bodie
 fsync serves many requests. A lone request starts a transaction at once: nothing waits
 for a group to fill. Each request is planned on its own inside the group
 (``EventLog.append_many``), so a conflict or an unknown cause in one request fails that
-request only. If the transaction itself fails (a lost connection, a timeout), every
-request in it gets that error, and none of them was written.
+request only. If PostgreSQL refuses a value of one request (a check the planning does not
+make), the group is retried one request at a time, so only that request fails. If the
+transaction itself fails (a lost connection, a timeout), every request in it gets that
+error, and none of them was written.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import psycopg
+from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.log import EventLog
@@ -65,21 +69,31 @@ class Appender:
         while self._queue:
             group = self._take()
             try:
-                async with self._engine.begin() as conn:
-                    outcomes = await EventLog(conn).append_many(
-                        [(r.tenant, r.events) for r in group]
-                    )
+                await self._commit(group)
             except BaseException as exc:
+                if _is_bad_value(exc) and len(group) > 1:
+                    # PostgreSQL refused a value of one request (a check the plan does
+                    # not make): the whole group rolled back, so retry each request alone
+                    # and let only the one at fault fail.
+                    for request in group:
+                        try:
+                            await self._commit([request])
+                        except Exception as alone:
+                            _settle(request, alone)
+                    continue
                 logger.warning("a group of %d appends failed: %r", len(group), exc)
                 for request in group:
                     _settle(request, exc)
                 if not isinstance(exc, Exception):
                     raise
-                continue
-            self.groups_committed += 1
-            self.requests_committed += len(group)
-            for request, outcome in zip(group, outcomes, strict=True):
-                _settle(request, outcome)
+
+    async def _commit(self, group: list[_Request]) -> None:
+        async with self._engine.begin() as conn:
+            outcomes = await EventLog(conn).append_many([(r.tenant, r.events) for r in group])
+        self.groups_committed += 1
+        self.requests_committed += len(group)
+        for request, outcome in zip(group, outcomes, strict=True):
+            _settle(request, outcome)
 
     def _take(self) -> list[_Request]:
         group = [self._queue.popleft()]
@@ -92,6 +106,12 @@ class Appender:
                 break
             group.append(self._queue.popleft())
         return group
+
+
+def _is_bad_value(exc: BaseException) -> bool:
+    """Whether PostgreSQL refused a value (SQLSTATE class 22), through the driver or
+    wrapped by SQLAlchemy."""
+    return isinstance(exc, psycopg.DataError | DataError)
 
 
 def _settle(request: _Request, outcome: list[Appended] | BaseException) -> None:

@@ -17,7 +17,8 @@ from sqlalchemy import make_url
 from app.db.engine import create_engine
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
-from scheduler.projections import scheduler_projections
+from ingest.appender import Appender
+from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
 
@@ -28,15 +29,20 @@ async def run(settings: Settings, url: str) -> None:
         projections,
         listen_dsn=make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
         poll_interval_s=settings.projection_poll_interval_s,
+        batch_sizes={Dispatcher.name: DISPATCH_BATCH},
     )
     engine = create_engine(url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms)
-    loop = SchedulerLoop(engine, controller_from(settings), timers_from(settings))
+    appends = create_engine(url, pool_size=1, statement_timeout_ms=settings.statement_timeout_ms)
+    loop = SchedulerLoop(
+        engine, controller_from(settings), timers_from(settings), Appender(appends)
+    )
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(runner.run())
             group.create_task(loop.run())
     finally:
         await runner.dispose()
+        await appends.dispose()
         await engine.dispose()
 
 

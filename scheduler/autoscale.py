@@ -6,9 +6,10 @@ since the last tick (ready until leased) and the age of its oldest ready task, s
 nobody serves still reads as slow. The error is relative to the target (``(observed -
 target) / target``), so one set of gains fits queues with targets of 1 s or 1 min. The
 output is positional: ``min_workers + kp*e + ki*integral + kd*de/dt``, clamped to
-``[min_workers, max_workers]``; while clamped, the integral does not grow (conditional
-integration, the anti-windup), so the advice comes back as soon as the load does. The
-recommendation moves at most ``max_step`` workers per tick. A tick that changes it is
+``[min_workers, max_workers]``, and the recommendation moves at most ``max_step`` workers
+per tick; while either limit holds the output back, the integral does not grow
+(conditional integration, the anti-windup), so nothing builds up behind a limit to
+overshoot with, or to lag with when the load drops. A tick that changes it is
 recorded as a ``causeway.queue.autoscale_changed`` event.
 """
 
@@ -57,10 +58,12 @@ class PidController:
         integral = state.integral + error * dt_s
         desired = self.min_workers + self.kp * error + self.ki * integral + self.kd * derivative
         clamped = min(max(desired, self.min_workers), self.max_workers)
-        if desired != clamped:
-            integral = state.integral  # saturated: integrating further would only wind up
         lo, hi = state.recommended - self.max_step, state.recommended + self.max_step
         stepped = int(min(max(round(clamped), lo), hi))
+        if desired != clamped or round(clamped) != stepped:
+            # Held back by the bounds or by the step limit: integrating further would only
+            # wind up, and the advice would overshoot once it caught up.
+            integral = state.integral
         return PidState(stepped, integral, error, observed_s)
 
 
@@ -91,23 +94,26 @@ class AutoscaleAdvisor:
             queue, row.recommended, row.observed_s, self._controller.target_s, row.updated_at
         )
 
-    async def tick(self, *, interval_s: float, now: datetime | None = None) -> int:
-        """Advise every active queue whose last advice is older than ``interval_s``; how
-        many were advised. Safe in several processes: a queue's row is taken with SKIP
-        LOCKED, and a fresh one is left alone."""
-        now = now or datetime.now(UTC)
-        since = now - timedelta(seconds=interval_s)
+    async def read_active_queues(self) -> list[tuple[str, str]]:
+        """(tenant, queue) of every queue with work, or advised before, in a fixed order
+        (so processes advising at once take their rows in the same order)."""
         c = tasks.c
         active = union(
             select(c.tenant, c.queue).where(c.state.in_(("ready", "leased"))).distinct(),
-            select(c.tenant, c.queue).where(c.leased_at > since).distinct(),
             select(queue_autoscale.c.tenant, queue_autoscale.c.queue),
+        ).subquery()
+        rows = await self._conn.execute(select(active).order_by(active.c.tenant, active.c.queue))
+        return [(row.tenant, row.queue) for row in rows]
+
+    async def advise(
+        self, tenant: str, queue: str, *, interval_s: float, now: datetime | None = None
+    ) -> bool:
+        """Step the queue's controller if its last advice is older than ``interval_s``;
+        whether it did. Safe in several processes: the queue's row is taken with SKIP
+        LOCKED, and a fresh one is left alone."""
+        return await self._advise(
+            tenant, queue, now=now or datetime.now(UTC), interval_s=interval_s
         )
-        advised = 0
-        for tenant, queue in (await self._conn.execute(active)).all():
-            if await self._advise(tenant, queue, now=now, interval_s=interval_s):
-                advised += 1
-        return advised
 
     async def _advise(self, tenant: str, queue: str, *, now: datetime, interval_s: float) -> bool:
         a = queue_autoscale.c

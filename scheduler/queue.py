@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select, text
+from sqlalchemy import and_, any_, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.tables import events, routes, tasks
-from app.errors import AppError, Conflict, LeaseLost, NotFound
+from app.errors import AppError, Conflict, IdConflict, LeaseLost, NotFound, VersionConflict
 from app.store import deployments as deployment_commands
 from app.store.chain import ChainRecord
 from app.store.deployment_reads import DeploymentReader
@@ -44,6 +44,7 @@ from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
 from scheduler.routes import Route, event_time
 
 _c = tasks.c
+_LEASE_TRIES = 5
 # The hot statements, built once. A task fits a worker when each numeric requirement is at
 # most the worker's capability of that name, its flags are among the worker's true flags,
 # and its labels among the worker's labels (placement.satisfies says the same in Python).
@@ -62,6 +63,9 @@ _LEASE = (
         _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
         _c.req_labels.op("<@")(bindparam("labels", type_=JSONB)),
         _c.priority.between(bindparam("lowest"), bindparam("highest")),
+        ~(
+            _c.id == any_(bindparam("skip", type_=ARRAY(Text)))
+        ),  # not = ANY: an empty list skips none
     )
     .order_by(_c.priority.desc(), _c.seq)
     .limit(1)
@@ -151,7 +155,7 @@ class TaskQueue:
                 func.count().filter(_c.state == "leased").label("in_flight"),
                 func.count().filter(_c.state == "dead").label("dead"),
                 func.count()
-                .filter(_c.state == "dead", _c.disposition == t.FLAGGED)
+                .filter(_c.state == "dead", _c.disposition.in_(t.NEEDS_ATTENTION))
                 .label("alerts"),
                 func.min(_c.available_at).filter(ready).label("oldest"),
             )
@@ -205,6 +209,8 @@ class TaskQueue:
         now = datetime.now(UTC)
         trigger_time = event_time(record)
         key = route.debounce_value(record)
+        window = timedelta(seconds=route.debounce_window_s)
+        newer: t.TaskState | None = None
         if key is not None:
             pending = await self._conn.execute(
                 select(tasks)
@@ -213,16 +219,20 @@ class TaskQueue:
                     _c.route_id == route.id,
                     _c.debounce_key == key,
                     _c.state == "ready",
-                    _c.trigger_time > trigger_time - timedelta(seconds=route.debounce_window_s),
-                    _c.trigger_time <= trigger_time,
+                    _c.trigger_time > trigger_time - window,
+                    _c.trigger_time < trigger_time + window,
                 )
-                .order_by(_c.seq)
+                .order_by(_c.trigger_time, _c.seq)
                 .with_for_update(skip_locked=True)
             )
             for row in pending.all():
+                other = _state(row)
+                if other.trigger_time > trigger_time:
+                    newer = other  # this event came late: the pending one is newer
+                    continue
                 await self._decide(
                     tenant,
-                    _state(row),
+                    other,
                     t.SUPERSEDED,
                     {"by": record.id, "by_task": task_id},
                     at=now,
@@ -241,6 +251,16 @@ class TaskQueue:
         [appended] = await self._append(tenant, [event])
         state = t.fold(None, event.type, event.data, appended.position)
         await self._write(state)
+        if newer is not None:
+            # Arrived after a newer event with its key: made, and at once superseded by it.
+            await self._decide(
+                tenant,
+                state,
+                t.SUPERSEDED,
+                {"by": newer.trigger_id, "by_task": newer.id},
+                at=now,
+                causes=(newer.trigger_id,),
+            )
         return True
 
     async def lease(
@@ -259,6 +279,7 @@ class TaskQueue:
             highest = GUARANTEED_ABOVE  # guaranteed work never goes to spot capacity
         elif off_peak is not None and off_peak.is_active(now):
             lowest = off_peak.max_priority + 1  # low-priority work waits for spot workers
+        skip: list[str] = []
         parameters = {
             "tenant": tenant,
             "queue": queue,
@@ -268,29 +289,38 @@ class TaskQueue:
             "labels": profile.labels,
             "lowest": lowest,
             "highest": highest,
+            "skip": skip,
         }
-        row = (await self._conn.execute(_LEASE, parameters)).one_or_none()
-        if row is None:
-            return None
-        state = _state(row)
-        lease_id = uuid.uuid4().hex
-        expires = now + timedelta(seconds=lease_s)
-        state = await self._decide(
-            tenant,
-            state,
-            t.LEASED,
-            {
+        # A row can lag the log (its process died after appending, or a rebuild runs):
+        # its decision then conflicts on the task's stream, and the next task is tried.
+        for _ in range(_LEASE_TRIES):
+            row = (await self._conn.execute(_LEASE, parameters)).one_or_none()
+            if row is None:
+                return None
+            state = _state(row)
+            lease_id = uuid.uuid4().hex
+            expires = now + timedelta(seconds=lease_s)
+            decision = {
                 "lease": lease_id,
                 "worker": profile.worker,
                 "attempt": state.attempts + 1,
                 "expires_at": expires.isoformat(),
                 "spot": profile.spot,
                 "labels": profile.labels,
-            },
-            at=now,
-        )
-        trigger = await EventReader(self._conn).read_event(tenant, state.trigger_id)
-        return Lease(state, lease_id, expires, trigger or "null")
+            }
+            if state.service is not None:
+                # What the service's deployment was when the task ran: a model mismatch
+                # rolls back only that, never a later version someone else rolled to.
+                deployment = await DeploymentReader(self._conn).fetch_state(tenant, state.service)
+                decision["deployment_version"] = deployment.stream_version
+            try:
+                state = await self._decide(tenant, state, t.LEASED, decision, at=now)
+            except (VersionConflict, IdConflict):
+                skip.append(state.id)
+                continue
+            trigger = await EventReader(self._conn).read_event(tenant, state.trigger_id)
+            return Lease(state, lease_id, expires, trigger or "null")
+        return None
 
     async def extend(
         self, tenant: str, task_id: str, lease_id: str, *, lease_s: float
@@ -377,10 +407,12 @@ class TaskQueue:
         state = await self.fetch(tenant, task_id, lock=True)
         if state is None:
             raise NotFound(f"no task {task_id!r}", task=task_id)
-        if state.state != "leased" or state.lease_id != lease_id:
+        expired = state.lease_expires_at is not None and state.lease_expires_at < datetime.now(UTC)
+        if state.state != "leased" or state.lease_id != lease_id or expired:
             raise LeaseLost(
                 f"task {task_id!r} is {state.state}"
-                + (" under another lease" if state.state == "leased" else "")
+                + (" under another lease" if state.lease_id != lease_id else "")
+                + ("; the lease expired" if expired and state.lease_id == lease_id else "")
                 + "; this lease is no longer held",
                 task=task_id,
                 state=state.state,
@@ -413,31 +445,63 @@ class TaskQueue:
             data = {**data, "delay_s": 0.0, "retry_at": now.isoformat()}
         if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
             data = {**data, "input": await self._input_of(tenant, state.trigger_id)}
-        decided = t.decision(state, event_type, data, at=now)
-        batch = [decided]
-        disposition = data.get("disposition")
-        if disposition == t.FLAGGED:
-            detail = {"class": error_class, "message": message, "attempts": state.attempts}
-            batch.append(t.alert(state, "dead_letter", detail, at=now, cause=decided.id))
-        elif disposition == t.ROLLBACK_PROPOSED:
-            detail = {
-                "service": state.service,
-                "proposal": f"roll back the deployment of service {state.service!r}",
-                "message": message,
-            }
-            batch.append(t.alert(state, "rollback_proposed", detail, at=now, cause=decided.id))
-        elif disposition == t.ROLLED_BACK:
-            batch += await self._roll_back(tenant, state, decided, message, now=now)
-        return await self._commit(tenant, state, batch)
+        batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
+        try:
+            return await self._commit(tenant, state, batch)
+        except VersionConflict:
+            if all(e.stream == state.stream for e in batch):
+                raise
+            # A concurrent rollback of the same service won: decide again on the
+            # deployment as it is now (it changed since the task ran: a requeue only).
+            batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
+            return await self._commit(tenant, state, batch)
+
+    async def _failure_batch(
+        self,
+        tenant: str,
+        state: t.TaskState,
+        event_type: str,
+        data: dict[str, Any],
+        error_class: str,
+        message: str,
+    ) -> list[NewEvent]:
+        """The failure's decision and, for a dead letter, what its disposition brings."""
+        now = datetime.now(UTC)
+        dead_letter = t.decision_id(state.id, state.version + 1)
+        follow: list[NewEvent] = []
+        match data.get("disposition"):
+            case t.FLAGGED:
+                detail = {"class": error_class, "message": message, "attempts": state.attempts}
+                follow = [t.alert(state, "dead_letter", detail, at=now, cause=dead_letter)]
+            case t.ROLLBACK_PROPOSED:
+                detail = {
+                    "service": state.service,
+                    "proposal": f"roll back the deployment of service {state.service!r}",
+                    "message": message,
+                }
+                follow = [t.alert(state, "rollback_proposed", detail, at=now, cause=dead_letter)]
+            case t.ROLLED_BACK | t.DEPLOYMENT_CHANGED | t.ROLLBACK_FAILED:
+                disposition, follow = await self._roll_back(
+                    tenant, state, dead_letter, message, now=now
+                )
+                data = {**data, "disposition": disposition}
+        return [t.decision(state, event_type, data, at=now), *follow]
 
     async def _roll_back(
-        self, tenant: str, state: t.TaskState, dead_letter: NewEvent, message: str, *, now: datetime
-    ) -> list[NewEvent]:
-        """What follows ``dead_letter`` of a model mismatch: the rollback of the route's
-        service and the task's requeue behind it; when there is nothing to roll back to, an
-        alert saying why (and the task stays dead)."""
+        self, tenant: str, state: t.TaskState, dead_letter: str, message: str, *, now: datetime
+    ) -> tuple[str, list[NewEvent]]:
+        """What follows the dead letter of a model mismatch, and the disposition it gets:
+        the rollback of the route's service and the task's requeue behind it; only a
+        requeue when the deployment changed since the task ran (someone, perhaps another
+        failing task, rolled it already); an alert when there is nothing to roll back to."""
         service = state.service or ""  # set: the disposition is only chosen with a service
         deployment = await DeploymentReader(self._conn).fetch_state(tenant, service)
+        dead = replace(state, version=state.version + 1)  # the state a requeue follows
+        ran_on = await self._deployment_version_of(tenant, state)
+        if ran_on is not None and ran_on != deployment.stream_version:
+            reason = f"service {service!r} changed since the task ran; it runs again on that"
+            requeue = t.decision(dead, t.REQUEUED, {"reason": reason, "actor": "scheduler"}, at=now)
+            return t.DEPLOYMENT_CHANGED, [requeue]
         try:
             rollback = deployment_commands.rollback(
                 deployment,
@@ -446,17 +510,32 @@ class TaskQueue:
             )
         except AppError as refused:
             detail = {"service": state.service, "why": refused.detail}
-            return [t.alert(state, "rollback_failed", detail, at=now, cause=dead_letter.id)]
-        rollback = replace(rollback, causes=(dead_letter.id,))
-        dead = replace(state, version=state.version + 1)  # the state the requeue follows
+            return t.ROLLBACK_FAILED, [
+                t.alert(state, "rollback_failed", detail, at=now, cause=dead_letter)
+            ]
+        rollback = replace(rollback, causes=(dead_letter,))
         requeue = t.decision(
             dead,
             t.REQUEUED,
-            {"reason": f"service {state.service!r} rolled back", "actor": "scheduler"},
+            {"reason": f"service {service!r} rolled back", "actor": "scheduler"},
             at=now,
             causes=(rollback.id,),
         )
-        return [rollback, requeue]
+        return t.ROLLED_BACK, [rollback, requeue]
+
+    async def _deployment_version_of(self, tenant: str, state: t.TaskState) -> int | None:
+        """The version of the service's deployment stream when the task was last leased."""
+        found = await self._conn.execute(
+            select(events.c.data["deployment_version"].as_integer())
+            .where(
+                events.c.tenant == tenant,
+                events.c.stream == state.stream,
+                events.c.type == t.LEASED,
+            )
+            .order_by(events.c.stream_version.desc())
+            .limit(1)
+        )
+        return found.scalar_one_or_none()
 
     async def _input_of(self, tenant: str, event_id: str) -> dict[str, Any] | None:
         row = (

@@ -13,17 +13,28 @@
 # create_router, which a string annotation could not resolve.
 
 import asyncio
+import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+)
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import BadRequest, NotFound
@@ -33,6 +44,7 @@ from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
+from ingest.router import read_body
 from scheduler import routes as r
 from scheduler import tasks as t
 from scheduler.autoscale import AutoscaleAdvisor, PidController
@@ -41,6 +53,16 @@ from scheduler.queue import QueueDepth, TaskQueue
 from scheduler.route_reads import RouteReader
 
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
+
+
+def _without_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("the character U+0000 cannot be stored")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_without_nul)]
+Capability = StrictBool | StrictInt | StrictFloat
 _NAME = r"^[A-Za-z0-9_.\-]{1,128}$"
 _POLL_S = (0.05, 0.5)  # long-poll: first and longest pause between lease attempts
 
@@ -63,25 +85,25 @@ class LeasePolicy:
 class LeaseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     worker: str = Field(pattern=_NAME)
-    capabilities: dict[str, bool | float] = Field(
+    capabilities: dict[Text, Capability] = Field(
         default_factory=dict,
         description="e.g. {'gpu_memory_gb': 24, 'fp16': true, 'int8': false}",
     )
     spot: bool = False
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[Text, Text] = Field(default_factory=dict)
     wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait this long for a task")
     lease_s: float | None = Field(default=None, gt=0)
 
 
 class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease: str
+    lease: Text
     lease_s: float | None = Field(default=None, gt=0)
 
 
 class Completion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease: str
+    lease: Text
     events: list[dict[str, Any]] = Field(
         default_factory=list, description="result CloudEvents (JSON format)"
     )
@@ -89,26 +111,26 @@ class Completion(BaseModel):
 
 class Failure(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    lease: str
+    lease: Text
     error_class: Literal["data_invalid", "model_version_mismatch", "transient", "unknown"] = Field(
         alias="class"
     )
-    message: str = Field(max_length=4000)
+    message: Text = Field(max_length=4000)
 
 
 class Requeue(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class Discard(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=500)
+    reason: Text = Field(min_length=1, max_length=500)
 
 
 class DeleteRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 def create_router(
@@ -166,7 +188,9 @@ def create_router(
         summary="Lease the best task this worker can run (204: none, after wait_s)",
         responses={204: {"description": "no task this worker can run"}},
     )
-    async def lease(queue: str, body: LeaseRequest, principal: Worker) -> Response:
+    async def lease(
+        queue: str, body: LeaseRequest, principal: Worker, request: Request
+    ) -> Response:
         profile = WorkerProfile.parse(
             body.worker, body.capabilities, spot=body.spot, labels=body.labels
         )
@@ -175,6 +199,9 @@ def create_router(
         deadline = loop.time() + min(body.wait_s, policy.max_wait_s)
         pause = _POLL_S[0]
         while True:
+            if await request.is_disconnected():
+                # Leasing to a worker that is gone would only burn one of the task's attempts.
+                return Response(status_code=204)
             async with engine.begin() as conn:
                 found = await TaskQueue(conn, appender=decisions).lease(
                     principal.tenant, queue, profile, lease_s=lease_s, off_peak=policy.off_peak
@@ -201,9 +228,27 @@ def create_router(
             )
         return _task_json(state)
 
-    @router.post("/tasks/{task_id}/complete", summary="Finish a task with its result events")
-    async def complete(task_id: str, body: Completion, principal: Worker) -> dict[str, Any]:
-        results = parse_request(BATCH, [], orjson.dumps(body.events), limits) if body.events else []
+    @router.post(
+        "/tasks/{task_id}/complete",
+        summary="Finish a task with its result events",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": Completion.model_json_schema()}},
+            }
+        },
+    )
+    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
+        # Read under the same cap as POST /events: results can be large.
+        raw = await read_body(request, limits.max_request_bytes)
+        try:
+            body = Completion.model_validate_json(raw)
+        except ValidationError as invalid:
+            raise RequestValidationError(invalid.errors(include_url=False)) from None
+        # The standard library writes integers of any size; ingest's binding then treats
+        # them as it treats those of POST /events.
+        encoded = json.dumps(body.events, ensure_ascii=False).encode()
+        results = parse_request(BATCH, [], encoded, limits) if body.events else []
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results

@@ -18,6 +18,7 @@ Values compare as text: ``true``/``false`` for booleans, the JSON spelling for n
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from dataclasses import dataclass
@@ -43,8 +44,20 @@ _ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)\s*(.*?)\s*$")
 _IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)
 _EXISTS = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+exists|exists)\s*$", re.IGNORECASE)
-# Decisions of the scheduler never trigger routes, so a route cannot feed itself.
-_UNROUTABLE = ("causeway.task.", "causeway.route.")
+# What the scheduler writes never triggers a route, so no route can feed itself.
+_UNROUTABLE = (
+    "causeway.task.",
+    "causeway.route.",
+    "causeway.alert.",
+    "causeway.queue.",
+    "causeway.model.prewarm_requested",
+)
+_KEYS = frozenset(
+    {
+        "id", "types", "type", "where", "kind", "queue", "priority", "requires", "debounce",
+        "max_retries", "backoff_base_s", "service", "on_model_mismatch", "prewarm",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +139,7 @@ class Route:
         return self.kind is not None and self.queue is not None
 
     def matches(self, record: ChainRecord) -> bool:
-        if record.type.startswith(_UNROUTABLE):
+        if record.source == SOURCE or record.type.startswith(_UNROUTABLE):
             return False
         if not any(
             record.type.startswith(t[:-1]) if t.endswith("*") else record.type == t
@@ -187,6 +200,11 @@ class Route:
 def parse_route(spec: dict[str, Any]) -> Route:
     """A route from its JSON form (the body of ``POST /routes``); ``BadRequest`` names the
     first field that is wrong and why."""
+    unknown = sorted(set(spec) - _KEYS)
+    if unknown:
+        raise BadRequest(f"unknown route field(s): {', '.join(unknown)}")
+    if _has_nul(spec):
+        raise BadRequest("a route cannot hold the character U+0000")
     route_id = _name(spec, "id", required=True)
     types = spec.get("types", spec.get("type"))
     if isinstance(types, str):
@@ -219,9 +237,11 @@ def parse_route(spec: dict[str, Any]) -> Route:
             raise BadRequest("debounce is {'key': attribute, 'window_s': seconds}")
         debounce_key = debounce["key"]
         window_s = _number(debounce, "window_s", low=0.001, high=86_400.0)
-    mismatch = spec.get("on_model_mismatch", "propose")
+    mismatch = spec.get("on_model_mismatch") or "propose"
     if mismatch not in ON_MODEL_MISMATCH:
         raise BadRequest("on_model_mismatch is 'propose' or 'rollback'")
+    if mismatch == "rollback" and spec.get("service") is None:
+        raise BadRequest("on_model_mismatch 'rollback' needs the deployment service to roll back")
     return Route(
         id=route_id or "",
         types=tuple(types),
@@ -328,13 +348,32 @@ def _number(
     default: float | None = None,
     integer: bool = False,
 ) -> float:
-    value = spec.get(key, default)
+    value = spec.get(key)
+    if value is None:
+        value = default
     is_number = isinstance(value, int) or (isinstance(value, float) and not integer)
     if isinstance(value, bool) or not isinstance(value, int | float) or not is_number:
         raise BadRequest(f"{key} must be a number from {low:g} to {high:g}")
-    if not low <= value <= high:
+    if not _is_finite(value) or not low <= value <= high:
         raise BadRequest(f"{key} must be a number from {low:g} to {high:g}")
     return float(value)
+
+
+def _is_finite(value: float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer past any float
+        return False
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def _requirements(raw: Any) -> Requirements:
@@ -351,7 +390,7 @@ def _requirements(raw: Any) -> Requirements:
         elif isinstance(value, bool):
             if value:
                 flags.append(key)
-        elif isinstance(value, int | float) and value >= 0:
+        elif isinstance(value, int | float) and _is_finite(value) and value >= 0:
             numbers[key] = float(value)
         else:
             raise BadRequest(f"requires.{key} must be true/false or a non-negative number")

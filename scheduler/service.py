@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings
+from ingest.appender import Appender
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.queue import TaskQueue
 
@@ -46,12 +47,20 @@ def timers_from(settings: Settings) -> SchedulerTimers:
 
 
 class SchedulerLoop:
+    """``appender`` (group commit) appends the sweeper's decisions, so the log head is
+    held only for the append, never across a whole sweep."""
+
     def __init__(
-        self, engine: AsyncEngine, controller: PidController, timers: SchedulerTimers
+        self,
+        engine: AsyncEngine,
+        controller: PidController,
+        timers: SchedulerTimers,
+        appender: Appender,
     ) -> None:
         self._engine = engine
         self._controller = controller
         self._timers = timers
+        self._appender = appender
 
     async def run(self) -> None:
         """Sweep and advise until cancelled; a failure is logged and the loop goes on."""
@@ -73,13 +82,21 @@ class SchedulerLoop:
         expired = 0
         while True:
             async with self._engine.begin() as conn:
-                found = await TaskQueue(conn).expire_leases(limit=100)
+                found = await TaskQueue(conn, appender=self._appender).expire_leases(limit=20)
             expired += found
-            if found < 100:
+            if found < 20:
                 return expired
 
     async def advise(self) -> int:
-        async with self._engine.begin() as conn:
-            return await AutoscaleAdvisor(conn, self._controller).tick(
-                interval_s=self._timers.autoscale_interval_s
-            )
+        """Step the controller of every active queue, each in a transaction of its own."""
+        async with self._engine.connect() as conn:
+            queues = await AutoscaleAdvisor(conn, self._controller).read_active_queues()
+        advised = 0
+        for tenant, queue in queues:
+            async with self._engine.begin() as conn:
+                advisor = AutoscaleAdvisor(conn, self._controller)
+                if await advisor.advise(
+                    tenant, queue, interval_s=self._timers.autoscale_interval_s
+                ):
+                    advised += 1
+        return advised

@@ -56,12 +56,14 @@ ALERT_RAISED = "causeway.alert.raised"
 SOURCE = "causeway:scheduler"
 
 ERROR_CLASSES = ("data_invalid", "model_version_mismatch", "transient", "unknown")
-LEASE_EXPIRED = "lease_expired"
 
 ARCHIVED = "archived"
 ROLLBACK_PROPOSED = "rollback_proposed"
 ROLLED_BACK = "rolled_back"
+DEPLOYMENT_CHANGED = "deployment_changed"  # rolled back already since the task ran: requeued
+ROLLBACK_FAILED = "rollback_failed"  # nothing to roll back to: an alert, the task stays dead
 FLAGGED = "flagged"
+NEEDS_ATTENTION = (FLAGGED, ROLLBACK_PROPOSED, ROLLBACK_FAILED)  # the alerts gauge
 
 _NAMESPACE = uuid.UUID("5b0c6f64-7e0e-4f6b-9c1d-2f6a3c9e4d10")
 

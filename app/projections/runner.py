@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,13 +69,16 @@ class ProjectionRunner:
         *,
         listen_dsn: str | None = None,
         batch_size: int = 500,
+        batch_sizes: Mapping[str, int] | None = None,
         poll_interval_s: float = 1.0,
         max_backoff_s: float = 60.0,
     ) -> None:
+        """``batch_sizes`` overrides ``batch_size`` (events per transaction) by name."""
         self._engine = engine
         self._projections = list(projections)
         self._listen_dsn = listen_dsn
         self._batch_size = batch_size
+        self._batch_sizes = dict(batch_sizes or {})
         self._poll_interval_s = poll_interval_s
         self._max_backoff_s = max_backoff_s
         self._wake = {p.name: asyncio.Event() for p in self._projections}
@@ -115,14 +118,15 @@ class ProjectionRunner:
             head = int((await conn.execute(_READ_HEAD)).scalar_one())
             if until is not None:
                 head = min(head, until)
-            found = await _read_events(conn, projection, checkpoint, head, self._batch_size)
+            size = self._batch_sizes.get(projection.name, self._batch_size)
+            found = await _read_events(conn, projection, checkpoint, head, size)
             for event in found:
                 try:
                     await projection.apply(conn, event)
                 except Exception as exc:
                     raise ProjectionFailed(event.position, exc) from exc
-            reached = found[-1].position if len(found) == self._batch_size else head
-            if not found and reached - checkpoint < self._batch_size:
+            reached = found[-1].position if len(found) == size else head
+            if not found and reached - checkpoint < size:
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
                 return 0

@@ -13,7 +13,9 @@ from fastapi import FastAPI
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.store.records import NewEvent
 from app.store.verify import verify_chain
+from ingest.appender import Appender
 from tests.integration.events import BATCH, STRUCTURED, dumps
 from tests.integration.events import event as cloudevent
 from tests.integration.process import create_key, environment, serving
@@ -115,3 +117,20 @@ async def _write_and_follow(servers: list[str], key: str, libpq: str) -> list[in
     done.set()
     await reader
     return seen
+
+
+async def test_a_value_postgresql_refuses_fails_only_its_own_request(engine: AsyncEngine) -> None:
+    appender = Appender(engine)
+    good = [NewEvent(id=f"good-{n}", source="/s", type="t", stream="s") for n in range(5)]
+    # Past every check of the binding (built directly): a NUL that only COPY refuses.
+    bad = NewEvent(id="bad", source="/s\x00", type="t", stream="s")
+    outcomes = await asyncio.gather(
+        *(appender.append("acme", [e]) for e in good[:3]),
+        appender.append("acme", [bad]),
+        *(appender.append("acme", [e]) for e in good[3:]),
+        return_exceptions=True,
+    )
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(refused) == 1
+    assert isinstance(refused[0], psycopg.DataError)
+    assert sorted(o[0].id for o in outcomes if isinstance(o, list)) == sorted(e.id for e in good)

@@ -4,6 +4,7 @@ queue, debounce, pre-warming, signals, and the queue rebuilt from the log."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -156,15 +157,33 @@ class TestRouting:
             ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "priority": 12}, "priority"),
             ({"id": "x", "types": ["causeway.task.created"], "kind": "k", "queue": "q"}, "cannot be routed"),
             ({"id": "bad id", "types": ["a"], "kind": "k", "queue": "q"}, "id must be"),
+            ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "priorty": 9}, "unknown route field"),
+            ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "requires": {"g": 1e400}}, "requires.g"),
+            ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "requires": {"g": 10**400}}, "requires.g"),
+            ({"id": "x", "types": ["a\u0000"], "kind": "k", "queue": "q"}, "U+0000"),
+            ({"id": "x", "types": ["a"], "kind": "k", "queue": "q", "on_model_mismatch": "rollback"}, "needs the deployment service"),
         ],
     )  # fmt: skip
     async def test_a_bad_route_is_a_problem_naming_what_is_wrong(
         self, admin: Client, route: dict[str, Any], detail: str
     ) -> None:
-        response = await admin.post("/routes", content=dumps(route), headers=JSON)
+        # The standard library writes what orjson cannot (1e400 as Infinity, huge integers).
+        response = await admin.post("/routes", content=json.dumps(route), headers=JSON)
         assert response.status_code == 400
         assert response.headers["content-type"] == "application/problem+json"
         assert detail in response.json()["detail"]
+
+    async def test_what_the_scheduler_writes_never_routes_back_into_it(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(
+            admin, id="loop", types=["home.x", "causeway.*"],
+            prewarm={"model": "m", "count": 1, "within_s": 10},
+        )  # fmt: skip
+        await post(admin, type="home.x")
+        for _ in range(3):
+            await dispatch(app)
+        assert len(await events_of_type(admin, "causeway.model.prewarm_requested")) == 1
 
     async def test_routes_and_leases_need_their_scopes(
         self, app: FastAPI, make_key: MakeKey, client: Client
@@ -252,7 +271,9 @@ class TestLeasing:
         )
         assert beat.status_code == 200
         await asyncio.sleep(0.4)
-        sweeper = SchedulerLoop(app.state.engine, app.state.scheduler_controller, SchedulerTimers())
+        sweeper = SchedulerLoop(
+            app.state.engine, app.state.scheduler_controller, SchedulerTimers(), app.state.decisions
+        )
         assert await sweeper.expire_leases() == 1
         second = await lease(worker, "q", worker="w2")
         assert second is not None
@@ -295,6 +316,74 @@ class TestLeasing:
             assert sum(1 for got in found if got) > 1  # they really ran side by side
         finally:
             await dispose(app)
+
+
+class TestBadInput:
+    async def test_a_failure_message_with_a_nul_is_refused_and_fails_no_one_else(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        for _ in range(2):
+            await post(admin, type="job")
+        await dispatch(app)
+        first, second = await lease(worker, "q"), await lease(worker, "q")
+        assert first is not None
+        assert second is not None
+        bad = dumps({"lease": first["lease"], "class": "transient", "message": "x\u0000"})
+        good = {"lease": second["lease"], "class": "transient", "message": "fine"}
+        refused, accepted = await asyncio.gather(
+            worker.post(f"/tasks/{first['task']['id']}/fail", content=bad, headers=JSON),
+            worker.post(f"/tasks/{second['task']['id']}/fail", content=dumps(good), headers=JSON),
+        )
+        assert refused.status_code == 422
+        assert accepted.status_code == 200
+
+    async def test_results_with_huge_integers_are_refused_as_ingest_refuses_them(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        result = event(type="res", data={"n": 2**70})
+        body = json.dumps({"lease": leased["lease"], "events": [result]})
+        done = await worker.post(
+            f"/tasks/{leased['task']['id']}/complete", content=body, headers=JSON
+        )
+        assert done.status_code == 422, done.text  # a problem naming the number, never a 500
+        assert "I-JSON" in done.json()["detail"]
+
+    async def test_a_completion_over_the_request_limit_is_413(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        app = create_app(
+            Settings(_env_file=None, max_request_bytes=1000), database_url=database_url
+        )
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                body = dumps({"lease": "x", "events": [event(data={"pad": "x" * 2000})]})
+                response = await admin.post("/tasks/t/complete", content=body, headers=JSON)
+                assert response.status_code == 413
+        finally:
+            await dispose(app)
+
+    async def test_an_expired_lease_is_lost_even_before_the_sweeper_runs(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await post(admin, type="job")
+        await dispatch(app)
+        leased = await lease(worker, "q", lease_s=0.1)
+        assert leased is not None
+        await asyncio.sleep(0.2)
+        beat = await worker.post(
+            f"/tasks/{leased['task']['id']}/heartbeat",
+            content=dumps({"lease": leased["lease"]}),
+            headers=JSON,
+        )
+        assert beat.status_code == 409
+        assert "expired" in beat.json()["detail"]
 
 
 class TestResults:
@@ -464,6 +553,48 @@ class TestRetriesAndDeadLetters:
         history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
         assert [h["type"].rsplit(".", 1)[1] for h in history][-2:] == ["dead_lettered", "requeued"]
 
+    async def test_mismatches_roll_a_service_back_once_not_once_each(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        for version in ("1", "2", "3"):
+            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
+        for version in ("1", "2", "3"):
+            body = {"model": "faces", "version": version, "percent": 100}
+            await admin.post("/deployments/gate/rollouts", content=dumps(body), headers=JSON)
+            await admin.post("/deployments/gate/promote", content=b"{}", headers=JSON)
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+            service="gate", on_model_mismatch="rollback",
+        )  # fmt: skip
+        for _ in range(2):
+            await post(admin, type="frame")
+        await dispatch(app)
+        first, second = await lease(worker, "q"), await lease(worker, "q")
+        assert first is not None
+        assert second is not None
+        assert (await fail(worker, first, "model_version_mismatch"))["state"] == "ready"
+        after = await fail(worker, second, "model_version_mismatch")
+        assert after["state"] == "ready"  # requeued: the service changed since it ran
+        history = (await admin.get(f"/tasks/{second['task']['id']}")).json()["history"]
+        assert history[-2]["data"]["disposition"] == "deployment_changed"
+        await dispatch(app)
+        assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
+
+    async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+            service="nowhere", on_model_mismatch="rollback",
+        )  # fmt: skip
+        await post(admin, type="frame")
+        await dispatch(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "rollback_failed")
+        assert (await queues(admin))["q"]["alerts"] == 1
+
     async def test_a_model_mismatch_only_proposes_a_rollback_by_default(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -500,6 +631,24 @@ class TestDebounceAndPrewarm:
         assert got == {newer["id"], other["id"]}
         [superseded] = await events_of_type(admin, "causeway.task.superseded")
         assert newer["id"] in superseded["causationid"].split(",")
+
+    async def test_a_late_event_older_than_the_pending_one_is_superseded_at_once(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["profile.changed"], kind="reindex", queue="q",
+            debounce={"key": "user_id", "window_s": 60},
+        )  # fmt: skip
+        newer = await post(
+            admin, type="profile.changed", time="2026-11-30T12:00:01Z", data={"user_id": "u"}
+        )
+        await post(
+            admin, type="profile.changed", time="2026-11-30T12:00:00Z", data={"user_id": "u"}
+        )
+        await dispatch(app)
+        assert (await queues(admin))["q"]["ready"] == 1
+        [superseded] = await events_of_type(admin, "causeway.task.superseded")
+        assert superseded["causationid"].split(",")[-1] == newer["id"]
 
     async def test_enough_events_from_one_source_ask_for_a_prewarm(
         self, app: FastAPI, admin: Client
@@ -556,15 +705,14 @@ class TestQueueState:
             [row] = (await conn.execute(select(tasks.c.id))).all()
             state = await TaskQueue(conn).fetch("acme", row.id)
             assert state is not None
-            lease = {"lease": "l1", "worker": "gone", "attempt": 1, "expires_at": NOW}
+            leased = {"lease": "l1", "worker": "gone", "attempt": 1, "expires_at": NOW}
             # A leased decision appended, its row never written: the process died between.
             await EventLog(conn).append(
-                "acme", [t.decision(state, t.LEASED, lease, at=state.created_at)]
+                "acme", [t.decision(state, t.LEASED, leased, at=state.created_at)]
             )
-        refused = await worker.post(
-            "/queues/q/lease", content=dumps({"worker": "w2"}), headers=JSON
-        )
-        assert refused.status_code == 409  # the stale row cannot hand the task out again
+        # The stale row cannot hand the task out again: its decision conflicts on the
+        # task's stream, so the lease moves on and finds nothing else.
+        assert await lease(worker, "q", worker="w2") is None
         await dispatch(app)  # the task table follows the log
         task = (await admin.get(f"/tasks/{row.id}")).json()
         assert (task["state"], task["worker"], task["attempts"]) == ("leased", "gone", 1)
@@ -586,6 +734,7 @@ class TestQueueState:
                     app.state.engine,
                     app.state.scheduler_controller,
                     SchedulerTimers(autoscale_interval_s=0.1),
+                    app.state.decisions,
                 )
                 await asyncio.sleep(0.5)  # the oldest task waits far past the 50 ms target
                 assert await loop.advise() == 1
