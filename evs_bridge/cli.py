@@ -5,7 +5,11 @@ Mounted by ``app.cli`` as ``causeway evs``; ``python -m evs_bridge`` runs it alo
 the rest of Causeway, bad input prints ``error: <detail>`` on stderr and exits 2: a file
 that is missing or not a recording, ``--target``/``--key`` and ``--out`` both or neither
 given, a store that cannot be reached when the command starts (unless ``--spool`` is
-given: then the events wait there), a key the store refuses.
+given: then the events wait there), a target that is no Causeway store (``/healthz`` does
+not answer 200, or ``/events`` answers 404/405 or without a Causeway problem), a key the
+store refuses, a spool that cannot be written or is in use by another bridge, a recording
+that cannot be decoded, a classifier answering other than (label, confidence in [0, 1]),
+or ``--filter-backend numba`` without numba installed.
 """
 
 from __future__ import annotations
@@ -29,14 +33,15 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from evs_bridge.channels import ChannelMap
 from evs_bridge.classify import ClassifierNotFound, HeuristicClassifier, load_classifier
 from evs_bridge.decoders import Recording, UnknownFormat, open_recording
+from evs_bridge.filters import BackendUnavailable, check_backend
 from evs_bridge.inspect import summarise
 from evs_bridge.lineage import SENSOR_ID
-from evs_bridge.mqtt import Broker, MqttBridge
+from evs_bridge.mqtt import MAX_SIDE_PX, Broker, MqttBridge
 from evs_bridge.output import NdjsonSink, Output, OutputConfig, Sink, StoreRefused, StoreSink
 from evs_bridge.pipeline import PipelineConfig, PipelineStats
 from evs_bridge.regions import RegionParams
 from evs_bridge.replay import DEFAULT_CHUNK_EVENTS, BridgeSettings, send_recording
-from evs_bridge.spool import Spool
+from evs_bridge.spool import Spool, SpoolBusy
 from evs_bridge.windows import WindowSpec
 from ingest.client import CausewayClient
 
@@ -75,6 +80,10 @@ Channels = Annotated[
     typer.Option("--channel", help="LABEL=NAME:PRIORITY, repeatable, e.g. face=red:9"),
 ]
 Run = Annotated[str | None, typer.Option(help="Tag added to every id (re-run with new params)")]
+Backend = Annotated[
+    str, typer.Option(help="Background filter backend: numpy, or numba (needs numba installed)")
+]
+Neighbourhood = Annotated[int, typer.Option(help="Background filter neighbourhood: 4 or 8")]
 LazyS = Annotated[float, typer.Option(help="Longest wait before green events are sent, s")]
 DrainS = Annotated[float, typer.Option(help="At the end, how long to retry a spool, s")]
 
@@ -103,6 +112,8 @@ def replay(
     classifier: ClassifierPath = None,
     channel: Channels = None,
     run: Run = None,
+    filter_backend: Backend = "numpy",
+    neighbourhood: Neighbourhood = 8,
     lazy_interval_s: LazyS = 2.0,
     drain_timeout_s: DrainS = 30.0,
 ) -> None:
@@ -121,6 +132,8 @@ def replay(
         classifier,
         channel,
         run,
+        filter_backend,
+        neighbourhood,
     )
     config = OutputConfig(lazy_interval_s=lazy_interval_s, on_full="wait")
     with _output(target, key, out, spool, spool_mb, sensor, config) as output:
@@ -149,7 +162,8 @@ def replay(
                 stats = send_recording(
                     file, sensor, output, settings=settings, on_chunk=show, recording=recording
                 )
-            except (UnknownFormat, ValueError) as exc:
+            except (UnknownFormat, ValueError, OSError) as exc:
+                output.close()
                 fail(_about(file, exc))
         output.close(drain_timeout_s=drain_timeout_s)
         elapsed = time.monotonic() - started
@@ -176,6 +190,14 @@ def mqtt(
     classifier: ClassifierPath = None,
     channel: Channels = None,
     run: Run = None,
+    filter_backend: Backend = "numpy",
+    neighbourhood: Neighbourhood = 8,
+    width: Annotated[
+        int | None, typer.Option(help="Pin the geometry: packets of another width are bad")
+    ] = None,
+    height: Annotated[
+        int | None, typer.Option(help="Pin the geometry: packets of another height are bad")
+    ] = None,
     lazy_interval_s: LazyS = 2.0,
 ) -> None:
     """Bridge one sensor's MQTT topic to the store until Ctrl-C (or SIGTERM)."""
@@ -198,12 +220,28 @@ def mqtt(
         classifier,
         channel,
         run,
+        filter_backend,
+        neighbourhood,
     )
+    for side in (width, height):
+        if side is not None and not 0 < side <= MAX_SIDE_PX:
+            fail(f"--width and --height must be 1-{MAX_SIDE_PX}")
     config = OutputConfig(lazy_interval_s=lazy_interval_s, on_full="drop")
     with _output(target, key, None, spool, spool_mb, sensor, config) as output:
-        bridge = MqttBridge(
-            where, topic, sensor, output, settings=settings, queue_packets=queue_packets
-        )
+        try:
+            bridge = MqttBridge(
+                where,
+                topic,
+                sensor,
+                output,
+                settings=settings,
+                queue_packets=queue_packets,
+                width=width,
+                height=height,
+            )
+        except ValueError as exc:
+            output.close()
+            fail(str(exc))
         stopping = threading.Event()
 
         def stop(_signum: int, _frame: FrameType | None) -> None:
@@ -230,9 +268,10 @@ def mqtt(
         s = bridge.stats
         typer.echo(
             f"packets: {s.received} received, {s.processed} processed, {s.dropped} dropped, "
-            f"{s.bad} bad, {s.gaps} missing; events: {output.stats.sent} sent, "
-            f"{output.stats.spooled} spooled, {output.stats.dropped} dropped, "
-            f"{output.stats.rejected} rejected"
+            f"{s.bad} bad, {s.gaps} missing, {s.stale} stale, {s.restarts} restarts; "
+            f"sensor events: {s.out_of_geometry} outside the geometry, {s.outliers} outliers; "
+            f"events: {output.stats.sent} sent, {output.stats.spooled} spooled, "
+            f"{output.stats.dropped} dropped, {output.stats.rejected} rejected"
         )
 
 
@@ -243,7 +282,7 @@ def inspect(file: Annotated[Path, typer.Argument(help="Recording to summarise")]
         fail(f"{file}: no such file")
     try:
         summary = summarise(file)
-    except (UnknownFormat, ValueError) as exc:
+    except (UnknownFormat, ValueError, OSError) as exc:
         fail(_about(file, exc))
     typer.echo(f"file        {summary.path}")
     typer.echo(f"format      {summary.format} ({summary.clock} clock)")
@@ -270,7 +309,11 @@ def drain(
         fail(f"{spool}: no such spool directory")
     with _output(target, key, None, spool, 1 << 20, "", OutputConfig()) as output:
         output.close(drain_timeout_s=timeout_s)
-    left = Spool(spool).pending_bytes
+    try:
+        with Spool(spool) as left_behind:
+            left = left_behind.pending_bytes
+    except SpoolBusy as exc:
+        fail(str(exc))
     typer.echo(f"sent {output.stats.sent} events; {left} bytes left in {spool}")
     if left:
         raise typer.Exit(1)
@@ -306,7 +349,17 @@ def _settings(
     classifier: str | None,
     channel: list[str] | None,
     run: str | None,
+    backend: str = "numpy",
+    neighbourhood: int = 8,
 ) -> BridgeSettings:
+    if backend not in ("numpy", "numba"):
+        fail(f"--filter-backend must be numpy or numba, not {backend!r}")
+    if neighbourhood not in (4, 8):
+        fail(f"--neighbourhood must be 4 or 8, not {neighbourhood}")
+    try:
+        check_backend(backend)
+    except BackendUnavailable as exc:
+        fail(str(exc))
     try:
         pipeline = PipelineConfig(
             windows=WindowSpec(window_ms * 1000, segment_windows),
@@ -318,7 +371,13 @@ def _settings(
     except (ValueError, ClassifierNotFound) as exc:
         fail(str(exc))
     return BridgeSettings(
-        pipeline=pipeline, background_dt_us=dt_us, classifier=chosen, channels=channels, run=run
+        pipeline=pipeline,
+        background_dt_us=dt_us,
+        background_neighbourhood=neighbourhood,
+        background_backend=backend,
+        classifier=chosen,
+        channels=channels,
+        run=run,
     )
 
 
@@ -344,23 +403,34 @@ def _output(
         return
     if target is None or key is None:
         fail("give --target and --key (or --out FILE)")
-    if spool is None and not _fetch_health(target):
+    status = _fetch_health(target)
+    if status is None and spool is None:
         fail(f"cannot reach {target} (give --spool DIR to keep events until it answers)")
+    if status is not None and status != 200 and not (status >= 500 and spool is not None):
+        fail(f"{target}/healthz answered {status}, not 200: is --target a Causeway store?")
     directory = spool if spool is not None else DEFAULT_SPOOL / sensor
+    try:
+        opened = Spool(directory, max_bytes=spool_mb << 20)
+    except SpoolBusy as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{directory}: cannot use as a spool: {exc.strerror or exc}")
     with CausewayClient(target, key, timeout_s=10.0) as client:
         sink: Sink = StoreSink(client)
         try:
-            yield Output(sink, Spool(directory, max_bytes=spool_mb << 20), config)
+            yield Output(sink, opened, config)
         except StoreRefused as exc:
             fail(f"{exc} (events kept in {directory})")
+        finally:
+            opened.close()
 
 
-def _fetch_health(target: str) -> bool:
+def _fetch_health(target: str) -> int | None:
+    """The status ``/healthz`` answers with, or None when nothing answers."""
     try:
-        httpx2.get(f"{target.rstrip('/')}/healthz", timeout=5.0)
+        return httpx2.get(f"{target.rstrip('/')}/healthz", timeout=5.0).status_code
     except (httpx2.TransportError, httpx2.InvalidURL, httpx2.UnsupportedProtocol):
-        return False
-    return True
+        return None
 
 
 def _configure_logging() -> None:
@@ -378,9 +448,15 @@ def _print_summary(stats: PipelineStats, output: Output, elapsed_s: float) -> No
         f"(filter ratio {stats.filter_ratio:.4f}); {stats.segments} segments, "
         f"{stats.activities} activities ({labels}), {stats.sustained} sustained"
     )
+    if stats.out_of_geometry or stats.outliers:
+        typer.echo(
+            f"dropped sensor events: {stats.out_of_geometry:,} outside the geometry, "
+            f"{stats.outliers:,} with outlier times"
+        )
     typer.echo(
         f"events: {o.sent} sent ({o.duplicates} already stored), {o.spooled} spooled, "
         f"{o.rejected} rejected, {o.dropped} dropped"
+        + (f" ({o.rejected_not_kept} rejects not kept)" if o.rejected_not_kept else "")
     )
     if output.is_down:
         typer.echo("warning: the store is still unreachable; `drain` sends the spool", err=True)

@@ -222,6 +222,12 @@ def _ba_loop(
     return -1
 
 
+def check_backend(backend: str) -> None:
+    """Raise ``BackendUnavailable`` now if ``backend`` cannot run (numba not installed)."""
+    if backend == "numba":
+        _numba_kernel()
+
+
 def _numba_kernel() -> Kernel:
     try:
         import numba  # optional accelerator: imported only when that backend is asked for
@@ -243,18 +249,19 @@ def _compiled(numba: ModuleType) -> Kernel:
 class HotPixelFilter:
     """Drop the events of pixels that fire far above the median pixel rate.
 
-    Time is cut into windows of ``window_us`` (aligned on the first event). In each window a
-    pixel may pass at most ``limit`` events, where ``limit`` is the larger of
-    ``min_rate_hz * window`` and ``factor`` times the median count of the pixels active in the
-    previous window (the first window uses the floor alone). When a window closes, every pixel
-    that exceeded its own window's limit is marked hot and all its events in the next window are
-    dropped, so a steady hot pixel loses everything after the first window, and in the first
-    window everything past ``limit``. Counts are kept in stream order, so the result does not
-    depend on chunking. Defaults: 1 s windows, 100x the median, at least 100 Hz. On the
-    iniVation sample (median 1 event/s per active pixel) this marks (639, 478) at 5.1 kHz and
-    68 other pixels above 100 Hz hot (13.7 % of the events); (639, 478) passes 100 of its 10,248
-    events. On the Prophesee sample (median 2) nothing is marked hot; the first-window floor
-    trims 149 events (0.2 %) from two busy pixels before the median is known.
+    Time is cut into windows of ``window_us`` that start at multiples of ``window_us`` in the
+    sensor's own time (like the segments: never aligned on the first event seen, so a re-run
+    from any point of a stream cuts the same windows). In each window a pixel may pass at most
+    ``limit`` events, where ``limit`` is the larger of ``min_rate_hz * window`` and ``factor``
+    times the median count of the pixels active in the previous window. The first window has
+    no median yet, so nothing is dropped in it. When a window closes, every pixel that
+    exceeded that window's limit (in the first window: the limit its own median gives) is
+    marked hot and all its events in the next window are dropped, so a steady hot pixel loses
+    everything after the window in which it was first caught. Counts are kept in stream order,
+    so the result does not depend on chunking. Defaults: 1 s windows, 100x the median, at
+    least 100 Hz. On the iniVation sample this marks (639, 478) at 5.1 kHz and 66 other
+    pixels hot (12.3 % of the events dropped); (639, 478) passes the 1,218 events it fired in
+    the first (partial) window. On the Prophesee sample nothing is dropped.
     """
 
     def __init__(
@@ -276,9 +283,8 @@ class HotPixelFilter:
         self.counts = FilterCounts()
         self._window_counts = np.zeros(width * height, dtype=np.int64)
         self._hot = np.zeros(width * height, dtype=np.bool_)
-        self._limit = self.floor
-        self._start: int | None = None
-        self._window = 0
+        self._limit: int | None = None  # None: no median yet, nothing is dropped
+        self._window: int | None = None
 
     @property
     def hot_pixels(self) -> list[tuple[int, int]]:
@@ -300,10 +306,10 @@ class HotPixelFilter:
         self.counts.events_in += n
         pixels = y * self.width + x
         times = events["t"].astype(np.int64, copy=False)
-        if self._start is None:
-            self._start = int(times[0])
         # Window of each event; a running maximum so sensor jitter never reopens a window.
-        windows = np.maximum.accumulate((times - self._start) // self.window_us)
+        windows = np.maximum.accumulate(times // self.window_us)
+        if self._window is None:
+            self._window = int(windows[0])
         np.maximum(windows, self._window, out=windows)
         keep = np.empty(n, dtype=np.bool_)
         cuts = np.flatnonzero(np.diff(windows)) + 1
@@ -321,6 +327,8 @@ class HotPixelFilter:
         before = self._window_counts[pixels]
         np.add.at(self._window_counts, pixels, 1)
         keep = ~self._hot[pixels]
+        if self._limit is None:
+            return keep
         # Only pixels that end the segment above the limit need each event's running count.
         risky = np.flatnonzero(self._window_counts[pixels] > self._limit)
         if len(risky):

@@ -12,9 +12,12 @@ Ids (sensor ids are ``[A-Za-z0-9._-]``, so ids never contain a comma, which
     evs:<sensor>[:<run>][:<recording>]:act:<window start µs>:<region index>
     evs:<sensor>[:<run>][:<recording>]:sus:<window start µs>
 
-``<recording>`` appears only for the ``sensor`` clock domain, whose microseconds restart
-with every recording: it is the first 12 hex digits of the file's SHA-256 (replaying the
-same file again gives the same ids wherever the file lies), or the live session's key.
+``<recording>`` is always there: the first 12 hex digits of the file's SHA-256 (replaying
+the same file again gives the same ids wherever the file lies, under any name), or the live
+session's key. Everything else in an event depends only on what its id depends on (the
+recording's content and the parameters, which ``<run>`` tells apart): the file's name or
+folder appears nowhere (``dataref`` is its SHA-256, format and offsets), so a renamed or
+moved file, or a bag split into parts, re-runs as exact duplicates, never as 409s.
 ``<run>`` is an optional user tag, for re-running a recording with other parameters
 without colliding with the first run's events.
 
@@ -52,17 +55,18 @@ CAUSES_BUDGET_BYTES = 600
 class SourceRef:
     """Where the sensor data came from, for the segments' ``dataref``.
 
-    ``uri`` is ``file:<name>`` (with the file's ``sha256``, so the reference survives a
-    move) or ``mqtt://host:port/<topic>``; ``offset_unit`` says what the offsets count:
+    A file is named by its ``sha256`` alone (``uri`` None: the name would make the content
+    depend on where the file lies); live input by ``uri`` ``mqtt://host:port/<topic>``;
+    ``offset_unit`` says what the offsets count:
     ``byte`` (raw EVT files), ``message`` (rosbag2), ``event`` (npz/npy arrays) or
     ``sequence`` (MQTT packet sequence numbers).
     """
 
-    uri: str
+    uri: str | None
     format: str
     offset_unit: str
     recording: str
-    """Names the recording in ids for the sensor clock domain (see the module docstring)."""
+    """Names the recording in every id (see the module docstring)."""
     sha256: str | None = None
 
 
@@ -90,13 +94,10 @@ class LineageEvents:
         parts = ["evs", sensor]
         if run is not None:
             parts.append(run)
-        if clock is ClockDomain.SENSOR:
-            parts.append(source.recording)
+        parts.append(source.recording)
         self._prefix = ":".join(parts)
         self._source = f"evs://{sensor}"
-        self.correlation = (
-            f"{self._prefix}:{source.recording}" if clock is ClockDomain.UNIX else self._prefix
-        )
+        self.correlation = self._prefix
 
     def segment_id(self, segment: Segment) -> str:
         return f"{self._prefix}:seg:{segment.start_us}"
@@ -108,8 +109,8 @@ class LineageEvents:
         return f"{self._prefix}:sus:{window_start_us}"
 
     def segment(self, segment: Segment, *, regions: int, active_windows: int) -> dict[str, Any]:
-        dataref: dict[str, Any] = {
-            "uri": self.source.uri,
+        dataref: dict[str, Any] = {} if self.source.uri is None else {"uri": self.source.uri}
+        dataref |= {
             "format": self.source.format,
             "offsets": [segment.offset_start, segment.offset_end],
             "offset_unit": self.source.offset_unit,
@@ -207,8 +208,15 @@ class LineageEvents:
         return event
 
 
+MIN_UNIX_US = 0
+MAX_UNIX_US = 253_402_300_800_000_000 - 1
+"""The last µs of year 9999, the end of RFC 3339 (the pipeline drops events past it)."""
+
+
 def rfc3339_us(unix_us: int) -> str:
     """Exact RFC 3339 for microseconds since the epoch (integer arithmetic, no floats)."""
+    if not MIN_UNIX_US <= unix_us <= MAX_UNIX_US:
+        raise ValueError(f"{unix_us} µs since the epoch is outside 1970-9999")
     seconds, micros = divmod(unix_us, 1_000_000)
     moment = datetime.fromtimestamp(seconds, UTC).replace(microsecond=micros)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,48 +1,44 @@
 """Live input over MQTT: one topic per sensor, packets in a small documented binary format.
 
-Packet (all little-endian)::
+The packet format is ``evs_bridge.packets`` (re-exported here).
 
-    offset size field
-    0      4    magic     b"EVSB"
-    4      1    version   1
-    5      1    encoding  1 = EVT 3.0 words (u16, as the sensor emits them)
-                          2 = packed events: 13 bytes each, x u16, y u16, p u8, t i64 (µs),
-                              the ``EVENT_DTYPE`` layout
-    6      1    clock     0 = sensor time, 1 = Unix-epoch µs (packed events only; EVT 3.0
-                          time is always sensor time)
-    7      1    flags     0 (reserved)
-    8      2    width     sensor geometry, pixels
-    10     2    height
-    12     8    sequence  u64, 0 for a stream's first packet, +1 for each next one
-    20     ...  payload
-
-A gap in the sequence is counted (``stats.gaps``) and logged; a sequence going back to 0
-starts the stream again (a fresh EVT 3.0 decoder). The segments' ``dataref`` is the topic
-with a range of sequence numbers.
+A gap in the sequence is counted (``stats.gaps``) and logged; a packet whose sequence
+repeats or goes back (not to 0) is dropped and counted (``stats.stale``). A restart of the
+stream, a sequence going back to 0 or (sensor clock) a time more than the pipeline's
+``jump_us`` behind the newest event, finishes the old pipeline (its segments are emitted)
+and starts a new one with a new session key (``stats.restarts``), and a fresh EVT 3.0
+decoder. A packet that cannot be processed (a bad header, flags not 0, a geometry above
+``MAX_SIDE_PX`` or other than the stream's or the pinned one, or any error while decoding
+or running the pipeline on it) is dropped and counted (``stats.bad``), and logged once per
+``_LOG_EVERY``; it never stops the worker. Events outside the header's geometry are dropped
+and counted by the pipeline (``stats.out_of_geometry``). The segments' ``dataref`` is the
+topic with a range of sequence numbers.
 
 Threads: paho's network loop thread only decodes the header check and enqueues the
 payload on a bounded queue (``queue_packets``); when the queue is full the packet is
 dropped, counted in ``stats.dropped`` and logged. A worker thread decodes, runs the
 pipeline and does all HTTP (``Output``), so a slow or absent store never stalls the
-network loop. paho reconnects with backoff (1 s to 30 s) after a broker restart and
-``on_connect`` subscribes again every time; the session is clean, so packets published
-while the bridge is disconnected are not delivered (QoS 1 while connected).
+network loop. ``stop`` never blocks: it stops the network loop, lets the worker process
+what is queued, then finishes the pipeline and closes the output (into the spool when the
+store is away or refused the key). paho reconnects with backoff (1 s to 30 s) after a
+broker restart and ``on_connect`` subscribes again every time; the session is clean, so
+packets published while the bridge is disconnected are not delivered (QoS 1 while
+connected).
 
-The live session's ``<recording>`` key (sensor clock ids, see ``evs_bridge.lineage``) is
-the UTC time of the first packet, ``YYYYmmddTHHMMSSZ``: live data is never replayed, and
-the spool keeps the ids of events already made.
+The live session's ``<recording>`` key (in every id, see ``evs_bridge.lineage``) is the UTC
+time of the session's first packet, ``YYYYmmddTHHMMSSZ`` (``.1``, ``.2``... appended when a
+restart falls in the same second): live data is never replayed, and the spool keeps the
+ids of events already made.
 """
 
 from __future__ import annotations
 
 import logging
 import queue
-import struct
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import IntEnum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,90 +51,42 @@ from paho.mqtt.reasoncodes import ReasonCode
 from evs_bridge.decoders import Evt3Decoder
 from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events
 from evs_bridge.lineage import SourceRef
-from evs_bridge.output import Output
+from evs_bridge.output import Output, StoreRefused, StoreUnavailable
+from evs_bridge.packets import (
+    HEADER,
+    MAGIC,
+    MAX_SIDE_PX,
+    VERSION,
+    BadPacket,
+    Encoding,
+    Packet,
+    decode_packet,
+    encode_evt3_packet,
+    encode_packet,
+)
 from evs_bridge.pipeline import Pipeline
 from evs_bridge.replay import BridgeSettings, build_pipeline
 
+__all__ = [
+    "HEADER",
+    "MAGIC",
+    "MAX_SIDE_PX",
+    "VERSION",
+    "BadPacket",
+    "Broker",
+    "Encoding",
+    "MqttBridge",
+    "MqttStats",
+    "Packet",
+    "decode_packet",
+    "encode_evt3_packet",
+    "encode_packet",
+    "send_packets",
+]
+
 log = logging.getLogger(__name__)
 
-MAGIC = b"EVSB"
-VERSION = 1
-HEADER = struct.Struct("<4sBBBBHHQ")
-_STOP = object()
-
-
-class Encoding(IntEnum):
-    EVT3 = 1
-    PACKED = 2
-
-
-class BadPacket(ValueError):
-    """The payload is not a packet of this format."""
-
-
-@dataclass(frozen=True, slots=True)
-class Packet:
-    encoding: Encoding
-    clock: ClockDomain
-    width: int
-    height: int
-    sequence: int
-    payload: bytes
-
-
-def encode_packet(
-    events: Events,
-    *,
-    width: int,
-    height: int,
-    sequence: int,
-    clock: ClockDomain = ClockDomain.SENSOR,
-) -> bytes:
-    """A packed-events packet holding ``events`` (``EVENT_DTYPE``)."""
-    header = HEADER.pack(
-        MAGIC,
-        VERSION,
-        Encoding.PACKED,
-        1 if clock is ClockDomain.UNIX else 0,
-        0,
-        width,
-        height,
-        sequence,
-    )
-    return header + np.ascontiguousarray(events, dtype=EVENT_DTYPE).tobytes()
-
-
-def encode_evt3_packet(words: bytes, *, width: int, height: int, sequence: int) -> bytes:
-    """An EVT 3.0 packet: ``words`` as the sensor emitted them (little-endian u16)."""
-    return HEADER.pack(MAGIC, VERSION, Encoding.EVT3, 0, 0, width, height, sequence) + words
-
-
-def decode_packet(data: bytes) -> Packet:
-    if len(data) < HEADER.size:
-        raise BadPacket(f"{len(data)} bytes is shorter than the {HEADER.size}-byte header")
-    magic, version, encoding, clock, _, width, height, sequence = HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise BadPacket(f"magic {magic!r} is not {MAGIC!r}")
-    if version != VERSION:
-        raise BadPacket(f"version {version} is not {VERSION}")
-    if encoding not in (Encoding.EVT3, Encoding.PACKED) or clock not in (0, 1):
-        raise BadPacket(f"encoding {encoding} or clock {clock} is unknown")
-    payload = data[HEADER.size :]
-    item = EVENT_DTYPE.itemsize if encoding == Encoding.PACKED else 2
-    if len(payload) % item:
-        raise BadPacket(f"payload of {len(payload)} bytes is not whole {item}-byte items")
-    if width == 0 or height == 0:
-        raise BadPacket("width and height must not be 0")
-    return Packet(
-        encoding=Encoding(encoding),
-        clock=ClockDomain.UNIX
-        if clock == 1 and encoding == Encoding.PACKED
-        else ClockDomain.SENSOR,
-        width=width,
-        height=height,
-        sequence=sequence,
-        payload=payload,
-    )
+_LOG_EVERY = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +113,12 @@ class MqttStats:
     dropped: int = 0
     bad: int = 0
     gaps: int = 0
+    stale: int = 0
+    restarts: int = 0
     connects: int = 0
+    triggers: int = 0
+    out_of_geometry: int = 0
+    outliers: int = 0
 
 
 class MqttBridge:
@@ -181,7 +134,13 @@ class MqttBridge:
         settings: BridgeSettings | None = None,
         queue_packets: int = 1024,
         client_id: str = "",
+        width: int | None = None,
+        height: int | None = None,
     ) -> None:
+        if not topic or "+" in topic or "#" in topic:
+            raise ValueError(f"topic {topic!r} must be one sensor's topic, without + or #")
+        if (width is None) != (height is None):
+            raise ValueError("give both width and height, or neither")
         self.broker = broker
         self.topic = topic
         self.sensor = sensor
@@ -189,7 +148,9 @@ class MqttBridge:
         self.stats = MqttStats()
         self.subscribed = threading.Event()
         self._settings = settings or BridgeSettings()
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_packets)
+        self._pinned = None if width is None or height is None else (width, height)
+        self._queue: queue.Queue[bytes] = queue.Queue(maxsize=queue_packets)
+        self._stopping = threading.Event()
         self._client = Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
         self._client.reconnect_delay_set(min_delay=1, max_delay=30)
         self._client.on_connect = self._on_connect
@@ -201,11 +162,13 @@ class MqttBridge:
         self._geometry: tuple[int, int, ClockDomain] | None = None
         self._decoder: Evt3Decoder | None = None
         self._next_sequence: int | None = None
+        self._session: str | None = None
+        self._earlier = (0, 0)  # out-of-geometry and outlier counts of finished pipelines
         self._failure: BaseException | None = None
 
     @property
     def failure(self) -> BaseException | None:
-        """What stopped the worker early (e.g. the store refusing the key), else None."""
+        """What stopped the worker early (the store refusing the key), else None."""
         return self._failure
 
     def start(self) -> None:
@@ -214,16 +177,25 @@ class MqttBridge:
         self._client.loop_start()
 
     def stop(self, *, drain_timeout_s: float = 0.0) -> None:
-        """Disconnect, process what is queued, flush the output (and its spool, for up to
-        ``drain_timeout_s``)."""
+        """Disconnect, process what is queued, finish the pipeline and close the output
+        (retrying its spool for up to ``drain_timeout_s``). Never blocks on the queue."""
         self._client.disconnect()
         self._client.loop_stop()
-        self._queue.put(_STOP)
-        self._worker.join()
-        if self._failure is None:
-            if self._pipeline is not None:
-                self._pipeline.finish()
+        self._stopping.set()
+        if self._worker.is_alive():
+            self._worker.join()
+        elif self._worker.ident is None:
+            self._work()  # never started: process what was queued here
+        if self._failure is not None:
+            self.output.hold()
+        try:
+            self._finish_pipeline()
             self.output.close(drain_timeout_s=drain_timeout_s)
+        except (StoreRefused, StoreUnavailable) as exc:
+            if self._failure is None:
+                self._failure = exc
+            self.output.hold()
+            self.output.close()
 
     def _on_connect(
         self,
@@ -266,9 +238,14 @@ class MqttBridge:
             log.warning("lost %s (%s); reconnecting", self.broker, reason_code)
 
     def _on_message(self, _client: Client, _userdata: Any, message: MQTTMessage) -> None:
+        self.submit(bytes(message.payload))
+
+    def submit(self, payload: bytes) -> None:
+        """Queue one packet for the worker, or drop and count it when the queue is full
+        (what the network loop does with each message; never blocks)."""
         self.stats.received += 1
         try:
-            self._queue.put_nowait(message.payload)
+            self._queue.put_nowait(payload)
         except queue.Full:
             self.stats.dropped += 1
             log.warning(
@@ -278,37 +255,54 @@ class MqttBridge:
             )
 
     def _work(self) -> None:
-        try:
-            while True:
-                try:
-                    item = self._queue.get(timeout=0.1)
-                except queue.Empty:
-                    self.output.poll()
-                    continue
-                if item is _STOP:
+        while True:
+            try:
+                item: bytes | None = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._stopping.is_set():
                     return
-                if isinstance(item, bytes):
-                    self._process(item)
+                item = None
+            try:
+                if item is not None:
+                    self._process_safely(item)
                 self.output.poll()
-        except Exception as exc:  # the worker must not die silently
-            self._failure = exc
-            log.exception("the %s bridge stopped", self.sensor)
+            except (StoreRefused, StoreUnavailable) as exc:
+                # Retrying cannot help: keep processing what comes, into the spool only,
+                # until the owner sees ``failure`` and stops the bridge.
+                if self._failure is None:
+                    self._failure = exc
+                    log.error("the %s bridge stops: %s", self.sensor, exc)
+                self.output.hold()
+
+    def _process_safely(self, data: bytes) -> None:
+        try:
+            self._process(data)
+        except (StoreRefused, StoreUnavailable):
+            raise
+        except Exception as exc:  # one bad packet must not stop the bridge
+            self._bad(f"{type(exc).__name__}: {exc}")
+
+    def _bad(self, why: str) -> None:
+        self.stats.bad += 1
+        if self.stats.bad == 1 or self.stats.bad % _LOG_EVERY == 0:
+            log.warning(
+                "%s: dropped a bad packet (%d so far; one in %d is logged): %s",
+                self.topic,
+                self.stats.bad,
+                _LOG_EVERY,
+                why,
+            )
 
     def _process(self, data: bytes) -> None:
         try:
             packet = decode_packet(data)
         except BadPacket as exc:
-            self.stats.bad += 1
-            log.warning("%s: dropped a bad packet: %s", self.topic, exc)
-            return
-        pipeline = self._pipeline_for(packet)
-        if pipeline is None:
+            self._bad(str(exc))
             return
         expected = self._next_sequence
         if expected is not None and packet.sequence != expected:
             if packet.sequence == 0:
-                log.warning("%s: sequence restarted at 0", self.topic)
-                self._decoder = None
+                self._restart("sequence restarted at 0")
             elif packet.sequence > expected:
                 self.stats.gaps += packet.sequence - expected
                 log.warning(
@@ -317,27 +311,82 @@ class MqttBridge:
                     packet.sequence - expected,
                     packet.sequence,
                 )
+            else:
+                self.stats.stale += 1
+                log.warning(
+                    "%s: packet %d repeats or goes back (expected %d): dropped",
+                    self.topic,
+                    packet.sequence,
+                    expected,
+                )
+                return
         self._next_sequence = packet.sequence + 1
+        pipeline = self._pipeline_for(packet)
+        if pipeline is None:
+            return
         events = self._events(packet)
+        newest = pipeline.stats.newest_us
+        if (
+            packet.clock is ClockDomain.SENSOR
+            and newest is not None
+            and len(events)
+            and int(events["t"].min()) < newest - pipeline.jump_us
+        ):
+            self._restart(f"sensor time went back from {newest} to {int(events['t'].min())} µs")
+            pipeline = self._pipeline_for(packet)
+            if pipeline is None:
+                return
         pipeline.feed(EventChunk(events, packet.sequence, packet.sequence + 1))
+        self.stats.out_of_geometry = self._earlier[0] + pipeline.stats.out_of_geometry
+        self.stats.outliers = self._earlier[1] + pipeline.stats.outliers
         self.stats.processed += 1
+
+    def _restart(self, why: str) -> None:
+        log.warning("%s: %s: the stream restarts with a new session", self.topic, why)
+        self.stats.restarts += 1
+        self._finish_pipeline()
+        self._decoder = None
+
+    def _finish_pipeline(self) -> None:
+        pipeline, self._pipeline, self._geometry = self._pipeline, None, None
+        if pipeline is not None:
+            self._earlier = (
+                self._earlier[0] + pipeline.stats.out_of_geometry,
+                self._earlier[1] + pipeline.stats.outliers,
+            )
+            pipeline.finish()
 
     def _events(self, packet: Packet) -> Events:
         if packet.encoding == Encoding.PACKED:
             return np.frombuffer(packet.payload, dtype=EVENT_DTYPE).copy()
         if self._decoder is None:
             self._decoder = Evt3Decoder(packet.width, packet.height)
-        return self._decoder.decode(packet.payload)
+        events = self._decoder.decode(packet.payload)
+        # Triggers are not bridged; taking them keeps the decoder's memory bounded.
+        self.stats.triggers += len(self._decoder.take_triggers())
+        return events
+
+    def _new_session(self) -> str:
+        key = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        previous = self._session
+        if previous is not None and previous.split(".")[0] == key:
+            number = int(previous.split(".")[1]) + 1 if "." in previous else 1
+            key = f"{key}.{number}"
+        self._session = key
+        return key
 
     def _pipeline_for(self, packet: Packet) -> Pipeline | None:
+        geometry = (packet.width, packet.height, packet.clock)
+        if self._pinned is not None and geometry[:2] != self._pinned:
+            self._bad(f"geometry {packet.width}x{packet.height} is not the pinned {self._pinned}")
+            return None
         pipeline = self._pipeline
         if pipeline is None:
-            session = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
             source = SourceRef(
                 uri=f"{self.broker}/{self.topic}",
                 format="evt3" if packet.encoding == Encoding.EVT3 else "packed",
                 offset_unit="sequence",
-                recording=session,
+                recording=self._new_session(),
             )
             self._pipeline = pipeline = build_pipeline(
                 self.sensor,
@@ -348,14 +397,10 @@ class MqttBridge:
                 sink=self.output,
                 settings=self._settings,
             )
-            self._geometry = (packet.width, packet.height, packet.clock)
+            self._geometry = geometry
             return pipeline
-        geometry = (packet.width, packet.height, packet.clock)
         if geometry != self._geometry:
-            self.stats.bad += 1
-            log.error(
-                "%s: packet for %s on a %s stream: dropped", self.topic, geometry, self._geometry
-            )
+            self._bad(f"packet for {geometry} on a {self._geometry} stream")
             return None
         return pipeline
 

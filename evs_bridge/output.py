@@ -18,8 +18,12 @@ logs a warning.
 A 4xx answer is not retried: a batch the store refuses is re-sent one event at a time, and
 each refused event is logged at error level and kept in the spool's ``rejected.ndjson``
 with the store's problem (an effect of a refused cause is refused too, 422, and kept the
-same way). 401 and 403 mean the key is wrong for every event: the events are spooled and
-``StoreRefused`` is raised.
+same way). 401 and 403 mean the key is wrong for every event, and 404, 405 or a 4xx
+whose body is not one of Causeway's problems (``type`` ``/problems/<code>``) mean the
+target is no Causeway store: the events are spooled and ``StoreRefused`` is raised.
+
+``hold()`` (after ``StoreRefused``, or when stopping) makes every later flush go to the
+spool without trying the store, so that finishing a pipeline loses nothing.
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ class OutputStats:
     duplicates: int = 0
     spooled: int = 0
     rejected: int = 0
+    rejected_not_kept: int = 0
+    """Rejects past the spool's ``max_rejected_bytes``: logged, not written."""
     dropped: int = 0
 
 
@@ -139,6 +145,7 @@ class Output:
         self._retry_s = self.config.retry_min_s
         self._is_down = False
         self._warned_full_at = -1e9
+        self._held = False
 
     @property
     def is_down(self) -> bool:
@@ -157,17 +164,27 @@ class Output:
         if wait_s == 0.0 or len(self._pending) >= self.config.max_batch_events:
             self.flush()
 
+    def hold(self) -> None:
+        """From now on, flush into the spool only (no spool: count the events as dropped)."""
+        self._held = True
+
     def poll(self) -> None:
         """Flush when the oldest queued event's delay is up; retry the spool when due."""
         now = self._clock()
         if self._due is not None and now >= self._due:
             self.flush()
-        elif self._has_backlog() and now >= self._retry_at:
+        elif self._has_backlog() and now >= self._retry_at and not self._held:
             self._drain()
 
     def flush(self) -> None:
         """Send everything queued now (or spool it, behind what the spool holds)."""
         events, self._pending, self._due = self._pending, [], None
+        if self._held:
+            if self._spool is None:
+                self.stats.dropped += len(events)
+            else:
+                self._to_spool(events)
+            return
         if self._has_backlog():
             self._to_spool(events)
             if self._clock() >= self._retry_at:
@@ -187,12 +204,17 @@ class Output:
                 raise
 
     def close(self, *, drain_timeout_s: float = 0.0) -> None:
-        """Flush, and try to empty the spool for up to ``drain_timeout_s``."""
-        self.flush()
-        deadline = self._clock() + drain_timeout_s
-        while self._has_backlog() and self._clock() < deadline:
-            self._sleep(max(0.0, min(self._retry_at, deadline) - self._clock()))
-            self._drain()
+        """Flush, and try to empty the spool for up to ``drain_timeout_s``; the spool is
+        then closed (its lock released), whatever happens."""
+        try:
+            self.flush()
+            deadline = self._clock() + drain_timeout_s
+            while self._has_backlog() and self._clock() < deadline and not self._held:
+                self._sleep(max(0.0, min(self._retry_at, deadline) - self._clock()))
+                self._drain()
+        finally:
+            if self._spool is not None:
+                self._spool.close()
 
     def _has_backlog(self) -> bool:
         return self._spool is not None and not self._spool.is_empty
@@ -242,14 +264,21 @@ class Output:
     def _refused(self, exc: CausewayError) -> None:
         if exc.status in (401, 403):
             raise StoreRefused(f"the store refuses this key: {exc}") from exc
+        kind = exc.problem.get("type")
+        if exc.status in (404, 405) or not str(kind or "").startswith("/problems/"):
+            raise StoreRefused(
+                f"the target does not take events like a Causeway store ({exc}): is --target right?"
+            ) from exc
 
     def _reject(self, event: Event, exc: CausewayError) -> None:
         self.stats.rejected += 1
-        where = "nowhere (no spool)"
+        where = "kept nowhere (no spool)"
         if self._spool is not None:
-            self._spool.reject(event, exc.status, exc.problem)
-            where = str(self._spool.directory)
-        log.error("store rejected event %s (%s); kept in %s", event.get("id"), exc, where)
+            where = f"kept in {self._spool.directory}"
+            if not self._spool.reject(event, exc.status, exc.problem):
+                self.stats.rejected_not_kept += 1
+                where = f"not kept: {self._spool.directory}/rejected.ndjson is at its cap"
+        log.error("store rejected event %s (%s); %s", event.get("id"), exc, where)
 
     def _went_down(self, exc: StoreUnavailable) -> None:
         if self._spool is None:

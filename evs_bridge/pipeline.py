@@ -14,17 +14,32 @@ windows with at least one region each emit one ``evs.activity.sustained``, cause
 largest region's activity of each of those windows (up to ten). A window without regions
 ends the run; the next run can emit again. It carries the highest priority seen in the
 run and goes out at least "soon", since its purpose is to warm things up early.
+
+What enters (``_admit``), in one place for every source, before the filters: events outside
+the ``width`` x ``height`` geometry are dropped and counted (``stats.out_of_geometry``);
+with the unix clock, times outside 1970-9999 too (``stats.outliers``). A time jump of more
+than ``jump_segments`` segments ahead of the newest admitted event is an outlier (a wild
+timestamp, e.g. a flipped bit), dropped and counted, unless ``jump_confirm_events``
+consecutive events agree on the new time (each within the same margin of the first): then
+the stream really moved on (a sensor silent for a while), the confirming event is admitted
+and so is everything after it; the events that confirmed it before are lost. Every
+decision depends only on the events before it in stream order, so the result does not
+depend on the chunking.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from evs_bridge.channels import ChannelMap, Delivery
 from evs_bridge.classify import Classifier, HeuristicClassifier
-from evs_bridge.events import EventChunk, Events
-from evs_bridge.lineage import LineageEvents
+from evs_bridge.events import ClockDomain, EventChunk, Events
+from evs_bridge.lineage import MAX_SUSTAINED_CAUSES, MAX_UNIX_US, MIN_UNIX_US, LineageEvents
 from evs_bridge.regions import Region, RegionParams, Tracker, TrackParams, find_regions
 from evs_bridge.windows import Segment, SegmentCutter, WindowSpec
 
@@ -46,6 +61,20 @@ class PipelineConfig:
     tracking: TrackParams = field(default_factory=TrackParams)
     sustained_windows: int = 10
     segment_delivery: Delivery = Delivery.LAZY
+    jump_segments: int = 5
+    """A time more than this many segments ahead of the newest admitted one is an outlier."""
+    jump_confirm_events: int = 8
+    """...unless this many consecutive events agree on it."""
+
+    def __post_init__(self) -> None:
+        if self.sustained_windows <= 0 or self.jump_segments <= 0 or self.jump_confirm_events <= 0:
+            raise ValueError(
+                "sustained_windows, jump_segments, jump_confirm_events must be positive"
+            )
+
+
+class ClassifierError(ValueError):
+    """A classifier returned something other than (label, confidence in [0, 1])."""
 
 
 @dataclass(slots=True)
@@ -57,6 +86,10 @@ class PipelineStats:
     activities: int = 0
     sustained: int = 0
     labels: dict[str, int] = field(default_factory=dict)
+    out_of_geometry: int = 0
+    outliers: int = 0
+    newest_us: int | None = None
+    """The newest admitted event time."""
 
     @property
     def filter_ratio(self) -> float:
@@ -68,7 +101,7 @@ class _Run:
     last_window: int = -2
     windows: int = 0
     start_us: int = 0
-    causes: list[str] = field(default_factory=list)
+    causes: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_SUSTAINED_CAUSES))
     priority: int = 0
     delivery: Delivery = Delivery.SOON
 
@@ -100,9 +133,12 @@ class Pipeline:
         self._cutter = SegmentCutter(self.config.windows)
         self._tracker = Tracker(self.config.windows.window_us, self.config.tracking)
         self._run = _Run()
+        self._jump_us = self.config.jump_segments * self.config.windows.segment_us
+        self._candidate: int | None = None  # a far-ahead time waiting for confirmation
+        self._candidates = 0
 
     def feed(self, chunk: EventChunk) -> None:
-        raw = chunk.events
+        raw = self._admit(chunk.events)
         after_hot_pixel = self._hot_pixel.apply(raw)
         after_background = self._background.apply(after_hot_pixel)
         self.stats.events_in += len(raw)
@@ -117,6 +153,59 @@ class Pipeline:
         )
         for segment in closed:
             self._emit(segment)
+
+    @property
+    def jump_us(self) -> int:
+        """How far ahead of the newest event a time is an outlier (``jump_segments``)."""
+        return self._jump_us
+
+    def _admit(self, events: Events) -> Events:
+        if len(events) == 0:
+            return events
+        keep = (events["x"] < self._width) & (events["y"] < self._height)
+        self.stats.out_of_geometry += len(events) - int(np.count_nonzero(keep))
+        times = events["t"].astype(np.int64, copy=False)
+        if self.lineage.clock is ClockDomain.UNIX:
+            in_range = (times >= MIN_UNIX_US) & (times <= MAX_UNIX_US)
+            self.stats.outliers += int(np.count_nonzero(keep & ~in_range))
+            keep &= in_range
+        keep &= self._not_jumps(times, keep)
+        return events if bool(keep.all()) else events[keep]
+
+    def _not_jumps(self, times: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """Which of the events in ``candidates`` are no outlier jump (see the docstring)."""
+        keep = candidates.copy()
+        index = np.flatnonzero(candidates)
+        position = 0
+        while position < len(index):
+            block = index[position : position + 4096]
+            t = times[block]
+            newest = self.stats.newest_us
+            if newest is None:
+                newest = int(t[0])
+            before = np.maximum.accumulate(np.concatenate(([newest], t[:-1])))
+            jumps = np.flatnonzero(t - before > self._jump_us)
+            if len(jumps) == 0:
+                self.stats.newest_us = max(newest, int(t.max()))
+                self._candidate = None
+                position += len(block)
+                continue
+            first = int(jumps[0])
+            if first:
+                self.stats.newest_us = max(newest, int(t[:first].max()))
+                self._candidate = None
+            jump = int(t[first])
+            if self._candidate is None or abs(jump - self._candidate) > self._jump_us:
+                self._candidate, self._candidates = jump, 0
+            self._candidates += 1
+            if self._candidates >= self.config.jump_confirm_events:
+                self.stats.newest_us = jump
+                self._candidate = None
+            else:
+                keep[block[first]] = False
+                self.stats.outliers += 1
+            position += first + 1
+        return keep
 
     def finish(self) -> None:
         for segment in self._cutter.finish():
@@ -154,7 +243,7 @@ class Pipeline:
             self._run = run = _Run(start_us=window.window_start_us)
         largest: tuple[int, str] = (-1, "")
         for region in regions:
-            label, confidence = self._classifier.classify(region)
+            label, confidence = self._classify(region)
             channel = self._channels.channel(label)
             event = self.lineage.activity(region, label, confidence, channel, segment_id)
             self._sink.put(event, channel.delivery)
@@ -174,8 +263,27 @@ class Pipeline:
                 window.window_end_us,
                 windows=run.windows,
                 run_start_us=run.start_us,
-                activity_ids=run.causes,
+                activity_ids=list(run.causes),
                 priority=run.priority,
             )
             self._sink.put(event, run.delivery)
             self.stats.sustained += 1
+
+    def _classify(self, region: Region) -> tuple[str, float]:
+        """The classifier's answer as plain JSON values: a ``str`` label and a confidence
+        rounded to 3 digits in [0, 1] (numpy scalars are accepted), else ``ClassifierError``."""
+        answer = self._classifier.classify(region)
+        try:
+            label, raw = answer
+            confidence = round(float(raw), 3)
+        except (TypeError, ValueError) as exc:
+            raise ClassifierError(
+                f"classifier {type(self._classifier).__name__} returned {answer!r}, "
+                "not (label, confidence)"
+            ) from exc
+        if not math.isfinite(confidence) or not 0.0 <= confidence <= 1.0:
+            raise ClassifierError(
+                f"classifier {type(self._classifier).__name__} returned confidence "
+                f"{raw!r}, not a number in [0, 1]"
+            )
+        return str(label), confidence

@@ -11,6 +11,7 @@ full spool holds the reader back.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from evs_bridge.filters import BackgroundActivityFilter, HotPixelFilter
 from evs_bridge.lineage import LineageEvents, SourceRef
 from evs_bridge.pipeline import EventSink, Pipeline, PipelineConfig, PipelineStats
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CHUNK_EVENTS = 65536
 _OFFSET_UNITS = {"evt3": "byte", "evt2": "byte", "aedat4": "packet", "npz": "event", "npy": "event"}
 
@@ -32,6 +35,8 @@ class BridgeSettings:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     background_dt_us: int = 2000
     background_neighbourhood: int = 8
+    background_backend: str = "numpy"
+    """``numpy`` (no extra dependency) or ``numba`` (compiled; needs the numba package)."""
     hot_pixel_window_us: int = 1_000_000
     hot_pixel_factor: float = 100.0
     hot_pixel_min_rate_hz: float = 100.0
@@ -68,6 +73,7 @@ def build_pipeline(
             height,
             dt_us=settings.background_dt_us,
             neighbourhood=settings.background_neighbourhood,
+            backend=settings.background_backend,
         ),
         sink=sink,
         classifier=settings.classifier,
@@ -77,7 +83,8 @@ def build_pipeline(
 
 
 def read_file_source(path: Path, format_name: str) -> SourceRef:
-    """The ``dataref`` base of a file: its name and SHA-256 (read once, in 1 MiB blocks)."""
+    """The ``dataref`` base of a file: its SHA-256 (read once, in 1 MiB blocks), never its
+    name, so that a renamed or moved file gives the same events."""
     digest = hashlib.sha256()
     with path.open("rb") as file:
         while block := file.read(1 << 20):
@@ -86,8 +93,9 @@ def read_file_source(path: Path, format_name: str) -> SourceRef:
     unit = (
         "message" if format_name.startswith("rosbag2") else _OFFSET_UNITS.get(format_name, "byte")
     )
+    log.info("%s is recording %s (sha256 %s)", path, sha256[:12], sha256)
     return SourceRef(
-        uri=f"file:{path.name}",
+        uri=None,
         format=format_name,
         offset_unit=unit,
         recording=sha256[:12],

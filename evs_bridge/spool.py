@@ -10,7 +10,11 @@ first when the store answers again. The format is plain enough to read with ``ca
       cursor                      "<segment number> <byte offset>": the first line not yet
                                   stored; written to a temporary file, fsync'd, renamed
       rejected.ndjson             events the store refused (4xx):
-                                  {"status": 422, "problem": {...}, "event": {...}} per line
+                                  {"status": 422, "problem": {...}, "event": {...}} per line,
+                                  up to max_rejected_bytes (16 MiB); later rejects are only
+                                  counted (``reject`` returns False) and logged by the caller
+      lock                        held with an exclusive ``flock`` while the spool is open:
+                                  a second process (or a second ``Spool``) is refused
 
 Files are only appended to, and every append is flushed and ``fsync``'d before it returns.
 A crash can leave a torn last line, which is cut off on the next open (its event was never
@@ -18,10 +22,13 @@ acknowledged as spooled). A crash between "stored" and "cursor written" re-sends
 events: the store answers an exact re-send with its stored position, so nothing is stored
 twice. Segment files wholly behind the cursor are deleted. The spool is bounded by
 ``max_bytes`` of unsent lines; ``append`` raises ``SpoolFull`` rather than grow past it.
+Two writers would interleave lines and race on the cursor, so opening takes the lock and
+raises ``SpoolBusy`` when another holder has it; ``close`` releases it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +42,16 @@ _PREFIX = "spool-"
 _SUFFIX = ".ndjson"
 CURSOR_FILE = "cursor"
 REJECTED_FILE = "rejected.ndjson"
+LOCK_FILE = "lock"
+DEFAULT_MAX_REJECTED_BYTES = 16 << 20
 
 
 class SpoolFull(Exception):
     """Appending would take the spool past ``max_bytes``."""
+
+
+class SpoolBusy(Exception):
+    """Another process (or another ``Spool`` object) has the spool open."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,15 +69,40 @@ class Spool:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        max_rejected_bytes: int = DEFAULT_MAX_REJECTED_BYTES,
     ) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
+        self.max_rejected_bytes = max_rejected_bytes
         self._segment_bytes = segment_bytes
         directory.mkdir(parents=True, exist_ok=True)
+        self._lock: int | None = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lock)
+            self._lock = None
+            raise SpoolBusy(f"spool {directory} is in use by another bridge") from exc
         self._cursor = self._load_cursor()
         self._repair_tail()
         self._drop_finished()
         self._pending_bytes = self._count_pending()
+
+    def close(self) -> None:
+        """Release the lock (closing twice is fine)."""
+        lock = getattr(self, "_lock", None)  # None too when __init__ failed before locking
+        if lock is not None:
+            os.close(lock)  # closing the descriptor releases the flock
+            self._lock = None
+
+    def __enter__(self) -> Spool:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def pending_bytes(self) -> int:
@@ -141,10 +179,16 @@ class Spool:
         self._drop_finished()
         self._pending_bytes = self._count_pending()
 
-    def reject(self, event: dict[str, Any], status: int, problem: dict[str, Any]) -> None:
-        """Keep an event the store refused, with its answer, in ``rejected.ndjson``."""
-        record = {"status": status, "problem": problem, "event": event}
-        _append_durably(self.directory / REJECTED_FILE, orjson.dumps(record) + b"\n")
+    def reject(self, event: dict[str, Any], status: int, problem: dict[str, Any]) -> bool:
+        """Keep an event the store refused, with its answer, in ``rejected.ndjson``; False
+        (nothing written) when that would take the file past ``max_rejected_bytes``."""
+        path = self.directory / REJECTED_FILE
+        line = orjson.dumps({"status": status, "problem": problem, "event": event}) + b"\n"
+        size = path.stat().st_size if path.exists() else 0
+        if size + len(line) > self.max_rejected_bytes:
+            return False
+        _append_durably(path, line)
+        return True
 
     def _segments(self) -> list[int]:
         numbers = []

@@ -20,14 +20,17 @@ from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events, Reco
 
 
 class UnsupportedAedat(ValueError):
-    """The file has no event stream."""
+    """The file has no event stream, or the ``aedat`` package cannot read it."""
 
 
 class AedatRecording:
     def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
         self.path = path
         self.chunk_events = chunk_events
-        streams: dict[int, dict[str, Any]] = aedat.Decoder(str(path)).id_to_stream()
+        try:
+            streams: dict[int, dict[str, Any]] = aedat.Decoder(str(path)).id_to_stream()
+        except (RuntimeError, OSError, ValueError) as exc:  # the Rust decoder's errors
+            raise UnsupportedAedat(f"{path}: not a readable AEDAT 4 file: {exc}") from exc
         found = [(i, s) for i, s in sorted(streams.items()) if s.get("type") == "events"]
         if not found:
             raise UnsupportedAedat(f"{path}: no event stream")
@@ -46,6 +49,12 @@ class AedatRecording:
         return self._info
 
     def chunks(self) -> Iterator[EventChunk]:
+        try:
+            yield from self._chunks()
+        except (RuntimeError, OSError) as exc:
+            raise UnsupportedAedat(f"{self.path}: not a readable AEDAT 4 file: {exc}") from exc
+
+    def _chunks(self) -> Iterator[EventChunk]:
         pending: list[Events] = []
         held = start = index = 0
         for packet in aedat.Decoder(str(self.path)):

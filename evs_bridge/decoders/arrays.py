@@ -24,6 +24,7 @@ from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events, Reco
 _EPOCH_2001_US = 978_307_200_000_000
 _POLARITY_NAMES = ("p", "on", "polarity")
 _EVENTS_MEMBER = "events.npy"
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 class UnsupportedArray(ValueError):
@@ -46,6 +47,14 @@ class ArrayRecording:
     def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
         self.path = path
         self.chunk_events = chunk_events
+        try:
+            self._open(path)
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+            if isinstance(exc, UnsupportedArray):
+                raise
+            raise UnsupportedArray(f"{path}: not a readable .npz/.npy array: {exc}") from exc
+
+    def _open(self, path: Path) -> None:
         self._is_npz = zipfile.is_zipfile(path)
         width = height = None
         if self._is_npz:
@@ -59,6 +68,12 @@ class ArrayRecording:
                 with np.load(path) as small:
                     width, height = int(small["width"]), int(small["height"])
         else:
+            with path.open("rb") as stream:
+                if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                    raise UnsupportedArray(
+                        f"{path}: not a readable .npz/.npy array (neither a zip archive "
+                        "nor a .npy file)"
+                    )
             memmap: npt.NDArray[Any] = np.load(path, mmap_mode="r")
             if memmap.ndim != 1:
                 raise UnsupportedArray(f"{path}: events must be a 1-D array")
@@ -92,6 +107,12 @@ class ArrayRecording:
         return self._info
 
     def chunks(self) -> Iterator[EventChunk]:
+        try:
+            yield from self._chunks()
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise UnsupportedArray(f"{self.path}: not a readable .npz/.npy array: {exc}") from exc
+
+    def _chunks(self) -> Iterator[EventChunk]:
         for start, part in self._parts():
             events: Events = np.empty(len(part), dtype=EVENT_DTYPE)
             events["x"] = part["x"]

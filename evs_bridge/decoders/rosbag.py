@@ -38,7 +38,8 @@ _ROLLOVER_NS = np.uint64((1 << 31) * 1000)
 
 
 class UnsupportedBag(ValueError):
-    """The bag has no EventPacket topic, or its encoding is not one we decode."""
+    """The bag has no EventPacket topic, its encoding is not one we decode, or it is not a
+    readable bag (a corrupt database, a malformed message)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +90,14 @@ def parse_event_packet(blob: bytes) -> EventPacket:
     seq = read("<Q")
     time_base = read("<Q")
     encoding = read_string()
-    read("<B")  # is_bigendian: the encodings above define their own byte order
+    if read("<B"):
+        # The decoders read little-endian words; a big-endian packet would decode as noise.
+        raise UnsupportedBag("is_bigendian is 1: big-endian event packets are not decoded")
     length = read("<I")
+    if position + length > len(body):
+        raise UnsupportedBag(
+            f"events length {length} passes the end of the {len(blob)}-byte message"
+        )
     events = bytes(body[position : position + length])
     return EventPacket(
         stamp_ns=sec * 1_000_000_000 + nanosec,
@@ -102,6 +109,17 @@ def parse_event_packet(blob: bytes) -> EventPacket:
         encoding=encoding,
         events=events,
     )
+
+
+def _parse(path: Path, index: int, blob: object) -> EventPacket:
+    """``parse_event_packet``, with errors that name the file and the message index."""
+    if not isinstance(blob, bytes):
+        raise UnsupportedBag(f"{path}: message {index} is not a blob")
+    try:
+        return parse_event_packet(blob)
+    except (struct.error, UnicodeDecodeError, UnsupportedBag) as exc:
+        detail = "truncated" if isinstance(exc, struct.error) else str(exc)
+        raise UnsupportedBag(f"{path}: message {index}: {detail}") from exc
 
 
 def decode_libcaer(payload: bytes, time_base: int) -> tuple[Events, Nanoseconds]:
@@ -129,6 +147,12 @@ class RosbagRecording:
     def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
         self.path = path
         self.chunk_events = chunk_events
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as exc:
+            raise UnsupportedBag(f"{path}: not a readable rosbag2 database: {exc}") from exc
+
+    def _open(self, path: Path) -> None:
         with closing(self._connect()) as db:
             row = db.execute(
                 "SELECT id, name FROM topics WHERE type = ? ORDER BY id", (EVENT_PACKET_TYPE,)
@@ -143,7 +167,7 @@ class RosbagRecording:
             ).fetchone()
         if first is None:
             raise UnsupportedBag(f"{path}: topic {topic} has no messages")
-        packet = parse_event_packet(first)
+        packet = _parse(path, 0, first)
         if packet.encoding not in ("evt3", "libcaer"):
             raise UnsupportedBag(f"{path}: encoding {packet.encoding!r} is not decoded")
         self._encoding = packet.encoding
@@ -185,13 +209,17 @@ class RosbagRecording:
 
     def packets(self) -> Iterator[EventPacket]:
         """The topic's messages in timestamp order, parsed one at a time."""
-        with closing(self._connect()) as db:
-            rows = db.execute(
-                "SELECT data FROM messages WHERE topic_id = ? ORDER BY timestamp, id",
-                (self._topic_id,),
-            )
-            for (blob,) in rows:
-                yield parse_event_packet(blob)
+        try:
+            with closing(self._connect()) as db:
+                rows = db.execute(
+                    "SELECT data FROM messages WHERE topic_id = ? ORDER BY timestamp, id",
+                    (self._topic_id,),
+                )
+                for index, (blob,) in enumerate(rows):
+                    packet = _parse(self.path, index, blob)
+                    yield packet
+        except sqlite3.DatabaseError as exc:
+            raise UnsupportedBag(f"{self.path}: not a readable rosbag2 database: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)

@@ -3,9 +3,11 @@ lineage out, re-runs append nothing, the spool delivers once and in order."""
 
 from __future__ import annotations
 
+import http.server
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +20,9 @@ import numpy as np
 import orjson
 import pytest
 from sqlalchemy import URL
+from typer.testing import CliRunner
 
+from evs_bridge.cli import cli
 from evs_bridge.mqtt import Broker, MqttBridge, send_packets
 from evs_bridge.output import NdjsonSink, Output, StoreSink
 from evs_bridge.spool import Spool
@@ -98,7 +102,9 @@ def test_a_replayed_recording_traces_back_to_its_segment(store: Store, tmp_path:
     assert segment["type"] == "evs.segment.recorded"
     assert segment["position"] < activity["position"]
     assert segment["data"]["events"]["in"] > segment["data"]["events"]["after_background"]
-    assert segment["data"]["dataref"]["uri"] == f"file:{PROPHESEE_BAG.name}"
+    dataref = segment["data"]["dataref"]
+    assert "uri" not in dataref  # the file is named by its content, never its path
+    assert segment_id.split(":")[2] == dataref["sha256"][:12]
     assert activity["priority"] == 2  # a "person" at the edge: green
 
     answer = store.fetch_graphql(LINEAGE, id=activity["id"])
@@ -110,10 +116,10 @@ def test_a_replayed_recording_traces_back_to_its_segment(store: Store, tmp_path:
     assert answer["audit"]["sourceEvents"] == [{"id": segment_id, "type": "evs.segment.recorded"}]
     assert answer["audit"]["chainVerified"] is True
 
-    # The same recording again, from another folder: nothing new is appended.
+    # The same recording again, under another name in another folder: nothing new.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    copy = shutil.copy(PROPHESEE_BAG, elsewhere / PROPHESEE_BAG.name)
+    copy = shutil.copy(PROPHESEE_BAG, elsewhere / "renamed-gate.db3")
     again = bridge_cli(
         "replay", str(copy), "--sensor", "gate-1", "--target", store.base, "--key", store.key,
         cwd=elsewhere,
@@ -282,3 +288,58 @@ def test_the_mqtt_command_runs_until_sigterm_and_spools_for_an_absent_store(
     assert spooled
     assert spooled[0]["type"] == "evs.segment.recorded"
     assert f"{len(spooled)} spooled" in stdout
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    """A web server that is not Causeway: 404 with a non-Causeway problem for everything."""
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = b'{"type": "about:blank", "title": "Not Found", "status": 404}'
+        self.send_response(404)
+        self.send_header("content-type", "application/problem+json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:  # the base's name
+        pass
+
+
+@pytest.fixture
+def not_causeway() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_target_that_is_not_causeway_is_exit_2(not_causeway: str, tmp_path: Path) -> None:
+    arguments = ["replay", str(PROPHESEE_BAG), "--sensor", "s", "--target", not_causeway]
+    result = CliRunner().invoke(cli, [*arguments, "--key", "k"])
+    assert result.exit_code == 2, result.output
+    assert "/healthz answered 404" in result.output
+    # With --spool the health check lets a 5xx pass, never a 404.
+    spooled = CliRunner().invoke(cli, [*arguments, "--key", "k", "--spool", str(tmp_path / "s")])
+    assert spooled.exit_code == 2, spooled.output
+
+
+def test_a_spool_in_use_or_unwritable_is_exit_2(tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    arguments = ["replay", str(PROPHESEE_BAG), "--sensor", "s", "--target", nowhere, "--key", "k"]
+    with Spool(tmp_path / "busy"):
+        busy = CliRunner().invoke(cli, [*arguments, "--spool", str(tmp_path / "busy")])
+    assert busy.exit_code == 2, busy.output
+    assert "in use by another bridge" in busy.output
+    (tmp_path / "file").write_text("not a directory")
+    unwritable = CliRunner().invoke(cli, [*arguments, "--spool", str(tmp_path / "file" / "s")])
+    assert unwritable.exit_code == 2, unwritable.output
+    assert "cannot use as a spool" in unwritable.output
+    assert "Traceback" not in unwritable.output

@@ -2,17 +2,95 @@
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
+import struct
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from typer.testing import CliRunner
 
 from evs_bridge.cli import cli
+from evs_bridge.regions import Region
+from tests.unit.evs_bridge.scenes import FACE, save_npz, scene
 
 SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
 NPZ = SAMPLES / "prophesee1280x720_evt3_xypt.npz"
+BAG = SAMPLES / "test_data_evt3_trigger" / "test_data_evt3_trigger_0.db3"
 runner = CliRunner()
+
+
+class OverconfidentClassifier:
+    def classify(self, region: Region) -> tuple[str, float]:
+        return "face", 1.5
+
+
+class Float32Classifier:
+    def classify(self, region: Region) -> tuple[str, float]:
+        return "face", np.float32(0.87)  # type: ignore[return-value]  # numpy, as a model gives
+
+
+def _edit_message(path: Path, index: int, edit: Callable[[bytes], bytes]) -> Path:
+    copy = Path(shutil.copy(BAG, path))
+    with sqlite3.connect(copy) as db:
+        rowid, blob = db.execute(
+            "SELECT id, data FROM messages ORDER BY timestamp, id LIMIT 1 OFFSET ?", (index,)
+        ).fetchone()
+        db.execute("UPDATE messages SET data = ? WHERE id = ?", (edit(blob), rowid))
+    return copy
+
+
+def truncated_blob(tmp_path: Path) -> Path:
+    return _edit_message(tmp_path / "trunc.db3", 3, lambda blob: blob[:30])
+
+
+def overlong_events(tmp_path: Path) -> Path:
+    def lengthen(blob: bytes) -> bytes:
+        # The events length is the last u32 field: the one whose bytes end the message.
+        body = blob[4:]
+        for position in range(len(body) - 4, 0, -1):
+            (length,) = struct.unpack_from("<I", body, position)
+            if position % 4 == 0 and position + 4 + length == len(body):
+                return (
+                    blob[:4]
+                    + body[:position]
+                    + struct.pack("<I", length + 32)
+                    + body[position + 4 :]
+                )
+        raise AssertionError("no events length found")
+
+    return _edit_message(tmp_path / "long.db3", 5, lengthen)
+
+
+def corrupt_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "corrupt.db3"
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    return path
+
+
+def garbage_aedat(tmp_path: Path) -> Path:
+    path = tmp_path / "garbage.aedat4"
+    path.write_bytes(b"#!AER-DAT4.0\r\n" + b"\xff" * 300)
+    return path
+
+
+def pk_not_zip(tmp_path: Path) -> Path:
+    path = tmp_path / "fake.npz"
+    path.write_bytes(b"PK\x03\x04 this is no zip archive")
+    return path
+
+
+BAD_FILES = {
+    "truncated CDR blob": (truncated_blob, "message 3: truncated"),
+    "events longer than the blob": (overlong_events, "message 5: events length"),
+    "corrupt sqlite": (corrupt_sqlite, "not a readable rosbag2"),
+    "garbage aedat4": (garbage_aedat, "not a readable AEDAT 4"),
+    "PK but no zip": (pk_not_zip, "not a readable .npz"),
+}
 
 
 class TestReplay:
@@ -52,6 +130,95 @@ class TestReplay:
         assert "error: " in result.output
         assert "Traceback" not in result.output
 
+    @pytest.mark.parametrize("case", sorted(BAD_FILES))
+    @pytest.mark.parametrize("command", ["replay", "inspect"])
+    def test_a_broken_recording_is_one_line_and_exit_2(
+        self, case: str, command: str, tmp_path: Path
+    ) -> None:
+        make, message = BAD_FILES[case]
+        path = make(tmp_path)
+        arguments = [str(path)]
+        if command == "replay":
+            arguments += ["--sensor", "a", "--out", str(tmp_path / "out.ndjson")]
+        result = runner.invoke(cli, [command, *arguments])
+        assert result.exit_code == 2, result.output
+        assert "error: " in result.output
+        assert message in result.output
+        assert "Traceback" not in result.output
+
+    def test_a_classifier_answering_out_of_range_is_exit_2(self, tmp_path: Path) -> None:
+        recording = save_npz(tmp_path / "face.npz", scene([FACE]))
+        result = runner.invoke(
+            cli,
+            [
+                "replay", str(recording), "--sensor", "a", "--out", str(tmp_path / "o"),
+                "--classifier", f"{__name__}:OverconfidentClassifier",
+            ],
+        )  # fmt: skip
+        assert result.exit_code == 2, result.output
+        assert "error: " in result.output
+        assert "not a number in [0, 1]" in result.output
+
+    def test_a_numpy_confidence_is_coerced(self, tmp_path: Path) -> None:
+        recording = save_npz(tmp_path / "face.npz", scene([FACE]))
+        out = tmp_path / "o.ndjson"
+        result = runner.invoke(
+            cli,
+            [
+                "replay", str(recording), "--sensor", "a", "--out", str(out),
+                "--classifier", f"{__name__}:Float32Classifier",
+            ],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        events = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+        confidences = {e["data"]["confidence"] for e in events if "confidence" in e["data"]}
+        assert confidences == {0.87}
+
+    def test_events_outside_the_geometry_are_counted_in_the_summary(self, tmp_path: Path) -> None:
+        events = scene([FACE])
+        events["x"][::100] = 400  # the npz says 320 wide
+        recording = save_npz(tmp_path / "wide.npz", events)
+        result = runner.invoke(
+            cli, ["replay", str(recording), "--sensor", "a", "--out", str(tmp_path / "o")]
+        )
+        assert result.exit_code == 0, result.output
+        assert f"{len(events[::100]):,} outside the geometry" in result.output
+
+    def test_the_numba_backend_runs_with_4_neighbours(self, tmp_path: Path) -> None:
+        outs = []
+        for backend in ("numpy", "numba"):
+            out = tmp_path / f"{backend}.ndjson"
+            result = runner.invoke(
+                cli,
+                [
+                    "replay", str(NPZ), "--sensor", "a", "--out", str(out),
+                    "--filter-backend", backend, "--neighbourhood", "4",
+                ],
+            )  # fmt: skip
+            assert result.exit_code == 0, result.output
+            outs.append(out.read_bytes())
+        assert outs[0] == outs[1]
+        assert b'"after_background"' in outs[0]
+
+    @pytest.mark.parametrize(
+        ("option", "message"),
+        [
+            (["--filter-backend", "numba"], "numba package"),
+            (["--filter-backend", "cuda"], "numpy or numba"),
+            (["--neighbourhood", "6"], "4 or 8"),
+        ],
+    )
+    def test_a_backend_that_cannot_run_is_exit_2(
+        self, option: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setitem(sys.modules, "numba", None)
+        result = runner.invoke(
+            cli, ["replay", str(NPZ), "--sensor", "a", "--out", str(tmp_path / "o"), *option]
+        )
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+        assert "Traceback" not in result.output
+
 
 def test_inspect_prints_the_summary() -> None:
     result = runner.invoke(cli, ["inspect", str(NPZ)])
@@ -66,3 +233,16 @@ def test_mqtt_needs_a_target() -> None:
     )
     assert result.exit_code == 2
     assert "give --target and --key" in result.output
+
+
+def test_mqtt_refuses_a_wildcard_topic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(
+        cli,
+        [
+            "mqtt", "--broker", "mqtt://127.0.0.1", "--topic", "sensors/#", "--sensor", "s",
+            "--target", "http://127.0.0.1:1", "--key", "k", "--spool", str(tmp_path / "sp"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "without + or #" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from itertools import pairwise
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from evs_bridge.decoders import (
     open_recording,
 )
 from evs_bridge.decoders.raw import UnsupportedRaw
-from evs_bridge.decoders.rosbag import RosbagRecording
+from evs_bridge.decoders.rosbag import RosbagRecording, UnsupportedBag, parse_event_packet
 from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events
 
 SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
@@ -383,3 +384,45 @@ def test_unknown_content_is_refused(tmp_path: Path) -> None:
     path.write_text("hello")
     with pytest.raises(UnknownFormat):
         open_recording(path)
+
+
+def cdr_event_packet(*, is_bigendian: int, events: bytes, length: int | None = None) -> bytes:
+    """A CDR little-endian ``EventPacket`` with a 2x2 geometry and the given events field."""
+    body = bytearray()
+
+    def put(fmt: str, value: int) -> None:
+        size = struct.calcsize(fmt)
+        body.extend(bytes(-len(body) % size))
+        body.extend(struct.pack(fmt, value))
+
+    def put_string(text: str) -> None:
+        raw = text.encode() + b"\x00"
+        put("<I", len(raw))
+        body.extend(raw)
+
+    put("<i", 1)
+    put("<I", 0)
+    put_string("cam")
+    put("<I", 2)
+    put("<I", 2)
+    put("<Q", 0)
+    put("<Q", 0)
+    put_string("libcaer")
+    put("<B", is_bigendian)
+    put("<I", len(events) if length is None else length)
+    body.extend(events)
+    return b"\x00\x01\x00\x00" + bytes(body)
+
+
+class TestEventPacketChecks:
+    def test_a_little_endian_packet_parses(self) -> None:
+        packet = parse_event_packet(cdr_event_packet(is_bigendian=0, events=bytes(8)))
+        assert (packet.encoding, packet.width, packet.events) == ("libcaer", 2, bytes(8))
+
+    def test_a_big_endian_packet_is_refused(self) -> None:
+        with pytest.raises(UnsupportedBag, match="big-endian"):
+            parse_event_packet(cdr_event_packet(is_bigendian=1, events=bytes(8)))
+
+    def test_an_events_length_past_the_message_is_refused(self) -> None:
+        with pytest.raises(UnsupportedBag, match="passes the end"):
+            parse_event_packet(cdr_event_packet(is_bigendian=0, events=bytes(8), length=16))

@@ -183,7 +183,9 @@ class TestHotPixel:
         hot = (events["x"] == 639) & (events["y"] == 478)
         passed = (kept["x"] == 639) & (kept["y"] == 478)
         assert int(hot.sum()) == 10248
-        assert int(passed.sum()) <= flt.floor  # only in the first window, before it stands out
+        # Only in the first window (up to the next whole second), before a median exists.
+        first_window = hot & (events["t"] // 1_000_000 == events["t"][0] // 1_000_000)
+        assert int(passed.sum()) == int(first_window.sum()) == 1218
         assert flt.counts.events_in == len(events)
         assert flt.counts.events_out == len(kept)
 
@@ -192,8 +194,7 @@ class TestHotPixel:
         flt = HotPixelFilter(1280, 720)
         kept = flt.apply(events)
         assert flt.hot_pixels == []
-        # Before a median is known the floor alone caps pixels: it trims two busy ones a little.
-        assert len(events) - len(kept) == 149
+        assert len(kept) == len(events)  # nothing is dropped before a median exists
 
     @pytest.mark.parametrize("size", [1, 977, 65536])
     def test_result_does_not_depend_on_chunking(self, size: int) -> None:
@@ -211,8 +212,23 @@ class TestHotPixel:
         flt = HotPixelFilter(64, 4, window_us=1000, factor=100, min_rate_hz=5000)  # floor: 5
         kept = flt.apply(events)
         loud_kept = kept[(kept["x"] == 0) & (kept["y"] == 0)]
-        # Window 0: the floor (5 events) applies; windows 1 and 2: hot from the window before.
+        # Window 0: no median yet, all pass; windows 1 and 2: hot from the window before.
         assert flt.floor == 5
-        assert len(loud_kept) == 5
+        assert len(loud_kept) == 1000
         assert len(kept) - len(loud_kept) == 600
         assert flt.hot_pixels == [(0, 0)]
+
+    def test_windows_are_aligned_to_absolute_time(self) -> None:
+        # The stream starts mid-window (t = 1500): the first window ends at 2000, not 2500,
+        # so a re-run from another starting point cuts the same windows.
+        quiet = [
+            (x, 1, 0, 1500 + w * 1000 + k) for w in range(3) for x in range(50) for k in range(4)
+        ]
+        loud = [(0, 0, 1, 1500 + w * 1000 + k % 500) for w in range(3) for k in range(1000)]
+        events = np.array(sorted(quiet + loud, key=lambda e: e[3]), dtype=EVENT_DTYPE)
+        flt = HotPixelFilter(64, 4, window_us=1000, factor=100, min_rate_hz=5000)
+        keep = flt.keep_mask(events)
+        loud_at = (events["x"] == 0) & (events["y"] == 0)
+        # [1500, 2000) is the first window (nothing dropped); the loud pixel is hot from 2000.
+        assert bool(keep[loud_at & (events["t"] < 2000)].all())
+        assert not bool(keep[loud_at & (events["t"] >= 2000)].any())

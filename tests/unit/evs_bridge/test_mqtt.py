@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import io
+import threading
+from pathlib import Path
+from typing import Any
+
 import numpy as np
+import orjson
 import pytest
 
 from evs_bridge.decoders import Evt3Decoder
 from evs_bridge.events import EVENT_DTYPE, ClockDomain
 from evs_bridge.mqtt import (
     HEADER,
+    MAX_SIDE_PX,
     BadPacket,
     Broker,
     Encoding,
+    MqttBridge,
     decode_packet,
     encode_evt3_packet,
     encode_packet,
 )
+from evs_bridge.output import NdjsonSink, Output, StoreRefused
+from evs_bridge.regions import Region
+from evs_bridge.replay import BridgeSettings
+from evs_bridge.spool import Spool
+from ingest.client import CausewayError
 
 
 def some_events() -> np.ndarray:
@@ -89,3 +102,160 @@ class TestBroker:
     def test_a_non_mqtt_url_is_refused(self) -> None:
         with pytest.raises(ValueError, match="mqtt://"):
             Broker.parse("http://example.com")
+
+
+def packed(
+    sequence: int,
+    start_us: int,
+    *,
+    count: int = 2000,
+    x: int = 100,
+    clock: ClockDomain = ClockDomain.SENSOR,
+    flags: int = 0,
+) -> bytes:
+    """A dense 20x20 blob at (x, 100) for 10 ms from ``start_us``."""
+    rng = np.random.default_rng(sequence)
+    events = np.zeros(count, dtype=EVENT_DTYPE)
+    events["x"] = rng.integers(x, x + 20, count)
+    events["y"] = rng.integers(100, 120, count)
+    events["t"] = np.sort(rng.integers(start_us, start_us + 10_000, count))
+    data = encode_packet(events, width=320, height=240, sequence=sequence, clock=clock)
+    return data[:7] + bytes([flags]) + data[8:]
+
+
+class RefusingSink:
+    def send(self, events: list[dict[str, Any]]) -> int:
+        raise CausewayError(401, {"type": "/problems/unauthenticated", "detail": "bad key"})
+
+
+class RaisingClassifier:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def classify(self, region: Region) -> tuple[str, float]:
+        self.calls += 1
+        if self.calls == 1:
+            raise RuntimeError("model crashed")
+        return "face", 0.5
+
+
+def bridge_to(buffer: io.StringIO, **options: Any) -> MqttBridge:
+    return MqttBridge(
+        Broker("127.0.0.1", 1), "sensors/x", "s1", Output(NdjsonSink(buffer)), **options
+    )
+
+
+def written(buffer: io.StringIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in buffer.getvalue().splitlines()]
+
+
+class TestBridgeWorker:
+    """The worker's packet handling, fed through ``submit`` (no broker: the bridge is
+    never started, so ``stop`` processes the queue itself)."""
+
+    def test_a_sequence_restart_finishes_the_old_session_and_starts_a_new_one(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        for sequence in range(100):
+            bridge.submit(packed(sequence, 10_000_000 + sequence * 10_000))
+        for sequence in range(100):
+            bridge.submit(packed(sequence, sequence * 10_000))
+        bridge.stop()
+        assert bridge.stats.restarts == 1
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        sessions = {e["id"].split(":")[2] for e in segments}
+        assert len(sessions) == 2
+        assert {e["data"]["window"]["start_us"] for e in segments} >= {0, 10_000_000}
+        assert sum(e["data"]["events"]["in"] for e in segments) == 200 * 2000
+        ids = [e["id"] for e in written(buffer)]
+        assert len(set(ids)) == len(ids)
+
+    def test_a_big_step_back_in_sensor_time_is_a_restart(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        for sequence in range(60):
+            start = 5_000_000 + sequence * 10_000 if sequence < 30 else (sequence - 30) * 10_000
+            bridge.submit(packed(sequence, start))
+        bridge.stop()
+        assert bridge.stats.restarts == 1
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        assert sum(e["data"]["events"]["in"] for e in segments) == 60 * 2000
+
+    def test_a_bad_packet_is_counted_and_the_bridge_goes_on(self) -> None:
+        buffer = io.StringIO()
+        classifier = RaisingClassifier()
+        bridge = bridge_to(buffer, settings=BridgeSettings(classifier=classifier))
+        bridge.submit(packed(0, 0))
+        bridge.submit(packed(1, 10_000, x=500))  # every event outside the 320x240 geometry
+        for sequence in range(2, 30):
+            bridge.submit(packed(sequence, sequence * 10_000))
+        bridge.stop()
+        assert bridge.failure is None
+        assert bridge.stats.out_of_geometry == 2000
+        assert bridge.stats.bad == 1  # the packet whose region the classifier choked on
+        assert bridge.stats.processed == 29
+        assert any(e["type"] == "evs.activity.detected" for e in written(buffer))
+
+    def test_stop_never_blocks_on_a_full_queue(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer, queue_packets=2)
+        for sequence in range(5):
+            bridge.submit(packed(sequence, sequence * 10_000))
+        done = threading.Thread(target=bridge.stop, daemon=True)
+        done.start()
+        done.join(10)
+        assert not done.is_alive()
+        assert (bridge.stats.dropped, bridge.stats.processed) == (3, 2)
+        assert written(buffer)
+
+    def test_a_refused_key_stops_the_worker_and_everything_is_spooled(self, tmp_path: Path) -> None:
+        output = Output(RefusingSink(), Spool(tmp_path))
+        bridge = MqttBridge(Broker("127.0.0.1", 1), "sensors/x", "s1", output)
+        for sequence in range(30):
+            bridge.submit(packed(sequence, sequence * 10_000))
+        bridge.stop()
+        assert isinstance(bridge.failure, StoreRefused)
+        with Spool(tmp_path) as spool:
+            spooled = spool.read_batch(10_000).events
+        segments = [e for e in spooled if e["type"] == "evs.segment.recorded"]
+        assert segments[-1]["data"]["window"]["start_us"] == 200_000  # the last one, finished
+
+    def test_repeated_and_backward_sequences_are_dropped(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        for sequence in (0, 1, 2, 2, 1, 3):
+            bridge.submit(packed(sequence, sequence * 10_000))
+        bridge.stop()
+        assert (bridge.stats.stale, bridge.stats.processed, bridge.stats.restarts) == (2, 4, 0)
+
+    def test_a_pinned_geometry_refuses_other_packets(self) -> None:
+        bridge = bridge_to(io.StringIO(), width=640, height=480)
+        bridge.submit(packed(0, 0))
+        bridge.stop()
+        assert (bridge.stats.bad, bridge.stats.processed) == (1, 0)
+
+    def test_evt3_triggers_are_taken_from_the_decoder(self) -> None:
+        words = np.array([0x8000 | 0x001, 0x6000 | 0x010, 0xA000 | 0x001], dtype="<u2")
+        bridge = bridge_to(io.StringIO())
+        for sequence in range(3):
+            bridge.submit(
+                encode_evt3_packet(words.tobytes(), width=1280, height=720, sequence=sequence)
+            )
+        bridge.stop()
+        assert bridge.stats.triggers == 3
+
+    @pytest.mark.parametrize("topic", ["sensors/#", "sensors/+/events", ""])
+    def test_wildcard_topics_are_refused(self, topic: str) -> None:
+        with pytest.raises(ValueError, match="topic"):
+            MqttBridge(Broker("h", 1), topic, "s1", Output(NdjsonSink(io.StringIO())))
+
+
+class TestHeaderChecks:
+    def test_reserved_flags_must_be_0(self) -> None:
+        with pytest.raises(BadPacket, match="flags"):
+            decode_packet(packed(0, 0, flags=1))
+
+    def test_a_huge_geometry_is_refused(self) -> None:
+        data = encode_packet(some_events(), width=MAX_SIDE_PX + 1, height=10, sequence=0)
+        with pytest.raises(BadPacket, match="geometry"):
+            decode_packet(data)

@@ -34,22 +34,27 @@ class FakeStore:
         self.is_down = False
         self.refused_ids: set[str] = set()
         self.status = 0
+        self.problem: dict[str, Any] = {"type": "/problems/unauthenticated", "detail": "no"}
 
     def send(self, events: list[Event]) -> int:
         self.requests += 1
         if self.is_down:
             raise StoreUnavailable("connection refused")
         if self.status:
-            raise CausewayError(self.status, {"detail": "no"})
+            raise CausewayError(self.status, self.problem)
         known = {e["id"] for e in self.stored}
         duplicates = 0
         accepted: list[Event] = []
         for event in events:
             if event["id"] in self.refused_ids:
-                raise CausewayError(422, {"detail": f"{event['id']} is invalid"})
+                raise CausewayError(
+                    422, {"type": "/problems/invalid-event", "detail": f"{event['id']} is invalid"}
+                )
             causes = [c for c in event.get("causationid", "").split(",") if c]
             if any(c not in known for c in causes):
-                raise CausewayError(422, {"detail": "unknown cause"})
+                raise CausewayError(
+                    422, {"type": "/problems/unknown-cause", "detail": "unknown cause"}
+                )
             if event["id"] in known:
                 duplicates += 1
                 continue
@@ -259,6 +264,52 @@ class TestRefusals:
         with pytest.raises(StoreRefused):
             out.put(event("a"), Delivery.IMMEDIATE)
         assert [e["id"] for e in spool.read_batch(10).events] == ["a"]
+
+    @pytest.mark.parametrize(
+        ("status", "problem"),
+        [
+            (404, {"type": "about:blank", "title": "Not Found", "detail": "no route"}),
+            (405, {"detail": "Method Not Allowed"}),
+            (400, {"detail": "<html>bad request</html>"}),
+        ],
+    )
+    def test_a_target_that_is_no_causeway_stops_the_bridge(
+        self,
+        store: FakeStore,
+        clock: Clock,
+        tmp_path: Path,
+        status: int,
+        problem: dict[str, Any],
+    ) -> None:
+        store.status, store.problem = status, problem
+        spool = Spool(tmp_path)
+        out = output(store, clock, spool)
+        with pytest.raises(StoreRefused, match="--target"):
+            out.put(event("a"), Delivery.IMMEDIATE)
+        assert out.stats.rejected == 0
+        assert [e["id"] for e in spool.read_batch(10).events] == ["a"]
+
+    def test_rejects_past_the_cap_are_counted(
+        self, store: FakeStore, clock: Clock, tmp_path: Path
+    ) -> None:
+        store.refused_ids = {"bad0", "bad1", "bad2"}
+        out = output(store, clock, Spool(tmp_path, max_rejected_bytes=150))
+        for i in range(3):
+            out.put(event(f"bad{i}"), Delivery.IMMEDIATE)
+        assert (out.stats.rejected, out.stats.rejected_not_kept) == (3, 2)
+        assert len((tmp_path / REJECTED_FILE).read_bytes().splitlines()) == 1
+
+    def test_a_held_output_only_spools(
+        self, store: FakeStore, clock: Clock, tmp_path: Path
+    ) -> None:
+        spool = Spool(tmp_path)
+        out = output(store, clock, spool)
+        out.hold()
+        out.put(event("a"), Delivery.IMMEDIATE)
+        out.close(drain_timeout_s=5)
+        assert store.requests == 0
+        with Spool(tmp_path) as reopened:
+            assert [e["id"] for e in reopened.read_batch(10).events] == ["a"]
 
     def test_an_exact_resend_counts_as_a_duplicate(
         self, store: FakeStore, clock: Clock, tmp_path: Path

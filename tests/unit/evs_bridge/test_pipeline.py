@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
 from evs_bridge.channels import Delivery
 from evs_bridge.events import ClockDomain, EventChunk, Events
 from evs_bridge.lineage import SourceRef, rfc3339_us
-from evs_bridge.pipeline import PipelineConfig
-from evs_bridge.regions import RegionParams
+from evs_bridge.pipeline import ClassifierError, PipelineConfig, PipelineStats
+from evs_bridge.regions import Region, RegionParams
 from evs_bridge.replay import BridgeSettings, build_pipeline, send_recording
-from tests.unit.evs_bridge.scenes import FACE, HEIGHT, PERSON, VEHICLE, WIDTH, scene
+from tests.unit.evs_bridge.scenes import FACE, HEIGHT, PERSON, VEHICLE, WIDTH, save_npz, scene
 
 SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
 PROPHESEE_BAG = SAMPLES / "test_data_evt3_trigger" / "test_data_evt3_trigger_0.db3"
-SOURCE = SourceRef(uri="file:scene.npz", format="npz", offset_unit="event", recording="abc123")
+SOURCE = SourceRef(
+    uri=None, format="npz", offset_unit="event", recording="abc123", sha256="abc123" + "0" * 58
+)
 
 
 class ListSink:
@@ -40,6 +44,17 @@ def run(
     sensor: str = "gate-1",
     settings: BridgeSettings | None = None,
 ) -> ListSink:
+    return run_with_stats(events, chunk=chunk, clock=clock, sensor=sensor, settings=settings)[0]
+
+
+def run_with_stats(
+    events: Events,
+    *,
+    chunk: int = 4096,
+    clock: ClockDomain = ClockDomain.SENSOR,
+    sensor: str = "gate-1",
+    settings: BridgeSettings | None = None,
+) -> tuple[ListSink, PipelineStats]:
     sink = ListSink()
     pipeline = build_pipeline(
         sensor, SOURCE, clock, width=WIDTH, height=HEIGHT, sink=sink, settings=settings
@@ -47,7 +62,7 @@ def run(
     for start in range(0, len(events), chunk):
         pipeline.feed(EventChunk(events[start : start + chunk], start, start + chunk))
     pipeline.finish()
-    return sink
+    return sink, pipeline.stats
 
 
 class TestEvents:
@@ -91,10 +106,10 @@ class TestEvents:
         assert counts["in"] >= counts["after_hot_pixel"] >= counts["after_background"] > 0
         assert data["filter_ratio"] == round(counts["after_background"] / counts["in"], 6)
         assert data["dataref"] == {
-            "uri": "file:scene.npz",
             "format": "npz",
             "offsets": [0, 10**6],
             "offset_unit": "event",
+            "sha256": SOURCE.sha256,
         }
         assert data["clock"] == "sensor"
         assert "time" not in segment
@@ -105,7 +120,8 @@ class TestEvents:
         segment = run(events, clock=ClockDomain.UNIX).of_type("evs.segment.recorded")[0]
         assert segment["time"] == rfc3339_us(segment["data"]["window"]["start_us"])
         assert segment["time"] == "2023-12-11T15:38:41.000000Z"
-        assert segment["id"] == "evs:gate-1:seg:1702309121000000"
+        assert segment["id"] == "evs:gate-1:abc123:seg:1702309121000000"
+        assert segment["correlationid"] == "evs:gate-1:abc123"
 
     def test_sustained_activity_is_signalled_once_per_run(self) -> None:
         sink = run(scene([PERSON]))
@@ -164,3 +180,121 @@ class TestRealRecording:
         sink = ListSink()
         stats = send_recording(PROPHESEE_BAG, "bag-1", sink, settings=settings)
         assert stats.activities > 1
+
+
+class TestRerunElsewhere:
+    @pytest.mark.parametrize("clock_offset_us", [0, 1_702_309_120_000_000])
+    def test_a_renamed_moved_file_gives_the_same_bytes(
+        self, tmp_path: Path, clock_offset_us: int
+    ) -> None:
+        events = scene([FACE, PERSON])
+        events["t"] += clock_offset_us  # the unix clock too (npz times after 2001)
+        first = save_npz(tmp_path / "gate.npz", events)
+        (tmp_path / "moved").mkdir()
+        second = Path(shutil.copy(first, tmp_path / "moved" / "other-name.npz"))
+        made = []
+        for path in (first, second):
+            sink = ListSink()
+            send_recording(path, "gate-1", sink)
+            made.append([orjson.dumps(e) for e, _ in sink.events])
+        assert made[0] == made[1]
+        assert made[0]
+        for line in made[0]:
+            assert b"gate.npz" not in line
+            assert b"other-name" not in line
+        event = orjson.loads(made[0][0])
+        assert event["id"].split(":")[2] == event["data"]["dataref"]["sha256"][:12]
+        assert event["correlationid"] == ":".join(event["id"].split(":")[:3])
+        assert "uri" not in event["data"]["dataref"]
+
+
+class TestAdmission:
+    def test_events_outside_the_geometry_are_dropped_and_counted(self) -> None:
+        events = scene([FACE])
+        clean, clean_stats = run_with_stats(events)
+        wild = events.copy()
+        wild["x"][::1000] = WIDTH + 5
+        wild["y"][1::1000] = 60_000
+        _, stats = run_with_stats(wild)
+        assert stats.out_of_geometry == len(events[::1000]) + len(events[1::1000])
+        assert stats.events_in == clean_stats.events_in - stats.out_of_geometry
+        assert clean.of_type("evs.activity.detected")
+
+    def test_one_wild_timestamp_is_an_outlier(self) -> None:
+        events = scene([FACE, PERSON])
+        clean = run(events)
+        wild = events.copy()
+        wild["t"][len(events) // 5] += 3_600_000_000  # one hour ahead
+        sink, stats = run_with_stats(wild)
+        assert stats.outliers == 1
+        kept = np.delete(events, len(events) // 5)
+        assert sink.events == run(kept).events
+        assert len(sink.of_type("evs.segment.recorded")) == len(
+            clean.of_type("evs.segment.recorded")
+        )
+
+    def test_a_jump_confirmed_by_later_events_is_followed(self) -> None:
+        before = scene([FACE], duration_us=200_000)
+        after = scene([FACE], start_us=60_000_000, duration_us=200_000)
+        sink, stats = run_with_stats(np.concatenate([before, after]))
+        assert stats.outliers == PipelineConfig().jump_confirm_events - 1
+        starts = [e["data"]["window"]["start_us"] for e in sink.of_type("evs.segment.recorded")]
+        assert starts[0] == 1_000_000
+        assert starts[-1] >= 60_000_000
+
+    @pytest.mark.parametrize("chunk", [1, 333, 100_000])
+    def test_outliers_do_not_depend_on_the_chunking(self, chunk: int) -> None:
+        events = scene([FACE], duration_us=200_000)
+        later = scene([FACE], start_us=60_000_000, duration_us=100_000)
+        events = np.concatenate([events, later])
+        events["t"][[50, 51, 52, 900]] += 10_000_000_000
+        if chunk == 1:
+            events = events[::7]
+        whole = run_with_stats(events, chunk=10**7)
+        parts = run_with_stats(events, chunk=chunk)
+        assert parts[1].outliers == whole[1].outliers > 0
+        assert parts[0].of_type("evs.activity.detected") == whole[0].of_type(
+            "evs.activity.detected"
+        )
+
+    def test_unix_times_past_year_9999_are_dropped_not_formatted(self) -> None:
+        events = scene([VEHICLE])
+        events["t"] += 1_702_309_120_000_000
+        events["t"][0] = 1 << 62
+        events["t"][10] = -5
+        sink, stats = run_with_stats(events, clock=ClockDomain.UNIX)
+        assert stats.outliers == 2
+        assert sink.of_type("evs.segment.recorded")[0]["time"].startswith("2023-12-11T")
+
+    def test_formatting_a_time_out_of_range_says_so(self) -> None:
+        with pytest.raises(ValueError, match="outside 1970-9999"):
+            rfc3339_us(1 << 62)
+
+
+class NumpyClassifier:
+    def __init__(self, confidence: Any) -> None:
+        self.confidence = confidence
+
+    def classify(self, region: Region) -> tuple[str, float]:
+        return np.str_("face"), self.confidence
+
+
+class TestClassifierAnswers:
+    def test_numpy_scalars_become_json_values(self) -> None:
+        settings = BridgeSettings(classifier=NumpyClassifier(np.float32(0.87)))
+        activity = run(scene([FACE]), settings=settings).of_type("evs.activity.detected")[0]
+        assert activity["data"]["confidence"] == 0.87
+        assert type(activity["data"]["label"]) is str
+        orjson.dumps(activity)
+
+    @pytest.mark.parametrize("confidence", [1.5, -0.1, float("nan"), "high", None])
+    def test_a_confidence_outside_0_1_is_a_clear_error(self, confidence: Any) -> None:
+        settings = BridgeSettings(classifier=NumpyClassifier(confidence))
+        with pytest.raises(ClassifierError, match="NumpyClassifier"):
+            run(scene([FACE]), settings=settings)
+
+
+def test_a_long_run_keeps_only_the_last_causes() -> None:
+    sink, _ = run_with_stats(scene([PERSON], duration_us=2_000_000))
+    [sustained] = sink.of_type("evs.activity.sustained")
+    assert len(sustained["causationid"].split(",")) == 10

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from evs_bridge.spool import CURSOR_FILE, REJECTED_FILE, Spool, SpoolFull
+from evs_bridge.spool import CURSOR_FILE, REJECTED_FILE, Spool, SpoolBusy, SpoolFull
 
 
 def events(start: int, count: int) -> list[dict[str, Any]]:
@@ -45,6 +45,7 @@ class TestSpool:
         spool.append(events(0, 6))
         batch = spool.read_batch(4)
         spool.commit(batch.cursors[1])
+        spool.close()
         assert drain(Spool(tmp_path)) == ["e2", "e3", "e4", "e5"]
         assert (tmp_path / CURSOR_FILE).exists()
 
@@ -54,6 +55,7 @@ class TestSpool:
         [segment] = tmp_path.glob("spool-*.ndjson")
         with segment.open("ab") as file:
             file.write(b'{"id": "torn')
+        spool.close()
         reopened = Spool(tmp_path)
         reopened.append(events(2, 1))
         assert drain(reopened) == ["e0", "e1", "e2"]
@@ -79,6 +81,7 @@ class TestSpool:
         assert drain(spool, size=5) == [f"e{i}" for i in range(12)]
         assert len(list(tmp_path.glob("spool-*.ndjson"))) == 1
         spool.append(events(12, 1))
+        spool.close()
         assert drain(Spool(tmp_path, segment_bytes=60)) == ["e12"]
 
     def test_a_rejected_event_is_kept_with_the_answer(self, tmp_path: Path) -> None:
@@ -91,3 +94,20 @@ class TestSpool:
             "event": {"id": "bad"},
         }
         assert spool.is_empty
+
+    def test_rejects_stop_being_written_at_the_cap(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path, max_rejected_bytes=200)
+        kept = [spool.reject({"id": f"bad{i}"}, 422, {"detail": "no"}) for i in range(5)]
+        assert kept == [True, True, True, False, False]
+        assert (tmp_path / REJECTED_FILE).stat().st_size <= 200
+
+
+class TestLock:
+    def test_a_second_opener_is_refused_until_the_first_closes(self, tmp_path: Path) -> None:
+        first = Spool(tmp_path)
+        with pytest.raises(SpoolBusy, match="in use"):
+            Spool(tmp_path)
+        first.close()
+        with Spool(tmp_path) as second:
+            second.append(events(0, 1))
+        Spool(tmp_path).close()
