@@ -112,6 +112,20 @@ def served(url: URL) -> Iterator[Served]:
         process.wait(timeout=30)
 
 
+def settle(base: str, key: str, *, timeout_s: float = 1800) -> None:
+    """Wait until the server's projections have caught up with the log: a fresh server on
+    a big store first reads it (the dispatcher reads every event), and a benchmark
+    measures the steady state, not that catch-up."""
+    deadline = time.monotonic() + timeout_s
+    with httpx2.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as client:
+        while time.monotonic() < deadline:
+            found = client.get("/projections").json()["projections"]
+            if all(p["lag_events"] == 0 for p in found):
+                return
+            time.sleep(0.5)
+    raise RuntimeError("the projections did not catch up in time")
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     figure: str

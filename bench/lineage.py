@@ -31,6 +31,7 @@ from bench._harness import (
     percentile,
     print_table,
     serving,
+    settle,
 )
 
 RUN_LENGTH = 150
@@ -148,8 +149,8 @@ def main() -> None:
                 url, _ = ensure_database(server, url.database or "", fresh=True)
             print(f"building a store of {sum(len(b) for b in batches):,} events")
             key = asyncio.run(build(url, batches))
-            with psycopg.connect(libpq(url), autocommit=True) as conn:
-                conn.execute("VACUUM ANALYZE")  # fresh statistics for both contenders
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")  # fresh statistics for both contenders
         chosen = random.Random(11).sample(decisions, k=min(samples, len(decisions)))
 
         raw_ms: list[float] = []
@@ -170,6 +171,7 @@ def main() -> None:
                 base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60
             ) as client,
         ):
+            settle(base, key)
             for decision in chosen[:5]:
                 client.post("/graphql", json={"query": AUDIT, "variables": {"id": decision}})
             for decision in chosen:

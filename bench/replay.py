@@ -22,7 +22,15 @@ from app.db.engine import create_engine
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.records import NewEvent
-from bench._harness import Row, bench_server, ensure_database, libpq, print_table, served
+from bench._harness import (
+    Row,
+    bench_server,
+    ensure_database,
+    libpq,
+    print_table,
+    served,
+    settle,
+)
 from bench.ingest import DETECTOR
 
 _BASELINE_SQL = """
@@ -128,6 +136,7 @@ def main() -> None:
         key = asyncio.run(make_key(url))
         base_s, base_lines, base_bytes = baseline(url)
         with served(url) as process:
+            settle(process.base, key)
             ours_s, our_lines, our_bytes = over_http(process.base, key)
             peak = process.peak_rss_mb()
     assert our_lines == base_lines == total + 1, (our_lines, base_lines, total)  # + registration

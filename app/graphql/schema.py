@@ -8,9 +8,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import psycopg
 import strawberry
 from sqlalchemy.exc import OperationalError
 from strawberry.extensions import (
+    AddValidationRules,
     MaxAliasesLimiter,
     MaxTokensLimiter,
     ParserCache,
@@ -81,8 +83,10 @@ async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
     try:
         async with asyncio.timeout(budget_ms / 1000):
             return await work()
-    except (TimeoutError, OperationalError) as exc:
-        if isinstance(exc, OperationalError) and "statement timeout" not in str(exc.orig):
+    except (TimeoutError, OperationalError, psycopg.OperationalError) as exc:
+        # The walk runs on the driver itself: its errors arrive unwrapped, or wrapped.
+        cause = exc.orig if isinstance(exc, OperationalError) else exc
+        if not isinstance(exc, TimeoutError) and "statement timeout" not in str(cause):
             raise
         raise Timeout(
             f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",
@@ -246,6 +250,12 @@ def _bound(value: int, cap: int) -> int:
 
 
 def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
+    # The limiters' validation rules are classes made when a limiter is made: made once
+    # here, so the validation cache (keyed by document and rules) hits across requests.
+    rules = [
+        *QueryDepthLimiter(max_depth=limits.max_query_depth).validation_rules,
+        *MaxAliasesLimiter(max_alias_count=limits.max_aliases).validation_rules,
+    ]
     return strawberry.Schema(
         query=Query,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
@@ -254,9 +264,8 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # audit itself; clients repeat the same documents, so both are cached.
             lambda: ParserCache(maxsize=256),
             lambda: ValidationCache(maxsize=256),
-            lambda: QueryDepthLimiter(max_depth=limits.max_query_depth),
+            lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
-            lambda: MaxAliasesLimiter(max_alias_count=limits.max_aliases),
             ProblemErrors,
         ],
     )

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import AsyncConnection as PsycopgConnection
+from psycopg.rows import namedtuple_row
 from sqlalchemy import BigInteger, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -65,6 +67,19 @@ class Walk:
 
     nodes: list[WalkedNode]
     truncated: bool
+
+
+_WALK = """
+    SELECT events.*, events.data IS NOT NULL AS has_json_data,
+           walked.depth, walked.truncated, before.hash AS before
+    FROM events AS root
+    JOIN LATERAL causeway_walk(root.position, %(direction)s, %(max_depth)s, %(max_nodes)s)
+         AS walked (node, depth, truncated) ON true
+    JOIN events ON events.position = walked.node
+    LEFT JOIN events AS before ON before.position = events.position - 1
+    WHERE root.tenant = %(tenant)s AND root.id = %(id)s AND events.tenant = %(tenant)s
+    ORDER BY walked.depth, events.position
+"""
 
 
 def _stored(row: Any) -> StoredEvent:
@@ -168,23 +183,23 @@ class GraphReader:
         ``causeway_walk`` (migration 0002), and each node comes with its full row and the
         hash before it. Edges join events of one tenant only (causes are checked at
         append), so the walk stays in the root's tenant. None when there is no such event."""
-        root = events.alias("root")
-        before = events.alias("before")
-        walked = (
-            func.causeway_walk(root.c.position, direction.value, max_depth, max_nodes)
-            .table_valued("node", "depth", "truncated")
-            .lateral("walked")
-        )
-        statement = (
-            select(*full_row(), walked.c.depth, walked.c.truncated, before.c.hash.label("before"))
-            .select_from(root)
-            .join(walked, true())
-            .join(events, events.c.position == walked.c.node)
-            .outerjoin(before, before.c.position == events.c.position - 1)
-            .where(root.c.tenant == tenant, root.c.id == event_id, events.c.tenant == tenant)
-            .order_by(walked.c.depth, events.c.position)
-        )
-        rows = (await self._conn.execute(statement)).all()
+        # Straight to the driver: one statement, built once, whose rows (full events, up to
+        # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
+        # cost more than PostgreSQL's walk.
+        raw = await self._conn.get_raw_connection()
+        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            await cursor.execute(
+                _WALK,
+                {
+                    "tenant": tenant,
+                    "id": event_id,
+                    "direction": direction.value,
+                    "max_depth": max_depth,
+                    "max_nodes": max_nodes,
+                },
+            )
+            rows: list[Any] = await cursor.fetchall()
         if not rows:
             return None
         nodes = [
