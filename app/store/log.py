@@ -68,33 +68,52 @@ class EventLog:
         # lengthen the one section that no two appends share.
         raw = await self._conn.get_raw_connection()
         driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        async with driver.cursor(row_factory=namedtuple_row) as cursor:
-            # Lock first, then read: a statement that both waited for the lock and read
-            # the tail would see a snapshot from before the wait.
-            await cursor.execute(_LOCK_HEAD)
-            head: Any = await cursor.fetchone()
+        ids = {(t, e.id) for t, batch in requests for e in batch}
+        causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
+        streams = {(t, e.stream) for t, batch in requests for e in batch}
+        models = {
+            (t, e.model_name, e.model_version)
+            for t, batch in requests
+            for e in batch
+            if e.model_name is not None and e.model_version is not None
+        }
+        wanted = {(tenant, registration_id(name, version)) for tenant, name, version in models}
+        # Lock first, then read: a statement that both waited for the lock and read the
+        # tail would see a snapshot from before the wait. The lookups go in one pipeline
+        # behind the lock (PostgreSQL runs them in order, each with a snapshot taken after
+        # the lock), so the head is held for one round trip here, not five.
+        async with (
+            driver.pipeline(),
+            driver.cursor(row_factory=namedtuple_row) as locked,
+            driver.cursor(row_factory=namedtuple_row) as known,
+            driver.cursor(row_factory=namedtuple_row) as positions,
+            driver.cursor(row_factory=namedtuple_row) as versions,
+            driver.cursor(row_factory=namedtuple_row) as registered,
+        ):
+            await locked.execute(_LOCK_HEAD)
+            await known.execute(_FETCH_KNOWN, _pair_params(ids))
+            await positions.execute(_FETCH_POSITIONS, _pair_params(causes))
+            await versions.execute(_FETCH_VERSIONS, _pair_params(streams))
+            await registered.execute(_FETCH_KNOWN, _pair_params(wanted))
+            head: Any = await locked.fetchone()
             if head is None:
                 raise RuntimeError("the log_head row is missing: the schema is not migrated")
-            ids = {(t, e.id) for t, batch in requests for e in batch}
-            causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
-            streams = {(t, e.stream) for t, batch in requests for e in batch}
-            models = {
-                (t, e.model_name, e.model_version)
-                for t, batch in requests
-                for e in batch
-                if e.model_name is not None and e.model_version is not None
-            }
-            group = GroupPlan(
-                position=int(head.position),
-                prev_hash=bytes(head.hash),
-                stored=await _fetch_known(cursor, ids),
-                positions=await _fetch_positions(cursor, causes),
-                versions=await _fetch_stream_versions(cursor, streams),
-                recorded_at=datetime.now(UTC),
-                registrations=await _fetch_registrations(cursor, models),
-            )
-            outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
-            if group.rows:
+            found: list[Any] = await known.fetchall()
+            cause_rows: list[Any] = await positions.fetchall()
+            version_rows: list[Any] = await versions.fetchall()
+            registration_rows: list[Any] = await registered.fetchall()
+        group = GroupPlan(
+            position=int(head.position),
+            prev_hash=bytes(head.hash),
+            stored=_known_from(found),
+            positions={(r.tenant, r.id): r.position for r in cause_rows},
+            versions={(r.tenant, r.stream): int(r.version) for r in version_rows if r.version},
+            recorded_at=datetime.now(UTC),
+            registrations=_registrations_from(registration_rows),
+        )
+        outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
+        if group.rows:
+            async with driver.cursor() as cursor:
                 await _write(cursor, group)
         return outcomes
 
@@ -133,45 +152,21 @@ def read_wake_hint(payload: str) -> frozenset[str] | None:
     return types or None
 
 
-async def _fetch_registrations(
-    cursor: AsyncCursor[Any], keys: set[ModelKey]
-) -> dict[ModelKey, Registration]:
-    if not keys:
-        return {}
-    wanted = {(tenant, registration_id(name, version)) for tenant, name, version in keys}
-    found = await _fetch_known(cursor, wanted)
-    return {
-        (
-            known.record.tenant,
-            known.record.model_name or "",
-            known.record.model_version or "",
-        ): (registration_from(known.record.data, known.record.model_signature or ""))
-        for known in found.values()
-        if known.record.type == REGISTERED
-    }
-
-
-async def _fetch_known(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, Known]:
-    await cursor.execute(_FETCH_KNOWN, _pair_params(keys))
+def _known_from(rows: list[Any]) -> dict[Key, Known]:
     return {
         (row.tenant, row.id): Known(row.position, row.stream_version, record_from_row(row))
-        for row in await cursor.fetchall()
+        for row in rows
     }
 
 
-async def _fetch_positions(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, int]:
-    if not keys:
-        return {}
-    await cursor.execute(_FETCH_POSITIONS, _pair_params(keys))
-    return {(row.tenant, row.id): row.position for row in await cursor.fetchall()}
-
-
-async def _fetch_stream_versions(cursor: AsyncCursor[Any], keys: set[Key]) -> dict[Key, int]:
-    await cursor.execute(_FETCH_VERSIONS, _pair_params(keys))
+def _registrations_from(rows: list[Any]) -> dict[ModelKey, Registration]:
+    found = [record_from_row(row) for row in rows]
     return {
-        (row.tenant, row.stream): int(row.version)
-        for row in await cursor.fetchall()
-        if row.version is not None
+        (record.tenant, record.model_name or "", record.model_version or ""): (
+            registration_from(record.data, record.model_signature or "")
+        )
+        for record in found
+        if record.type == REGISTERED
     }
 
 
