@@ -308,11 +308,16 @@ class DecisionAudit:
     source_events: list[Event]
     derived_events: list[Event]
     models: list[AuditModel]
-    graph: Lineage
+    trace: strawberry.Private[Trace]
     chain_verified: bool = strawberry.field(
         description="Every event in this answer matches its hash and links to its predecessor."
     )
     truncated: bool
+
+    @strawberry.field
+    def graph(self) -> Lineage:
+        # Built when asked for: its nodes and edges are most of the answer's objects.
+        return Lineage.from_trace(self.trace)
 
     @classmethod
     def from_audit(cls, answer: Audit) -> "DecisionAudit":
@@ -329,7 +334,7 @@ class DecisionAudit:
                 )
                 for m in answer.models
             ],
-            graph=Lineage.from_trace(answer.trace),
+            trace=answer.trace,
             chain_verified=answer.chain_verified,
             truncated=answer.truncated,
         )
