@@ -9,8 +9,7 @@ priority classes that decide between spot and on-demand capacity.
 - During the configured off-peak hours, tasks of priority ``off_peak_max_priority`` and
   below go to spot workers only, leaving on-demand capacity to the rest.
 
-``TaskQueue.lease`` puts the same rules into its SQL; ``satisfies`` states them in Python
-(the tests hold the two to each other).
+``TaskQueue.lease`` applies them in its SQL, so a lease never reads a task it may not take.
 """
 
 from __future__ import annotations
@@ -74,26 +73,3 @@ class OffPeak:
         if self.start_hour <= self.end_hour:
             return self.start_hour <= hour < self.end_hour
         return hour >= self.start_hour or hour < self.end_hour
-
-
-def satisfies(
-    *,
-    priority: int,
-    numbers: dict[str, float],
-    flags: list[str],
-    labels: dict[str, str],
-    profile: WorkerProfile,
-    off_peak: OffPeak | None,
-    now: datetime,
-) -> bool:
-    """Whether ``profile`` may run a task with these requirements and priority, now."""
-    if any(profile.numbers.get(k, -1.0) < v for k, v in numbers.items()):
-        return False
-    if not set(flags) <= profile.flags:
-        return False
-    if any(profile.labels.get(k) != v for k, v in labels.items()):
-        return False
-    if profile.spot and priority > GUARANTEED_ABOVE:
-        return False
-    low = off_peak is not None and off_peak.is_active(now) and priority <= off_peak.max_priority
-    return not (low and not profile.spot)

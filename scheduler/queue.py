@@ -37,7 +37,7 @@ from app.store.chain import ChainRecord
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
-from app.store.records import NewEvent
+from app.store.records import Appended, NewEvent
 from ingest.appender import Appender
 from scheduler import tasks as t
 from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
@@ -47,7 +47,7 @@ _c = tasks.c
 _LEASE_TRIES = 5
 # The hot statements, built once. A task fits a worker when each numeric requirement is at
 # most the worker's capability of that name, its flags are among the worker's true flags,
-# and its labels among the worker's labels (placement.satisfies says the same in Python).
+# and its labels among the worker's labels (see scheduler.placement).
 _FITS = text(
     "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
     "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, -1) < need.value::float8)"
@@ -353,8 +353,7 @@ class TaskQueue:
             at=now,
             causes=tuple(e.id for e in caused),
         )
-        appended = await self._append(tenant, [*caused, done])
-        await self._write(t.fold(state, done.type, done.data, appended[-1].position))
+        _, appended = await self._commit(tenant, state, [*caused, done])
         return state, [a.position for a in appended[:-1]]
 
     async def fail(
@@ -447,14 +446,14 @@ class TaskQueue:
             data = {**data, "input": await self._input_of(tenant, state.trigger_id)}
         batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
         try:
-            return await self._commit(tenant, state, batch)
+            return (await self._commit(tenant, state, batch))[0]
         except VersionConflict:
             if all(e.stream == state.stream for e in batch):
                 raise
             # A concurrent rollback of the same service won: decide again on the
             # deployment as it is now (it changed since the task ran: a requeue only).
             batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
-            return await self._commit(tenant, state, batch)
+            return (await self._commit(tenant, state, batch))[0]
 
     async def _failure_batch(
         self,
@@ -560,18 +559,20 @@ class TaskQueue:
         causes: tuple[str, ...] = (),
     ) -> t.TaskState:
         event = t.decision(state, event_type, data, at=at, causes=causes)
-        return await self._commit(tenant, state, [event])
+        return (await self._commit(tenant, state, [event]))[0]
 
-    async def _commit(self, tenant: str, state: t.TaskState, batch: list[NewEvent]) -> t.TaskState:
+    async def _commit(
+        self, tenant: str, state: t.TaskState, batch: list[NewEvent]
+    ) -> tuple[t.TaskState, list[Appended]]:
         """Append ``batch`` atomically, then fold the task's own decisions in it into its
-        row (still locked by this transaction)."""
+        row (still locked by this transaction); the task after, and where each event went."""
         appended = await self._append(tenant, batch)
         after = state
         for event, where in zip(batch, appended, strict=True):
             if event.stream == state.stream:
                 after = t.fold(after, event.type, event.data, where.position)
         await self._write(after)
-        return after
+        return after, appended
 
     async def _write(self, state: t.TaskState) -> None:
         await write_task(self._conn, state)

@@ -389,11 +389,9 @@ def _task_json(state: t.TaskState) -> dict[str, Any]:
         "route": state.route_id,
         "priority": state.priority,
         "guaranteed": state.priority > 7,
-        "requires": {
-            **state.req_numbers,
-            **dict.fromkeys(state.req_flags, True),
-            **({"labels": state.req_labels} if state.req_labels else {}),
-        },
+        "requires": r.Requirements(
+            state.req_numbers, tuple(state.req_flags), state.req_labels
+        ).as_spec(),
         "state": state.state,
         "trigger": state.trigger_id,
         "trigger_type": state.trigger_type,

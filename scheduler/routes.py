@@ -106,6 +106,14 @@ class Requirements:
     def as_json(self) -> dict[str, Any]:
         return {"numbers": self.numbers, "flags": list(self.flags), "labels": self.labels}
 
+    def as_spec(self) -> dict[str, Any]:
+        """The form a route is written in: ``{"gpu_memory_gb": 8, "fp16": true, ...}``."""
+        return {
+            **self.numbers,
+            **dict.fromkeys(self.flags, True),
+            **({"labels": self.labels} if self.labels else {}),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Prewarm:
@@ -171,11 +179,7 @@ class Route:
             "kind": self.kind,
             "queue": self.queue,
             "priority": self.priority,
-            "requires": {
-                **self.requires.numbers,
-                **dict.fromkeys(self.requires.flags, True),
-                **({"labels": self.requires.labels} if self.requires.labels else {}),
-            },
+            "requires": self.requires.as_spec(),
             "debounce": (
                 {"key": self.debounce_key, "window_s": self.debounce_window_s}
                 if self.debounce_key
@@ -411,6 +415,6 @@ def _prewarm(raw: Any) -> Prewarm | None:
 
 
 def route_from_json(data: dict[str, Any]) -> Route:
-    """A stored route (the data of its ``causeway.route.defined`` event)."""
-    requires = dict(data.get("requires") or {})
-    return parse_route({**data, "requires": requires})
+    """A stored route (the data of its ``causeway.route.defined`` event): stored as
+    ``Route.as_json`` writes it, which ``parse_route`` reads back to the same route."""
+    return parse_route(data)

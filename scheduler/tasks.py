@@ -126,9 +126,13 @@ def decision_id(task_id: str, version: int) -> str:
     return f"causeway:task:{task_id}:{version}"
 
 
+MAX_RETRY_DELAY_S = 86_400.0
+
+
 def retry_delay_s(base_s: float, attempt: int, jitter: float) -> float:
-    """Exponential backoff: ``base * 2**(attempt-1)``, stretched by ``jitter`` (0-0.25)."""
-    return float(base_s * 2.0 ** (attempt - 1) * (1 + jitter))
+    """Exponential backoff: ``base * 2**(attempt-1)``, stretched by ``jitter`` (0-0.25),
+    and never more than a day (a route may allow 100 retries of a 1 h base)."""
+    return min(float(base_s * 2.0 ** (attempt - 1) * (1 + jitter)), MAX_RETRY_DELAY_S)
 
 
 def draw_jitter() -> float:
@@ -325,21 +329,21 @@ def disposition_for(state: TaskState, error_class: str) -> str:
 
 
 def alert(
-    tenant_state: TaskState, kind: str, detail: dict[str, Any], *, at: datetime, cause: str
+    state: TaskState, kind: str, detail: dict[str, Any], *, at: datetime, cause: str
 ) -> NewEvent:
     return NewEvent(
         id=f"causeway:alert:{uuid.uuid4().hex}",
         source=SOURCE,
         type=ALERT_RAISED,
-        stream=f"causeway:alert:{tenant_state.queue}",
+        stream=f"causeway:alert:{state.queue}",
         time=at.isoformat(),
         time_value=at,
         has_data=True,
         data={
             "kind": kind,
-            "task_id": tenant_state.id,
-            "queue": tenant_state.queue,
-            "route": tenant_state.route_id,
+            "task_id": state.id,
+            "queue": state.queue,
+            "route": state.route_id,
             **detail,
         },
         causes=(cause,),

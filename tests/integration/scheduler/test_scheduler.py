@@ -48,6 +48,15 @@ async def define(admin: Client, **route: Any) -> dict[str, Any]:
     return dict(response.json())
 
 
+async def queued(app: FastAPI, admin: Client, jobs: int = 1, **route: Any) -> None:
+    """Route ``job`` events to queue ``q`` (``route`` overrides), post ``jobs`` of them,
+    and let the dispatcher make their tasks."""
+    await define(admin, **{"id": "r", "types": ["job"], "kind": "k", "queue": "q", **route})
+    for _ in range(jobs):
+        await post(admin, type="job")
+    await dispatch(app)
+
+
 async def post(client: Client, **attributes: Any) -> dict[str, Any]:
     body = event(**attributes)
     response = await client.post("/events", content=dumps(body), headers=STRUCTURED)
@@ -258,9 +267,7 @@ class TestLeasing:
     async def test_an_expired_lease_is_delivered_again_and_counts_an_attempt(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="infer", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin, kind="infer")
         first = await lease(worker, "q", lease_s=0.2)
         assert first is not None
         assert first["task"]["attempts"] == 1
@@ -322,10 +329,7 @@ class TestBadInput:
     async def test_a_failure_message_with_a_nul_is_refused_and_fails_no_one_else(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        for _ in range(2):
-            await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin, jobs=2)
         first, second = await lease(worker, "q"), await lease(worker, "q")
         assert first is not None
         assert second is not None
@@ -341,9 +345,7 @@ class TestBadInput:
     async def test_results_with_huge_integers_are_refused_as_ingest_refuses_them(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin)
         leased = await lease(worker, "q")
         assert leased is not None
         result = event(type="res", data={"n": 2**70})
@@ -371,9 +373,7 @@ class TestBadInput:
     async def test_an_expired_lease_is_lost_even_before_the_sweeper_runs(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin)
         leased = await lease(worker, "q", lease_s=0.1)
         assert leased is not None
         await asyncio.sleep(0.2)
@@ -426,9 +426,7 @@ class TestResults:
     async def test_a_refused_result_leaves_the_task_leased_and_nothing_written(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin)
         leased = await lease(worker, "q")
         assert leased is not None
         bad = event(type="result", causationid="no-such-event")
@@ -698,9 +696,7 @@ class TestQueueState:
     async def test_a_row_whose_write_was_lost_catches_up_from_the_log(
         self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin)
         async with engine.begin() as conn:
             [row] = (await conn.execute(select(tasks.c.id))).all()
             state = await TaskQueue(conn).fetch("acme", row.id)
@@ -726,10 +722,7 @@ class TestQueueState:
         app = create_app(settings, database_url=database_url)
         try:
             async with asgi_client(app, await make_key("acme", "admin")) as admin:
-                await define(admin, id="r", types=["job"], kind="k", queue="q")
-                for _ in range(3):
-                    await post(admin, type="job")
-                await dispatch(app)
+                await queued(app, admin, jobs=3)
                 loop = SchedulerLoop(
                     app.state.engine,
                     app.state.scheduler_controller,
@@ -751,9 +744,7 @@ class TestTenants:
     async def test_a_worker_of_another_tenant_sees_no_task(
         self, app: FastAPI, admin: Client, make_key: MakeKey
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q")
-        await post(admin, type="job")
-        await dispatch(app)
+        await queued(app, admin)
         async with asgi_client(app, await make_key("globex", "worker,read")) as other:
             assert await lease(other, "q") is None
             assert (await other.get("/queues")).json()["queues"] == []
