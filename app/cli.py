@@ -138,7 +138,7 @@ def serve(
             return
         # uvicorn re-raises SIGTERM after its graceful shutdown, which ends the process
         # before this block exits; so the app's shutdown stops the embedded server too.
-        app = create_app(settings, database_url=url, on_shutdown=db.close)
+        app = create_app(settings, database_url=url, on_shutdown=db.close, tune_gc=True)
         uvicorn.run(
             app, log_level="info", access_log=settings.access_log, host=bind_host, port=bind_port
         )

@@ -56,6 +56,13 @@ def ensure_database(server: URL, name: str, *, fresh: bool) -> tuple[URL, bool]:
     return url, exists is not None
 
 
+def checkpoint(url: URL) -> None:
+    """Write out what earlier phases left dirty, so that no phase pays for the last one's
+    writes (a fresh database, a dropped table, the other contender's rows)."""
+    with psycopg.connect(libpq(url), autocommit=True) as conn:
+        conn.execute("CHECKPOINT")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,18 +23,21 @@ from typing import Any
 
 import orjson
 import psycopg
+from psycopg.types.json import Jsonb
 from sqlalchemy import URL
 
 from app.db.engine import create_engine
 from app.store._plan import GroupPlan
+from app.store._plan import Row as PlannedRow
 from app.store.chain import GENESIS_HASH
 from app.store.keys import KeyStore, Scope
-from app.store.log import EventLog, _copy_row
+from app.store.log import EventLog
 from app.store.models import Signature, registration_event, registration_from
 from app.store.records import NewEvent
 from bench._harness import (
     Row,
     bench_server,
+    checkpoint,
     ensure_database,
     libpq,
     percentile,
@@ -107,13 +110,29 @@ def copy_rows(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     plan = GroupPlan(0, GENESIS_HASH, {}, {}, {}, datetime.now(UTC), registered)
     outcome = plan.plan("bench", batch)
     assert isinstance(outcome, list), outcome
-    return [_copy_row(row) for row in plan.rows]
+    return [_baseline_row(row, plan.recorded_at) for row in plan.rows]
+
+
+def _baseline_row(r: PlannedRow, at: datetime) -> tuple[Any, ...]:
+    """The values of one ``events`` row, for psycopg's own COPY adapters."""
+    e = r.event
+    return (
+        r.position, r.tenant, e.id, e.source, e.type, e.subject, e.time_value, e.time, at,
+        e.stream, r.stream_version, None, None, Jsonb(e.data, dumps=_json_text), None,
+        Jsonb(e.extensions, dumps=_json_text), list(e.causes), e.correlation_id, e.model_name,
+        e.model_version, e.model_signature, r.prev_hash, r.hash,
+    )  # fmt: skip
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
 
 
 def copy_baseline(url: URL, rows: list[tuple[Any, ...]]) -> float:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS copy_baseline")
         conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
+        conn.execute("CHECKPOINT")
         columns = [
             r[0]
             for r in conn.execute(
@@ -226,9 +245,12 @@ def main() -> None:
         batch = [cloudevent("b") for _ in range(batch_events)]
         copy_rate = copy_baseline(url, copy_rows(batch))
         with serving(url) as base:
+            checkpoint(url)
             batch_rate = asyncio.run(http_batches(base, key, batch, clients=4))
             single = [cloudevent("s1") for _ in range(single_events)]
+            checkpoint(url)
             single_rate, latencies = asyncio.run(http_singles(base, key, single, clients=32))
+        checkpoint(url)
         es_rate = eventsourcing_baseline(url, [cloudevent("es") for _ in range(single_events)], 32)
         workers_rows = []
         for workers in (2, 4):
@@ -236,6 +258,7 @@ def main() -> None:
             try:
                 with serving(url) as base:
                     events = [cloudevent(f"w{workers}") for _ in range(single_events)]
+                    checkpoint(url)
                     rate, lat = asyncio.run(http_singles(base, key, events, clients=32))
             finally:
                 del os.environ["CAUSEWAY_WORKERS"]

@@ -1,7 +1,7 @@
 """The scheduler's projections of the log.
 
-- ``Dispatcher`` reads every event. Route events maintain the routing table; any other
-  event is matched against the routes of its tenant as they stood at its position, and
+- ``Dispatcher`` reads route events, and every event of the tenants that have routes
+  (``Selective``). Route events maintain the routing table; any other event is matched against the routes of its tenant as they stood at its position, and
   each matching route makes its task (``causeway.task.created``, caused by the event),
   supersedes a debounced one, or counts towards a pre-warm request. It appends those
   decisions in the runner's transaction, with the checkpoint, so an event is dispatched
@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, prewarm_windows, routes, tasks
 from app.errors import AppError
+from app.projections.base import Selection
 from app.store.chain import ChainRecord
 from app.store.graph import StoredEvent
 from app.store.log import EventLog
@@ -47,15 +48,23 @@ class Dispatcher:
     types = None
 
     def __init__(self) -> None:
-        # Routes by tenant, as of the last event applied. The runner hands this projection
-        # every position in order; any other step (a rebuild, a batch retried after a
-        # rollback, leadership regained after another process led) drops the cache.
+        # Routes by tenant, as of the last event applied: loaded from the routes table
+        # as a batch needs them, and dropped at the start of every batch (a batch retried
+        # after a rollback, or one after another process led, must not trust them), and
+        # when positions go back (a rebuild).
         self._routes: dict[str, list[r.Route]] = {}
         self._last = -1
 
+    async def selection(self, conn: AsyncConnection) -> Selection:
+        """The events of tenants with routes, and route events: no other event can
+        make a task, so a store without routes costs the dispatcher next to nothing."""
+        self._routes.clear()
+        tenants = (await conn.execute(select(routes.c.tenant).distinct())).scalars()
+        return Selection(tuple(sorted(tenants)), tuple(sorted(r.TYPES)))
+
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record
-        if record.position != self._last + 1:
+        if record.position <= self._last:
             self._routes.clear()
         self._last = record.position
         if record.type in r.TYPES:

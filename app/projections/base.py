@@ -5,12 +5,17 @@ effect exactly once, whatever crashes in between. ``tables`` are the read model 
 empties them); ``types`` are the event types it reads (others only move its checkpoint
 forward; ``None``: every event). Handlers must be deterministic: a rebuild from position 0
 gives the same state.
+
+A projection whose interest depends on its own state (the dispatcher reads only tenants
+that have routes) is ``Selective``: at the start of each batch it names the tenants it
+reads, and the types that can change that (a batch ends after an event of one of them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,3 +34,19 @@ class Projection(Protocol):
     def types(self) -> frozenset[str] | None: ...
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The events a ``Selective`` projection reads now: every event of ``tenants``, and
+    every event of ``types`` (whichever tenant); an event of ``types`` ends its batch."""
+
+    tenants: tuple[str, ...]
+    types: tuple[str, ...]
+
+
+@runtime_checkable
+class Selective(Protocol):
+    async def selection(self, conn: AsyncConnection) -> Selection:
+        """What to read from here on; called in the batch's transaction, before ``apply``."""
+        ...

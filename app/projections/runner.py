@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import any_, bindparam, delete, func, literal, select, update
+from sqlalchemy import any_, bindparam, delete, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -34,7 +34,7 @@ from sqlalchemy.types import Text
 
 from app.db.tables import events, log_head, projection_checkpoints
 from app.errors import NotFound
-from app.projections.base import Projection
+from app.projections.base import Projection, Selection, Selective
 from app.store.graph import StoredEvent
 from app.store.log import NOTIFY_CHANNEL, full_row, read_wake_hint, record_from_row
 
@@ -119,13 +119,19 @@ class ProjectionRunner:
             if until is not None:
                 head = min(head, until)
             size = self._batch_sizes.get(projection.name, self._batch_size)
-            found = await _read_events(conn, projection, checkpoint, head, size)
+            selection = None
+            if isinstance(projection, Selective):
+                selection = await projection.selection(conn)
+            found = await _read_events(conn, projection, checkpoint, head, size, selection)
+            reached = found[-1].position if len(found) == size else head
             for event in found:
                 try:
                     await projection.apply(conn, event)
                 except Exception as exc:
                     raise ProjectionFailed(event.position, exc) from exc
-            reached = found[-1].position if len(found) == size else head
+                if selection is not None and event.record.type in selection.types:
+                    reached = event.position  # what the projection reads may have changed
+                    break
             if not found and reached - checkpoint < size:
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
@@ -267,11 +273,19 @@ class ProjectionRunner:
 
 
 async def _read_events(
-    conn: AsyncConnection, projection: Projection, after: int, head: int, limit: int
+    conn: AsyncConnection,
+    projection: Projection,
+    after: int,
+    head: int,
+    limit: int,
+    selection: Selection | None = None,
 ) -> list[StoredEvent]:
     """The projection's events in (after, head], in position order, ``limit`` at most."""
     window = {"after": after, "head": head, "limit": limit}
-    if projection.types is None:
+    if selection is not None:
+        chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
+        rows = await conn.execute(_READ_SELECTED, {**window, **chosen})
+    elif projection.types is None:
         rows = await conn.execute(_READ_ALL, window)
     else:
         rows = await conn.execute(_READ_TYPES, {**window, "types": sorted(projection.types)})
@@ -304,6 +318,12 @@ _READ_ALL = (
     .limit(bindparam("limit"))
 )
 _READ_TYPES = _READ_ALL.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
+_READ_SELECTED = _READ_ALL.where(
+    or_(
+        events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
+        events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
+    )
+)
 _READ_HEAD = select(log_head.c.position)
 _ENSURE_CHECKPOINT = (
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
@@ -339,7 +359,15 @@ async def fetch_status(
         row = rows.get(projection.name)
         checkpoint = int(row.position) if row else 0
         pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
-        if projection.types is not None:
+        if isinstance(projection, Selective):
+            selection = await projection.selection(conn)
+            pending = pending.where(
+                or_(
+                    events.c.tenant == any_(literal(list(selection.tenants), ARRAY(Text))),
+                    _of_types(frozenset(selection.types)),
+                )
+            )
+        elif projection.types is not None:
             pending = pending.where(_of_types(projection.types))
         oldest = (await conn.execute(pending.order_by(events.c.position).limit(1))).scalar()
         lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0

@@ -8,13 +8,13 @@ others (no savepoints needed). Hashes are chained in the same pass.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
-from app.store.chain import ChainRecord, canonical_bytes, link
+from app.store.chain import Content, encode
 from app.store.models import REGISTERED, Registration, output_violation, registration_from
 from app.store.records import Appended, NewEvent
 
@@ -23,21 +23,23 @@ ModelKey = tuple[str, str, str]  # (tenant, model name, version)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class Known:
-    """An event already stored, or accepted earlier in the group."""
+class Known(NamedTuple):
+    """An event already stored (its record), or accepted earlier in the group (its
+    ``NewEvent``): what a re-send of its id is compared with."""
 
     position: int
     stream_version: int
-    record: ChainRecord
+    content: Content
 
 
-@dataclass(frozen=True, slots=True)
-class Row:
-    """One event to write: its chain record and the hashes around it."""
+class Row(NamedTuple):
+    """One event to write, where it goes, and the hashes around it. (Tuples, not
+    dataclasses: one of each is built per event, inside the section that holds the log.)"""
 
     event: NewEvent
-    record: ChainRecord
+    tenant: str
+    position: int
+    stream_version: int
     prev_hash: bytes
     hash: bytes
 
@@ -61,7 +63,7 @@ class GroupPlan:
         self._positions: dict[Key, int] = dict(positions)
         self._positions.update({k: v.position for k, v in stored.items()})
         self._versions: dict[Key, int] = dict(versions)
-        self._recorded_at = recorded_at
+        self.recorded_at = recorded_at
         self._registrations: dict[ModelKey, Registration] = dict(registrations or {})
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
@@ -82,7 +84,7 @@ class GroupPlan:
             key = (tenant, event.id)
             earlier = known.get(key) or self._known.get(key)
             if earlier is not None:
-                problem = _compare(event, tenant, earlier.record)
+                problem = _compare(event, tenant, earlier.content)
                 if problem is not None:
                     id_errors.append({"index": index, "attribute": "id", "detail": problem})
                     continue
@@ -90,7 +92,7 @@ class GroupPlan:
                     Appended(
                         event.id,
                         event.source,
-                        earlier.record.stream,
+                        earlier.content.stream,
                         earlier.stream_version,
                         earlier.position,
                         duplicate=True,
@@ -139,18 +141,17 @@ class GroupPlan:
                     index=index,
                 )
             position += 1
-            record = chain_record(event, tenant, position, actual + 1, self._recorded_at)
-            this_hash = link(prev_hash, record)
-            rows.append(Row(event, record, prev_hash, this_hash))
-            edges.extend((position, cause) for cause in cause_positions)
+            version = actual + 1
+            canonical = encode(event, tenant, position, version, self.recorded_at)
+            this_hash = hashlib.sha256(prev_hash + canonical).digest()
+            rows.append(Row(event, tenant, position, version, prev_hash, this_hash))
+            edges.extend([(position, cause) for cause in cause_positions])
             prev_hash = this_hash
-            versions[stream] = actual + 1
-            known[key] = Known(position, actual + 1, record)
+            versions[stream] = version
+            known[key] = Known(position, version, event)
             positions[key] = position
             outcomes.append(
-                Appended(
-                    event.id, event.source, event.stream, actual + 1, position, duplicate=False
-                )
+                Appended(event.id, event.source, event.stream, version, position, False)
             )
         if id_errors:
             return IdConflict(_summary(id_errors), errors=id_errors)
@@ -168,41 +169,12 @@ class GroupPlan:
         return outcomes
 
 
-def chain_record(
-    event: NewEvent, tenant: str, position: int, stream_version: int, recorded_at: datetime
-) -> ChainRecord:
-    return ChainRecord(
-        position=position,
-        tenant=tenant,
-        id=event.id,
-        source=event.source,
-        type=event.type,
-        subject=event.subject,
-        time=event.time,
-        recorded_at=recorded_at,
-        stream=event.stream,
-        stream_version=stream_version,
-        datacontenttype=event.datacontenttype,
-        dataschema=event.dataschema,
-        has_data=event.has_data,
-        data=event.data,
-        data_binary=event.data_binary,
-        extensions=event.extensions,
-        causes=event.causes,
-        correlation_id=event.correlation_id,
-        model_name=event.model_name,
-        model_version=event.model_version,
-        model_signature=event.model_signature,
-    )
-
-
-def _compare(event: NewEvent, tenant: str, stored: ChainRecord) -> str | None:
+def _compare(event: NewEvent, tenant: str, stored: Content) -> str | None:
     """None when ``event`` is an exact re-send of ``stored``, else why it conflicts."""
     if event.source != stored.source:
         return f"id {event.id!r} is already used by source {stored.source!r}"
-    sent = chain_record(event, tenant, 0, 0, _EPOCH)
-    kept = replace(stored, position=0, stream_version=0, recorded_at=_EPOCH)
-    if canonical_bytes(sent) != canonical_bytes(kept):
+    # Everything but where the store put it: position, stream version, recorded time.
+    if encode(event, tenant, 0, 0, _EPOCH) != encode(stored, tenant, 0, 0, _EPOCH):
         return f"event {event.source!r}/{event.id!r} was stored before with other content"
     return None
 

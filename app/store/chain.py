@@ -18,14 +18,56 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 GENESIS_HASH = bytes(32)
 
 
-@dataclass(frozen=True, slots=True)
+class Content(Protocol):
+    """An event's own attributes, as both a ``ChainRecord`` and an ``ingest``-built
+    ``NewEvent`` hold them: what the chain covers besides where the store put it."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def subject(self) -> str | None: ...
+    @property
+    def time(self) -> str | None: ...
+    @property
+    def stream(self) -> str: ...
+    @property
+    def datacontenttype(self) -> str | None: ...
+    @property
+    def dataschema(self) -> str | None: ...
+    @property
+    def has_data(self) -> bool: ...
+    @property
+    def data(self) -> Any: ...
+    @property
+    def data_binary(self) -> bytes | None: ...
+    @property
+    def extensions(self) -> Mapping[str, Any]: ...
+    @property
+    def causes(self) -> Sequence[str]: ...
+    @property
+    def correlation_id(self) -> str | None: ...
+    @property
+    def model_name(self) -> str | None: ...
+    @property
+    def model_version(self) -> str | None: ...
+    @property
+    def model_signature(self) -> str | None: ...
+
+
+# Not frozen: a frozen dataclass of this many fields takes three times as long to build,
+# and one is built for every event read back for verification. Treat it as immutable.
+@dataclass(slots=True)
 class ChainRecord:
     """What the chain covers of one event: every stored attribute, nothing derived."""
 
@@ -54,30 +96,39 @@ class ChainRecord:
 
 def canonical_bytes(record: ChainRecord) -> bytes:
     """The canonical encoding of ``record``: compact JSON, keys sorted, UTF-8."""
+    return encode(record, record.tenant, record.position, record.stream_version, record.recorded_at)
+
+
+def encode(
+    content: Content, tenant: str, position: int, stream_version: int, recorded_at: datetime
+) -> bytes:
+    """The canonical encoding of ``content`` stored at ``position``: what
+    ``canonical_bytes`` gives for the record the store would keep, without building it."""
+    extensions = content.extensions
     body: dict[str, Any] = {
-        "causes": list(record.causes),
-        "correlationid": record.correlation_id,
-        "datacontenttype": record.datacontenttype,
-        "dataschema": record.dataschema,
-        "extensions": dict(record.extensions),
-        "id": record.id,
-        "modelname": record.model_name,
-        "modelsig": record.model_signature,
-        "modelversion": record.model_version,
-        "position": record.position,
-        "recordedtime": format_recorded_at(record.recorded_at),
-        "source": record.source,
-        "stream": record.stream,
-        "streamversion": record.stream_version,
-        "subject": record.subject,
-        "tenant": record.tenant,
-        "time": record.time,
-        "type": record.type,
+        "causes": list(content.causes),
+        "correlationid": content.correlation_id,
+        "datacontenttype": content.datacontenttype,
+        "dataschema": content.dataschema,
+        "extensions": extensions if type(extensions) is dict else dict(extensions),
+        "id": content.id,
+        "modelname": content.model_name,
+        "modelsig": content.model_signature,
+        "modelversion": content.model_version,
+        "position": position,
+        "recordedtime": format_recorded_at(recorded_at),
+        "source": content.source,
+        "stream": content.stream,
+        "streamversion": stream_version,
+        "subject": content.subject,
+        "tenant": tenant,
+        "time": content.time,
+        "type": content.type,
     }
-    if record.data_binary is not None:
-        body["data_base64"] = record.data_binary.hex()
-    elif record.has_data:
-        body["data"] = record.data
+    if content.data_binary is not None:
+        body["data_base64"] = content.data_binary.hex()
+    elif content.has_data:
+        body["data"] = content.data
     return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
 
 

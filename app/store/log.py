@@ -22,7 +22,6 @@ import orjson
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg import AsyncCursor
 from psycopg.rows import namedtuple_row
-from psycopg.types.json import Jsonb
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events
@@ -120,12 +119,13 @@ class EventLog:
 
 async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
     async with cursor.copy(_COPY_EVENTS) as copy:
-        for row in group.rows:
-            await copy.write_row(_copy_row(row))
+        recorded_at = group.recorded_at.isoformat()
+        for start in range(0, len(group.rows), _COPY_CHUNK):
+            chunk = group.rows[start : start + _COPY_CHUNK]
+            await copy.write("".join([copy_line(row, recorded_at) for row in chunk]).encode())
     if group.edges:
         async with cursor.copy(_COPY_EDGES) as copy:
-            for edge in group.edges:
-                await copy.write_row(edge)
+            await copy.write("".join([f"{e}\t{c}\n" for e, c in group.edges]).encode())
     # Move the head, and send projection runners a wake-up hint (delivered at commit;
     # they poll anyway), in one round trip. The hint names the head and the types
     # appended, so a runner wakes only the projections that read them.
@@ -137,6 +137,88 @@ async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
             "hint": wake_hint(group.position, {row.event.type for row in group.rows}),
         },
     )
+
+
+# COPY's text format, written here rather than by psycopg's per-value adapters: one row
+# is one line of tab-separated fields, \N is NULL, and a backslash, tab, newline or
+# carriage return inside a field is escaped. (This took a third of the append's time.)
+_COPY_CHUNK = 256
+_NULL = "\\N"
+
+
+def copy_line(row: Row, recorded_at: str) -> str:
+    """``row`` as one line of ``_COPY_EVENTS`` input; ``recorded_at`` in ISO 8601."""
+    event = row.event
+    if event.data_binary is not None or not event.has_data:
+        data = None
+    else:
+        data = orjson.dumps(event.data).decode()  # JSON null when data is None
+    fields = (
+        str(row.position),
+        row.tenant,
+        event.id,
+        event.source,
+        event.type,
+        event.subject,
+        None if event.time_value is None else event.time_value.isoformat(),
+        event.time,
+        recorded_at,
+        event.stream,
+        str(row.stream_version),
+        event.datacontenttype,
+        event.dataschema,
+        data,
+        None if event.data_binary is None else _bytea(event.data_binary),
+        orjson.dumps(event.extensions).decode(),
+        _text_array(event.causes),
+        event.correlation_id,
+        event.model_name,
+        event.model_version,
+        event.model_signature,
+        _bytea(row.prev_hash),
+        _bytea(row.hash),
+    )
+    line = "\t".join([_NULL if f is None else f for f in fields])
+    # Most lines need no escaping: then their only backslashes are those of the NULLs
+    # and of the bytea prefixes (written escaped), and their only tabs separate fields.
+    written = fields.count(None) + _BACKSLASHES_PER_LINE + (event.data_binary is not None) * 2
+    if (
+        line.count("\\") == written
+        and line.count("\t") == len(fields) - 1
+        and "\n" not in line
+        and "\r" not in line
+    ):
+        return line + "\n"
+    escaped = [
+        _NULL if f is None else f if i in _BYTEA_FIELDS else _escaped(f)
+        for i, f in enumerate(fields)
+    ]
+    return "\t".join(escaped) + "\n"
+
+
+def _escaped(value: str) -> str:
+    return (
+        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
+
+
+_BYTEA_PREFIX = "\\\\x"  # bytea's hex input, its backslash escaped for COPY
+_BACKSLASHES_PER_LINE = 4  # the prefixes of prev_hash and hash
+_BYTEA_FIELDS = frozenset(
+    _EVENT_COLUMNS.index(name) for name in ("data_binary", "prev_hash", "hash")
+)
+
+
+def _bytea(value: bytes) -> str:
+    return _BYTEA_PREFIX + value.hex()
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A ``text[]`` literal: every element double-quoted, so no element needs more."""
+    if not values:
+        return "{}"
+    quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
+    return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
 def wake_hint(position: int, types: set[str]) -> str:
@@ -209,25 +291,6 @@ def full_row() -> tuple[Any, ...]:
     """The columns ``record_from_row`` needs: all of ``events``, and whether ``data`` is set
     (a JSON ``null`` loads as ``None`` too, so SQL has to tell)."""
     return (events, events.c.data.is_not(None).label("has_json_data"))
-
-
-def _json_text(value: Any) -> str:
-    return orjson.dumps(value).decode()
-
-
-def _copy_row(row: Row) -> tuple[Any, ...]:
-    event, record = row.event, row.record
-    if event.data_binary is not None or not event.has_data:
-        data = None
-    else:
-        data = Jsonb(event.data, dumps=_json_text)  # Jsonb(None) is a JSON null
-    return (
-        record.position, record.tenant, event.id, event.source, event.type, event.subject,
-        event.time_value, event.time, record.recorded_at, event.stream, record.stream_version,
-        event.datacontenttype, event.dataschema, data, event.data_binary,
-        Jsonb(event.extensions, dumps=_json_text), list(event.causes), event.correlation_id,
-        event.model_name, event.model_version, event.model_signature, row.prev_hash, row.hash,
-    )  # fmt: skip
 
 
 def record_from_row(row: Any) -> ChainRecord:

@@ -145,6 +145,25 @@ class TestRouting:
             assert (await conn.execute(select(log_head.c.position))).scalar_one() == head
         assert (await queues(admin))["audit"]["ready"] == 1
 
+    async def test_only_events_after_a_tenants_first_route_are_routed(
+        self, app: FastAPI, admin: Client, make_key: MakeKey
+    ) -> None:
+        # Everything is appended before the dispatcher runs, so one batch would span the
+        # route's definition: events before it, and other tenants' events, make no task.
+        async with asgi_client(app, await make_key("globex", "admin")) as other:
+            await post(admin, type="job")
+            await post(other, type="job")
+            await define(admin, id="r", types=["job"], kind="k", queue="q")
+            after = await post(admin, type="job")
+            await post(other, type="job")
+            await dispatch(app)
+            assert (await other.get("/queues")).json()["queues"] == []
+            state = (await other.get("/projections")).json()["projections"]
+        assert (await queues(admin))["q"]["ready"] == 1
+        created = await events_of_type(admin, "causeway.task.created")
+        assert [e["causationid"] for e in created] == [after["id"]]
+        assert {p["name"]: p["lag_events"] for p in state}["scheduler-dispatch"] == 0
+
     async def test_a_deleted_route_routes_nothing_after_it(
         self, app: FastAPI, admin: Client
     ) -> None:

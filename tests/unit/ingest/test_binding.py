@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import orjson
 import pytest
 
@@ -100,6 +102,41 @@ class TestValidation:
         )
         assert event.extensions == {"priority": 7, "urgent": True}
 
+    def test_the_quick_check_builds_what_the_full_check_builds(self) -> None:
+        # String-only attributes take a shortcut; an integer extension takes the full
+        # check. Apart from that extension, the two events must be the same.
+        common = {
+            "subject": "sub",
+            "time": "2026-11-30T12:00:00.5Z",
+            "datacontenttype": "application/json",
+            "dataschema": "https://example.com/s",
+            "causationid": "a,b,a",
+            "correlationid": "run",
+            "modelname": "m",
+            "modelversion": "2",
+            "modelsig": "sha256:ab",
+            "stream": "st",
+            "region": "eu",
+        }
+        [quick] = parse_request("application/cloudevents+json", [], structured(**common), LIMITS)
+        [full] = parse_request(
+            "application/cloudevents+json", [], structured(**common, priority=7), LIMITS
+        )
+        assert full.extensions.pop("priority") == 7
+        assert quick == full
+        assert (quick.subject, quick.time, quick.causes) == ("sub", common["time"], ("a", "b"))
+        assert quick.time_value == datetime(2026, 11, 30, 12, 0, 0, 500_000, UTC)
+        assert (quick.datacontenttype, quick.dataschema) == (
+            "application/json",
+            "https://example.com/s",
+        )
+        assert (quick.correlation_id, quick.model_name, quick.model_version) == ("run", "m", "2")
+        assert (quick.model_signature, quick.stream, quick.extensions) == (
+            "sha256:ab",
+            "st",
+            {"region": "eu"},
+        )
+
     def test_null_members_are_unset(self) -> None:
         [event] = parse_request(
             "application/cloudevents+json", [], structured(subject=None), LIMITS
@@ -144,6 +181,35 @@ class TestTime:
     )
     def test_other_forms_are_refused(self, text: str) -> None:
         assert parse_rfc3339(text)[0] is None
+
+    @pytest.mark.parametrize(
+        ("text", "expected"),
+        [
+            ("2026-11-30T12:00:00.1Z", datetime(2026, 11, 30, 12, 0, 0, 100_000, UTC)),
+            ("2026-11-30t23:59:59.999999999z", datetime(2026, 11, 30, 23, 59, 59, 999_999, UTC)),
+            (
+                "2024-02-29T00:00:00.000001+14:00",
+                datetime(2024, 2, 29, 0, 0, 0, 1, timezone(timedelta(hours=14))),
+            ),
+            ("1970-01-01T00:00:00-00:00", datetime(1970, 1, 1, tzinfo=UTC)),
+        ],
+    )
+    def test_the_instant_is_kept_to_the_microsecond(self, text: str, expected: datetime) -> None:
+        value, _ = parse_rfc3339(text)
+        assert value is not None
+        assert (value, value.utcoffset()) == (expected, expected.utcoffset())
+
+    @pytest.mark.parametrize(
+        ("text", "why"),
+        [
+            ("2026-11-30T23:59:60Z", "leap seconds"),
+            ("2026-02-30T00:00:00Z", "not a valid date"),
+            ("2026-11-30T12:00:00.Z", "not an RFC 3339"),
+        ],
+    )
+    def test_a_refusal_says_why(self, text: str, why: str) -> None:
+        value, reason = parse_rfc3339(text)
+        assert value is None and reason is not None and why in reason
 
 
 def test_json_media_types() -> None:
