@@ -149,7 +149,11 @@ def create_app(
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
+    # The two hot paths first: a request is matched against the routes in this order.
     app.include_router(create_ingest_router(appender, limits_from(settings), require(Scope.INGEST)))
+    app.include_router(
+        create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
+    )
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
@@ -168,9 +172,6 @@ def create_app(
                 admin=require(Scope.ADMIN), worker=require(Scope.WORKER), read=require(Scope.READ)
             ),
         )
-    )
-    app.include_router(
-        create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )
     return app
 

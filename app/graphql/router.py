@@ -1,6 +1,9 @@
 """Mounts the schema at ``/graphql``: POST (and GET) queries need a key with the ``read``
 scope; a browser's plain GET gets GraphiQL, which needs none."""
 
+from typing import Any
+
+import orjson
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.fastapi import GraphQLRouter
@@ -15,10 +18,19 @@ _read = require(Scope.READ)
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
 
 
+class _Router(GraphQLRouter[Context, None]):
+    def encode_json(self, data: object) -> bytes:
+        # orjson: the standard library's encoder took 2% of an audit request's time.
+        return orjson.dumps(data)
+
+    def decode_json(self, data: str | bytes) -> Any:
+        return orjson.loads(data)
+
+
 def create_router(engine: AsyncEngine, limits: GraphQLLimits) -> GraphQLRouter[Context, None]:
     async def context(request: Request) -> Context:
         if request.method == "GET" and "query" not in request.query_params:
             return Context(engine, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
         return Context(engine, await _read(request), limits)
 
-    return GraphQLRouter(create_schema(limits), context_getter=context, graphql_ide="graphiql")
+    return _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")

@@ -209,7 +209,9 @@ class TestTime:
     )
     def test_a_refusal_says_why(self, text: str, why: str) -> None:
         value, reason = parse_rfc3339(text)
-        assert value is None and reason is not None and why in reason
+        assert value is None
+        assert reason is not None
+        assert why in reason
 
 
 def test_json_media_types() -> None:
