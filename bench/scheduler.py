@@ -52,15 +52,16 @@ async def seed(url: URL, count: int, dispatched: int) -> tuple[str, float]:
     )
     async with engine.begin() as conn:
         key = (await KeyStore(conn).create(TENANT, frozenset({Scope.WORKER}))).key
-        await EventLog(conn).append(TENANT, [define_event(route)])
+        [defined] = await EventLog(conn).append(TENANT, [define_event(route)])
     for start in range(0, count, 1000):
         batch = [frame(n) for n in range(start, min(start + 1000, count))]
         async with engine.begin() as conn:
             await EventLog(conn).append(TENANT, batch)
     runner = ProjectionRunner(engine, scheduler_projections(), batch_size=dispatched or 1)
     dispatcher = runner.projection("scheduler-dispatch")
+    await runner.step(dispatcher, until=defined.position)  # the route: its batch ends there
     started = time.perf_counter()
-    await runner.step(dispatcher, until=1 + dispatched)  # the route, then `dispatched` frames
+    await runner.step(dispatcher, until=defined.position + dispatched)  # `dispatched` frames
     rate = dispatched / (time.perf_counter() - started)
     spec = {**route.as_json(), "requires": route.requires.as_json()}
     now = datetime.now(UTC)

@@ -48,25 +48,23 @@ class Dispatcher:
     types = None
 
     def __init__(self) -> None:
-        # Routes by tenant, as of the last event applied: loaded from the routes table
-        # as a batch needs them, and dropped at the start of every batch (a batch retried
-        # after a rollback, or one after another process led, must not trust them), and
-        # when positions go back (a rebuild).
+        # Routes by tenant, loaded from the routes table as a batch needs them. They hold
+        # for one transaction only: a batch retried after a rollback, a rebuild, or one
+        # after another process led must not trust them, so a new connection drops them.
         self._routes: dict[str, list[r.Route]] = {}
-        self._last = -1
+        self._batch: AsyncConnection | None = None
 
     async def selection(self, conn: AsyncConnection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
         make a task, so a store without routes costs the dispatcher next to nothing."""
-        self._routes.clear()
         tenants = (await conn.execute(select(routes.c.tenant).distinct())).scalars()
         return Selection(tuple(sorted(tenants)), tuple(sorted(r.TYPES)))
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record
-        if record.position <= self._last:
+        if conn is not self._batch:
             self._routes.clear()
-        self._last = record.position
+            self._batch = conn
         if record.type in r.TYPES:
             await self._apply_route(conn, record)
             return
