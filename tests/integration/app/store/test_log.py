@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import create_engine
+from app.store.graph import GraphReader
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
@@ -113,6 +114,45 @@ class TestHashChain:
             report = await verify_chain(conn)
         assert report.is_intact
         assert report.count == 3
+
+    async def test_awkward_text_is_stored_exactly_and_verifies(self, engine: AsyncEngine) -> None:
+        # Rows go in as COPY text written by hand: backslashes, tabs, newlines, quotes,
+        # braces and things that look like COPY's own escapes must come back unchanged.
+        cause = r'c\N,{"x"}\\'
+        awkward = NewEvent(
+            id="id\tx\\y",
+            source=r"\\x00/src",
+            type="t",
+            stream="s\nline",
+            subject="\\N",
+            time="2026-11-30T12:00:00Z",
+            has_data=True,
+            data={"text": 'a\tb\nc\rd\\e"f', "\\k": ["{", "}", ",", "\\N"], "é": "✓"},
+            extensions={"note": "tab\there", "path": "C:\\dir"},
+            causes=(cause,),
+            correlation_id="run\\1",
+        )
+        binary = NewEvent(id="bin", source="/s", type="t", stream="s", has_data=True,
+                          data_binary=b"\t\n\\\x00\xff")  # fmt: skip
+        await append(engine, "acme", new(cause), awkward, binary)
+        async with engine.connect() as conn:
+            found = await GraphReader(conn).fetch_by_ids("acme", [awkward.id, "bin"])
+            report = await verify_chain(conn)
+        stored = found[awkward.id].record
+        assert (stored.id, stored.source, stored.stream, stored.subject) == (
+            awkward.id,
+            awkward.source,
+            awkward.stream,
+            awkward.subject,
+        )
+        assert (stored.data, stored.extensions, tuple(stored.causes)) == (
+            awkward.data,
+            awkward.extensions,
+            (cause,),
+        )
+        assert stored.correlation_id == awkward.correlation_id
+        assert found["bin"].record.data_binary == binary.data_binary
+        assert report.is_intact
 
     async def test_tampering_with_data_is_found_at_that_position(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b"), new("c"))
