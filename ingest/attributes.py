@@ -21,7 +21,7 @@ from app.store.records import NewEvent
 from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
 
-_NAME = re.compile(r"^[a-z0-9]+$")
+_NAME = re.compile(r"^[a-z0-9]+\Z")  # \Z: "$" would let a trailing newline through
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INT32 = (-(2**31), 2**31 - 1)
 _STRING_ATTRIBUTES = ("id", "source", "type", "subject", "datacontenttype", "dataschema")

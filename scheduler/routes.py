@@ -39,7 +39,7 @@ TYPES = frozenset({DEFINED, DELETED})
 SOURCE = "causeway:scheduler"
 
 ON_MODEL_MISMATCH = ("propose", "rollback")
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}\Z")
 _ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)\s*(.*?)\s*$")
 _IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)

@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.tables import api_keys
 from app.errors import BadRequest, NotFound
 
-_KEY = re.compile(r"^cw_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})$")
-TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+_KEY = re.compile(r"^cw_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})\Z")
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
 
 
 class Scope(enum.StrEnum):

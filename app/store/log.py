@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg import AsyncCursor
 from psycopg.rows import namedtuple_row
@@ -118,11 +119,15 @@ class EventLog:
 
 
 async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
+    # The lines go out in the connection's own encoding, as psycopg's adapters would send
+    # them; PostgreSQL converts to the database's.
+    encoding = cursor.connection.info.encoding
     async with cursor.copy(_COPY_EVENTS) as copy:
         recorded_at = group.recorded_at.isoformat()
         for start in range(0, len(group.rows), _COPY_CHUNK):
             chunk = group.rows[start : start + _COPY_CHUNK]
-            await copy.write("".join([copy_line(row, recorded_at) for row in chunk]).encode())
+            lines = "".join([copy_line(row, recorded_at) for row in chunk])
+            await copy.write(_encoded(lines, encoding))
     if group.edges:
         async with cursor.copy(_COPY_EDGES) as copy:
             await copy.write("".join([f"{e}\t{c}\n" for e, c in group.edges]).encode())
@@ -160,7 +165,8 @@ def copy_line(row: Row, recorded_at: str) -> str:
         event.source,
         event.type,
         event.subject,
-        None if event.time_value is None else event.time_value.isoformat(),
+        # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
+        None if event.time_value is None else event.time_value.astimezone(UTC).isoformat(),
         event.time,
         recorded_at,
         event.stream,
@@ -194,6 +200,17 @@ def copy_line(row: Row, recorded_at: str) -> str:
         for i, f in enumerate(fields)
     ]
     return "\t".join(escaped) + "\n"
+
+
+def _encoded(text: str, encoding: str) -> bytes:
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError as exc:
+        # What psycopg raises for a value the connection's encoding cannot carry: a bad
+        # value (SQLSTATE class 22), which fails only the request that sent it.
+        raise psycopg.DataError(
+            f"a character cannot be sent in the connection's encoding {encoding}: {exc.reason}"
+        ) from exc
 
 
 def _escaped(value: str) -> str:

@@ -32,7 +32,7 @@ from app.store.timestamps import parse_rfc3339
 REGISTERED = "causeway.model.registered"
 ALIASED = "causeway.model.aliased"
 SOURCE = "causeway:models"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 
 ColumnType = Literal[
     "boolean", "integer", "long", "float", "double", "string", "binary", "datetime"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from app.errors import BadRequest
 
 _RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$"
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)\Z"
 )
 
 
@@ -18,10 +18,23 @@ def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
         # RFC 3339 is a subset of what fromisoformat reads (Python 3.11+), upper-cased for
         # its 't' and 'z'; like the parse below, it truncates a fraction to microseconds.
         try:
-            return datetime.fromisoformat(text.upper()), None
+            value = datetime.fromisoformat(text.upper())
         except ValueError:
-            pass  # an impossible date or a leap second: the parse below says which
+            pass  # an impossible date or offset, or a leap second: the parse below says which
+        else:
+            why = _out_of_range(text, value)
+            return (value, None) if why is None else (None, why)
     return _parse_explained(text)
+
+
+def _out_of_range(text: str, value: datetime) -> str | None:
+    """Why the instant cannot be stored and read back (PostgreSQL takes it, but a year
+    outside 1-9999 in UTC does not read back into Python), or None."""
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return f"time {text!r} falls outside the years 0001-9999 in UTC"
+    return None
 
 
 def _parse_explained(text: str) -> tuple[datetime | None, str | None]:
@@ -43,6 +56,8 @@ def _parse_explained(text: str) -> tuple[datetime | None, str | None]:
         )
     except ValueError as exc:
         return None, f"time {text!r} is not a valid date and time: {exc}"
+    if (why := _out_of_range(text, value)) is not None:
+        return None, why
     return value, None
 
 

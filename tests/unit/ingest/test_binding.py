@@ -102,6 +102,13 @@ class TestValidation:
         )
         assert event.extensions == {"priority": 7, "urgent": True}
 
+    def test_a_name_with_a_trailing_newline_is_refused(self) -> None:
+        body = orjson.dumps(
+            {"specversion": "1.0", "id": "x", "source": "/s", "type": "t", "position\n": "7"}
+        )
+        with pytest.raises(InvalidCloudEvent):
+            parse_request("application/cloudevents+json", [], body, LIMITS)
+
     def test_the_quick_check_builds_what_the_full_check_builds(self) -> None:
         # String-only attributes take a shortcut; an integer extension takes the full
         # check. Apart from that extension, the two events must be the same.
@@ -192,6 +199,10 @@ class TestTime:
                 datetime(2024, 2, 29, 0, 0, 0, 1, timezone(timedelta(hours=14))),
             ),
             ("1970-01-01T00:00:00-00:00", datetime(1970, 1, 1, tzinfo=UTC)),
+            (
+                "2026-11-30T12:00:00-23:59",
+                datetime(2026, 11, 30, 12, 0, 0, 0, timezone(-timedelta(hours=23, minutes=59))),
+            ),
         ],
     )
     def test_the_instant_is_kept_to_the_microsecond(self, text: str, expected: datetime) -> None:
@@ -205,6 +216,11 @@ class TestTime:
             ("2026-11-30T23:59:60Z", "leap seconds"),
             ("2026-02-30T00:00:00Z", "not a valid date"),
             ("2026-11-30T12:00:00.Z", "not an RFC 3339"),
+            ("2026-11-30T12:00:00Z\n", "not an RFC 3339"),
+            ("2024-01-01T00:00:00+24:00", "not an RFC 3339"),
+            ("2024-01-01T00:00:00-05:60", "not an RFC 3339"),
+            ("0001-01-01T00:00:00+01:00", "outside the years"),
+            ("9999-12-31T23:00:00-01:30", "outside the years"),
         ],
     )
     def test_a_refusal_says_why(self, text: str, why: str) -> None:

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import URL, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.db.engine import create_engine
+from app.db.engine import async_url, create_engine
 from app.store.graph import GraphReader
 from app.store.log import EventLog
 from app.store.records import NewEvent
+from app.store.timestamps import parse_rfc3339
 from app.store.verify import verify_chain
 
 
@@ -153,6 +155,41 @@ class TestHashChain:
         assert stored.correlation_id == awkward.correlation_id
         assert found["bin"].record.data_binary == binary.data_binary
         assert report.is_intact
+
+    async def test_text_goes_out_in_the_connections_encoding(
+        self, engine: AsyncEngine, database_url: URL
+    ) -> None:
+        # A client that talks LATIN1 to a UTF-8 database: PostgreSQL converts, nothing is
+        # garbled; a character LATIN1 cannot carry is refused, and nothing is written.
+        latin1 = create_async_engine(
+            async_url(database_url), connect_args={"options": "-c client_encoding=LATIN1"}
+        )
+        try:
+            accented = NewEvent(
+                id="é", source="/src", type="t", stream="s", subject="Zürich", has_data=True,
+                data={"k": "façade"},
+            )  # fmt: skip
+            await append(latin1, "acme", accented)
+            with pytest.raises(psycopg.DataError):
+                await append(latin1, "acme", new("check", subject="✓"))
+        finally:
+            await latin1.dispose()
+        async with engine.connect() as conn:
+            found = await GraphReader(conn).fetch_by_ids("acme", ["é", "check"])
+            report = await verify_chain(conn)
+        assert list(found) == ["é"]
+        assert (found["é"].record.subject, found["é"].record.data) == ("Zürich", {"k": "façade"})
+        assert report.is_intact
+
+    async def test_offsets_up_to_23_59_are_stored_as_their_instant(
+        self, engine: AsyncEngine
+    ) -> None:
+        sent = "2026-11-30T12:00:00-23:59"
+        value, _ = parse_rfc3339(sent)
+        await append(engine, "acme", new("far", time=sent, time_value=value))
+        async with engine.connect() as conn:
+            stored = (await conn.execute(text("SELECT time FROM events WHERE id = 'far'"))).scalar()
+        assert stored == value
 
     async def test_tampering_with_data_is_found_at_that_position(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b"), new("c"))
