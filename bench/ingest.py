@@ -132,7 +132,7 @@ def copy_baseline(url: URL, rows: list[tuple[Any, ...]]) -> float:
     with psycopg.connect(libpq(url), autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS copy_baseline")
         conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
-        conn.execute("CHECKPOINT")
+        checkpoint(url)
         columns = [
             r[0]
             for r in conn.execute(

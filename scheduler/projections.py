@@ -1,8 +1,9 @@
 """The scheduler's projections of the log.
 
 - ``Dispatcher`` reads route events, and every event of the tenants that have routes
-  (``Selective``). Route events maintain the routing table; any other event is matched against the routes of its tenant as they stood at its position, and
-  each matching route makes its task (``causeway.task.created``, caused by the event),
+  (``Selective``). Route events maintain the routing table; any other event is matched
+  against the routes of its tenant as they stood at its position, and each matching
+  route makes its task (``causeway.task.created``, caused by the event),
   supersedes a debounced one, or counts towards a pre-warm request. It appends those
   decisions in the runner's transaction, with the checkpoint, so an event is dispatched
   exactly once across crashes and restarts; on a rebuild it finds its tasks already made

@@ -318,12 +318,12 @@ _READ_ALL = (
     .limit(bindparam("limit"))
 )
 _READ_TYPES = _READ_ALL.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
-_READ_SELECTED = _READ_ALL.where(
-    or_(
-        events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
-        events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
-    )
+# A Selective projection's events: its tenants' and its types' (parameters of the same name).
+_SELECTED = or_(
+    events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
+    events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
 )
+_READ_SELECTED = _READ_ALL.where(_SELECTED)
 _READ_HEAD = select(log_head.c.position)
 _ENSURE_CHECKPOINT = (
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
@@ -359,17 +359,14 @@ async def fetch_status(
         row = rows.get(projection.name)
         checkpoint = int(row.position) if row else 0
         pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
+        chosen: dict[str, list[str]] = {}
         if isinstance(projection, Selective):
             selection = await projection.selection(conn)
-            pending = pending.where(
-                or_(
-                    events.c.tenant == any_(literal(list(selection.tenants), ARRAY(Text))),
-                    _of_types(frozenset(selection.types)),
-                )
-            )
+            chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
+            pending = pending.where(_SELECTED)
         elif projection.types is not None:
             pending = pending.where(_of_types(projection.types))
-        oldest = (await conn.execute(pending.order_by(events.c.position).limit(1))).scalar()
+        oldest = (await conn.execute(pending.order_by(events.c.position).limit(1), chosen)).scalar()
         lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
         found.append(
             ProjectionStatus(
