@@ -82,6 +82,11 @@ class ProjectionRunner:
         self._poll_interval_s = poll_interval_s
         self._max_backoff_s = max_backoff_s
         self._wake = {p.name: asyncio.Event() for p in self._projections}
+        # The types whose appends wake each projection (None: any append). A Selective
+        # one's changes with its selection, as of its last batch.
+        self._interest: dict[str, frozenset[str] | None] = {
+            p.name: p.types for p in self._projections
+        }
 
     async def dispose(self) -> None:
         await self._engine.dispose()
@@ -122,6 +127,7 @@ class ProjectionRunner:
             selection = None
             if isinstance(projection, Selective):
                 selection = await projection.selection(conn)
+                self._interest[projection.name] = _interest(projection, selection)
             found = await _read_events(conn, projection, checkpoint, head, size, selection)
             reached = found[-1].position if len(found) == size else head
             for event in found:
@@ -235,12 +241,16 @@ class ProjectionRunner:
                     async for notice in conn.notifies():
                         appended = read_wake_hint(notice.payload)
                         for projection in self._projections:
-                            types = projection.types
-                            if appended is None or types is None or not types.isdisjoint(appended):
+                            if self.wakes(projection, appended):
                                 self._wake[projection.name].set()
             except (psycopg.Error, OSError) as exc:
                 logger.warning("LISTEN lost (%s); polling meanwhile", exc)
             await asyncio.sleep(self._poll_interval_s)
+
+    def wakes(self, projection: Projection, appended: frozenset[str] | None) -> bool:
+        """Whether an append of ``appended`` types (None: unknown) wakes ``projection``."""
+        types = self._interest[projection.name]
+        return appended is None or types is None or not types.isdisjoint(appended)
 
     async def request_rebuild(self, projection: Projection) -> None:
         """Ask whichever runner leads ``projection`` to rebuild it."""
@@ -290,6 +300,15 @@ async def _read_events(
     else:
         rows = await conn.execute(_READ_TYPES, {**window, "types": sorted(projection.types)})
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+
+
+def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:
+    """What wakes a Selective projection: while it reads no tenant, only the types that
+    can change that; once it reads some, every append of its types (a wake-up hint names
+    types, not tenants)."""
+    if selection.tenants:
+        return projection.types
+    return frozenset(selection.types)
 
 
 def _of_types(types: frozenset[str]) -> Any:

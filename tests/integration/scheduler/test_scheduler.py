@@ -164,6 +164,22 @@ class TestRouting:
         assert [e["causationid"] for e in created] == [after["id"]]
         assert {p["name"]: p["lag_events"] for p in state}["scheduler-dispatch"] == 0
 
+    async def test_without_routes_only_a_route_definition_wakes_the_dispatcher(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        # Every append sends a wake-up hint naming its types: with no route anywhere, the
+        # dispatcher would wake for nothing (under load, a batch read per commit).
+        runner = app.state.runner
+        dispatcher = runner.projection("scheduler-dispatch")
+        await post(admin, type="job")
+        await dispatch(app)
+        assert not runner.wakes(dispatcher, frozenset({"job"}))
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        assert runner.wakes(dispatcher, frozenset({"causeway.route.defined"}))
+        await dispatch(app)
+        assert runner.wakes(dispatcher, frozenset({"job"}))
+        assert runner.wakes(dispatcher, None)  # a hint too long to name its types
+
     async def test_a_deleted_route_routes_nothing_after_it(
         self, app: FastAPI, admin: Client
     ) -> None:
