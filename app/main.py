@@ -10,10 +10,11 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy import URL, make_url
+from starlette.types import Receive, Scope, Send
 
 from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
-from app.api.deps import require
+from app.api.deps import authorize, require
 from app.db.engine import create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
@@ -22,9 +23,10 @@ from app.projections.base import Projection
 from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
-from app.store.keys import Scope
+from app.store.keys import Scope as KeyScope
 from ingest.appender import Appender
 from ingest.limits import Limits
+from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
@@ -133,7 +135,7 @@ def create_app(
         if on_shutdown is not None:
             on_shutdown()
 
-    app = FastAPI(
+    app = Causeway(
         title="Causeway",
         summary="An append-only, event-sourced lineage store for AI systems",
         version="0.1.0",
@@ -150,7 +152,8 @@ def create_app(
     app.state.schema_head = head_revision()
     problems.install(app)
     # The two hot paths first: a request is matched against the routes in this order.
-    app.include_router(create_ingest_router(appender, limits_from(settings), require(Scope.INGEST)))
+    app.ingest = Ingest(appender, limits_from(settings))
+    app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
     app.include_router(
         create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
     )
@@ -169,11 +172,63 @@ def create_app(
             lease_policy_from(settings),
             controller,
             Principals(
-                admin=require(Scope.ADMIN), worker=require(Scope.WORKER), read=require(Scope.READ)
+                admin=require(KeyScope.ADMIN),
+                worker=require(KeyScope.WORKER),
+                read=require(KeyScope.READ),
             ),
         )
     )
     return app
+
+
+class Causeway(FastAPI):
+    """The service's ASGI app. ``POST /events`` is answered here, before the middleware
+    stack and the router: for a single event their layers (routing, dependency solving,
+    the exception and body-limit middleware, the response wrappers) cost more CPU than
+    parsing and appending the event. The answer, errors included, is the documented
+    route's: both call the same ``Ingest``, and errors become the same problems. Under a
+    path prefix (a mount, ``--root-path``) the request goes through FastAPI to that route."""
+
+    ingest: Ingest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/events" and scope["method"] == "POST":
+            await self._post_events(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = scope["headers"]
+        try:
+            principal = await authorize(
+                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
+            )
+            body = await self.ingest.read_body(receive, _header(headers, b"content-length"))
+            status, answer = await self.ingest.answer(
+                principal, _header(headers, b"content-type") or None, headers, body
+            )
+        except Exception as exc:
+            await problems.response_for(exc, "POST", "/events")(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(answer)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer})
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
+    """The first header ``name`` (ASGI names are lower case), as Starlette decodes it."""
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
 
 
 async def dispose(app: FastAPI) -> None:

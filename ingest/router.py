@@ -7,13 +7,15 @@ exact re-send), with one entry per event in request order.
 # No `from __future__ import annotations`: FastAPI must see the Depends() built in
 # create_router, which a string annotation could not resolve.
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive
 
 from app.errors import PayloadTooLarge
 from app.store.keys import Principal
@@ -35,50 +37,24 @@ class AppendResponse(BaseModel):
     events: list[AppendedEvent]
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(int(declared), max_bytes)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise _too_large(len(body), max_bytes, at_least=True)
-    return bytes(body)
+class Ingest:
+    """What ``POST /events`` does once the caller is known: parse the body, append, and
+    answer with the status and the JSON body. The route below and the app's direct path
+    (``app.main.Causeway``) both call it, so they cannot differ."""
 
+    def __init__(self, appender: Appender, limits: Limits) -> None:
+        self._appender = appender
+        self.limits = limits
 
-def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLarge:
-    over = "at least " if at_least else ""
-    return PayloadTooLarge(
-        f"the request body is {over}{size} bytes, over the {limit}-byte limit by {over}"
-        f"{size - limit}",
-        limit="max_request_bytes",
-        max_bytes=limit,
-    )
-
-
-def create_router(
-    appender: Appender,
-    limits: Limits,
-    ingest_principal: Callable[..., Coroutine[Any, Any, Principal]],
-) -> APIRouter:
-    router = APIRouter(tags=["ingest"])
-
-    @router.post(
-        "/events",
-        status_code=201,
-        response_model=AppendResponse,
-        responses={200: {"model": AppendResponse, "description": "every event was a re-send"}},
-        summary="Append CloudEvents (structured, batch or binary mode)",
-    )
-    async def post_events(
-        request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
-    ) -> Response:
-        body = await read_body(request, limits.max_request_bytes)
-        events = parse_request(
-            request.headers.get("content-type"), request.scope["headers"], body, limits
-        )
-        appended = await appender.append(principal.tenant, events, size_bytes=len(body))
+    async def answer(
+        self,
+        principal: Principal,
+        content_type: str | None,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> tuple[int, bytes]:
+        events = parse_request(content_type, headers, body, self.limits)
+        appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         # Built directly (AppendResponse documents the shape): a model per event would
         # cost more than planning the event did.
         answer = {
@@ -95,6 +71,64 @@ def create_router(
             ]
         }
         status = 201 if any(not a.duplicate for a in appended) else 200
-        return Response(orjson.dumps(answer), status_code=status, media_type="application/json")
+        return status, orjson.dumps(answer)
+
+    async def read_body(self, receive: Receive, declared: str | None) -> bytes:
+        return await receive_body(receive, declared, self.limits.max_request_bytes)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    return await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
+
+
+async def receive_body(receive: Receive, declared: str | None, max_bytes: int) -> bytes:
+    """A request body from ASGI ``receive``, refused past ``max_bytes``: at once when the
+    declared length is over, else as soon as the bytes received are."""
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise _too_large(int(declared), max_bytes)
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        body += message.get("body", b"")
+        if len(body) > max_bytes:
+            raise _too_large(len(body), max_bytes, at_least=True)
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLarge:
+    over = "at least " if at_least else ""
+    return PayloadTooLarge(
+        f"the request body is {over}{size} bytes, over the {limit}-byte limit by {over}"
+        f"{size - limit}",
+        limit="max_request_bytes",
+        max_bytes=limit,
+    )
+
+
+def create_router(
+    ingest: Ingest, ingest_principal: Callable[..., Coroutine[Any, Any, Principal]]
+) -> APIRouter:
+    """The documented route. A request reaches it when the app is served under a path
+    prefix; at the root, ``app.main.Causeway`` answers before routing (same ``Ingest``)."""
+    router = APIRouter(tags=["ingest"])
+
+    @router.post(
+        "/events",
+        status_code=201,
+        response_model=AppendResponse,
+        responses={200: {"model": AppendResponse, "description": "every event was a re-send"}},
+        summary="Append CloudEvents (structured, batch or binary mode)",
+    )
+    async def post_events(
+        request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
+    ) -> Response:
+        body = await ingest.read_body(request.receive, request.headers.get("content-length"))
+        status, answer = await ingest.answer(
+            principal, request.headers.get("content-type"), request.scope["headers"], body
+        )
+        return Response(answer, status_code=status, media_type="application/json")
 
     return router

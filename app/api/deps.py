@@ -30,20 +30,25 @@ def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]
     """A dependency that authenticates the Bearer key and demands ``scope``."""
 
     async def principal(request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        kind, _, key = header.partition(" ")
-        if kind.lower() != "bearer" or not key.strip():
-            raise Unauthenticated("send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
-        authenticator: Authenticator = request.app.state.authenticator
-        found = await authenticator.authenticate(key.strip())
-        if found is None:
-            raise Unauthenticated("the API key is unknown or revoked", headers=_CHALLENGE)
-        if scope not in found.scopes and Scope.ADMIN not in found.scopes:
-            raise Forbidden(
-                f"this needs the {scope.value!r} scope; the key has "
-                f"{', '.join(sorted(found.scopes)) or 'none'}",
-                required=scope.value,
-            )
-        return found
+        return await authorize(
+            request.app.state.authenticator, request.headers.get("authorization", ""), scope
+        )
 
     return principal
+
+
+async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:
+    """The principal of an ``Authorization`` header's Bearer key, if it has ``scope``."""
+    kind, _, key = header.partition(" ")
+    if kind.lower() != "bearer" or not key.strip():
+        raise Unauthenticated("send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
+    found = await authenticator.authenticate(key.strip())
+    if found is None:
+        raise Unauthenticated("the API key is unknown or revoked", headers=_CHALLENGE)
+    if scope not in found.scopes and Scope.ADMIN not in found.scopes:
+        raise Forbidden(
+            f"this needs the {scope.value!r} scope; the key has "
+            f"{', '.join(sorted(found.scopes)) or 'none'}",
+            required=scope.value,
+        )
+    return found

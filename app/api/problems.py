@@ -47,11 +47,47 @@ def problem(
     return JSONResponse(body, status_code=status, headers=headers, media_type=MEDIA_TYPE)
 
 
-async def on_app_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, AppError)
+def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
+    """The problem ``exc`` makes, exactly as the installed handlers answer it: for a path
+    answered before the middleware stack (``POST /events``)."""
+    if isinstance(exc, AppError):
+        return _app_error(exc)
+    if isinstance(exc, OperationalError | psycopg.OperationalError):
+        return _unavailable(method, path, exc)
+    if isinstance(exc, DataError | psycopg.DataError):
+        return _bad_value()
+    return _unexpected(method, path, exc)
+
+
+def _app_error(exc: AppError) -> JSONResponse:
     if exc.status >= 500:
         logger.error("%s: %s", exc.code, exc.detail)
     return problem(exc.status, exc.code, exc.title, exc.detail, exc.headers, **exc.extensions)
+
+
+def _unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
+    logger.warning("database unavailable on %s %s: %s", method, path, exc)
+    return problem(
+        503,
+        Unavailable.code,
+        Unavailable.title,
+        "the database is unreachable or the statement timed out; nothing was written, retry",
+        {"Retry-After": "1"},
+    )
+
+
+def _bad_value() -> JSONResponse:
+    return problem(400, "bad-request", "Bad request", BAD_VALUE)
+
+
+def _unexpected(method: str, path: str, exc: Exception) -> JSONResponse:
+    logger.error("unexpected error on %s %s", method, path, exc_info=exc)
+    return problem(500, "internal", "Internal error", "The server failed; see its log.")
+
+
+async def on_app_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, AppError)
+    return _app_error(exc)
 
 
 async def on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
@@ -81,23 +117,15 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def on_database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    logger.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
-    return problem(
-        503,
-        Unavailable.code,
-        Unavailable.title,
-        "the database is unreachable or the statement timed out; nothing was written, retry",
-        {"Retry-After": "1"},
-    )
+    return _unavailable(request.method, request.url.path, exc)
 
 
 async def on_bad_value(request: Request, exc: Exception) -> JSONResponse:
-    return problem(400, "bad-request", "Bad request", BAD_VALUE)
+    return _bad_value()
 
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return problem(500, "internal", "Internal error", "The server failed; see its log.")
+    return _unexpected(request.method, request.url.path, exc)
 
 
 def describe(code: str) -> dict[str, Any]:

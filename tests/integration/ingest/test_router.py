@@ -6,11 +6,12 @@ from typing import Any
 
 import httpx2
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import text
 
 from app.main import create_app, dispose
 from app.settings import Settings
-from tests.integration.conftest import MakeKey
+from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
 
@@ -411,3 +412,57 @@ class TestUnavailable:
             retried = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
             assert retried.status_code == 201
         await dispose(app)
+
+
+class TestBehindAPathPrefix:
+    """At the root, ``Causeway`` answers POST /events itself; under a prefix the request
+    goes through FastAPI to the documented route. A client sees no difference."""
+
+    async def test_the_routed_path_answers_exactly_as_the_direct_one(
+        self, app: FastAPI, make_key: MakeKey
+    ) -> None:
+        outer = FastAPI()
+        outer.mount("/api", app)
+        key = await make_key("acme", "ingest,read")
+        async with (
+            asgi_client(app, key) as direct,
+            httpx2.AsyncClient(
+                transport=httpx2.ASGITransport(app=outer),
+                base_url="http://causeway/api",
+                headers={"Authorization": f"Bearer {key}"},
+            ) as prefixed,
+        ):
+            sent = event()
+            stored = await direct.post("/events", content=dumps(sent), headers=STRUCTURED)
+            for client in (direct, prefixed):
+                again = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+                assert (again.status_code, again.json()) == (200, {
+                    "events": [{**stored.json()["events"][0], "duplicate": True}]
+                })  # fmt: skip
+                refused = await client.post(
+                    "/events", content=b"{", headers={**STRUCTURED, "Authorization": "Bearer x"}
+                )
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"] == "Bearer"
+                assert problem_type(refused) == "/problems/unauthenticated"
+                bad = await client.post("/events", content=b"{", headers=STRUCTURED)
+                assert (bad.status_code, problem_type(bad)) == (400, "/problems/invalid-cloudevent")
+            routed = await prefixed.post("/events", content=dumps(event()), headers=STRUCTURED)
+            assert routed.status_code == 201
+            assert (
+                routed.json()["events"][0]["position"] == stored.json()["events"][0]["position"] + 1
+            )
+
+
+class TestUnexpected:
+    async def test_a_failure_nobody_foresaw_is_a_500_problem_that_leaks_nothing(
+        self, app: FastAPI, client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("SELECT secret FROM internals")
+
+        monkeypatch.setattr(app.state.appender, "append", broken)
+        response = await client.post("/events", content=dumps(event()), headers=STRUCTURED)
+        assert response.status_code == 500
+        assert problem_type(response) == "/problems/internal"
+        assert "secret" not in response.text
