@@ -233,6 +233,8 @@ def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:
 
 async def dispose(app: FastAPI) -> None:
     """Close every engine of ``app`` (its lifespan does this; tests without one call it)."""
+    await app.state.appender.close()
+    await app.state.decisions.close()
     await app.state.runner.dispose()
     await app.state.decisions_engine.dispose()
     await app.state.engine.dispose()

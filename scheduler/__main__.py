@@ -33,15 +33,15 @@ async def run(settings: Settings, url: str) -> None:
     )
     engine = create_engine(url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms)
     appends = create_engine(url, pool_size=1, statement_timeout_ms=settings.statement_timeout_ms)
-    loop = SchedulerLoop(
-        engine, controller_from(settings), timers_from(settings), Appender(appends)
-    )
+    decisions = Appender(appends)
+    loop = SchedulerLoop(engine, controller_from(settings), timers_from(settings), decisions)
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(runner.run())
             group.create_task(loop.run())
     finally:
         await runner.dispose()
+        await decisions.close()
         await appends.dispose()
         await engine.dispose()
 

@@ -61,61 +61,73 @@ class EventLog:
     ) -> list[Outcome]:
         """Plan every request (tenant, events), write the accepted ones, and give each
         request its own outcome: where its events landed, or the error that refused it."""
-        if not any(batch for _, batch in requests):
-            return [[] for _ in requests]
-        # The log head stays locked from here to the commit, so every statement of the
-        # append goes straight to the driver: SQLAlchemy's per-statement work would
-        # lengthen the one section that no two appends share.
         raw = await self._conn.get_raw_connection()
         driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        ids = {(t, e.id) for t, batch in requests for e in batch}
-        causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
-        streams = {(t, e.stream) for t, batch in requests for e in batch}
-        models = {
-            (t, e.model_name, e.model_version)
-            for t, batch in requests
-            for e in batch
-            if e.model_name is not None and e.model_version is not None
-        }
-        wanted = {(tenant, registration_id(name, version)) for tenant, name, version in models}
-        # Lock first, then read: a statement that both waited for the lock and read the
-        # tail would see a snapshot from before the wait. The lookups go in one pipeline
-        # behind the lock (PostgreSQL runs them in order, each with a snapshot taken after
-        # the lock), so the head is held for one round trip here, not five.
-        async with (
-            driver.pipeline(),
-            driver.cursor(row_factory=namedtuple_row) as locked,
-            driver.cursor(row_factory=namedtuple_row) as known,
-            driver.cursor(row_factory=namedtuple_row) as positions,
-            driver.cursor(row_factory=namedtuple_row) as versions,
-            driver.cursor(row_factory=namedtuple_row) as registered,
-        ):
-            await locked.execute(_LOCK_HEAD)
-            await known.execute(_FETCH_KNOWN, _pair_params(ids))
-            await positions.execute(_FETCH_POSITIONS, _pair_params(causes))
-            await versions.execute(_FETCH_VERSIONS, _pair_params(streams))
-            await registered.execute(_FETCH_KNOWN, _pair_params(wanted))
-            head: Any = await locked.fetchone()
-            if head is None:
-                raise RuntimeError("the log_head row is missing: the schema is not migrated")
-            found: list[Any] = await known.fetchall()
-            cause_rows: list[Any] = await positions.fetchall()
-            version_rows: list[Any] = await versions.fetchall()
-            registration_rows: list[Any] = await registered.fetchall()
-        group = GroupPlan(
-            position=int(head.position),
-            prev_hash=bytes(head.hash),
-            stored=_known_from(found),
-            positions={(r.tenant, r.id): r.position for r in cause_rows},
-            versions={(r.tenant, r.stream): int(r.version) for r in version_rows if r.version},
-            recorded_at=datetime.now(UTC),
-            registrations=_registrations_from(registration_rows),
-        )
-        outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
-        if group.rows:
-            async with driver.cursor() as cursor:
-                await _write(cursor, group)
-        return outcomes
+        return await append_on(driver, requests)
+
+
+async def append_on(
+    driver: PsycopgConnection[Any], requests: Sequence[tuple[str, Sequence[NewEvent]]]
+) -> list[Outcome]:
+    """``EventLog.append_many`` on a psycopg connection in a transaction the caller owns.
+    The log head stays locked from here to the commit, so every statement goes straight
+    to the driver: SQLAlchemy's per-statement work would lengthen the one section that no
+    two appends share."""
+    if not any(batch for _, batch in requests):
+        return [[] for _ in requests]
+    ids = {(t, e.id) for t, batch in requests for e in batch}
+    causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
+    streams = {(t, e.stream) for t, batch in requests for e in batch}
+    models = {
+        (t, e.model_name, e.model_version)
+        for t, batch in requests
+        for e in batch
+        if e.model_name is not None and e.model_version is not None
+    }
+    wanted = {(tenant, registration_id(name, version)) for tenant, name, version in models}
+    # Lock first, then read: a statement that both waited for the lock and read the
+    # tail would see a snapshot from before the wait. The lookups go in one pipeline
+    # behind the lock (PostgreSQL runs them in order, each with a snapshot taken after
+    # the lock), so the head is held for one round trip here, not four. The events
+    # re-sent ids name and the registrations of the models named come in one lookup,
+    # and causes are looked up only when there are some: each statement costs the
+    # group about as much CPU as planning ten events.
+    async with (
+        driver.pipeline(),
+        driver.cursor(row_factory=namedtuple_row) as locked,
+        driver.cursor(row_factory=namedtuple_row) as known,
+        driver.cursor(row_factory=namedtuple_row) as positions,
+        driver.cursor(row_factory=namedtuple_row) as versions,
+    ):
+        await locked.execute(_LOCK_HEAD)
+        # Planned at each execution, never prepared: a prepared statement settles on a
+        # generic plan made while the log was small (a hash join over a sequential scan
+        # of events) and, unless an ANALYZE invalidates it (autovacuum may be off),
+        # keeps it as the log grows, so that every group reads the whole table.
+        await known.execute(_FETCH_KNOWN, _pair_params(ids | wanted), prepare=False)
+        if causes:
+            await positions.execute(_FETCH_POSITIONS, _pair_params(causes), prepare=False)
+        await versions.execute(_FETCH_VERSIONS, _pair_params(streams), prepare=False)
+        head: Any = await locked.fetchone()
+        if head is None:
+            raise RuntimeError("the log_head row is missing: the schema is not migrated")
+        found: list[Any] = await known.fetchall()
+        cause_rows: list[Any] = await positions.fetchall() if causes else []
+        version_rows: list[Any] = await versions.fetchall()
+    group = GroupPlan(
+        position=int(head.position),
+        prev_hash=bytes(head.hash),
+        stored=_known_from([r for r in found if (r.tenant, r.id) in ids]),
+        positions={(r.tenant, r.id): r.position for r in cause_rows},
+        versions={(r.tenant, r.stream): int(r.version) for r in version_rows if r.version},
+        recorded_at=datetime.now(UTC),
+        registrations=_registrations_from([r for r in found if (r.tenant, r.id) in wanted]),
+    )
+    outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
+    if group.rows:
+        async with driver.cursor() as cursor:
+            await _write(cursor, group)
+    return outcomes
 
 
 async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:

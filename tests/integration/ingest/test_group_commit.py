@@ -9,8 +9,9 @@ from pathlib import Path
 import httpx2
 import orjson
 import psycopg
+import pytest
 from fastapi import FastAPI
-from sqlalchemy import URL
+from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.records import NewEvent
@@ -134,3 +135,24 @@ async def test_a_value_postgresql_refuses_fails_only_its_own_request(engine: Asy
     assert len(refused) == 1
     assert isinstance(refused[0], psycopg.DataError)
     assert sorted(o[0].id for o in outcomes if isinstance(o, list)) == sorted(e.id for e in good)
+    await appender.close()
+
+
+async def test_after_its_connection_is_lost_the_appender_takes_a_new_one(
+    engine: AsyncEngine,
+) -> None:
+    appender = Appender(engine)
+    [first] = await appender.append("acme", [NewEvent(id="e1", source="/s", type="t", stream="s")])
+    async with engine.connect() as conn:  # the server drops the appender's connection
+        await conn.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'COMMIT'"
+                " AND datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    lost = NewEvent(id="e2", source="/s", type="t", stream="s")
+    with pytest.raises(psycopg.OperationalError):
+        await appender.append("acme", [lost])  # nothing written: the client gets a 503
+    [again] = await appender.append("acme", [lost])
+    assert (first.position, again.position) == (1, 2)
+    await appender.close()
