@@ -12,11 +12,11 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import IO, Annotated, Any, NoReturn
 
 import typer
 import uvicorn
@@ -206,7 +206,7 @@ async def _verify(url: URL | str) -> ChainReport:
 
 @cli.command()
 def replay(
-    out: Annotated[Path, typer.Option("--out", help="NDJSON file to write ('-' for stdout)")],
+    out: Annotated[Path, typer.Option("--out", help="file to write ('-' for stdout)")],
     tenant: Annotated[str, typer.Option(help="tenant to replay")] = "default",
     after: Annotated[int, typer.Option(min=0, help="resume after this position")] = 0,
     types: Annotated[str | None, typer.Option(help="comma-separated event types")] = None,
@@ -218,9 +218,15 @@ def replay(
     since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
     until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
     limit: Annotated[int | None, typer.Option(min=1)] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="ndjson (a CloudEvent a line) or parquet")
+    ] = "ndjson",
 ) -> None:
-    """Write matching events as NDJSON, in position order, with progress on stderr."""
+    """Write matching events as NDJSON or Parquet, in position order, with progress on
+    stderr."""
     settings = load_settings()
+    if format not in ("ndjson", "parquet"):
+        fail(f"--format must be ndjson or parquet, not {format!r}")
     try:
         selection = replay_filter(
             after,
@@ -237,16 +243,19 @@ def replay(
     except AppError as exc:
         fail(exc.detail)
     with database(settings) as db:
-        count = asyncio.run(_replay(db.url, tenant, selection, out, settings.replay_fetch_rows))
+        count = asyncio.run(
+            _replay(db.url, tenant, selection, out, settings.replay_fetch_rows, format)
+        )
     typer.echo(f"wrote {count} events to {out}", err=True)
 
 
 async def _replay(
-    url: URL | str, tenant: str, selection: EventFilter, out: Path, fetch_rows: int
+    url: URL | str, tenant: str, selection: EventFilter, out: Path, fetch_rows: int, form: str
 ) -> int:
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
     count = 0
-    sink = sys.stdout if str(out) == "-" else out.open("w", encoding="utf-8")
+    to_stdout = str(out) == "-"
+    sink: IO[bytes] = sys.stdout.buffer if to_stdout else out.open("wb")
     try:
         with Progress(
             SpinnerColumn(),
@@ -258,12 +267,28 @@ async def _replay(
             task = progress.add_task("replay", total=None)
             async with engine.connect() as conn:
                 reader = EventReader(conn)
-                async for chunk in reader.replay(tenant, selection, fetch_rows=fetch_rows):
-                    sink.write(chunk.text)
-                    count += chunk.count
-                    progress.update(task, completed=count)
+
+                async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
+                    nonlocal count
+                    async for chunk in reader.replay_rows(tenant, selection, fetch_rows=fetch_rows):
+                        count += len(chunk)
+                        progress.update(task, completed=count)
+                        yield chunk
+
+                if form == "parquet":
+                    from app.store.parquet import parquet_file  # pyarrow: on first use
+
+                    async for piece in parquet_file(rows()):
+                        sink.write(piece)
+                else:
+                    async for lines in reader.replay(tenant, selection, fetch_rows=fetch_rows):
+                        sink.write(lines.text.encode())
+                        count += lines.count
+                        progress.update(task, completed=count)
     finally:
-        if sink is not sys.stdout:
+        if to_stdout:
+            sink.flush()
+        else:
             sink.close()
         await engine.dispose()
     return count

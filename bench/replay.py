@@ -1,6 +1,8 @@
 """Replay throughput: NDJSON over HTTP against a bare psycopg server-side cursor that
 encodes the same rows with orjson, on the same data, in the same run; and the server's
-peak memory, which must stay flat whatever the size of the store.
+peak memory, which must stay flat whatever the size of the store. Then the same for
+Parquet: ``format=parquet`` over HTTP against the bare cursor feeding pyarrow's writer
+the same columns.
 
 Run: ``python -m bench.replay [--quick] [--events N]``.
 """
@@ -10,17 +12,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import io
 import time
 from typing import Any
 
 import httpx2
 import orjson
 import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
 from sqlalchemy import URL
 
 from app.db.engine import create_engine
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
+from app.store.parquet import ROW_GROUP_ROWS, SCHEMA
 from app.store.records import NewEvent
 from bench._harness import (
     Row,
@@ -37,6 +43,13 @@ _BASELINE_SQL = """
 SELECT position, id, source, type, subject, time_rfc3339, datacontenttype, dataschema,
        data, data_binary, extensions, causes, correlation_id, model_name, model_version,
        model_signature, stream, stream_version, recorded_at, prev_hash, hash
+FROM events WHERE tenant = %s ORDER BY position
+"""
+_PARQUET_SQL = """
+SELECT position, id, source, type, subject, time, time_rfc3339, recorded_at, stream,
+       stream_version, datacontenttype, dataschema, data::text, data_binary,
+       extensions::text, causes, correlation_id, model_name, model_version,
+       model_signature, prev_hash, hash
 FROM events WHERE tenant = %s ORDER BY position
 """
 
@@ -89,6 +102,43 @@ def over_http(base: str, key: str) -> tuple[float, int, int]:
     return time.perf_counter() - started, lines, size
 
 
+def parquet_over_http(base: str, key: str) -> tuple[float, int, int]:
+    received = io.BytesIO()
+    started = time.perf_counter()
+    with httpx2.stream(
+        "GET",
+        f"{base}/replay",
+        params={"format": "parquet"},
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=600,
+    ) as response:
+        for chunk in response.iter_bytes():
+            received.write(chunk)
+    elapsed = time.perf_counter() - started
+    rows = pq.ParquetFile(received).metadata.num_rows
+    return elapsed, rows, received.tell()
+
+
+def parquet_baseline(url: URL) -> tuple[float, int, int]:
+    """A hand-written Parquet exporter: a named cursor, a table of columns per row
+    group, and pyarrow's writer, with the same schema and compression."""
+    sink = io.BytesIO()
+    rows = 0
+    started = time.perf_counter()
+    with (
+        psycopg.connect(libpq(url)) as conn,
+        conn.cursor(name="export") as cursor,
+        pq.ParquetWriter(sink, SCHEMA, compression="zstd") as writer,
+    ):
+        cursor.execute(_PARQUET_SQL, ("bench",))
+        while found := cursor.fetchmany(ROW_GROUP_ROWS):
+            columns = list(zip(*found, strict=True))
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, SCHEMA, strict=True)]
+            writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
+            rows += len(found)
+    return time.perf_counter() - started, rows, sink.tell()
+
+
 def baseline(url: URL) -> tuple[float, int, int]:
     """What a hand-written exporter would do: a named cursor and orjson, row by row."""
     lines = size = 0
@@ -135,11 +185,15 @@ def main() -> None:
                 conn.execute("VACUUM ANALYZE events")
         key = asyncio.run(make_key(url))
         base_s, base_lines, base_bytes = baseline(url)
+        pq_base_s, pq_base_rows, pq_base_bytes = parquet_baseline(url)
         with served(url) as process:
             settle(process.base, key)
             ours_s, our_lines, our_bytes = over_http(process.base, key)
             peak = process.peak_rss_mb()
+            pq_s, pq_rows, pq_bytes = parquet_over_http(process.base, key)
+            pq_peak = process.peak_rss_mb()
     assert our_lines == base_lines == total + 1, (our_lines, base_lines, total)  # + registration
+    assert pq_rows == pq_base_rows == total + 1, (pq_rows, pq_base_rows, total)
     print_table(
         f"replay: {total:,} events as NDJSON",
         [
@@ -149,8 +203,18 @@ def main() -> None:
         ],
         "psycopg named cursor + orjson",
     )
+    print_table(
+        f"replay: {total:,} events as Parquet (zstd, row groups of {ROW_GROUP_ROWS:,})",
+        [
+            Row("replay rate (events/s)", pq_rows / pq_s, pq_base_rows / pq_base_s, "events/s"),
+            Row("file size", pq_bytes / 1e6, pq_base_bytes / 1e6, "MB", higher_is_better=False),
+            Row("server peak RSS after both", pq_peak, None, "MiB", higher_is_better=False),
+        ],
+        "psycopg named cursor + pyarrow",
+    )
     print(f"\ntargets: >= 0.7x the bare cursor ({(our_lines / ours_s) / (base_lines / base_s):.2f}x), "
-          f"peak RSS under 300 MiB ({peak:.0f} MiB)")  # fmt: skip
+          f"peak RSS under 300 MiB ({peak:.0f} MiB); Parquet "
+          f"{(pq_rows / pq_s) / (pq_base_rows / pq_base_s):.2f}x, peak RSS {pq_peak:.0f} MiB")  # fmt: skip
 
 
 if __name__ == "__main__":

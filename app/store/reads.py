@@ -148,6 +148,50 @@ class EventReader:
             while rows := await cursor.fetchmany(fetch_rows):
                 yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
 
+    async def replay_rows(
+        self, tenant: str, selection: EventFilter, *, fetch_rows: int
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """Matching events in position order, ``fetch_rows`` at a time, as tuples of
+        ``parquet.SCHEMA``'s columns, from a named (server-side) cursor."""
+        statement = apply_filter(select(*_COLUMNS), tenant, selection)
+        compiled = statement.compile(
+            dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
+        )
+        raw = await self._conn.get_raw_connection()
+        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
+        async with driver.cursor(name="causeway_replay_rows") as cursor:
+            await cursor.execute(str(compiled), compiled.params)
+            while rows := await cursor.fetchmany(fetch_rows):
+                yield rows
+
+
+_e = events.c
+# The columns of a Parquet replay, in the order of ``app.store.parquet.SCHEMA``.
+_COLUMNS = (
+    _e.position,
+    _e.id,
+    _e.source,
+    _e.type,
+    _e.subject,
+    _e.time,
+    _e.time_rfc3339,
+    _e.recorded_at,
+    _e.stream,
+    _e.stream_version,
+    _e.datacontenttype,
+    _e.dataschema,
+    cast(_e.data, Text),
+    _e.data_binary,
+    cast(_e.extensions, Text),
+    _e.causes,
+    _e.correlation_id,
+    _e.model_name,
+    _e.model_version,
+    _e.model_signature,
+    _e.prev_hash,
+    _e.hash,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ReplayChunk:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import orjson
 import psycopg
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import URL
 from typer.testing import CliRunner
@@ -126,6 +127,33 @@ class TestReplay:
         result = run.invoke(cli, ["replay", "--since", "soon", "--out", str(tmp_path / "x")])
         assert result.exit_code == 2
         assert result.stderr.startswith("error: since:")
+
+    def test_replay_writes_the_same_events_as_parquet(
+        self, run: CliRunner, database_url: URL, tmp_path: Path
+    ) -> None:
+        store(database_url, "acme", 6)
+        out = tmp_path / "t1.parquet"
+        result = run.invoke(
+            cli,
+            [
+                *("replay", "--tenant", "acme", "--types", "t1", "--after", "2"),
+                *("--format", "parquet", "--out", str(out)),
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        rows = pq.read_table(out).to_pylist()
+        assert [(r["id"], orjson.loads(r["data"])) for r in rows] == [
+            ("e3", {"i": 3}),
+            ("e5", {"i": 5}),
+        ]
+        assert "wrote 2 events" in result.stderr
+
+    def test_an_unknown_format_is_exit_2(self, run: CliRunner, tmp_path: Path) -> None:
+        out = tmp_path / "x"
+        result = run.invoke(cli, ["replay", "--format", "csv", "--out", str(out)])
+        assert result.exit_code == 2
+        assert result.stderr == "error: --format must be ndjson or parquet, not 'csv'\n"
+        assert not out.exists()
 
 
 def test_migrate_is_idempotent(run: CliRunner) -> None:
