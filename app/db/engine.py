@@ -22,7 +22,12 @@ def async_url(url: str | URL) -> URL:
 def create_engine(
     url: str | URL, *, pool_size: int = 5, statement_timeout_ms: int = 30_000
 ) -> AsyncEngine:
-    options = f"-c statement_timeout={statement_timeout_ms}" if statement_timeout_ms else ""
+    # Sessions in UTC, whatever the server's TimeZone: psycopg reads timestamptz in the
+    # session's zone, and under a zone west of UTC a stored 0001-01-01T00:00:00Z (Go's
+    # zero time) reads back as a year Python cannot hold.
+    options = "-c TimeZone=UTC"
+    if statement_timeout_ms:
+        options += f" -c statement_timeout={statement_timeout_ms}"
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
@@ -30,5 +35,5 @@ def create_engine(
         # orjson reads integers past 64 bits as floats; the chain hashes numbers as doubles,
         # so nothing that matters changes, and it decodes jsonb several times faster.
         json_deserializer=orjson.loads,
-        connect_args={"options": options} if options else {},
+        connect_args={"options": options},
     )

@@ -5,9 +5,10 @@ JSON lines. ``data`` and ``extensions`` stay JSON text (their shape is the produ
 ``data_binary`` holds what a binary-mode event carried; times are UTC timestamps in
 microseconds, with the producer's exact ``time`` text beside them (RFC 3339 allows
 nanoseconds). Memory stays flat whatever the store's size: rows come from a server-side
-cursor, each row group is written out as soon as it is full, and only the footer waits
-for the end. A stream cut short (a lost connection) has no footer, so a reader refuses
-it rather than taking it for the whole answer.
+cursor, each fetch becomes Arrow columns at once, and a row group (10,000 rows, or 64 MB
+of column data if that comes first) is written out as soon as it is full; only the footer
+waits for the end. A stream cut short (a lost connection) has no footer, so a reader
+refuses it rather than taking it for the whole answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 10_000
+ROW_GROUP_BYTES = 64 << 20
 
 _TIME = pa.timestamp("us", tz="UTC")
 # Names as in the NDJSON replay; the order is that of ``COLUMNS`` in ``app.store.reads``.
@@ -74,30 +76,41 @@ class _Spool:
 
 
 async def parquet_file(
-    chunks: AsyncIterator[Sequence[tuple[Any, ...]]], *, row_group_rows: int = ROW_GROUP_ROWS
+    chunks: AsyncIterator[Sequence[tuple[Any, ...]]],
+    *,
+    row_group_rows: int = ROW_GROUP_ROWS,
+    row_group_bytes: int = ROW_GROUP_BYTES,
 ) -> AsyncIterator[bytes]:
     """A Parquet file of the rows ``chunks`` give (in ``SCHEMA``'s column order), in
-    pieces: each full row group as soon as it is written, then the footer."""
+    pieces: the header at once, each row group as soon as it holds ``row_group_rows`` or
+    ``row_group_bytes`` of column data, then the footer. Each chunk becomes Arrow columns
+    as it arrives, so no more than one row group and one chunk are held."""
     spool = _Spool()
     writer = pq.ParquetWriter(pa.PythonFile(spool, mode="w"), SCHEMA, compression="zstd")
-    pending: list[tuple[Any, ...]] = []
+    pending: list[pa.RecordBatch] = []
+    rows = size = 0
     try:
+        yield spool.take()
         async for chunk in chunks:
-            pending.extend(chunk)
-            while len(pending) >= row_group_rows:
-                writer.write_table(_table(pending[:row_group_rows]))
-                del pending[:row_group_rows]
+            batch = _batch(chunk)
+            pending.append(batch)
+            rows += batch.num_rows
+            size += batch.nbytes
+            if rows >= row_group_rows or size >= row_group_bytes:
+                writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
+                pending.clear()
+                rows = size = 0
                 yield spool.take()
         if pending:
-            writer.write_table(_table(pending))
+            writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
     finally:
         writer.close()
     yield spool.take()
 
 
-def _table(rows: Sequence[tuple[Any, ...]]) -> pa.Table:
+def _batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
     columns = list(zip(*rows, strict=True))
-    return pa.Table.from_arrays(
+    return pa.RecordBatch.from_arrays(
         [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)],
         schema=SCHEMA,
     )

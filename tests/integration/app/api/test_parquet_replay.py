@@ -5,16 +5,21 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
 import orjson
 import pyarrow.parquet as pq
 import pytest
+from sqlalchemy import URL, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.replay import PARQUET
+from app.main import create_app, dispose
+from app.settings import Settings
 from app.store.parquet import SCHEMA, parquet_file
+from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
 
@@ -123,18 +128,52 @@ async def test_row_groups_go_out_as_they_fill_and_the_footer_last() -> None:
 
     async for piece in parquet_file(chunks(), row_group_rows=4):
         pieces.append(piece)
-        if len(pieces) == 1:
+        if len(pieces) == 2:
             assert delivered[-1] == 4  # the first row group was out before more rows came
+    assert pieces[0] == b"PAR1"  # at once: a client sees bytes before any row is read
     whole = pq.ParquetFile(io.BytesIO(b"".join(pieces)))
     assert whole.metadata.num_row_groups == 3  # 4 + 4 + 2
     assert [r["position"] for r in whole.read().to_pylist()] == list(range(1, 11))
-    assert len(pieces) == 3  # two full groups, then the last one with the footer
+    assert len(pieces) == 4  # the header, two full groups, then the last with the footer
 
 
-def _row(position: int) -> tuple[Any, ...]:
+async def test_big_rows_make_smaller_row_groups() -> None:
+    """However large the events, a row group holds about ``row_group_bytes``."""
+
+    async def chunks() -> AsyncIterator[Sequence[tuple[Any, ...]]]:
+        for position in range(1, 7):
+            yield [_row(position, data="x" * 1000)]
+
+    pieces = [piece async for piece in parquet_file(chunks(), row_group_bytes=2500)]
+    whole = pq.ParquetFile(io.BytesIO(b"".join(pieces)))
+    assert whole.metadata.num_row_groups == 2  # 3 rows of about 1 kB each reach 2,500 bytes
+    assert [len(r["data"]) for r in whole.read().to_pylist()] == [1000] * 6
+
+
+def _row(position: int, data: str = "{}") -> tuple[Any, ...]:
     when = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
     return (
         position, f"e{position}", "/s", "t", None, when, "2026-11-30T12:00:00Z", when, "s",
-        position, None, None, "{}", None, "{}", [], None, None, None, None, bytes(32),
+        position, None, None, data, None, "{}", [], None, None, None, None, bytes(32),
         bytes(32),
     )  # fmt: skip
+
+
+async def test_times_read_back_in_utc_whatever_the_servers_time_zone(
+    database_url: URL, engine: AsyncEngine, make_key: MakeKey
+) -> None:
+    # West of UTC, year 1 at midnight UTC (Go's zero time) is a year before 1.
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(f"ALTER DATABASE \"{database_url.database}\" SET TimeZone = 'America/New_York'")
+        )
+    app = create_app(Settings(_env_file=None), database_url=database_url)
+    async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
+        edges = [event(time="0001-01-01T00:00:00Z"), event(time="9999-12-31T23:59:59Z")]
+        await client.post("/events", content=dumps(edges), headers=BATCH)
+        rows = await replayed(client)
+    await dispose(app)
+    assert [r["time"] for r in rows] == [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
+    ]
