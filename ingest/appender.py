@@ -60,6 +60,7 @@ class Appender:
         self._queue: deque[_Request] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._held: AsyncConnection | None = None
+        self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
         self.requests_committed = 0
 
@@ -96,6 +97,8 @@ class Appender:
                     _settle(request, exc)
                 if not isinstance(exc, Exception):
                     raise
+        if self._closed:
+            await self._release(invalidate=False)
 
     async def _commit(self, group: list[_Request]) -> None:
         driver = await self._connection()
@@ -112,20 +115,33 @@ class Appender:
             _settle(request, outcome)
 
     async def _connection(self) -> PsycopgConnection[Any]:
-        """The held connection, idle; a new one from the pool in place of one that broke
-        or was left in a transaction."""
+        """The held connection, idle; else one from the pool that answers. When the
+        server went away, every idle connection in the pool went with it: each is tried
+        and dropped in turn, so only the group that found the held one dead fails."""
         if self._held is not None:
-            raw = await self._held.get_raw_connection()
-            driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
+            driver = await _driver(self._held)
             if not driver.closed and driver.info.transaction_status == TransactionStatus.IDLE:
                 return driver
             await self._release(invalidate=True)
-        self._held = await self._engine.connect()
-        raw = await self._held.get_raw_connection()
-        return raw.driver_connection  # type: ignore[return-value]  # psycopg under SQLAlchemy
+        tries = getattr(self._engine.pool, "checkedin", lambda: 0)()  # idle, maybe dead
+        for attempt in range(tries + 1):
+            self._held = await self._engine.connect()
+            driver = await _driver(self._held)
+            try:
+                await driver.execute("SELECT 1")
+                await driver.rollback()
+            except psycopg.OperationalError:
+                await self._release(invalidate=True)
+                if attempt == tries:
+                    raise
+                continue
+            return driver
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
-        """Give the held connection back (the app's shutdown, before the pool closes)."""
+        """Give the held connection back (the app's shutdown, before the pool closes).
+        A group that still comes later returns its connection when it is done."""
+        self._closed = True
         if self._writer is not None and not self._writer.done():
             await asyncio.wait([self._writer])
         await self._release(invalidate=False)
@@ -149,6 +165,11 @@ class Appender:
                 break
             group.append(self._queue.popleft())
         return group
+
+
+async def _driver(held: AsyncConnection) -> PsycopgConnection[Any]:
+    raw = await held.get_raw_connection()
+    return raw.driver_connection  # type: ignore[return-value]  # psycopg under SQLAlchemy
 
 
 def _is_bad_value(exc: BaseException) -> bool:

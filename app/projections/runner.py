@@ -127,7 +127,12 @@ class ProjectionRunner:
             selection = None
             if isinstance(projection, Selective):
                 selection = await projection.selection(conn)
-                self._interest[projection.name] = _interest(projection, selection)
+                interest = _interest(projection, selection)
+                if interest != self._interest[projection.name]:
+                    # An append that committed after the head was read, and before this,
+                    # may have sent a hint the old interest ignored: step once more.
+                    self._interest[projection.name] = interest
+                    self._wake[projection.name].set()
             found = await _read_events(conn, projection, checkpoint, head, size, selection)
             reached = found[-1].position if len(found) == size else head
             for event in found:

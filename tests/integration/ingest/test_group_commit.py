@@ -138,21 +138,34 @@ async def test_a_value_postgresql_refuses_fails_only_its_own_request(engine: Asy
     await appender.close()
 
 
-async def test_after_its_connection_is_lost_the_appender_takes_a_new_one(
+async def test_after_the_server_drops_every_connection_only_one_group_fails(
     engine: AsyncEngine,
 ) -> None:
     appender = Appender(engine)
     [first] = await appender.append("acme", [NewEvent(id="e1", source="/s", type="t", stream="s")])
-    async with engine.connect() as conn:  # the server drops the appender's connection
+    held = [await engine.connect() for _ in range(3)]  # idle connections in the pool
+    for conn in held:
+        await conn.close()
+    async with engine.connect() as conn:  # as a restart would: every other session ends
         await conn.execute(
             text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'COMMIT'"
-                " AND datname = current_database() AND pid <> pg_backend_pid()"
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         )
     lost = NewEvent(id="e2", source="/s", type="t", stream="s")
     with pytest.raises(psycopg.OperationalError):
         await appender.append("acme", [lost])  # nothing written: the client gets a 503
     [again] = await appender.append("acme", [lost])
-    assert (first.position, again.position) == (1, 2)
+    [after] = await appender.append("acme", [NewEvent(id="e3", source="/s", type="t", stream="s")])
+    assert (first.position, again.position, after.position) == (1, 2, 3)
     await appender.close()
+
+
+async def test_an_append_after_close_gives_its_connection_back(engine: AsyncEngine) -> None:
+    appender = Appender(engine)
+    await appender.append("acme", [NewEvent(id="e1", source="/s", type="t", stream="s")])
+    await appender.close()
+    await appender.append("acme", [NewEvent(id="e2", source="/s", type="t", stream="s")])
+    await asyncio.sleep(0)  # the group's task ends after answering
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
