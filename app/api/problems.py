@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from app.errors import AppError, NotFound, Unavailable, error_classes
 
@@ -52,6 +53,8 @@ def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
     answered before the middleware stack (``POST /events``)."""
     if isinstance(exc, AppError):
         return _app_error(exc)
+    if isinstance(exc, ClientDisconnect):
+        return _gone(method, path)
     if isinstance(exc, OperationalError | psycopg.OperationalError):
         return _unavailable(method, path, exc)
     if isinstance(exc, DataError | psycopg.DataError):
@@ -74,6 +77,16 @@ def _unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
         "the database is unreachable or the statement timed out; nothing was written, retry",
         {"Retry-After": "1"},
     )
+
+
+def client_gone(method: str, path: str) -> None:
+    """Note a client that hung up mid-body: no server failure, so no error in the log."""
+    logger.info("the client of %s %s went away before its whole body arrived", method, path)
+
+
+def _gone(method: str, path: str) -> JSONResponse:
+    client_gone(method, path)  # nobody will read the answer
+    return problem(400, "bad-request", "Bad request", "the request body was cut short")
 
 
 def _bad_value() -> JSONResponse:
@@ -120,6 +133,10 @@ async def on_database_unavailable(request: Request, exc: Exception) -> JSONRespo
     return _unavailable(request.method, request.url.path, exc)
 
 
+async def on_client_disconnect(request: Request, exc: Exception) -> JSONResponse:
+    return _gone(request.method, request.url.path)
+
+
 async def on_bad_value(request: Request, exc: Exception) -> JSONResponse:
     return _bad_value()
 
@@ -155,6 +172,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(psycopg.OperationalError, on_database_unavailable)
     # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
     # its values first, so this is a read given a NUL character or an oversized number.
+    app.add_exception_handler(ClientDisconnect, on_client_disconnect)
     app.add_exception_handler(DataError, on_bad_value)
     app.add_exception_handler(psycopg.DataError, on_bad_value)  # refused before it was sent
     app.add_exception_handler(Exception, on_unexpected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import httpx2
@@ -466,3 +467,56 @@ class TestUnexpected:
         assert response.status_code == 500
         assert problem_type(response) == "/problems/internal"
         assert "secret" not in response.text
+
+
+class TestClientGone:
+    """A client that hangs up mid-body is no server failure: no 500, no error logged."""
+
+    @pytest.mark.parametrize("prefix", ["", "/api"])
+    async def test_a_body_cut_short_logs_no_error_and_stores_nothing(
+        self,
+        app: FastAPI,
+        make_key: MakeKey,
+        caplog: pytest.LogCaptureFixture,
+        client: httpx2.AsyncClient,
+        prefix: str,
+    ) -> None:
+        outer = FastAPI()
+        outer.mount("/api", app)
+        key = await make_key("acme", "ingest")
+        sent: list[MutableMapping[str, Any]] = []
+        messages: Iterator[dict[str, Any]] = iter(
+            [
+                {"type": "http.request", "body": dumps(event())[:10], "more_body": True},
+                {"type": "http.disconnect"},
+            ]
+        )
+
+        async def receive() -> dict[str, Any]:
+            return next(messages)
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": f"{prefix}/events",
+            "raw_path": f"{prefix}/events".encode(),
+            "root_path": "",
+            "query_string": b"",
+            "headers": [
+                (b"host", b"causeway"),
+                (b"authorization", f"Bearer {key}".encode()),
+                (b"content-type", b"application/cloudevents+json"),
+            ],
+            "client": ("127.0.0.1", 1),
+            "server": ("causeway", 80),
+        }
+        await (outer if prefix else app)(scope, receive, send)
+        assert [m for m in sent if m.get("status") == 500] == []
+        assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+        assert (await client.get("/replay")).text == ""
