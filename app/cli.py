@@ -267,16 +267,17 @@ async def _replay(
             task = progress.add_task("replay", total=None)
             async with engine.connect() as conn:
                 reader = EventReader(conn)
-
-                async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
-                    nonlocal count
-                    async for chunk in reader.replay_rows(tenant, selection, fetch_rows=fetch_rows):
-                        count += len(chunk)
-                        progress.update(task, completed=count)
-                        yield chunk
-
                 if form == "parquet":
                     from app.store.parquet import parquet_file  # pyarrow: on first use
+
+                    async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
+                        nonlocal count
+                        async for chunk in reader.replay_rows(
+                            tenant, selection, fetch_rows=fetch_rows
+                        ):
+                            count += len(chunk)
+                            progress.update(task, completed=count)
+                            yield chunk
 
                     async for piece in parquet_file(rows()):
                         sink.write(piece)

@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy import URL, make_url
-from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from app.api import deployments, events, health, models, problems, projections, replay
@@ -208,9 +207,6 @@ class Causeway(FastAPI):
             status, answer = await self.ingest.answer(
                 principal, _header(headers, b"content-type") or None, headers, body
             )
-        except ClientDisconnect:  # nobody to answer
-            problems.client_gone("POST", "/events")
-            return
         except Exception as exc:
             await problems.response_for(exc, "POST", "/events")(scope, receive, send)
             return

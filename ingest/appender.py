@@ -32,6 +32,7 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db.engine import driver_of
 from app.store.log import append_on
 from app.store.records import Appended, NewEvent
 
@@ -119,14 +120,14 @@ class Appender:
         server went away, every idle connection in the pool went with it: each is tried
         and dropped in turn, so only the group that found the held one dead fails."""
         if self._held is not None:
-            driver = await _driver(self._held)
+            driver = await driver_of(self._held)
             if not driver.closed and driver.info.transaction_status == TransactionStatus.IDLE:
                 return driver
             await self._release(invalidate=True)
         tries = getattr(self._engine.pool, "checkedin", lambda: 0)()  # idle, maybe dead
         for attempt in range(tries + 1):
             self._held = await self._engine.connect()
-            driver = await _driver(self._held)
+            driver = await driver_of(self._held)
             try:
                 await driver.execute("SELECT 1")
                 await driver.rollback()
@@ -165,11 +166,6 @@ class Appender:
                 break
             group.append(self._queue.popleft())
         return group
-
-
-async def _driver(held: AsyncConnection) -> PsycopgConnection[Any]:
-    raw = await held.get_raw_connection()
-    return raw.driver_connection  # type: ignore[return-value]  # psycopg under SQLAlchemy
 
 
 def _is_bad_value(exc: BaseException) -> bool:

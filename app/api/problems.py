@@ -79,13 +79,10 @@ def _unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
     )
 
 
-def client_gone(method: str, path: str) -> None:
-    """Note a client that hung up mid-body: no server failure, so no error in the log."""
-    logger.info("the client of %s %s went away before its whole body arrived", method, path)
-
-
 def _gone(method: str, path: str) -> JSONResponse:
-    client_gone(method, path)  # nobody will read the answer
+    # A client that hung up mid-body: no server failure, so no error in the log (and
+    # nobody will read the answer).
+    logger.info("the client of %s %s went away before its whole body arrived", method, path)
     return problem(400, "bad-request", "Bad request", "the request body was cut short")
 
 
@@ -170,9 +167,9 @@ def install(app: FastAPI) -> None:
     # on the append path); the transaction was rolled back, so a retry is safe.
     app.add_exception_handler(OperationalError, on_database_unavailable)
     app.add_exception_handler(psycopg.OperationalError, on_database_unavailable)
+    app.add_exception_handler(ClientDisconnect, on_client_disconnect)
     # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
     # its values first, so this is a read given a NUL character or an oversized number.
-    app.add_exception_handler(ClientDisconnect, on_client_disconnect)
     app.add_exception_handler(DataError, on_bad_value)
     app.add_exception_handler(psycopg.DataError, on_bad_value)  # refused before it was sent
     app.add_exception_handler(Exception, on_unexpected)

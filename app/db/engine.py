@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import URL, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 
 def _json_text(value: Any) -> str:
@@ -37,3 +38,10 @@ def create_engine(
         json_deserializer=orjson.loads,
         connect_args={"options": options},
     )
+
+
+async def driver_of(conn: AsyncConnection) -> PsycopgConnection[Any]:
+    """The psycopg connection under ``conn``, for the hot paths that skip SQLAlchemy's
+    per-statement and per-row work (appends, walks, replays)."""
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection  # type: ignore[return-value]  # psycopg under SQLAlchemy

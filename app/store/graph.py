@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.rows import namedtuple_row
 from sqlalchemy import BigInteger, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.engine import driver_of
 from app.db.tables import event_causes, events
 from app.store.chain import ChainRecord, link
 from app.store.log import full_row, record_from_row
@@ -186,8 +186,7 @@ class GraphReader:
         # Straight to the driver: one statement, built once, whose rows (full events, up to
         # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
         # cost more than PostgreSQL's walk.
-        raw = await self._conn.get_raw_connection()
-        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
+        driver = await driver_of(self._conn)
         async with driver.cursor(row_factory=namedtuple_row) as cursor:
             await cursor.execute(
                 _WALK,

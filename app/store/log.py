@@ -25,6 +25,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.engine import driver_of
 from app.db.tables import events
 from app.errors import AppError
 from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
@@ -61,9 +62,7 @@ class EventLog:
     ) -> list[Outcome]:
         """Plan every request (tenant, events), write the accepted ones, and give each
         request its own outcome: where its events landed, or the error that refused it."""
-        raw = await self._conn.get_raw_connection()
-        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        return await append_on(driver, requests)
+        return await append_on(await driver_of(self._conn), requests)
 
 
 async def append_on(

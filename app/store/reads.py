@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import Select, Text, bindparam, case, cast, func, literal, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
+from app.db.engine import driver_of
 from app.db.tables import events
 from app.store.records import EventFilter
 
@@ -138,28 +138,28 @@ class EventReader:
         renders each line, and building a Row object per line cost a third of the rate.
         """
         statement = apply_filter(select(_json_text()), tenant, selection)
-        compiled = statement.compile(
-            dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
-        )
-        raw = await self._conn.get_raw_connection()
-        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        async with driver.cursor(name="causeway_replay") as cursor:
-            await cursor.execute(str(compiled), compiled.params)
-            while rows := await cursor.fetchmany(fetch_rows):
-                yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
+        async for rows in self._stream(statement, fetch_rows):
+            yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
 
     async def replay_rows(
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
     ) -> AsyncIterator[list[tuple[Any, ...]]]:
         """Matching events in position order, ``fetch_rows`` at a time, as tuples of
-        ``parquet.SCHEMA``'s columns, from a named (server-side) cursor."""
-        statement = apply_filter(select(*_COLUMNS), tenant, selection)
+        ``parquet.SCHEMA``'s columns."""
+        async for rows in self._stream(
+            apply_filter(select(*_COLUMNS), tenant, selection), fetch_rows
+        ):
+            yield rows
+
+    async def _stream(
+        self, statement: Select[Any], fetch_rows: int
+    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+        """The rows of ``statement``, ``fetch_rows`` at a time, from a named cursor."""
         compiled = statement.compile(
             dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
         )
-        raw = await self._conn.get_raw_connection()
-        driver: PsycopgConnection[Any] = raw.driver_connection  # type: ignore[assignment]  # psycopg under SQLAlchemy
-        async with driver.cursor(name="causeway_replay_rows") as cursor:
+        driver = await driver_of(self._conn)
+        async with driver.cursor(name="causeway_replay") as cursor:
             await cursor.execute(str(compiled), compiled.params)
             while rows := await cursor.fetchmany(fetch_rows):
                 yield rows
