@@ -24,6 +24,7 @@ from strawberry.schema.config import StrawberryConfig
 from app.errors import BadRequest, Timeout
 from app.graphql.context import Context
 from app.graphql.errors import ProblemErrors
+from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
 from app.graphql.types import (
     BIG_INT,
@@ -101,7 +102,7 @@ class Query:
         async with info.context.engine.connect() as conn:
             found = await GraphReader(conn).fetch_by_ids(info.context.tenant, [str(id)])
         stored = found.get(str(id))
-        return None if stored is None else Event(stored=stored)
+        return None if stored is None else Event.of(stored)
 
     @strawberry.field(description="Events in position order, filtered, a page at a time.")
     async def events(
@@ -259,6 +260,7 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
     return strawberry.Schema(
         query=Query,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
+        execution_context_class=FlatListExecutionContext,
         extensions=[
             # Parsing and validating (with the limiters' rules) cost more than a small
             # audit itself; clients repeat the same documents, so both are cached.

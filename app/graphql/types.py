@@ -122,56 +122,51 @@ class ModelRef:
 
 @strawberry.type(description="One stored event: its CloudEvents attributes and its lineage.")
 class Event:
+    # The attributes are copied out when the event is made, not computed by resolvers:
+    # a field without a resolver is a plain attribute read, and lists of hundreds of
+    # events (an audit, a lineage) complete in one pass (app/graphql/execution.py).
     stored: strawberry.Private[StoredEvent]
+    id: strawberry.ID
+    source: str
+    type: str
+    subject: str | None
+    time: str | None = strawberry.field(
+        description="Event time exactly as the producer sent it (RFC 3339)."
+    )
+    recorded_time: str = strawberry.field(
+        description="When the store recorded the event (RFC 3339, UTC)."
+    )
+    stream: str
+    stream_version: BigInt
+    position: BigInt = strawberry.field(description="The event's place in the global order.")
+    data_content_type: str | None
+    data_schema: str | None
+    data: JSON | None = strawberry.field(
+        description="JSON data; null for binary data (see dataBase64)."
+    )
+    correlation_id: str | None
+    hash: str = strawberry.field(description="SHA-256 chain hash, hex (docs/hash-chain.md).")
 
-    @strawberry.field
-    def id(self) -> strawberry.ID:
-        return strawberry.ID(self.stored.record.id)
-
-    @strawberry.field
-    def source(self) -> str:
-        return self.stored.record.source
-
-    @strawberry.field
-    def type(self) -> str:
-        return self.stored.record.type
-
-    @strawberry.field
-    def subject(self) -> str | None:
-        return self.stored.record.subject
-
-    @strawberry.field(description="Event time exactly as the producer sent it (RFC 3339).")
-    def time(self) -> str | None:
-        return self.stored.record.time
-
-    @strawberry.field(description="When the store recorded the event (RFC 3339, UTC).")
-    def recorded_time(self) -> str:
-        return format_recorded_at(self.stored.record.recorded_at)
-
-    @strawberry.field
-    def stream(self) -> str:
-        return self.stored.record.stream
-
-    @strawberry.field
-    def stream_version(self) -> BigInt:
-        return BigInt(self.stored.record.stream_version)
-
-    @strawberry.field(description="The event's place in the global order.")
-    def position(self) -> BigInt:
-        return BigInt(self.stored.position)
-
-    @strawberry.field
-    def data_content_type(self) -> str | None:
-        return self.stored.record.datacontenttype
-
-    @strawberry.field
-    def data_schema(self) -> str | None:
-        return self.stored.record.dataschema
-
-    @strawberry.field(description="JSON data; null for binary data (see dataBase64).")
-    def data(self) -> JSON | None:
-        record = self.stored.record
-        return JSON(record.data) if record.data_binary is None else None
+    @classmethod
+    def of(cls, stored: StoredEvent) -> "Event":
+        record = stored.record
+        return cls(
+            stored=stored,
+            id=strawberry.ID(record.id),
+            source=record.source,
+            type=record.type,
+            subject=record.subject,
+            time=record.time,
+            recorded_time=format_recorded_at(record.recorded_at),
+            stream=record.stream,
+            stream_version=BigInt(record.stream_version),
+            position=BigInt(record.position),
+            data_content_type=record.datacontenttype,
+            data_schema=record.dataschema,
+            data=JSON(record.data) if record.data_binary is None else None,
+            correlation_id=record.correlation_id,
+            hash=stored.hash.hex(),
+        )
 
     @strawberry.field(description="Binary data, base64-encoded; null for JSON data.")
     def data_base64(self) -> str | None:
@@ -181,14 +176,6 @@ class Event:
     @strawberry.field(description="The other extension attributes, as sent.")
     def extensions(self) -> JSON:
         return JSON(dict(self.stored.record.extensions))
-
-    @strawberry.field
-    def correlation_id(self) -> str | None:
-        return self.stored.record.correlation_id
-
-    @strawberry.field(description="SHA-256 chain hash, hex (docs/hash-chain.md).")
-    def hash(self) -> str:
-        return self.stored.hash.hex()
 
     @strawberry.field
     def model(self) -> ModelRef | None:
@@ -204,7 +191,7 @@ class Event:
     @strawberry.field(description="The events this one was derived from, in the order named.")
     async def causes(self, info: strawberry.Info[Context, None]) -> list["Event"]:
         found = await info.context.loaders.causes.load(self.stored.position)
-        return [Event(stored=s) for s in found]
+        return [Event.of(s) for s in found]
 
     @strawberry.field(description="The events derived from this one, in position order.")
     async def effects(
@@ -247,9 +234,7 @@ class EventConnection:
 
     @classmethod
     def from_page(cls, page: Page, *, has_previous: bool = False) -> "EventConnection":
-        edges = [
-            EventEdge(cursor=encode_cursor(e.position), node=Event(stored=e)) for e in page.events
-        ]
+        edges = [EventEdge(cursor=encode_cursor(e.position), node=Event.of(e)) for e in page.events]
         return cls(
             edges=edges,
             page_info=PageInfo(
@@ -285,11 +270,9 @@ class Lineage:
     @classmethod
     def from_trace(cls, answer: Trace) -> "Lineage":
         return cls(
-            root=Event(stored=answer.root),
-            nodes=[LineageNode(event=Event(stored=n.event), depth=n.depth) for n in answer.nodes],
-            edges=[
-                LineageEdge(cause=Event(stored=c), effect=Event(stored=e)) for c, e in answer.edges
-            ],
+            root=Event.of(answer.root),
+            nodes=[LineageNode(event=Event.of(n.event), depth=n.depth) for n in answer.nodes],
+            edges=[LineageEdge(cause=Event.of(c), effect=Event.of(e)) for c, e in answer.edges],
             truncated=answer.truncated,
         )
 
@@ -322,15 +305,15 @@ class DecisionAudit:
     @classmethod
     def from_audit(cls, answer: Audit) -> "DecisionAudit":
         return cls(
-            decision=Event(stored=answer.decision),
-            source_events=[Event(stored=e) for e in answer.sources],
-            derived_events=[Event(stored=e) for e in answer.derived],
+            decision=Event.of(answer.decision),
+            source_events=[Event.of(e) for e in answer.sources],
+            derived_events=[Event.of(e) for e in answer.derived],
             models=[
                 AuditModel(
                     name=m.name,
                     version=m.version,
                     signature_digest=m.signature_digest,
-                    events=[Event(stored=e) for e in m.events],
+                    events=[Event.of(e) for e in m.events],
                 )
                 for m in answer.models
             ],

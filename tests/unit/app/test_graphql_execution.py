@@ -1,0 +1,172 @@
+"""The flat-list executor answers exactly what graphql-core answers, errors included."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from typing import Any
+
+import pytest
+import strawberry
+from strawberry.extensions import SchemaExtension
+
+from app.graphql.execution import FlatListExecutionContext
+
+
+@strawberry.enum
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@strawberry.type
+class Leaf:
+    name: str
+    count: int | None
+    colour: Colour
+
+
+@strawberry.type
+class Item:
+    id: strawberry.ID
+    size: int
+    note: str | None
+    leaf: Leaf | None
+    leaves: list[Leaf]
+    tags: list[str | None]
+
+    @strawberry.field
+    def shout(self) -> str:
+        return self.id.upper()
+
+    @strawberry.field
+    def times(self, n: int) -> int:
+        return self.size * n
+
+
+def _items() -> list[Item]:
+    return [
+        Item(
+            id=strawberry.ID(f"i{n}"),
+            size=n,
+            note=None if n % 2 else f"note {n}",
+            leaf=None if n == 2 else Leaf(name=f"l{n}", count=n or None, colour=Colour.RED),
+            leaves=[Leaf(name=f"m{k}", count=k, colour=Colour.BLUE) for k in range(n)],
+            tags=["a", None],
+        )
+        for n in range(4)
+    ]
+
+
+def _broken(field: str, value: Any) -> list[Item]:
+    items = _items()
+    object.__setattr__(items[1], field, value)
+    return items
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    async def items(self) -> list[Item]:
+        return _items()
+
+    @strawberry.field
+    def null_id(self) -> list[Item]:
+        return _broken("id", None)  # a null in a non-null field
+
+    @strawberry.field
+    def bad_size(self) -> list[Item]:
+        return _broken("size", "not a number")  # a value the scalar refuses
+
+    @strawberry.field
+    def missing(self) -> list[Item]:
+        items = _items()
+        del items[3].__dict__["note"]  # an attribute that is not there
+        return items
+
+    @strawberry.field
+    def raising(self) -> list[Item]:
+        return _broken("note", ValueError("an error as a value"))
+
+    @strawberry.field
+    def optional_items(self) -> list[Item | None] | None:
+        return [None, *_items()]
+
+
+class Shouting(SchemaExtension):
+    """A resolve hook: every field goes through it, so no list may skip the resolvers."""
+
+    def resolve(self, _next: Any, root: Any, info: Any, *args: Any, **kwargs: Any) -> Any:
+        result = _next(root, info, *args, **kwargs)
+        return result.upper() if isinstance(result, str) else result
+
+
+plain = strawberry.Schema(query=Query)
+flat = strawberry.Schema(query=Query, execution_context_class=FlatListExecutionContext)
+
+QUERIES = [
+    "{ items { id size note } }",
+    "{ items { __typename id x: size y: size } }",
+    "{ items { leaf { name count colour __typename } leaves { name colour } tags } }",
+    "{ items { ...F } } fragment F on Item { id leaf { ... on Leaf { name } } }",
+    "query ($on: Boolean!) { items { id note @include(if: $on) size @skip(if: $on) } }",
+    "{ items { id shout } }",
+    "{ items { id times(n: 3) } }",
+    "{ nullId { id size } }",
+    "{ nullId { size } }",
+    "{ badSize { id size } }",
+    "{ missing { id note } }",
+    "{ optionalItems { id leaf { name } } }",
+    "{ raising { id note } }",
+]
+
+
+def _answer(schema: strawberry.Schema, query: str) -> tuple[Any, Any]:
+    result = asyncio.run(schema.execute(query, variable_values={"on": True}))
+    errors = [(e.message, e.path) for e in result.errors or []]
+    return result.data, errors
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_answers_what_graphql_core_answers(query: str) -> None:
+    assert _answer(flat, query) == _answer(plain, query)
+
+
+def test_a_null_in_a_non_null_field_is_reported_with_its_path() -> None:
+    data, errors = _answer(flat, "{ nullId { id } }")
+    assert data is None
+    assert errors == [("Cannot return null for non-nullable field Item.id.", ["nullId", 1, "id"])]
+
+
+def test_resolve_hooks_still_see_every_field() -> None:
+    hooked = strawberry.Schema(
+        query=Query, execution_context_class=FlatListExecutionContext, extensions=[Shouting]
+    )
+    data, errors = _answer(hooked, "{ items { id note } }")
+    assert not errors
+    assert data["items"][0] == {"id": "I0", "note": "NOTE 0"}
+
+
+class Counting(FlatListExecutionContext):
+    """Counts the list items graphql-core completes one by one."""
+
+    items = 0
+
+    def complete_list_item_value(self, *args: Any, **kwargs: Any) -> Any:
+        Counting.items += 1
+        return super().complete_list_item_value(*args, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("query", "one_by_one"),
+    [
+        ("{ items { id leaf { name } leaves { name } tags } }", 0),
+        ("{ items { id shout } }", 4),  # a resolver of its own: item by item
+        ("{ nullId { id } }", 2),  # given up at the null, then item by item up to it
+    ],
+)
+def test_plain_lists_complete_in_one_pass(query: str, one_by_one: int) -> None:
+    counting = strawberry.Schema(query=Query, execution_context_class=Counting)
+    Counting.items = 0
+    _answer(counting, query)
+    assert Counting.items == one_by_one
