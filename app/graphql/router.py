@@ -28,9 +28,14 @@ class _Router(GraphQLRouter[Context, None]):
 
 
 def create_router(engine: AsyncEngine, limits: GraphQLLimits) -> GraphQLRouter[Context, None]:
+    # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
+    # each had a snapshot of its own anyway): without a transaction, a walk is one round
+    # trip instead of three (BEGIN, the walk, ROLLBACK), 1.5 ms of an audit. Same pool.
+    reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+
     async def context(request: Request) -> Context:
         if request.method == "GET" and "query" not in request.query_params:
-            return Context(engine, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
-        return Context(engine, await _read(request), limits)
+            return Context(reads, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
+        return Context(reads, await _read(request), limits)
 
     return _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")

@@ -79,7 +79,12 @@ async def _page(info: Info, selection: StoreFilter, first: int) -> EventConnecti
 
 
 async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
-    """Run a graph walk under the request's time budget; past it, a TIMEOUT error."""
+    """Run a graph walk under the request's time budget; past it, a TIMEOUT error.
+
+    The budget cancels the walk's task, and psycopg then cancels the statement in the
+    server and waits for it to stop (or closes the connection): no backend keeps
+    walking for an answer nobody reads. The service's statement timeout
+    (``CAUSEWAY_STATEMENT_TIMEOUT_MS``) stays the backstop, and is reported the same."""
     budget_ms = info.context.limits.timeout_ms
     try:
         async with asyncio.timeout(budget_ms / 1000):
@@ -198,7 +203,6 @@ class Query:
 
         async def work() -> Lineage:
             async with info.context.engine.connect() as conn:
-                await GraphReader(conn).limit_statement_time(caps.timeout_ms)
                 answer = await trace(
                     conn,
                     info.context.tenant,
@@ -221,7 +225,6 @@ class Query:
 
         async def work() -> DecisionAudit:
             async with info.context.engine.connect() as conn:
-                await GraphReader(conn).limit_statement_time(caps.timeout_ms)
                 answer = await audit(
                     conn,
                     info.context.tenant,

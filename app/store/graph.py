@@ -94,12 +94,6 @@ class GraphReader:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def limit_statement_time(self, timeout_ms: int) -> None:
-        """Cap each statement until this connection's transaction ends."""
-        await self._conn.execute(
-            select(func.set_config("statement_timeout", str(timeout_ms), literal(True)))
-        )
-
     async def fetch_by_ids(self, tenant: str, ids: Sequence[str]) -> dict[str, StoredEvent]:
         rows = await self._conn.execute(
             select(*full_row()).where(

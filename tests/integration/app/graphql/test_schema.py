@@ -7,11 +7,12 @@ from typing import Any
 import httpx2
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import URL, event
+from sqlalchemy import URL, event, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app, dispose
 from app.settings import Settings
-from tests.integration.conftest import MakeKey
+from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, digest_of, dumps
 from tests.integration.events import event as cloudevent
 
@@ -405,10 +406,52 @@ class TestLimits:
         self, tight: httpx2.AsyncClient
     ) -> None:
         chain = [cloudevent()]
-        chain += [cloudevent(causationid=chain[-1]["id"]) for _ in range(60)]
+        for _ in range(60):
+            chain.append(cloudevent(causationid=chain[-1]["id"]))
         await tight.post("/events", content=dumps(chain), headers=BATCH)
         body = await ask(tight, LINEAGE, id=chain[-1]["id"], dir="UPSTREAM", depth=100, limit=100)
         assert body["errors"][0]["extensions"]["code"] == "TIMEOUT"
+
+
+async def test_a_walk_past_its_budget_stops_in_the_server_too(
+    database_url: URL, make_key: MakeKey, engine: AsyncEngine
+) -> None:
+    """The TIMEOUT answer comes only once PostgreSQL has stopped walking: no backend
+    keeps working for an answer nobody reads, and the connection serves the next read."""
+    settings = Settings(
+        _env_file=None,
+        graphql_max_lineage_depth=5000,
+        graphql_max_lineage_nodes=5000,
+        graphql_timeout_ms=20,
+    )
+    app = create_app(settings, database_url=database_url)
+    key = await make_key("acme", "ingest,read")
+    chain = [cloudevent()]
+    for _ in range(3999):
+        chain.append(cloudevent(causationid=chain[-1]["id"]))
+    try:
+        async with asgi_client(app, key) as client:
+            await client.post("/events", content=dumps(chain), headers=BATCH)
+            # 4,000 levels take PostgreSQL far longer than 20 ms.
+            body = await ask(
+                client, LINEAGE, id=chain[-1]["id"], dir="UPSTREAM", depth=5000, limit=5000
+            )
+            assert body["errors"][0]["extensions"]["code"] == "TIMEOUT"
+            async with engine.connect() as conn:
+                walking = await conn.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND state = 'active' AND query LIKE '%causeway_walk%'"
+                        " AND pid <> pg_backend_pid()"
+                    )
+                )
+            assert walking == 0
+            after = await ask(
+                client, "query ($id: ID!) { event(id: $id) { id } }", id=chain[0]["id"]
+            )
+            assert after["data"]["event"]["id"] == chain[0]["id"]
+    finally:
+        await dispose(app)
 
 
 class TestEndpoint:
