@@ -2,6 +2,7 @@
 
 import base64
 import enum
+from collections.abc import Callable
 from typing import Annotated, NewType
 
 import strawberry
@@ -207,6 +208,20 @@ class Event:
         return EventConnection.from_page(page)
 
 
+def _made_once() -> Callable[[StoredEvent], Event]:
+    """``Event.of`` that makes each event once: an answer names most events several times
+    (an audit's derived events and its models' events; a lineage's nodes and edges)."""
+    made: dict[int, Event] = {}
+
+    def event(stored: StoredEvent) -> Event:
+        found = made.get(stored.position)
+        if found is None:
+            found = made[stored.position] = Event.of(stored)
+        return found
+
+    return event
+
+
 def page_size(first: int, cap: int) -> int:
     if first < 0:
         raise BadRequest("first must not be negative", argument="first")
@@ -269,10 +284,11 @@ class Lineage:
 
     @classmethod
     def from_trace(cls, answer: Trace) -> "Lineage":
+        event = _made_once()
         return cls(
-            root=Event.of(answer.root),
-            nodes=[LineageNode(event=Event.of(n.event), depth=n.depth) for n in answer.nodes],
-            edges=[LineageEdge(cause=Event.of(c), effect=Event.of(e)) for c, e in answer.edges],
+            root=event(answer.root),
+            nodes=[LineageNode(event=event(n.event), depth=n.depth) for n in answer.nodes],
+            edges=[LineageEdge(cause=event(c), effect=event(e)) for c, e in answer.edges],
             truncated=answer.truncated,
         )
 
@@ -304,16 +320,17 @@ class DecisionAudit:
 
     @classmethod
     def from_audit(cls, answer: Audit) -> "DecisionAudit":
+        event = _made_once()
         return cls(
-            decision=Event.of(answer.decision),
-            source_events=[Event.of(e) for e in answer.sources],
-            derived_events=[Event.of(e) for e in answer.derived],
+            decision=event(answer.decision),
+            source_events=[event(e) for e in answer.sources],
+            derived_events=[event(e) for e in answer.derived],
             models=[
                 AuditModel(
                     name=m.name,
                     version=m.version,
                     signature_digest=m.signature_digest,
-                    events=[Event.of(e) for e in m.events],
+                    events=[event(e) for e in m.events],
                 )
                 for m in answer.models
             ],
