@@ -87,14 +87,26 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
                 return None
             return _non_null(inner)
         if is_leaf_type(return_type):
-            return _nullable(_leaf(return_type.coerce_output_value))
+            return self._nullable(_leaf(return_type.coerce_output_value))
         if is_list_type(return_type):
             item = self._completer(return_type.of_type, field_details_list)
-            return None if item is None else _nullable(_items(item))
+            return None if item is None else self._nullable(_items(item))
         if is_object_type(return_type) and return_type.is_type_of is None:
             fields = self._fields(return_type, field_details_list)
-            return None if fields is None else _nullable(_object(fields))
+            return None if fields is None else self._nullable(_object(fields))
         return None  # abstract types, and objects that check what they are given
+
+    def _nullable(self, complete: Completer) -> Completer:
+        is_awaitable = self.is_awaitable
+
+        def nullable(value: Any) -> Any:
+            if value is None or value is Undefined:
+                return None
+            if isinstance(value, Exception) or is_awaitable(value):
+                return _MISS  # graphql-core raises the one, awaits the other
+            return complete(value)
+
+        return nullable
 
     def _fields(
         self, parent: GraphQLObjectType, field_details_list: FieldDetailsList
@@ -112,16 +124,26 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             definition = self.schema.get_field(parent, node.name.value)
             if definition is None or node.arguments or definition.args:
                 return None
-            # Strawberry marks the resolver of a field that only reads an attribute (with
-            # its configured default resolver); it ignores the resolve info it is given.
             resolve = definition.resolve
-            if resolve is None or not getattr(resolve, "_is_default", False):
+            if resolve is None or not _reads_an_attribute(definition):
                 return None
             completer = self._completer(definition.type, details)
             if completer is None:
                 return None
             fields.append((response_name, resolve, completer))
         return fields
+
+
+def _reads_an_attribute(definition: Any) -> bool:
+    """Whether a field only reads an attribute: a Strawberry field with no resolver, no
+    extensions and no permissions (``is_basic_field``), which Strawberry resolves with a
+    function that ignores the resolve info it is given. Anything else (or a Strawberry
+    that names these differently) takes graphql-core's way."""
+    field = definition.extensions.get("strawberry-definition")
+    return (
+        getattr(field, "is_basic_field", False) is True
+        and getattr(definition.resolve, "__name__", "") == "_get_basic_result"
+    )
 
 
 # (response name, a resolver taking the source and no info, the completer of its value)
@@ -142,17 +164,6 @@ def _non_null(inner: Completer) -> Completer:
         return _MISS if done is None else done  # graphql-core reports the null
 
     return complete
-
-
-def _nullable(complete: Completer) -> Completer:
-    def nullable(value: Any) -> Any:
-        if value is None or value is Undefined:
-            return None
-        if isinstance(value, Exception):
-            return _MISS  # graphql-core raises it as the field's error
-        return complete(value)
-
-    return nullable
 
 
 def _leaf(coerce: Callable[[Any], Any]) -> Completer:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 import strawberry
+from strawberry.dataloader import DataLoader
 from strawberry.extensions import SchemaExtension
+from strawberry.permission import BasePermission
 
 from app.graphql.execution import FlatListExecutionContext
 
@@ -26,6 +28,17 @@ class Leaf:
     colour: Colour
 
 
+class OnlyEven(BasePermission):
+    message = "odd item"
+
+    async def has_permission(self, source: Any, info: Any, **kwargs: Any) -> bool:
+        return bool(source.size % 2 == 0)
+
+
+async def _names(keys: list[int]) -> list[str]:
+    return [f"name-{k}" for k in keys]
+
+
 @strawberry.type
 class Item:
     id: strawberry.ID
@@ -34,6 +47,7 @@ class Item:
     leaf: Leaf | None
     leaves: list[Leaf]
     tags: list[str | None]
+    secret: str | None = strawberry.field(default="s", permission_classes=[OnlyEven])
 
     @strawberry.field
     def shout(self) -> str:
@@ -89,6 +103,11 @@ class Query:
         return _broken("note", ValueError("an error as a value"))
 
     @strawberry.field
+    def names(self) -> list[str]:
+        loader = DataLoader(load_fn=_names)
+        return [loader.load(k) for k in (1, 2)]  # type: ignore[misc]  # futures, awaited
+
+    @strawberry.field
     def optional_items(self) -> list[Item | None] | None:
         return [None, *_items()]
 
@@ -118,6 +137,8 @@ QUERIES = [
     "{ missing { id note } }",
     "{ optionalItems { id leaf { name } } }",
     "{ raising { id note } }",
+    "{ items { id secret } }",
+    "{ names }",
 ]
 
 
