@@ -112,6 +112,11 @@ def create_app(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
     decisions = Appender(decisions_engine)
+    # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
+    # time budget: PostgreSQL stops a walk past it, however many a request asks for.
+    walks_engine = create_engine(
+        database_url, pool_size=2, statement_timeout_ms=settings.graphql_timeout_ms
+    )
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)
     timers = timers_from(settings)
@@ -147,6 +152,7 @@ def create_app(
     app.state.runner = runner
     app.state.scheduler_controller = controller
     app.state.decisions_engine = decisions_engine
+    app.state.walks_engine = walks_engine
     app.state.decisions = decisions
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
@@ -155,7 +161,8 @@ def create_app(
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
     app.include_router(
-        create_graphql_router(engine, graphql_limits_from(settings)), prefix="/graphql"
+        create_graphql_router(engine, walks_engine, graphql_limits_from(settings)),
+        prefix="/graphql",
     )
     app.include_router(events.router)
     app.include_router(replay.router)
@@ -237,6 +244,7 @@ async def dispose(app: FastAPI) -> None:
     await app.state.decisions.close()
     await app.state.runner.dispose()
     await app.state.decisions_engine.dispose()
+    await app.state.walks_engine.dispose()
     await app.state.engine.dispose()
 
 

@@ -53,9 +53,16 @@ class Loaders:
 
 
 class Context(BaseContext):
-    def __init__(self, engine: AsyncEngine, principal: Principal, limits: GraphQLLimits) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        walks: AsyncEngine,
+        principal: Principal,
+        limits: GraphQLLimits,
+    ) -> None:
         super().__init__()
         self.engine = engine
+        self.walks = walks  # its sessions' statement_timeout is the walk's time budget
         self.principal = principal
         self.limits = limits
         self.loaders = Loaders(engine, principal.tenant)

@@ -78,16 +78,22 @@ async def _page(info: Info, selection: StoreFilter, first: int) -> EventConnecti
     return EventConnection.from_page(page, has_previous=selection.after > 0)
 
 
+_GRACE_S = 0.5
+
+
 async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
     """Run a graph walk under the request's time budget; past it, a TIMEOUT error.
 
-    The budget cancels the walk's task, and psycopg then cancels the statement in the
-    server and waits for it to stop (or closes the connection): no backend keeps
-    walking for an answer nobody reads. The service's statement timeout
-    (``CAUSEWAY_STATEMENT_TIMEOUT_MS``) stays the backstop, and is reported the same."""
+    The walk's connection (``Context.walks``) has the budget as its statement timeout, so
+    PostgreSQL stops the walk itself, and every walk of a request with several stops on
+    time. The task's own timeout, a little later, only bounds what PostgreSQL does not
+    see (waiting for a connection, building the answer): cancelling a task that waits
+    on psycopg cancels its statement too, but a second cancellation while psycopg waits
+    for the first (graphql-core cancels sibling fields when one fails) makes psycopg
+    drop the connection, possibly before the server heard of it."""
     budget_ms = info.context.limits.timeout_ms
     try:
-        async with asyncio.timeout(budget_ms / 1000):
+        async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
             return await work()
     except (TimeoutError, OperationalError, psycopg.OperationalError) as exc:
         # The walk runs on the driver itself: its errors arrive unwrapped, or wrapped.
@@ -202,7 +208,7 @@ class Query:
         )
 
         async def work() -> Lineage:
-            async with info.context.engine.connect() as conn:
+            async with info.context.walks.connect() as conn:
                 answer = await trace(
                     conn,
                     info.context.tenant,
@@ -224,7 +230,7 @@ class Query:
         depth = _bound(max_depth, caps.max_lineage_depth)
 
         async def work() -> DecisionAudit:
-            async with info.context.engine.connect() as conn:
+            async with info.context.walks.connect() as conn:
                 answer = await audit(
                     conn,
                     info.context.tenant,
