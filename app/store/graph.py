@@ -181,7 +181,9 @@ class GraphReader:
         # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
         # cost more than PostgreSQL's walk.
         driver = await driver_of(self._conn)
-        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+        # Binary results: the server skips its text output functions (jsonb, bytea as hex,
+        # timestamps) for every column of every node; the values read back the same.
+        async with driver.cursor(row_factory=namedtuple_row, binary=True) as cursor:
             await cursor.execute(
                 _WALK,
                 {
