@@ -44,8 +44,10 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Keyed like graphql-core's own subfield cache: by type and the identity of the
-        # field group, which lives as long as this execution.
-        self._completers: dict[tuple[GraphQLOutputType, int], Completer | None] = {}
+        # field group, kept alive beside its completer so that its id is never reused.
+        self._completers: dict[
+            tuple[GraphQLOutputType, int], tuple[FieldDetailsList, Completer | None]
+        ] = {}
         manager = self.middleware_manager
         self._enabled = (manager is None or not manager.middlewares) and not any(
             self.schema.get_directive(name) for name in _INCREMENTAL
@@ -74,9 +76,11 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
     ) -> Completer | None:
         key = (return_type, id(field_details_list))
-        if key not in self._completers:
-            self._completers[key] = self._compile(return_type, field_details_list)
-        return self._completers[key]
+        cached = self._completers.get(key)
+        if cached is None:
+            cached = (field_details_list, self._compile(return_type, field_details_list))
+            self._completers[key] = cached
+        return cached[1]
 
     def _compile(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList

@@ -33,9 +33,8 @@ def create_router(
     """``walks`` serves the lineage and audit walks: its sessions' ``statement_timeout`` is
     the walks' time budget, so PostgreSQL itself stops a walk past it."""
     # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
-    # each had a snapshot of its own anyway): without a transaction, a walk is one round
-    # trip instead of four (BEGIN, a statement timeout, the walk, ROLLBACK): 1.5 ms of
-    # an audit.
+    # each had a snapshot of its own anyway): without a transaction, a read is one round
+    # trip instead of three (BEGIN, the read, ROLLBACK).
     reads = engine.execution_options(isolation_level="AUTOCOMMIT")
     walk_reads = walks.execution_options(isolation_level="AUTOCOMMIT")
 
