@@ -21,14 +21,23 @@ def async_url(url: str | URL) -> URL:
 
 
 def create_engine(
-    url: str | URL, *, pool_size: int = 5, statement_timeout_ms: int = 30_000
+    url: str | URL,
+    *,
+    pool_size: int = 5,
+    statement_timeout_ms: int = 30_000,
+    generic_plans: bool = False,
 ) -> AsyncEngine:
+    """``generic_plans``: prepared statements keep one generic plan instead of being
+    planned again for each execution's parameters (``plan_cache_mode``), for an engine
+    that runs statements whose best plan does not depend on their parameters."""
     # Sessions in UTC, whatever the server's TimeZone: psycopg reads timestamptz in the
     # session's zone, and under a zone west of UTC a stored 0001-01-01T00:00:00Z (Go's
     # zero time) reads back as a year Python cannot hold.
     options = "-c TimeZone=UTC"
     if statement_timeout_ms:
         options += f" -c statement_timeout={statement_timeout_ms}"
+    if generic_plans:
+        options += " -c plan_cache_mode=force_generic_plan"
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
