@@ -182,24 +182,44 @@ def migrate() -> None:
 
 
 @cli.command()
-def verify() -> None:
+def verify(
+    anchor: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="POSITION:HASH",
+            help="a hash the chain must still carry at that position, kept outside the "
+            "database: the '<events>:<head>' of an earlier verify (repeatable)",
+        ),
+    ] = None,
+) -> None:
     """Re-check the whole hash chain; exit 1 at the first event that does not match."""
     settings = load_settings()
+    anchors = dict(_parse_anchor(text) for text in anchor or [])
     with database(settings) as db:
-        report = asyncio.run(_verify(db.url))
+        report = asyncio.run(_verify(db.url, anchors))
     if not report.is_intact:
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
     typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
 
 
-async def _verify(url: URL | str) -> ChainReport:
+def _parse_anchor(text: str) -> tuple[int, bytes]:
+    position, _, digest = text.partition(":")
+    if not (position.isdigit() and int(position) > 0 and len(digest) == 64):
+        fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
+    try:
+        return int(position), bytes.fromhex(digest)
+    except ValueError:
+        fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
+
+
+async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                return await verify_chain(conn)
+                return await verify_chain(conn, anchors=anchors)
     finally:
         await engine.dispose()
 

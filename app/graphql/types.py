@@ -309,7 +309,10 @@ class DecisionAudit:
     models: list[AuditModel]
     trace: strawberry.Private[Trace]
     chain_verified: bool = strawberry.field(
-        description="Every event in this answer matches its hash and links to its predecessor."
+        description=(
+            "Every event in this answer matches its hash, and the chain after it names that"
+            " hash: the next event in the log links to it, or the log head holds it."
+        )
     )
     truncated: bool
 

@@ -57,7 +57,9 @@ class Page:
 class WalkedNode:
     event: StoredEvent
     depth: int  # steps from the root
-    hash_before: bytes | None  # the stored hash at position - 1 (None for position 1)
+    # The hash the rest of the chain holds this event to: the prev_hash of the event at
+    # position + 1, or the log head's hash for the newest event (None: neither exists).
+    sealed_by: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +71,17 @@ class Walk:
     truncated: bool
 
 
+# One statement, so one snapshot: the head row moves in the transaction that appends,
+# and the newest event a walk sees is the one the head it sees names.
 _WALK = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data,
-           walked.depth, walked.truncated, before.hash AS before
+           walked.depth, walked.truncated, coalesce(after.prev_hash, head.hash) AS sealed_by
     FROM events AS root
     JOIN LATERAL causeway_walk(root.position, %(direction)s, %(max_depth)s, %(max_nodes)s)
          AS walked (node, depth, truncated) ON true
     JOIN events ON events.position = walked.node
-    LEFT JOIN events AS before ON before.position = events.position - 1
+    LEFT JOIN events AS after ON after.position = events.position + 1
+    LEFT JOIN log_head AS head ON head.position = events.position
     WHERE root.tenant = %(tenant)s AND root.id = %(id)s AND events.tenant = %(tenant)s
     ORDER BY walked.depth, events.position
 """
@@ -175,7 +180,7 @@ class GraphReader:
     ) -> Walk | None:
         """Breadth-first from the event ``event_id``, in one statement: the walk itself is
         ``causeway_walk`` (migration 0002), and each node comes with its full row and the
-        hash before it. Edges join events of one tenant only (causes are checked at
+        hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events of one tenant only (causes are checked at
         append), so the walk stays in the root's tenant. None when there is no such event."""
         # Straight to the driver: one statement, built once, whose rows (full events, up to
         # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
@@ -199,7 +204,9 @@ class GraphReader:
             return None
         nodes = [
             WalkedNode(
-                _stored(row), int(row.depth), None if row.before is None else bytes(row.before)
+                _stored(row),
+                int(row.depth),
+                None if row.sealed_by is None else bytes(row.sealed_by),
             )
             for row in rows
         ]

@@ -1,6 +1,15 @@
 """Lineage answers built on the graph: a bounded trace around one event, and the
 auditor's view of a decision (its sources, derived events, models, and whether the hash
-chain holds for every event in the answer)."""
+chain holds for every event in the answer).
+
+An event in an answer is verified when its stored hash matches its content and
+``prev_hash``, and the chain after it names that hash: the event at the next position
+stores it as its ``prev_hash``, or the log head holds it. The second half is what
+catches a forger who rewrote an event and recomputed its hash (the event then matches
+itself, and its link to its predecessor never changed). Rewriting every event from there
+to the head, and the head, is beyond what an answer can see: ``causeway verify`` against
+a head hash kept outside the database catches that (docs/hash-chain.md).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +27,7 @@ from app.store.graph import Direction, GraphReader, StoredEvent
 class TracedNode:
     event: StoredEvent
     depth: int
-    hash_before: bytes | None
+    sealed_by: bytes | None  # what the chain after the event names as its hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,7 @@ async def trace(
     edges = [
         (by_id[cause], n.event) for n in kept for cause in n.event.record.causes if cause in by_id
     ]
-    nodes = [TracedNode(n.event, n.depth, n.hash_before) for n in kept]
+    nodes = [TracedNode(n.event, n.depth, n.sealed_by) for n in kept]
     return Trace(root, nodes, edges, walk.truncated)
 
 
@@ -100,13 +109,14 @@ async def audit(
         derived=[e for e in ancestors if e.record.causes],
         models=sorted(models.values(), key=lambda m: (m.name, m.version or "")),
         trace=answer,
-        chain_verified=all(_is_linked(n) for n in answer.nodes),
+        chain_verified=all(_is_sealed(n) for n in answer.nodes),
         truncated=answer.truncated,
     )
 
 
-def _is_linked(node: TracedNode) -> bool:
-    """The event's hash matches its content and follows the stored hash before it."""
+def _is_sealed(node: TracedNode) -> bool:
+    """The event matches its hash, and the chain after it names that hash."""
     event = node.event
-    expected_prev = GENESIS_HASH if event.position == 1 else node.hash_before
-    return event.prev_hash == expected_prev and event.is_chained()
+    if event.position == 1 and event.prev_hash != GENESIS_HASH:
+        return False
+    return node.sealed_by == event.hash and event.is_chained()

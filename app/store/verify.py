@@ -3,10 +3,15 @@
 Every row must follow its predecessor (``position`` dense, ``prev_hash`` equal to the
 previous ``hash``) and its ``hash`` must equal ``SHA-256(prev_hash || canonical(row))``.
 The ``log_head`` row must name the last event. The first break is reported.
+
+A chain rewritten from some event to the head, head included, checks out on its own. So
+a verification can take anchors: hashes kept outside the database (a head an earlier
+verification printed), each of which the chain must still carry at its position.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -29,9 +34,13 @@ class ChainReport:
         return self.bad_position is None and self.reason is None
 
 
-async def verify_chain(conn: AsyncConnection, *, fetch_rows: int = 1000) -> ChainReport:
+async def verify_chain(
+    conn: AsyncConnection, *, anchors: Mapping[int, bytes] | None = None, fetch_rows: int = 1000
+) -> ChainReport:
     """Walk every event in position order; ``conn`` should be in a REPEATABLE READ
-    transaction so the walk and the head check see one snapshot."""
+    transaction so the walk and the head check see one snapshot. ``anchors`` maps
+    positions to the hash each must have."""
+    anchors = anchors or {}
     expected_position, prev_hash, count = 1, GENESIS_HASH, 0
     result = await conn.stream(
         select(*full_row()).order_by(events.c.position).execution_options(yield_per=fetch_rows)
@@ -44,9 +53,15 @@ async def verify_chain(conn: AsyncConnection, *, fetch_rows: int = 1000) -> Chai
                 return _broken(count, prev_hash, row.position, "prev_hash does not match")
             if link(prev_hash, record_from_row(row)) != bytes(row.hash):
                 return _broken(count, prev_hash, row.position, "hash does not match the content")
+            if anchors.get(row.position, row.hash) != bytes(row.hash):
+                return _broken(count, prev_hash, row.position, "hash differs from the anchor")
             prev_hash, count, expected_position = bytes(row.hash), count + 1, expected_position + 1
     finally:
         await result.close()
+    if anchors and max(anchors) > count:
+        return _broken(
+            count, prev_hash, None, f"the log ends before the anchor at position {max(anchors)}"
+        )
     head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one()
     if head.position != count or bytes(head.hash) != prev_hash:
         return _broken(count, prev_hash, None, f"log head names position {head.position}")

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-import orjson
 import psycopg
-import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import URL
 from typer.testing import CliRunner
@@ -17,6 +14,7 @@ from app.db.engine import create_engine
 from app.store.keys import KeyStore
 from app.store.log import EventLog
 from app.store.records import NewEvent
+from tests.integration.forgery import rewrite
 
 
 @pytest.fixture
@@ -108,81 +106,39 @@ class TestVerify:
             "error: hash chain broken at position 4: hash does not match the content"
         )
 
-
-class TestReplay:
-    def test_replay_writes_filtered_ndjson_to_a_file(
-        self, run: CliRunner, database_url: URL, tmp_path: Path
+    def test_a_rewritten_tail_passes_alone_but_not_against_an_earlier_head(
+        self, run: CliRunner, database_url: URL
     ) -> None:
-        store(database_url, "acme", 6)
-        out = tmp_path / "t1.ndjson"
-        result = run.invoke(
-            cli, ["replay", "--tenant", "acme", "--types", "t1", "--after", "2", "--out", str(out)]
+        """A forger who rewrites the newest event, its hash and the log head leaves a chain
+        that checks out; the head printed before the rewrite, kept elsewhere, does not."""
+        store(database_url, "acme", 5)
+        first = run.invoke(cli, ["verify"])
+        anchor = f"5:{first.stdout.split()[-1]}"
+        assert run.invoke(cli, ["verify", "--anchor", anchor]).exit_code == 0
+        rewrite(database_url, 5, {"i": 99}, move_head=True)
+        assert run.invoke(cli, ["verify"]).exit_code == 0
+        result = run.invoke(cli, ["verify", "--anchor", anchor])
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (
+            "error: hash chain broken at position 5: hash differs from the anchor"
         )
-        assert result.exit_code == 0, result.output
-        events = [orjson.loads(line) for line in out.read_text().splitlines()]
-        assert [e["id"] for e in events] == ["e3", "e5"]
-        assert "wrote 2 events" in result.stderr
 
-    def test_a_bad_time_is_exit_2(self, run: CliRunner, tmp_path: Path) -> None:
-        result = run.invoke(cli, ["replay", "--since", "soon", "--out", str(tmp_path / "x")])
-        assert result.exit_code == 2
-        assert result.stderr.startswith("error: since:")
-
-    def test_replay_writes_the_same_events_as_parquet(
-        self, run: CliRunner, database_url: URL, tmp_path: Path
+    def test_an_anchor_past_the_end_of_the_log_fails(
+        self, run: CliRunner, database_url: URL
     ) -> None:
-        store(database_url, "acme", 6)
-        out = tmp_path / "t1.parquet"
-        result = run.invoke(
-            cli,
-            [
-                *("replay", "--tenant", "acme", "--types", "t1", "--after", "2"),
-                *("--format", "parquet", "--out", str(out)),
-            ],
+        store(database_url, "acme", 2)
+        result = run.invoke(cli, ["verify", "--anchor", f"3:{'ab' * 32}"])
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (
+            "error: hash chain broken at the log head: the log ends before the anchor at position 3"
         )
-        assert result.exit_code == 0, result.output
-        rows = pq.read_table(out).to_pylist()
-        assert [(r["id"], orjson.loads(r["data"])) for r in rows] == [
-            ("e3", {"i": 3}),
-            ("e5", {"i": 5}),
-        ]
-        assert "wrote 2 events" in result.stderr
 
-    def test_an_unknown_format_is_exit_2(self, run: CliRunner, tmp_path: Path) -> None:
-        out = tmp_path / "x"
-        result = run.invoke(cli, ["replay", "--format", "csv", "--out", str(out)])
+    @pytest.mark.parametrize("anchor", ["5", "0:" + "ab" * 32, "x:" + "ab" * 32, "5:" + "zz" * 32])
+    def test_a_malformed_anchor_is_a_one_line_error_with_exit_2(
+        self, run: CliRunner, anchor: str
+    ) -> None:
+        result = run.invoke(cli, ["verify", "--anchor", anchor])
         assert result.exit_code == 2
-        assert result.stderr == "error: --format must be ndjson or parquet, not 'csv'\n"
-        assert not out.exists()
-
-
-def test_migrate_is_idempotent(run: CliRunner) -> None:
-    result = run.invoke(cli, ["migrate"])
-    assert result.exit_code == 0
-    assert "schema at revision 0005" in result.stdout
-
-
-def test_a_bad_database_url_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CAUSEWAY_DATABASE_URL", "mysql://x@y/z")
-    result = CliRunner().invoke(cli, ["verify"])
-    assert result.exit_code == 2
-    assert result.stderr.startswith("error: setting CAUSEWAY_DATABASE_URL")
-
-
-class TestProjections:
-    def test_status_and_rebuild(self, run: CliRunner, database_url: URL) -> None:
-        store(database_url, "acme", 3)
-        status = run.invoke(cli, ["projections", "status"])
-        assert status.exit_code == 0, status.output
-        # Nothing of the registry after the checkpoint: no lag, though the head moved.
-        assert status.stdout.splitlines()[1].split()[:4] == ["model-registry", "0", "3", "0"]
-        rebuilt = run.invoke(cli, ["projections", "rebuild", "model-registry"])
-        assert rebuilt.exit_code == 0, rebuilt.output
-        assert rebuilt.stdout.strip() == "rebuilt model-registry from 0 events"
-        after = run.invoke(cli, ["projections", "status"])
-        assert after.stdout.splitlines()[1].split()[:4] == ["model-registry", "3", "3", "0"]
-
-    def test_rebuilding_an_unknown_projection_is_exit_2(self, run: CliRunner) -> None:
-        result = run.invoke(cli, ["projections", "rebuild", "nope"])
-        assert result.exit_code == 2
-        assert result.stderr.startswith("error: no projection 'nope'")
+        assert result.stderr == (
+            f"error: --anchor takes POSITION:HASH (a position and 64 hex digits), not {anchor!r}\n"
+        )

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import httpx2
+import psycopg
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL, event, text
@@ -16,6 +17,7 @@ from app.settings import Settings
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, digest_of, dumps
 from tests.integration.events import event as cloudevent
+from tests.integration.forgery import position_of, rewrite
 
 AUDIT = """
 query ($id: ID!) {
@@ -144,8 +146,6 @@ class TestAudit:
     async def test_a_tampered_ancestor_fails_chain_verification(
         self, client: httpx2.AsyncClient, database_url: URL
     ) -> None:
-        import psycopg
-
         with psycopg.connect(
             database_url.set(drivername="postgresql").render_as_string(hide_password=False),
             autocommit=True,
@@ -154,6 +154,25 @@ class TestAudit:
             conn.execute("""UPDATE events SET data = '{"modality": "MR"}' WHERE id = 'img-1'""")
             conn.execute("ALTER TABLE events ENABLE TRIGGER events_append_only")
         answer = (await ask(client, AUDIT, id="dx-1"))["data"]["audit"]
+        assert answer["chainVerified"] is False
+
+    @pytest.mark.parametrize(
+        ("forged", "audited"),
+        [
+            # img-2 comes next in the log, and is not in tumor-1's lineage.
+            pytest.param("img-1", "tumor-1", id="an ancestor, sealed by the event after it"),
+            pytest.param("dx-1", "dx-1", id="the newest event, sealed by the log head"),
+        ],
+    )
+    async def test_an_event_rewritten_with_a_recomputed_hash_fails_chain_verification(
+        self, client: httpx2.AsyncClient, database_url: URL, forged: str, audited: str
+    ) -> None:
+        """A forger who can rewrite a row can also recompute its SHA-256: the event then
+        matches its own hash, and its link to its predecessor still holds. What gives it
+        away is the event after it (or the log head), which names the hash it had."""
+        rewrite(database_url, position_of(database_url, forged), {"forged": True})
+        answer = (await ask(client, AUDIT, id=audited))["data"]["audit"]
+        assert forged in ids(answer["sourceEvents"]) | {answer["decision"]["id"]}
         assert answer["chainVerified"] is False
 
 
