@@ -9,11 +9,10 @@ costs one round trip instead of thirty.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from psycopg.rows import namedtuple_row
 from sqlalchemy import BigInteger, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -32,8 +31,10 @@ class Direction(enum.Enum):
     BOTH = "both"
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
+class StoredEvent(NamedTuple):
+    """A stored event and its place in the chain. (A tuple, not a dataclass: walks build
+    hundreds of these per answer, and a frozen dataclass takes three times as long.)"""
+
     record: ChainRecord
     prev_hash: bytes
     hash: bytes
@@ -53,8 +54,7 @@ class Page:
     has_next: bool
 
 
-@dataclass(frozen=True, slots=True)
-class WalkedNode:
+class WalkedNode(NamedTuple):
     event: StoredEvent
     depth: int  # steps from the root
     # The hash the rest of the chain holds this event to: the prev_hash of the event at
@@ -72,10 +72,17 @@ class Walk:
 
 
 # One statement, so one snapshot: the head row moves in the transaction that appends,
-# and the newest event a walk sees is the one the head it sees names.
+# and the newest event a walk sees is the one the head it sees names. The columns come in
+# the order _walked reads them: ChainRecord's fields, then the chain and the walk.
 _WALK = """
-    SELECT events.*, events.data IS NOT NULL AS has_json_data,
-           walked.depth, walked.truncated, coalesce(after.prev_hash, head.hash) AS sealed_by
+    SELECT events.position, events.tenant, events.id, events.source, events.type,
+           events.subject, events.time_rfc3339, events.recorded_at, events.stream,
+           events.stream_version, events.datacontenttype, events.dataschema,
+           events.data IS NOT NULL OR events.data_binary IS NOT NULL, events.data,
+           events.data_binary, events.extensions, events.causes, events.correlation_id,
+           events.model_name, events.model_version, events.model_signature,
+           events.prev_hash, events.hash,
+           walked.depth, walked.truncated, coalesce(after.prev_hash, head.hash)
     FROM events AS root
     JOIN LATERAL causeway_walk(root.position, %(direction)s, %(max_depth)s, %(max_nodes)s)
          AS walked (node, depth, truncated) ON true
@@ -89,6 +96,27 @@ _WALK = """
 
 def _stored(row: Any) -> StoredEvent:
     return StoredEvent(record_from_row(row), bytes(row.prev_hash), bytes(row.hash))
+
+
+def _walked(values: Sequence[Any]) -> tuple[WalkedNode, bool]:
+    """One row of ``_WALK`` as its node, and the walk's ``truncated`` (on every row)."""
+    (
+        position, tenant, id_, source, type_, subject, time, recorded_at, stream, version,
+        content_type, schema, has_data, data, binary, extensions, causes, correlation_id,
+        model_name, model_version, model_signature, prev_hash, hash_, depth, truncated,
+        sealed_by,
+    ) = values  # fmt: skip
+    record = ChainRecord(
+        position, tenant, id_, source, type_, subject, time, recorded_at, stream, version,
+        content_type, schema, has_data, data, None if binary is None else bytes(binary),
+        extensions, tuple(causes), correlation_id, model_name, model_version, model_signature,
+    )  # fmt: skip
+    event = StoredEvent(record, bytes(prev_hash), bytes(hash_))
+    return WalkedNode(event, depth, None if sealed_by is None else bytes(sealed_by)), truncated
+
+
+def _walked_rows(_cursor: Any) -> Callable[[Sequence[Any]], tuple[WalkedNode, bool]]:
+    return _walked  # a psycopg row factory: a row maker for any cursor
 
 
 def _positions(values: Iterable[int]) -> Any:
@@ -188,7 +216,7 @@ class GraphReader:
         driver = await driver_of(self._conn)
         # Binary results: the server skips its text output functions (jsonb, bytea as hex,
         # timestamps) for every column of every node; the values read back the same.
-        async with driver.cursor(row_factory=namedtuple_row, binary=True) as cursor:
+        async with driver.cursor(row_factory=_walked_rows, binary=True) as cursor:
             await cursor.execute(
                 _WALK,
                 {
@@ -199,15 +227,7 @@ class GraphReader:
                     "max_nodes": max_nodes,
                 },
             )
-            rows: list[Any] = await cursor.fetchall()
+            rows = await cursor.fetchall()
         if not rows:
             return None
-        nodes = [
-            WalkedNode(
-                _stored(row),
-                int(row.depth),
-                None if row.sealed_by is None else bytes(row.sealed_by),
-            )
-            for row in rows
-        ]
-        return Walk(nodes, bool(rows[0].truncated))
+        return Walk([node for node, _ in rows], rows[0][1])

@@ -20,20 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
-from app.store.graph import Direction, GraphReader, StoredEvent
-
-
-@dataclass(frozen=True, slots=True)
-class TracedNode:
-    event: StoredEvent
-    depth: int
-    sealed_by: bytes | None  # what the chain after the event names as its hash
+from app.store.graph import Direction, GraphReader, StoredEvent, WalkedNode
 
 
 @dataclass(frozen=True, slots=True)
 class Trace:
     root: StoredEvent
-    nodes: list[TracedNode]  # by depth, then position; the root first
+    nodes: list[WalkedNode]  # by depth, then position; the root first
     edges: list[tuple[StoredEvent, StoredEvent]]  # (cause, effect), both among the nodes
     truncated: bool
 
@@ -76,14 +69,15 @@ async def trace(
     if walk is None:
         raise NotFound(f"no event with id {event_id!r}", id=event_id)
     root = walk.nodes[0].event
-    kept = [n for n in walk.nodes if n.event is root or not types or n.event.record.type in types]
+    kept = walk.nodes
+    if types:
+        kept = [n for n in kept if n.event is root or n.event.record.type in types]
     by_id = {n.event.record.id: n.event for n in kept}
     # Every edge between two kept events is in the effect's list of causes.
     edges = [
         (by_id[cause], n.event) for n in kept for cause in n.event.record.causes if cause in by_id
     ]
-    nodes = [TracedNode(n.event, n.depth, n.sealed_by) for n in kept]
-    return Trace(root, nodes, edges, walk.truncated)
+    return Trace(root, kept, edges, walk.truncated)
 
 
 async def audit(
@@ -114,7 +108,7 @@ async def audit(
     )
 
 
-def _is_sealed(node: TracedNode) -> bool:
+def _is_sealed(node: WalkedNode) -> bool:
     """The event matches its hash, and the chain after it names that hash."""
     event = node.event
     if event.position == 1 and event.prev_hash != GENESIS_HASH:
