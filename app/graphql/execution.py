@@ -17,13 +17,17 @@ graphql-core with its path, exactly as without this class.
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
+from types import CoroutineType, GeneratorType
 from typing import Any
 
 from graphql import (
     FieldNode,
+    GraphQLID,
     GraphQLObjectType,
     GraphQLOutputType,
     GraphQLResolveInfo,
+    GraphQLString,
     Undefined,
     is_leaf_type,
     is_list_type,
@@ -48,6 +52,9 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._completers: dict[
             tuple[GraphQLOutputType, int], tuple[FieldDetailsList, Completer | None]
         ] = {}
+        # Types whose values are neither exceptions nor awaitable: a list of 200 events
+        # asks that 200 times of one class.
+        self._plain_types: set[type] = set()
         manager = self.middleware_manager
         self._enabled = (manager is None or not manager.middlewares) and not any(
             self.schema.get_directive(name) for name in _INCREMENTAL
@@ -89,9 +96,11 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             inner = self._compile(return_type.of_type, field_details_list)
             if inner is None:
                 return None
-            return _non_null(inner)
+            complete = _non_null(inner)
+            return _text(complete) if return_type.of_type in _TEXT else complete
         if is_leaf_type(return_type):
-            return self._nullable(_leaf(return_type.coerce_output_value))
+            complete = self._nullable(_leaf(return_type.coerce_output_value))
+            return _text(complete) if return_type in _TEXT else complete
         if is_list_type(return_type):
             item = self._completer(return_type.of_type, field_details_list)
             return None if item is None else self._nullable(_items(item))
@@ -102,12 +111,18 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
     def _nullable(self, complete: Completer) -> Completer:
         is_awaitable = self.is_awaitable
+        plain_types = self._plain_types
 
         def nullable(value: Any) -> Any:
+            kind = type(value)
+            if kind in plain_types:
+                return complete(value)
             if value is None or value is Undefined:
                 return None
             if isinstance(value, Exception) or is_awaitable(value):
                 return _MISS  # graphql-core raises the one, awaits the other
+            if _is_plain_type(kind):
+                plain_types.add(kind)
             return complete(value)
 
         return nullable
@@ -128,8 +143,8 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             definition = self.schema.get_field(parent, node.name.value)
             if definition is None or node.arguments or definition.args:
                 return None
-            resolve = definition.resolve
-            if resolve is None or not _reads_an_attribute(definition):
+            resolve = _attribute_reader(definition)
+            if resolve is None:
                 return None
             completer = self._completer(definition.type, details)
             if completer is None:
@@ -138,28 +153,58 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return fields
 
 
-def _reads_an_attribute(definition: Any) -> bool:
-    """Whether a field only reads an attribute: a Strawberry field with no resolver, no
-    extensions and no permissions (``is_basic_field``), which Strawberry resolves with a
-    function that ignores the resolve info it is given. Anything else (or a Strawberry
-    that names these differently) takes graphql-core's way."""
+def _attribute_reader(definition: Any) -> Callable[[Any], Any] | None:
+    """How to read the field off its source, when the field only reads an attribute: a
+    Strawberry field with no resolver, no extensions and no permissions
+    (``is_basic_field``), which Strawberry resolves with a function that ignores the
+    resolve info and calls the schema's default resolver. With the default ``getattr``
+    that is the attribute itself. Anything else (or a Strawberry that names these
+    differently) takes graphql-core's way."""
     field = definition.extensions.get("strawberry-definition")
-    return (
-        getattr(field, "is_basic_field", False) is True
-        and getattr(definition.resolve, "__name__", "") == "_get_basic_result"
+    if (
+        getattr(field, "is_basic_field", False) is not True
+        or getattr(definition.resolve, "__name__", "") != "_get_basic_result"
+    ):
+        return None
+    if getattr(field, "default_resolver", None) is getattr:
+        return attrgetter(field.python_name)
+    resolve = definition.resolve
+    return lambda source: resolve(source, None)
+
+
+def _is_plain_type(kind: type) -> bool:
+    """Whether no value of ``kind`` can be awaitable: what graphql-core checks (coroutine,
+    generator-based coroutine, an ``__await__``), asked of the class. A class that
+    computes its attributes (``__getattr__``) could answer per value, so it is asked
+    each time."""
+    return not (
+        issubclass(kind, CoroutineType | GeneratorType)
+        or hasattr(kind, "__await__")
+        or hasattr(kind, "__getattr__")
+        or kind.__getattribute__ is not object.__getattribute__
     )
 
 
-# (response name, a resolver taking the source and no info, the completer of its value)
-Field = tuple[str, Callable[[Any, None], Any], Completer]
+# (response name, a reader of the field off its source, the completer of its value)
+Field = tuple[str, Callable[[Any], Any], Completer]
+
+# graphql-core's own String and ID give back any str as it is: a str skips the completer.
+_TEXT = frozenset({GraphQLString, GraphQLID})
 
 
-def _typename(name: str) -> Callable[[Any, None], str]:
-    return lambda _source, _info: name
+def _typename(name: str) -> Callable[[Any], str]:
+    return lambda _source: name
 
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _text(general: Completer) -> Completer:
+    def complete(value: Any) -> Any:
+        return value if type(value) is str else general(value)
+
+    return complete
 
 
 def _non_null(inner: Completer) -> Completer:
@@ -196,7 +241,7 @@ def _object(fields: list[Field]) -> Completer:
         completed: dict[str, Any] = {}
         for response_name, resolve, field in fields:
             try:
-                resolved = resolve(value, None)
+                resolved = resolve(value)
             except Exception:  # graphql-core reports it, with the path
                 return _MISS
             done = field(resolved)

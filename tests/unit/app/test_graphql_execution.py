@@ -11,6 +11,7 @@ import strawberry
 from strawberry.dataloader import DataLoader
 from strawberry.extensions import SchemaExtension
 from strawberry.permission import BasePermission
+from strawberry.schema.config import StrawberryConfig
 
 from app.graphql.execution import FlatListExecutionContext
 
@@ -111,6 +112,10 @@ class Query:
     def optional_items(self) -> list[Item | None] | None:
         return [None, *_items()]
 
+    @strawberry.field
+    def numbered_notes(self) -> list[Item]:
+        return _broken("note", 7)  # a String field holding an int: coerced, not skipped
+
 
 class Shouting(SchemaExtension):
     """A resolve hook: every field goes through it, so no list may skip the resolvers."""
@@ -137,6 +142,7 @@ QUERIES = [
     "{ missing { id note } }",
     "{ optionalItems { id leaf { name } } }",
     "{ raising { id note } }",
+    "{ numberedNotes { id note } }",
     "{ items { id secret } }",
     "{ names }",
 ]
@@ -151,6 +157,21 @@ def _answer(schema: strawberry.Schema, query: str) -> tuple[Any, Any]:
 @pytest.mark.parametrize("query", QUERIES)
 def test_answers_what_graphql_core_answers(query: str) -> None:
     assert _answer(flat, query) == _answer(plain, query)
+
+
+def test_a_schema_with_its_own_default_resolver_is_answered_through_it() -> None:
+    def shouting_getattr(source: Any, name: str) -> Any:
+        value = getattr(source, name)
+        return value.upper() if isinstance(value, str) else value
+
+    config = StrawberryConfig(default_resolver=shouting_getattr)
+    query = "{ items { id note leaf { name } } }"
+    expected = _answer(strawberry.Schema(query=Query, config=config), query)
+    custom = strawberry.Schema(
+        query=Query, config=config, execution_context_class=FlatListExecutionContext
+    )
+    assert _answer(custom, query) == expected
+    assert expected[0]["items"][0] == {"id": "I0", "note": "NOTE 0", "leaf": {"name": "L0"}}
 
 
 def test_a_null_in_a_non_null_field_is_reported_with_its_path() -> None:
