@@ -151,23 +151,28 @@ class Event:
     @classmethod
     def of(cls, stored: StoredEvent) -> "Event":
         record = stored.record
-        return cls(
-            stored=stored,
-            id=strawberry.ID(record.id),
-            source=record.source,
-            type=record.type,
-            subject=record.subject,
-            time=record.time,
-            recorded_time=format_recorded_at(record.recorded_at),
-            stream=record.stream,
-            stream_version=BigInt(record.stream_version),
-            position=BigInt(record.position),
-            data_content_type=record.datacontenttype,
-            data_schema=record.dataschema,
-            data=JSON(record.data) if record.data_binary is None else None,
-            correlation_id=record.correlation_id,
-            hash=stored.hash.hex(),
-        )
+        # The instance's attributes set at once, as the dataclass __init__ would set them
+        # one keyword at a time (an answer makes hundreds of these). ID, BigInt and JSON
+        # are NewTypes: the values themselves.
+        event = object.__new__(cls)
+        event.__dict__ = {
+            "stored": stored,
+            "id": record.id,
+            "source": record.source,
+            "type": record.type,
+            "subject": record.subject,
+            "time": record.time,
+            "recorded_time": format_recorded_at(record.recorded_at),
+            "stream": record.stream,
+            "stream_version": record.stream_version,
+            "position": record.position,
+            "data_content_type": record.datacontenttype,
+            "data_schema": record.dataschema,
+            "data": record.data if record.data_binary is None else None,
+            "correlation_id": record.correlation_id,
+            "hash": stored.hash.hex(),
+        }
+        return event
 
     @strawberry.field(description="Binary data, base64-encoded; null for JSON data.")
     def data_base64(self) -> str | None:
