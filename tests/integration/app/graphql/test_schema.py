@@ -180,13 +180,15 @@ async def test_the_chain_verifies_over_every_shape_of_stored_event(
     client: httpx2.AsyncClient,
 ) -> None:
     """What the walk reads back (binary data, JSON null, no data, unicode, big and
-    fractional numbers, nanosecond times with an offset, extensions) hashes as stored."""
+    fractional numbers, nanosecond times with an offset, extensions, a cause id that
+    needs escaping) hashes as stored."""
     shapes = [
         cloudevent(id="bin", data=..., data_base64="AAEC/w==", datacontenttype="image/png"),
         cloudevent(id="null", data=None),
         cloudevent(id="none", data=...),
         cloudevent(id="text", data={"name": "Zoë ✓", "n": 2**53 - 1, "x": -0.5, "e": 1.5e-7}),
         cloudevent(id="time", time="2026-12-01T10:00:00.123456789+05:30", traceparent="00-x"),
+        cloudevent(id='odd "id" \\ é {x}', data={"k": 'a "quoted" \\ value'}),
     ]
     decision = cloudevent(id="verdict", causationid=",".join(e["id"] for e in shapes))
     response = await client.post("/events", content=dumps([*shapes, decision]), headers=BATCH)
