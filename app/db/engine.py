@@ -26,10 +26,13 @@ def create_engine(
     pool_size: int = 5,
     statement_timeout_ms: int = 30_000,
     generic_plans: bool = False,
+    autocommit: bool = False,
 ) -> AsyncEngine:
     """``generic_plans``: prepared statements keep one generic plan instead of being
     planned again for each execution's parameters (``plan_cache_mode``), for an engine
-    that runs statements whose best plan does not depend on their parameters."""
+    that runs statements whose best plan does not depend on their parameters.
+    ``autocommit``: every statement stands alone, for an engine that only reads; its
+    connections are set so once, and come back with no transaction to roll back."""
     # Sessions in UTC, whatever the server's TimeZone: psycopg reads timestamptz in the
     # session's zone, and under a zone west of UTC a stored 0001-01-01T00:00:00Z (Go's
     # zero time) reads back as a year Python cannot hold.
@@ -46,6 +49,7 @@ def create_engine(
         # so nothing that matters changes, and it decodes jsonb several times faster.
         json_deserializer=orjson.loads,
         connect_args={"options": options},
+        **({"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}),
     )
 
 

@@ -178,12 +178,14 @@ def _is_plain_type(kind: type) -> bool:
     computes its attributes (``__getattr__``) could answer per value, so it is asked
     each time."""
     return not (
-        issubclass(kind, CoroutineType | GeneratorType)
+        issubclass(kind, _COROUTINES)
         or hasattr(kind, "__await__")
         or hasattr(kind, "__getattr__")
         or kind.__getattribute__ is not object.__getattribute__
     )
 
+
+_COROUTINES = (CoroutineType, GeneratorType)
 
 # (response name, a reader of the field off its source, the completer of its value)
 Field = tuple[str, Callable[[Any], Any], Completer]

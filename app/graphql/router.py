@@ -31,16 +31,16 @@ def create_router(
     engine: AsyncEngine, walks: AsyncEngine, limits: GraphQLLimits
 ) -> GraphQLRouter[Context, None]:
     """``walks`` serves the lineage and audit walks: its sessions' ``statement_timeout`` is
-    the walks' time budget, so PostgreSQL itself stops a walk past it."""
+    the walks' time budget, so PostgreSQL itself stops a walk past it, and its sessions
+    run without transactions (``create_engine(autocommit=True)``)."""
     # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
     # each had a snapshot of its own anyway): without a transaction, a read is one round
     # trip instead of three (BEGIN, the read, ROLLBACK).
     reads = engine.execution_options(isolation_level="AUTOCOMMIT")
-    walk_reads = walks.execution_options(isolation_level="AUTOCOMMIT")
 
     async def context(request: Request) -> Context:
         if request.method == "GET" and "query" not in request.query_params:
-            return Context(reads, walk_reads, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
-        return Context(reads, walk_reads, await _read(request), limits)
+            return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
+        return Context(reads, walks, await _read(request), limits)
 
     return _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")
