@@ -46,6 +46,7 @@ def limits_from(settings: Settings) -> Limits:
 
 def graphql_limits_from(settings: Settings) -> GraphQLLimits:
     return GraphQLLimits(
+        max_request_bytes=settings.graphql_max_request_bytes,
         max_query_depth=settings.graphql_max_query_depth,
         max_tokens=settings.graphql_max_tokens,
         max_aliases=settings.graphql_max_aliases,

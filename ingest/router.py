@@ -81,11 +81,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
 
 
-async def receive_body(receive: Receive, declared: str | None, max_bytes: int) -> bytes:
+async def receive_body(
+    receive: Receive, declared: str | None, max_bytes: int, *, setting: str = "max_request_bytes"
+) -> bytes:
     """A request body from ASGI ``receive``, refused past ``max_bytes``: at once when the
-    declared length is over, else as soon as the bytes received are."""
+    declared length is over, else as soon as the bytes received are. ``setting`` names
+    the limit in the problem (``CAUSEWAY_`` + its upper case sets it)."""
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(int(declared), max_bytes)
+        raise _too_large(int(declared), max_bytes, setting)
     body = bytearray()
     while True:
         message = await receive()
@@ -93,17 +96,17 @@ async def receive_body(receive: Receive, declared: str | None, max_bytes: int) -
             raise ClientDisconnect()
         body += message.get("body", b"")
         if len(body) > max_bytes:
-            raise _too_large(len(body), max_bytes, at_least=True)
+            raise _too_large(len(body), max_bytes, setting, at_least=True)
         if not message.get("more_body", False):
             return bytes(body)
 
 
-def _too_large(size: int, limit: int, *, at_least: bool = False) -> PayloadTooLarge:
+def _too_large(size: int, limit: int, setting: str, *, at_least: bool = False) -> PayloadTooLarge:
     over = "at least " if at_least else ""
     return PayloadTooLarge(
         f"the request body is {over}{size} bytes, over the {limit}-byte limit by {over}"
         f"{size - limit}",
-        limit="max_request_bytes",
+        limit=setting,
         max_bytes=limit,
     )
 

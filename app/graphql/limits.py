@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class GraphQLLimits:
+    max_request_bytes: int = 1 << 20  # a request's body: the query and its variables
     max_query_depth: int = 12  # nesting of selections
     max_tokens: int = 2000  # tokens in the query document
     max_aliases: int = 20  # aliased fields in one document

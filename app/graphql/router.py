@@ -4,6 +4,7 @@ scope; a browser's plain GET gets GraphiQL, which needs none."""
 from typing import Any
 
 import orjson
+from cross_web import StarletteRequestAdapter  # the adapter Strawberry's FastAPI router uses
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.fastapi import GraphQLRouter
@@ -13,9 +14,26 @@ from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
 from app.store.keys import Principal, Scope
+from ingest.router import receive_body
 
 _read = require(Scope.READ)
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
+
+
+def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
+    class BoundedBody(StarletteRequestAdapter):
+        """Strawberry reads a request's whole body before it parses the query: read up to
+        the limit, and refuse the request (413) past it."""
+
+        async def get_body(self) -> bytes:
+            return await receive_body(
+                self._request.receive,
+                self.headers.get("content-length"),
+                max_bytes,
+                setting="graphql_max_request_bytes",
+            )
+
+    return BoundedBody
 
 
 class _Router(GraphQLRouter[Context, None]):
@@ -43,4 +61,6 @@ def create_router(
             return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
         return Context(reads, walks, await _read(request), limits)
 
-    return _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")
+    router = _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")
+    router.request_adapter_class = _bounded_bodies(limits.max_request_bytes)
+    return router

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -410,6 +411,7 @@ class TestLimits:
             graphql_max_tokens=200,
             graphql_max_page_size=3,
             graphql_timeout_ms=1,
+            graphql_max_request_bytes=2048,
         )
         app = create_app(settings, database_url=database_url)
         key = await make_key("acme", "ingest,read")
@@ -443,6 +445,38 @@ class TestLimits:
             tight, "{ " + " ".join(f'event(id: "{i}") {{ id }}' for i in range(60)) + " }"
         )
         assert "token" in body["errors"][0]["message"].lower()
+
+    @pytest.mark.parametrize("streamed", [False, True], ids=["declared", "streamed"])
+    async def test_a_request_body_past_its_cap_is_refused_before_it_is_read(
+        self, tight: httpx2.AsyncClient, streamed: bool
+    ) -> None:
+        """Strawberry reads a whole body before it parses the query, so the cap is what
+        keeps a large body out of memory: refused at a Content-Length over the cap, or
+        once the bytes that arrive pass it (the rest is never read)."""
+        pad = "x" * 4000
+        body = dumps({"query": "{ __typename }", "variables": {"pad": pad}})
+        read: list[int] = []
+
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(body), 1000):
+                read.append(start)
+                yield body[start : start + 1000]
+
+        response = await tight.post(
+            "/graphql",
+            content=chunks() if streamed else body,
+            headers={"Content-Type": "application/json"},
+        )
+        assert response.status_code == 413
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["type"] == "/problems/payload-too-large"
+        assert (problem["limit"], problem["max_bytes"]) == ("graphql_max_request_bytes", 2048)
+        if streamed:
+            assert problem["detail"].startswith("the request body is at least 3000 bytes")
+            assert len(read) < len(range(0, len(body), 1000))
+        small = await ask(tight, "query ($pad: ID!) { event(id: $pad) { id } }", pad=pad[:1000])
+        assert small == {"data": {"event": None}}
 
     async def test_a_walk_past_its_time_budget_is_a_timeout_error(
         self, tight: httpx2.AsyncClient
