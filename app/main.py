@@ -25,6 +25,7 @@ from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.keys import Scope as KeyScope
 from ingest.appender import Appender
+from ingest.bodies import capped, declared_too_large
 from ingest.limits import Limits
 from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
@@ -203,15 +204,28 @@ class Causeway(FastAPI):
     the exception and body-limit middleware, the response wrappers) cost more CPU than
     parsing and appending the event. The answer, errors included, is the documented
     route's: both call the same ``Ingest``, and errors become the same problems. Under a
-    path prefix (a mount, ``--root-path``) the request goes through FastAPI to that route."""
+    path prefix (a mount, ``--root-path``) the request goes through FastAPI to that route.
+
+    Every other request's body is capped at ``max_request_bytes`` here too: FastAPI reads
+    a route's body before it runs the route's dependencies, the key check among them, so
+    without the cap anyone could make the service hold any body in memory."""
 
     ingest: Ingest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/events" and scope["method"] == "POST":
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+        elif scope["path"] == "/events" and scope["method"] == "POST":
             await self._post_events(scope, receive, send)
         else:
-            await super().__call__(scope, receive, send)
+            max_bytes = self.ingest.limits.max_request_bytes
+            refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
+            if refused is not None:
+                await problems.response_for(refused, scope["method"], scope["path"])(
+                    scope, receive, send
+                )
+                return
+            await super().__call__(scope, capped(receive, max_bytes), send)
 
     async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope["headers"]

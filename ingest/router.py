@@ -14,13 +14,12 @@ import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
-from starlette.requests import ClientDisconnect
 from starlette.types import Receive
 
-from app.errors import PayloadTooLarge
 from app.store.keys import Principal
 from ingest.appender import Appender
 from ingest.binding import parse_request
+from ingest.bodies import receive_body
 from ingest.limits import Limits
 
 
@@ -79,36 +78,6 @@ class Ingest:
 
 async def read_body(request: Request, max_bytes: int) -> bytes:
     return await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
-
-
-async def receive_body(
-    receive: Receive, declared: str | None, max_bytes: int, *, setting: str = "max_request_bytes"
-) -> bytes:
-    """A request body from ASGI ``receive``, refused past ``max_bytes``: at once when the
-    declared length is over, else as soon as the bytes received are. ``setting`` names
-    the limit in the problem (``CAUSEWAY_`` + its upper case sets it)."""
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(int(declared), max_bytes, setting)
-    body = bytearray()
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        body += message.get("body", b"")
-        if len(body) > max_bytes:
-            raise _too_large(len(body), max_bytes, setting, at_least=True)
-        if not message.get("more_body", False):
-            return bytes(body)
-
-
-def _too_large(size: int, limit: int, setting: str, *, at_least: bool = False) -> PayloadTooLarge:
-    over = "at least " if at_least else ""
-    return PayloadTooLarge(
-        f"the request body is {over}{size} bytes, over the {limit}-byte limit by {over}"
-        f"{size - limit}",
-        limit=setting,
-        max_bytes=limit,
-    )
 
 
 def create_router(

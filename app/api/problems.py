@@ -121,6 +121,10 @@ async def on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc.__cause__, AppError):
+        # FastAPI turns any error while it reads a body into a 400 "error parsing the
+        # body", raised from ours: the capped body's PayloadTooLarge is the answer.
+        return _app_error(exc.__cause__)
     return problem(
         exc.status_code, "http-error", "HTTP error", str(exc.detail), dict(exc.headers or {})
     )

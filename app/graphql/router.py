@@ -14,7 +14,7 @@ from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
 from app.store.keys import Principal, Scope
-from ingest.router import receive_body
+from ingest.bodies import receive_body
 
 _read = require(Scope.READ)
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())

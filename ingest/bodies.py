@@ -1,0 +1,70 @@
+"""Request bodies read up to a limit: past it, a ``PayloadTooLarge`` (413) before the rest
+of the body is read. The app caps every request it answers (``capped``); ``POST
+/events`` and GraphQL read theirs with ``receive_body``, under their own limits."""
+
+from __future__ import annotations
+
+from starlette.requests import ClientDisconnect
+from starlette.types import Message, Receive
+
+from app.errors import PayloadTooLarge
+
+MAX_REQUEST_BYTES = "max_request_bytes"  # the setting that caps every request
+
+
+async def receive_body(
+    receive: Receive, declared: str | None, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES
+) -> bytes:
+    """A request body from ASGI ``receive``, refused past ``max_bytes``: at once when the
+    declared length is over, else as soon as the bytes received are. ``setting`` names
+    the limit in the problem (``CAUSEWAY_`` + its upper case sets it)."""
+    refused = declared_too_large(declared, max_bytes, setting=setting)
+    if refused is not None:
+        raise refused
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        body += message.get("body", b"")
+        if len(body) > max_bytes:
+            raise too_large(len(body), max_bytes, setting, at_least=True)
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def capped(receive: Receive, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES) -> Receive:
+    """``receive`` that raises ``PayloadTooLarge`` once the body passes ``max_bytes``,
+    whoever reads it: a route's body parameter is read before its dependencies run, so
+    before the caller's key is checked."""
+    received = 0
+
+    async def bounded() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > max_bytes:
+                raise too_large(received, max_bytes, setting, at_least=True)
+        return message
+
+    return bounded
+
+
+def declared_too_large(
+    declared: str | None, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES
+) -> PayloadTooLarge | None:
+    """The refusal of a request whose ``Content-Length`` is over ``max_bytes``, if it is."""
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        return too_large(int(declared), max_bytes, setting)
+    return None
+
+
+def too_large(size: int, limit: int, setting: str, *, at_least: bool = False) -> PayloadTooLarge:
+    over = "at least " if at_least else ""
+    return PayloadTooLarge(
+        f"the request body is {over}{size} bytes, over the {limit}-byte limit by {over}"
+        f"{size - limit}",
+        limit=setting,
+        max_bytes=limit,
+    )
