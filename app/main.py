@@ -18,7 +18,7 @@ from app.api.deps import authorize, require
 from app.db.engine import create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
-from app.graphql.router import create_router as create_graphql_router
+from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
 from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner
@@ -170,10 +170,11 @@ def create_app(
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
-    app.include_router(
-        create_graphql_router(engine, walks_engine, graphql_limits_from(settings)),
-        prefix="/graphql",
+    graphql = create_graphql(
+        engine, walks_engine, app.state.authenticator, graphql_limits_from(settings)
     )
+    app.graphql = graphql.app
+    app.include_router(graphql.router, prefix="/graphql")
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
@@ -205,26 +206,34 @@ class Causeway(FastAPI):
     parsing and appending the event. The answer, errors included, is the documented
     route's: both call the same ``Ingest``, and errors become the same problems. Under a
     path prefix (a mount, ``--root-path``) the request goes through FastAPI to that route.
+    ``POST /graphql`` goes the same way, to Strawberry's ASGI face of the GraphQL view
+    (``app.graphql.router``).
 
     Every other request's body is capped at ``max_request_bytes`` here too: FastAPI reads
     a route's body before it runs the route's dependencies, the key check among them, so
     without the cap anyone could make the service hold any body in memory."""
 
     ingest: Ingest
+    graphql: GraphQLApp
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
-        elif scope["path"] == "/events" and scope["method"] == "POST":
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/events" and method == "POST":
             await self._post_events(scope, receive, send)
+            return
+        max_bytes = self.ingest.limits.max_request_bytes
+        refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
+        if refused is not None:
+            await problems.response_for(refused, method, path)(scope, receive, send)
+        elif path == "/graphql" and method == "POST":
+            try:
+                await self.graphql(scope, capped(receive, max_bytes), send)
+            except Exception as exc:  # raised before the view answered: no key, a cap
+                await problems.response_for(exc, method, path)(scope, receive, send)
         else:
-            max_bytes = self.ingest.limits.max_request_bytes
-            refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
-            if refused is not None:
-                await problems.response_for(refused, scope["method"], scope["path"])(
-                    scope, receive, send
-                )
-                return
             await super().__call__(scope, capped(receive, max_bytes), send)
 
     async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -1,23 +1,38 @@
-"""Mounts the schema at ``/graphql``: POST (and GET) queries need a key with the ``read``
-scope; a browser's plain GET gets GraphiQL, which needs none."""
+"""The schema over HTTP at ``/graphql``: POST (and GET) queries need a key with the ``read``
+scope; a browser's plain GET gets GraphiQL, which needs none.
 
+Two faces share one schema, one way to build a request's context and one capped body
+reader. The FastAPI router is the documented one (OpenAPI, GET, GraphiQL, and every
+request under a path prefix). ``GraphQLApp`` is Strawberry's own ASGI integration of
+the same view, which ``app.main.Causeway`` hands ``POST /graphql`` to before FastAPI's
+middleware, routing and dependency solving (which took about half of a small query's
+time in the server).
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from cross_web import StarletteRequestAdapter  # the adapter Strawberry's FastAPI router uses
+from cross_web import StarletteRequestAdapter  # the adapter of both Strawberry integrations
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request as StarletteRequest
+from starlette.responses import Response
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 
-from app.api.deps import require
+from app.api.auth import Authenticator
+from app.api.deps import authorize
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
 from app.store.keys import Principal, Scope
 from ingest.bodies import receive_body
 
-_read = require(Scope.READ)
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
+ContextOf = Callable[[StarletteRequest], Awaitable[Context]]
 
 
 def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
@@ -45,9 +60,41 @@ class _Router(GraphQLRouter[Context, None]):
         return orjson.loads(data)
 
 
-def create_router(
-    engine: AsyncEngine, walks: AsyncEngine, limits: GraphQLLimits
-) -> GraphQLRouter[Context, None]:
+class GraphQLApp(GraphQL[Context, None]):
+    """The same view as the router, as a bare ASGI app. An ``AppError`` from building the
+    context (no key, the wrong scope) propagates, for the caller to answer as a problem,
+    as FastAPI's handlers answer it on the router."""
+
+    def __init__(self, router: _Router, context_of: ContextOf) -> None:
+        super().__init__(router.schema, graphql_ide=router.graphql_ide)
+        self.request_adapter_class = router.request_adapter_class
+        self._context_of = context_of
+
+    async def get_context(
+        self,
+        request: StarletteRequest | WebSocket,
+        response: Response | WebSocket,  # noqa: ARG002  (Strawberry passes it by name)
+    ) -> Context:
+        if not isinstance(request, StarletteRequest):
+            raise TypeError("GraphQLApp answers HTTP requests only: subscriptions go to the router")
+        return await self._context_of(request)
+
+    def encode_json(self, data: object) -> bytes:
+        return orjson.dumps(data)
+
+    def decode_json(self, data: str | bytes) -> Any:
+        return orjson.loads(data)
+
+
+@dataclass(frozen=True, slots=True)
+class GraphQLFaces:
+    router: GraphQLRouter[Context, None]
+    app: GraphQLApp
+
+
+def create_graphql(
+    engine: AsyncEngine, walks: AsyncEngine, authenticator: Authenticator, limits: GraphQLLimits
+) -> GraphQLFaces:
     """``walks`` serves the lineage and audit walks: its sessions' ``statement_timeout`` is
     the walks' time budget, so PostgreSQL itself stops a walk past it, and its sessions
     run without transactions (``create_engine(autocommit=True)``)."""
@@ -56,11 +103,15 @@ def create_router(
     # trip instead of three (BEGIN, the read, ROLLBACK).
     reads = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    async def context(request: Request) -> Context:
+    async def context_of(request: StarletteRequest) -> Context:
         if request.method == "GET" and "query" not in request.query_params:
             return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
-        return Context(reads, walks, await _read(request), limits)
+        header = request.headers.get("authorization", "")
+        return Context(reads, walks, await authorize(authenticator, header, Scope.READ), limits)
+
+    async def context(request: Request) -> Context:  # a FastAPI dependency
+        return await context_of(request)
 
     router = _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")
     router.request_adapter_class = _bounded_bodies(limits.max_request_bytes)
-    return router
+    return GraphQLFaces(router, GraphQLApp(router, context_of))

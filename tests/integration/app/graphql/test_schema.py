@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.main import create_app, dispose
+from app.main import Causeway, create_app, dispose
 from app.settings import Settings
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, digest_of, dumps
@@ -552,3 +552,69 @@ class TestEndpoint:
             query = await anonymous.post("/graphql", json={"query": '{ event(id: "x") { id } }'})
             assert query.status_code == 401
             assert query.headers["content-type"] == "application/problem+json"
+
+
+class TestBehindAPathPrefix:
+    """At the root, ``Causeway`` hands POST /graphql to Strawberry's ASGI face of the view;
+    under a prefix, FastAPI routes it to the documented router. A client sees no
+    difference, errors included."""
+
+    @pytest.fixture
+    async def served(self, database_url: URL) -> AsyncIterator[Causeway]:
+        app = create_app(
+            Settings(_env_file=None, graphql_max_request_bytes=2048), database_url=database_url
+        )
+        assert isinstance(app, Causeway)
+        yield app
+        await dispose(app)
+
+    async def test_both_faces_answer_every_request_alike(
+        self, served: Causeway, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        handed: list[str] = []
+        direct_app = served.graphql
+
+        async def counting(scope: Any, receive: Any, send: Any) -> None:
+            handed.append(scope["path"])
+            await direct_app(scope, receive, send)
+
+        monkeypatch.setattr(served, "graphql", counting)
+        outer = FastAPI()
+        outer.mount("/api", served)
+        reader, writer = await make_key("acme", "read"), await make_key("acme", "ingest")
+        json_type = {"Content-Type": "application/json"}
+        requests: list[tuple[str, bytes, dict[str, str]]] = [
+            (reader, dumps({"query": AUDIT, "variables": {"id": "nope"}}), json_type),
+            (reader, dumps({"query": "{ __typename nope }"}), json_type),
+            (reader, b"{", json_type),
+            (reader, dumps({"variables": {}}), json_type),
+            (reader, b"{ __typename }", {"Content-Type": "text/plain"}),
+            (reader, dumps({"query": "{ __typename }", "pad": "x" * 3000}), json_type),
+            ("nope", dumps({"query": "{ __typename }"}), json_type),
+            (writer, dumps({"query": "{ __typename }"}), json_type),
+        ]
+        statuses = []
+        for key, body, headers in requests:
+            answers = []
+            for base, transport in (
+                ("http://c", httpx2.ASGITransport(app=served)),
+                ("http://c/api", httpx2.ASGITransport(app=outer)),
+            ):
+                async with httpx2.AsyncClient(transport=transport, base_url=base) as client:
+                    response = await client.post(
+                        "/graphql",
+                        content=body,
+                        headers={**headers, "Authorization": f"Bearer {key}"},
+                    )
+                answers.append(
+                    (
+                        response.status_code,
+                        response.headers.get("content-type"),
+                        response.headers.get("www-authenticate"),
+                        response.text,
+                    )
+                )
+            assert answers[0] == answers[1], body
+            statuses.append(answers[0][0])
+        assert statuses == [200, 200, 400, 400, 400, 413, 401, 403]
+        assert handed == ["/graphql"] * len(requests)
