@@ -96,11 +96,24 @@ def served(url: URL) -> Iterator[Served]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env["CAUSEWAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
     env["CAUSEWAY_DB_POOL_SIZE"] = "10"
+    with _running([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], port, env) as s:
+        yield s
+
+
+@contextmanager
+def serving_null_app() -> Iterator[str]:
+    """``bench._null_app`` under uvicorn, as ``causeway serve`` runs its app; its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "uvicorn", "bench._null_app:app", "--port", str(port)]
+    with _running([*command, "--no-access-log", "--log-level", "warning"], port) as served:
+        yield served.base
+
+
+@contextmanager
+def _running(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``command``, a server on ``port``, once its ``/healthz`` answers 200."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -111,7 +124,7 @@ def served(url: URL) -> Iterator[Served]:
                     break
             except httpx2.TransportError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("causeway serve did not start") from None
+                    raise RuntimeError(f"{' '.join(command)} did not start") from None
                 time.sleep(0.2)
         yield Served(base, process.pid)
     finally:
