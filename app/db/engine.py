@@ -32,7 +32,9 @@ def create_engine(
     planned again for each execution's parameters (``plan_cache_mode``), for an engine
     that runs statements whose best plan does not depend on their parameters.
     ``autocommit``: every statement stands alone, for an engine that only reads; its
-    connections are set so once, and come back with no transaction to roll back."""
+    connections are set so once, not at every checkout. (They are still rolled back on
+    return, which costs nothing on an idle connection: that is what finds a connection
+    that died under a caller who used the driver directly, and drops it.)"""
     # Sessions in UTC, whatever the server's TimeZone: psycopg reads timestamptz in the
     # session's zone, and under a zone west of UTC a stored 0001-01-01T00:00:00Z (Go's
     # zero time) reads back as a year Python cannot hold.
@@ -49,7 +51,7 @@ def create_engine(
         # so nothing that matters changes, and it decodes jsonb several times faster.
         json_deserializer=orjson.loads,
         connect_args={"options": options},
-        **({"isolation_level": "AUTOCOMMIT", "pool_reset_on_return": None} if autocommit else {}),
+        **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
 
 

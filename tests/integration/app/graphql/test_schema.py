@@ -541,6 +541,30 @@ async def test_walks_past_their_budget_stop_in_the_server_too(
         await dispose(app)
 
 
+async def test_walks_recover_from_a_connection_the_server_closed(
+    client: httpx2.AsyncClient, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A restart, a failover or an idle timeout closes the walks' connections under them:
+    the walk that meets a dead one fails, and the pool drops it, so later walks work."""
+    caplog.set_level(logging.CRITICAL)  # the one failed walk is logged as unexpected
+    sent = cloudevent()
+    await client.post("/events", content=dumps([sent]), headers=BATCH)
+    question = {"id": sent["id"], "dir": "UPSTREAM", "depth": 3, "limit": 10}
+    assert "errors" not in await ask(client, LINEAGE, **question)
+    async with engine.connect() as conn:
+        killed = await conn.scalar(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query LIKE '%causeway_walk%'"
+                " AND pid <> pg_backend_pid()"
+            )
+        )
+    assert killed == 1
+    answers = [await ask(client, LINEAGE, **question) for _ in range(4)]
+    assert ["errors" in a for a in answers].count(True) <= 1
+    assert answers[-1]["data"]["lineage"]["root"]["id"] == sent["id"]
+
+
 class TestEndpoint:
     async def test_graphiql_is_served_to_browsers_without_a_key(self, app: FastAPI) -> None:
         async with httpx2.AsyncClient(
