@@ -25,7 +25,7 @@ from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.keys import Scope as KeyScope
 from ingest.appender import Appender
-from ingest.bodies import capped, declared_too_large
+from ingest.bodies import CappedRequest, declared_too_large
 from ingest.limits import Limits
 from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
@@ -228,13 +228,22 @@ class Causeway(FastAPI):
         refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
         if refused is not None:
             await problems.response_for(refused, method, path)(scope, receive, send)
-        elif path == "/graphql" and method == "POST":
+            return
+        if method in _BODILESS:
+            # Their routes take no body. (Their streaming responses read on, to hear the
+            # client leave, and would otherwise trip the cap on a body sent anyway.)
+            await super().__call__(scope, receive, send)
+            return
+        request = CappedRequest(receive, send, max_bytes)
+        if path == "/graphql" and method == "POST":
             try:
-                await self.graphql(scope, capped(receive, max_bytes), send)
-            except Exception as exc:  # raised before the view answered: no key, a cap
+                await self.graphql(scope, request.receive, request.send)
+            except Exception as exc:  # no key, a cap: the view raises before it answers
+                if request.started:  # answered already; FastAPI's own stack re-raises too
+                    raise
                 await problems.response_for(exc, method, path)(scope, receive, send)
         else:
-            await super().__call__(scope, capped(receive, max_bytes), send)
+            await super().__call__(scope, request.receive, request.send)
 
     async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
@@ -260,6 +269,9 @@ class Causeway(FastAPI):
             }
         )
         await send({"type": "http.response.body", "body": answer})
+
+
+_BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:

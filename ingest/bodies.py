@@ -1,11 +1,11 @@
 """Request bodies read up to a limit: past it, a ``PayloadTooLarge`` (413) before the rest
-of the body is read. The app caps every request it answers (``capped``); ``POST
+of the body is read. The app caps every request it answers (``CappedRequest``); ``POST
 /events`` and GraphQL read theirs with ``receive_body``, under their own limits."""
 
 from __future__ import annotations
 
 from starlette.requests import ClientDisconnect
-from starlette.types import Message, Receive
+from starlette.types import Message, Receive, Send
 
 from app.errors import PayloadTooLarge
 
@@ -33,31 +33,46 @@ async def receive_body(
             return bytes(body)
 
 
-def capped(receive: Receive, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES) -> Receive:
-    """``receive`` that raises ``PayloadTooLarge`` once the body passes ``max_bytes``,
-    whoever reads it: a route's body parameter is read before its dependencies run, so
-    before the caller's key is checked."""
-    received = 0
+class CappedRequest:
+    """One request's ASGI ``receive`` and ``send``. ``receive`` raises ``PayloadTooLarge``
+    once the body passes ``max_bytes``, whoever reads it (a route's body parameter is read
+    before its dependencies run, so before the caller's key is checked), until the
+    response starts: a streaming response keeps reading, to hear the client leave, and
+    throws the rest away. ``started`` says whether it has."""
 
-    async def bounded() -> Message:
-        nonlocal received
-        message = await receive()
-        if message["type"] == "http.request":
-            received += len(message.get("body", b""))
-            if received > max_bytes:
-                raise too_large(received, max_bytes, setting, at_least=True)
+    def __init__(
+        self, receive: Receive, send: Send, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES
+    ) -> None:
+        self._receive = receive
+        self._send = send
+        self._max_bytes = max_bytes
+        self._setting = setting
+        self._received = 0
+        self.started = False
+
+    async def receive(self) -> Message:
+        message = await self._receive()
+        if message["type"] == "http.request" and not self.started:
+            self._received += len(message.get("body", b""))
+            if self._received > self._max_bytes:
+                raise too_large(self._received, self._max_bytes, self._setting, at_least=True)
         return message
 
-    return bounded
+    async def send(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
 
 
 def declared_too_large(
     declared: str | None, max_bytes: int, *, setting: str = MAX_REQUEST_BYTES
 ) -> PayloadTooLarge | None:
     """The refusal of a request whose ``Content-Length`` is over ``max_bytes``, if it is."""
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        return too_large(int(declared), max_bytes, setting)
-    return None
+    # isascii: str.isdigit() also accepts digits int() refuses, such as "²".
+    if not (declared and declared.isascii() and declared.isdigit()):
+        return None
+    size = int(declared)
+    return too_large(size, max_bytes, setting) if size > max_bytes else None
 
 
 def too_large(size: int, limit: int, setting: str, *, at_least: bool = False) -> PayloadTooLarge:

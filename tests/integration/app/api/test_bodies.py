@@ -3,13 +3,16 @@ and refused with a payload-too-large problem, whether or not the caller has a ke
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
 
 from app.settings import Settings
 from tests.integration.conftest import MakeKey, asgi_client
+from tests.integration.events import BATCH, dumps, event
 
 CAP = 4096
 
@@ -67,3 +70,102 @@ async def test_requests_without_a_body_are_untouched(app: FastAPI, make_key: Mak
     async with asgi_client(app, await make_key("acme", "read")) as client:
         assert (await client.get("/healthz")).status_code == 200
         assert (await client.get("/replay")).status_code == 200
+
+
+async def call(
+    app: FastAPI,
+    method: str,
+    path: str,
+    key: str,
+    chunks: list[bytes],
+    send: Callable[[MutableMapping[str, Any]], Awaitable[None]],
+    *,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
+    """``app`` called as uvicorn calls it (ASGI spec 2.3: a streaming response listens for
+    the client leaving by reading on), with a body sent in ``chunks``."""
+    pending: list[dict[str, Any]] = [
+        {"type": "http.request", "body": chunk, "more_body": True} for chunk in chunks
+    ]
+    pending.append({"type": "http.request", "body": b"", "more_body": False})
+
+    async def receive() -> dict[str, Any]:
+        if pending:
+            return pending.pop(0)
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"c"), (b"authorization", f"Bearer {key}".encode()), *headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("c", 80),
+    }
+    await app(scope, receive, send)
+
+
+async def test_a_streaming_answer_is_not_cut_by_a_body_nobody_asked_for(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    """A replay reads on while it streams, to hear the client leave: a body sent with the
+    GET, past the cap, is thrown away, and the replay still streams in full."""
+    key = await make_key("acme", "ingest,read")
+    async with asgi_client(app, key) as client:
+        stored = await client.post(
+            "/events", content=dumps([event() for _ in range(3)]), headers=BATCH
+        )
+        assert stored.status_code == 201
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    await call(app, "GET", "/replay", key, [b"x" * 1000] * 10, send)
+    assert sent[0]["status"] == 200
+    body = b"".join(m.get("body", b"") for m in sent[1:])
+    assert len(body.splitlines()) == 3
+
+
+async def test_a_direct_graphql_answer_is_sent_once_even_if_sending_fails(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    """POST /graphql skips FastAPI's stack; a failure once the answer has started (a
+    client gone mid-send) goes to the server, as FastAPI's stack sends it, and no second
+    answer follows the first."""
+    key = await make_key("acme", "read")
+    started: list[int] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            started.append(message["status"])
+        else:
+            raise OSError("connection reset by peer")
+
+    query = dumps({"query": "{ __typename }"})
+    json_type = [(b"content-type", b"application/json")]
+    with pytest.raises(OSError, match="connection reset"):
+        await call(app, "POST", "/graphql", key, [query], send, headers=json_type)
+    assert started == [200]
+
+
+async def test_a_content_length_of_digits_int_refuses_is_no_server_error(
+    app: FastAPI,
+) -> None:
+    """ "²" is a digit to str.isdigit() and not to int(): the length is ignored, the body is
+    read under the cap, and the request answered."""
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", "²".encode("latin-1"))]
+    await call(app, "POST", "/routes", "none", [b'{"name": "x"}'], send, headers=headers)
+    assert sent[0]["status"] == 401
