@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -203,14 +204,14 @@ def verify(
     typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
 
 
+_ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
+
+
 def _parse_anchor(text: str) -> tuple[int, bytes]:
-    position, _, digest = text.partition(":")
-    if not (position.isdigit() and int(position) > 0 and len(digest) == 64):
+    found = _ANCHOR.fullmatch(text)
+    if found is None or int(found[1]) == 0:
         fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
-    try:
-        return int(position), bytes.fromhex(digest)
-    except ValueError:
-        fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
+    return int(found[1]), bytes.fromhex(found[2])
 
 
 async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:

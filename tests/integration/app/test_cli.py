@@ -133,7 +133,17 @@ class TestVerify:
             "error: hash chain broken at the log head: the log ends before the anchor at position 3"
         )
 
-    @pytest.mark.parametrize("anchor", ["5", "0:" + "ab" * 32, "x:" + "ab" * 32, "5:" + "zz" * 32])
+    @pytest.mark.parametrize(
+        "anchor",
+        [
+            "5",
+            "0:" + "ab" * 32,
+            "x:" + "ab" * 32,
+            "²:" + "ab" * 32,  # a digit to str.isdigit(), not to int()
+            "5:" + "zz" * 32,
+            "5:" + "ab" * 15 + "  " + "ab" * 16,  # 64 characters, 31 bytes to bytes.fromhex
+        ],
+    )
     def test_a_malformed_anchor_is_a_one_line_error_with_exit_2(
         self, run: CliRunner, anchor: str
     ) -> None:
