@@ -6,9 +6,10 @@ An event in an answer is verified when its stored hash matches its content and
 ``prev_hash``, and the chain after it names that hash: the event at the next position
 stores it as its ``prev_hash``, or the log head holds it. The second half is what
 catches a forger who rewrote an event and recomputed its hash (the event then matches
-itself, and its link to its predecessor never changed). Rewriting every event from there
-to the head, and the head, is beyond what an answer can see: ``causeway verify`` against
-a head hash kept outside the database catches that (docs/hash-chain.md).
+itself, and its link to its predecessor never changed). A forger who also edits the
+next event's ``prev_hash`` breaks that event's own hash, which an answer that does not
+hold it never checks: only the whole chain shows that, and ``causeway verify`` walks it
+(with ``--anchor``, up to a head kept outside the database). docs/hash-chain.md says so.
 """
 
 from __future__ import annotations
