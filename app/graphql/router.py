@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from cross_web import StarletteRequestAdapter  # the adapter of both Strawberry integrations
-from fastapi import Request
+from cross_web import HTTPException, StarletteRequestAdapter  # of both Strawberry faces
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import HTTPConnection
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
 from starlette.websockets import WebSocket
@@ -32,21 +32,27 @@ from app.store.keys import Principal, Scope
 from ingest.bodies import receive_body
 
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
-ContextOf = Callable[[StarletteRequest], Awaitable[Context]]
+ContextOf = Callable[[HTTPConnection], Awaitable[Context]]
 
 
 def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
     class BoundedBody(StarletteRequestAdapter):
         """Strawberry reads a request's whole body before it parses the query: read up to
-        the limit, and refuse the request (413) past it."""
+        the limit, and refuse the request (413) past it. A JSON body that is neither an
+        object nor a list of them (``null``, a string, a number) is refused too: Strawberry
+        would ask it for its ``query`` and fail with a 500."""
 
         async def get_body(self) -> bytes:
-            return await receive_body(
+            body = await receive_body(
                 self._request.receive,
                 self.headers.get("content-length"),
                 max_bytes,
                 setting="graphql_max_request_bytes",
             )
+            start = body.lstrip(b" \t\r\n")[:1]
+            if start and start not in b"{[":
+                raise HTTPException(400, "A GraphQL request is a JSON object")
+            return body
 
     return BoundedBody
 
@@ -103,15 +109,26 @@ def create_graphql(
     # trip instead of three (BEGIN, the read, ROLLBACK).
     reads = engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    async def context_of(request: StarletteRequest) -> Context:
-        if request.method == "GET" and "query" not in request.query_params:
+    async def context_of(request: HTTPConnection) -> Context:
+        if (
+            request.scope["type"] == "http"
+            and request.scope["method"] == "GET"
+            and "query" not in request.query_params
+        ):
             return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
         header = request.headers.get("authorization", "")
         return Context(reads, walks, await authorize(authenticator, header, Scope.READ), limits)
 
-    async def context(request: Request) -> Context:  # a FastAPI dependency
+    async def context(request: HTTPConnection) -> Context:  # a FastAPI dependency
         return await context_of(request)
 
-    router = _Router(create_schema(limits), context_getter=context, graphql_ide="graphiql")
+    # No subscriptions in the schema, so no websocket protocol: a websocket is refused
+    # (closed with 4406) rather than kept open for nothing.
+    router = _Router(
+        create_schema(limits),
+        context_getter=context,
+        graphql_ide="graphiql",
+        subscription_protocols=(),
+    )
     router.request_adapter_class = _bounded_bodies(limits.max_request_bytes)
     return GraphQLFaces(router, GraphQLApp(router, context_of))

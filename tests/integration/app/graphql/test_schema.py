@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import httpx2
@@ -613,6 +613,8 @@ class TestBehindAPathPrefix:
             (reader, b"{", json_type),
             (reader, dumps({"variables": {}}), json_type),
             (reader, b"{ __typename }", {"Content-Type": "text/plain"}),
+            (reader, b" null", json_type),
+            (reader, b'"{ __typename }"', json_type),
             (reader, dumps({"query": "{ __typename }", "pad": "x" * 3000}), json_type),
             ("nope", dumps({"query": "{ __typename }"}), json_type),
             (writer, dumps({"query": "{ __typename }"}), json_type),
@@ -640,5 +642,46 @@ class TestBehindAPathPrefix:
                 )
             assert answers[0] == answers[1], body
             statuses.append(answers[0][0])
-        assert statuses == [200, 200, 400, 400, 400, 413, 401, 403]
+        assert statuses == [200, 200, 400, 400, 400, 400, 400, 413, 401, 403]
         assert handed == ["/graphql"] * len(requests)
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["no key", "read key"])
+async def test_a_websocket_is_refused_there_being_nothing_to_subscribe_to(
+    app: FastAPI, make_key: MakeKey, keyed: bool
+) -> None:
+    """The schema has no subscriptions: a websocket without a key gets a 401, one with a
+    key is closed at once (4406, no protocol to speak), and neither is a server error."""
+    headers = [(b"sec-websocket-protocol", b"graphql-transport-ws")]
+    if keyed:
+        headers.append((b"authorization", f"Bearer {await make_key('acme', 'read')}".encode()))
+    messages: list[dict[str, Any]] = [{"type": "websocket.connect"}]
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "websocket.disconnect", "code": 1000}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "websocket",
+        "asgi": {"version": "3.0"},
+        "path": "/graphql",
+        "raw_path": b"/graphql",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "subprotocols": ["graphql-transport-ws"],
+        "client": ("127.0.0.1", 1),
+        "server": ("c", 80),
+        "scheme": "ws",
+    }
+    await app(scope, receive, send)
+    [answer] = [
+        m for m in sent if m["type"] in {"websocket.http.response.start", "websocket.close"}
+    ]
+    if keyed:
+        assert (answer["type"], answer["code"]) == ("websocket.close", 4406)
+    else:
+        assert (answer["type"], answer["status"]) == ("websocket.http.response.start", 401)
