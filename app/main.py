@@ -209,9 +209,10 @@ class Causeway(FastAPI):
     ``POST /graphql`` goes the same way, to Strawberry's ASGI face of the GraphQL view
     (``app.graphql.router``).
 
-    Every other request's body is capped at ``max_request_bytes`` here too: FastAPI reads
-    a route's body before it runs the route's dependencies, the key check among them, so
-    without the cap anyone could make the service hold any body in memory."""
+    The body of every other POST, PUT, PATCH or DELETE is capped at ``max_request_bytes``
+    here too: FastAPI reads a route's body before it runs the route's dependencies, the
+    key check among them, so without the cap anyone could make the service hold any body
+    in memory."""
 
     ingest: Ingest
     graphql: GraphQLApp
