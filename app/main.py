@@ -225,15 +225,15 @@ class Causeway(FastAPI):
         if path == "/events" and method == "POST":
             await self._post_events(scope, receive, send)
             return
-        max_bytes = self.ingest.limits.max_request_bytes
-        refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
-        if refused is not None:
-            await problems.response_for(refused, method, path)(scope, receive, send)
-            return
         if method in _BODILESS:
             # Their routes take no body. (Their streaming responses read on, to hear the
             # client leave, and would otherwise trip the cap on a body sent anyway.)
             await super().__call__(scope, receive, send)
+            return
+        max_bytes = self.ingest.limits.max_request_bytes
+        refused = declared_too_large(_header(scope["headers"], b"content-length"), max_bytes)
+        if refused is not None:
+            await problems.response_for(refused, method, path)(scope, receive, send)
             return
         request = CappedRequest(receive, send, max_bytes)
         if path == "/graphql" and method == "POST":
