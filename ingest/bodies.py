@@ -1,6 +1,7 @@
 """Request bodies read up to a limit: past it, a ``PayloadTooLarge`` (413) before the rest
-of the body is read. The app caps every request it answers (``CappedRequest``); ``POST
-/events`` and GraphQL read theirs with ``receive_body``, under their own limits."""
+of the body is read. The app caps the body of every request that can carry one
+(``CappedRequest``); ``POST /events`` and GraphQL read theirs with ``receive_body``,
+under their own limits."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from starlette.types import Message, Receive, Send
 
 from app.errors import PayloadTooLarge
 
-MAX_REQUEST_BYTES = "max_request_bytes"  # the setting that caps every request
+MAX_REQUEST_BYTES = "max_request_bytes"  # the setting that caps every request body
 
 
 async def receive_body(

@@ -52,9 +52,9 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._completers: dict[
             tuple[GraphQLOutputType, int], tuple[FieldDetailsList, Completer | None]
         ] = {}
-        # Types whose values are neither exceptions nor awaitable: a list of 200 events
-        # asks that 200 times of one class.
-        self._plain_types: set[type] = set()
+        # Whether a class's values are never exceptions nor awaitable, asked once a class:
+        # a list of 200 events asks it 200 times of one class.
+        self._plain_types: dict[type, bool] = {}
         manager = self.middleware_manager
         self._enabled = (manager is None or not manager.middlewares) and not any(
             self.schema.get_directive(name) for name in _INCREMENTAL
@@ -115,14 +115,15 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
 
         def nullable(value: Any) -> Any:
             kind = type(value)
-            if kind in plain_types:
+            plain = plain_types.get(kind)
+            if plain:
                 return complete(value)
             if value is None or value is Undefined:
                 return None
             if isinstance(value, Exception) or is_awaitable(value):
                 return _MISS  # graphql-core raises the one, awaits the other
-            if _is_plain_type(kind):
-                plain_types.add(kind)
+            if plain is None:
+                plain_types[kind] = _is_plain_type(kind)
             return complete(value)
 
         return nullable

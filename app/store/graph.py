@@ -214,8 +214,9 @@ class GraphReader:
     ) -> Walk | None:
         """Breadth-first from the event ``event_id``, in one statement: the walk itself is
         ``causeway_walk`` (migration 0002), and each node comes with its full row and the
-        hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events of one tenant only (causes are checked at
-        append), so the walk stays in the root's tenant. None when there is no such event."""
+        hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events
+        of one tenant only (causes are checked at append), so the walk stays in the root's
+        tenant. None when there is no such event."""
         # Straight to the driver: one statement, built once, whose rows (full events, up to
         # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
         # cost more than PostgreSQL's walk.
