@@ -7,6 +7,7 @@ exact re-send), with one entry per event in request order.
 # No `from __future__ import annotations`: FastAPI must see the Depends() built in
 # create_router, which a string annotation could not resolve.
 
+import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Annotated, Any
 
@@ -17,8 +18,9 @@ from pydantic import BaseModel
 from starlette.types import Receive
 
 from app.store.keys import Principal
+from app.store.records import NewEvent
 from ingest.appender import Appender
-from ingest.binding import parse_request
+from ingest.binding import parse_in_parts
 from ingest.bodies import receive_body
 from ingest.limits import Limits
 
@@ -52,7 +54,11 @@ class Ingest:
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
     ) -> tuple[int, bytes]:
-        events = parse_request(content_type, headers, body, self.limits)
+        events: list[NewEvent] = []
+        for part in parse_in_parts(content_type, headers, body, self.limits):
+            if events:
+                await asyncio.sleep(0)  # a group holding the log head goes on meanwhile
+            events += part
         appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         # Built directly (AppendResponse documents the shape): a model per event would
         # cost more than planning the event did.

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
-from psycopg import AsyncCursor
+from psycopg import AsyncCopy, AsyncCursor
 from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -122,23 +122,43 @@ async def append_on(
         recorded_at=datetime.now(UTC),
         registrations=_registrations_from([r for r in found if (r.tenant, r.id) in wanted]),
     )
-    outcomes = [group.plan(tenant, batch) for tenant, batch in requests]
-    if group.rows:
-        async with driver.cursor() as cursor:
-            await _write(cursor, group)
+    # The rows of each request go out as soon as it is planned, so that PostgreSQL takes
+    # them in while the next request is planned: the head is locked meanwhile.
+    outcomes: list[Outcome] = []
+    pending = iter(requests)
+    for tenant, batch in pending:  # a group of re-sends and refusals writes nothing
+        outcomes.append(group.plan(tenant, batch))
+        if group.rows:
+            break
+    if not group.rows:
+        return outcomes
+    async with driver.cursor() as cursor:
+        # The lines go out in the connection's own encoding, as psycopg's adapters would
+        # send them; PostgreSQL converts to the database's.
+        encoding = cursor.connection.info.encoding
+        recorded_at = group.recorded_at.isoformat()
+        async with cursor.copy(_COPY_EVENTS) as copy:
+            sent = await _send(copy, group.rows, 0, recorded_at, encoding)
+            for tenant, batch in pending:
+                outcomes.append(group.plan(tenant, batch))
+                sent = await _send(copy, group.rows, sent, recorded_at, encoding)
+        await _finish(cursor, group)
     return outcomes
 
 
-async def _write(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
-    # The lines go out in the connection's own encoding, as psycopg's adapters would send
-    # them; PostgreSQL converts to the database's.
-    encoding = cursor.connection.info.encoding
-    async with cursor.copy(_COPY_EVENTS) as copy:
-        recorded_at = group.recorded_at.isoformat()
-        for start in range(0, len(group.rows), _COPY_CHUNK):
-            chunk = group.rows[start : start + _COPY_CHUNK]
-            lines = "".join([copy_line(row, recorded_at) for row in chunk])
-            await copy.write(_encoded(lines, encoding))
+async def _send(
+    copy: AsyncCopy, rows: list[Row], sent: int, recorded_at: str, encoding: str
+) -> int:
+    """Send ``rows[sent:]`` as COPY lines; how many rows are sent now."""
+    for start in range(sent, len(rows), _COPY_CHUNK):
+        chunk = rows[start : start + _COPY_CHUNK]
+        lines = "".join([copy_line(row, recorded_at) for row in chunk])
+        await copy.write(_encoded(lines, encoding))
+    return len(rows)
+
+
+async def _finish(cursor: AsyncCursor[Any], group: GroupPlan) -> None:
+    """The group's edges, and the head moved past its rows."""
     if group.edges:
         async with cursor.copy(_COPY_EDGES) as copy:
             await copy.write("".join([f"{e}\t{c}\n" for e, c in group.edges]).encode())

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.errors import UnknownCause
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from ingest.appender import Appender
@@ -169,3 +170,66 @@ async def test_an_append_after_close_gives_its_connection_back(engine: AsyncEngi
     await appender.append("acme", [NewEvent(id="e2", source="/s", type="t", stream="s")])
     await asyncio.sleep(0)  # the group's task ends after answering
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+async def _senders(appender: Appender, senders: int, rounds: int) -> None:
+    """``senders`` clients that each append one event at a time, ``rounds`` times; the
+    answer takes sender ``s`` ``s`` milliseconds to arrive, as over a network."""
+
+    async def sender(s: int) -> None:
+        for r in range(rounds):
+            event = NewEvent(id=f"{s}-{r}", source="/s", type="t", stream="s")
+            await appender.append("acme", [event])
+            await asyncio.sleep(s / 1000)
+
+    await asyncio.gather(*(sender(s) for s in range(senders)))
+
+
+async def test_after_a_crowded_group_the_next_one_waits_for_its_senders(
+    engine: AsyncEngine,
+) -> None:
+    # 16 clients, each sending its next event once the last is answered. Without waiting,
+    # a group starts with whoever is queued when the one before commits.
+    hasty = Appender(engine)
+    await _senders(hasty, 16, 6)
+    patient = Appender(engine, linger_ms=500)
+    await _senders(patient, 16, 6)
+    assert patient.requests_committed == hasty.requests_committed == 96
+    assert patient.groups_committed == 6  # every group holds all 16
+    assert hasty.groups_committed > 12
+    await hasty.close()
+    await patient.close()
+
+
+async def test_a_lone_sender_never_waits_for_a_group_to_fill(engine: AsyncEngine) -> None:
+    appender = Appender(engine, linger_ms=5_000)
+    started = asyncio.get_running_loop().time()
+    await _senders(appender, 1, 10)
+    assert asyncio.get_running_loop().time() - started < 5  # one linger would take 5 s
+    assert appender.groups_committed == 10
+    await appender.close()
+
+
+async def test_requests_after_a_refused_one_are_written_in_the_same_group(
+    engine: AsyncEngine,
+) -> None:
+    # Each request's rows go out as soon as it is planned; one refused in the middle
+    # of a group sends nothing, and the requests around it still land, in order.
+    appender = Appender(engine)
+    first = [NewEvent(id=f"a{n}", source="/s", type="t", stream="s") for n in range(300)]
+    orphan = [NewEvent(id="b", source="/s", type="t", stream="s", causes=("missing",))]
+    last = [NewEvent(id=f"c{n}", source="/s", type="t", stream="s") for n in range(300)]
+    outcomes = await asyncio.gather(
+        appender.append("acme", first),
+        appender.append("acme", orphan),
+        appender.append("acme", last),
+        return_exceptions=True,
+    )
+    assert appender.groups_committed == 1
+    assert [a.position for a in outcomes[0]] == list(range(1, 301))  # type: ignore[union-attr]
+    assert isinstance(outcomes[1], UnknownCause)
+    assert [a.position for a in outcomes[2]] == list(range(301, 601))  # type: ignore[union-attr]
+    assert [a.stream_version for a in outcomes[2]][:2] == [301, 302]  # type: ignore[union-attr]
+    async with engine.connect() as conn:
+        assert (await verify_chain(conn)).is_intact
+    await appender.close()
