@@ -107,7 +107,7 @@ def create_app(
         statement_timeout_ms=settings.statement_timeout_ms,
     )
 
-    appender = Appender(engine, linger_ms=settings.group_linger_ms)
+    appender = Appender(engine)
     # The scheduler's decisions have an appender of their own, on connections of their own:
     # a command holds its task row (and its connection) until its decision is appended.
     decisions_engine = create_engine(

@@ -39,7 +39,6 @@ class Settings(BaseSettings):
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
     statement_timeout_ms: int = Field(default=30_000, ge=0)
-    group_linger_ms: float = Field(default=1.0, ge=0, le=100)
     graphql_max_request_bytes: int = Field(default=1 << 20, ge=1024)
     graphql_max_query_depth: int = Field(default=12, ge=1)
     graphql_max_tokens: int = Field(default=2000, ge=10)

@@ -3,18 +3,12 @@
 While a transaction is committing, new requests queue; the next transaction takes all of
 them (up to ``max_group_events`` events and ``max_group_bytes`` of request bodies), so one
 fsync serves many requests. A lone request starts a transaction at once: nothing waits
-for a group to fill, unless the group before was a crowd. Then its senders are about to
-send again, and the next group waits up to ``linger_ms`` for them, as PostgreSQL's
-``commit_delay`` waits only while ``commit_siblings`` other transactions are active.
-(Without that wait, 32 clients that each send one event at a time split into groups of
-31 and 1, and the group of one takes about as long as the group of 31.)
-
-Each request is planned on its own inside the group (``EventLog.append_many``), so a
-conflict or an unknown cause in one request fails that request only. If PostgreSQL
-refuses a value of one request (a check the planning does not make), the group is
-retried one request at a time, so only that request fails. If the transaction itself
-fails (a lost connection, a timeout), every request in it gets that error, and none of
-them was written.
+for a group to fill. Each request is planned on its own inside the group
+(``EventLog.append_many``), so a conflict or an unknown cause in one request fails that
+request only. If PostgreSQL refuses a value of one request (a check the planning does not
+make), the group is retried one request at a time, so only that request fails. If the
+transaction itself fails (a lost connection, a timeout), every request in it gets that
+error, and none of them was written.
 
 Groups commit one after another, so the appender keeps one pooled connection for them and
 drives its transactions on psycopg directly: checking a connection out and in, and
@@ -44,8 +38,6 @@ from app.store.records import Appended, NewEvent
 
 logger = logging.getLogger(__name__)
 
-CROWD = 8  # requests in a group after which the next group lingers for their senders
-
 
 @dataclass(frozen=True, slots=True)
 class _Request:
@@ -62,15 +54,11 @@ class Appender:
         *,
         max_group_events: int = 10_000,
         max_group_bytes: int = 32 << 20,
-        linger_ms: float = 0.0,
     ) -> None:
         self._engine = engine
         self._max_events = max_group_events
         self._max_bytes = max_group_bytes
-        self._linger_s = linger_ms / 1000
         self._queue: deque[_Request] = deque()
-        self._last_group = 0  # requests in the group committed last
-        self._arrived: asyncio.Event | None = None  # set when the lingered-for are queued
         self._writer: asyncio.Task[None] | None = None
         self._held: AsyncConnection | None = None
         self._closed = False
@@ -85,17 +73,13 @@ class Appender:
             return []
         answer: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
         self._queue.append(_Request(tenant, batch, size_bytes, answer))
-        if self._arrived is not None and len(self._queue) >= self._last_group:
-            self._arrived.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
         return await answer
 
     async def _drain(self) -> None:
         while self._queue:
-            await self._linger()
             group = self._take()
-            self._last_group = len(group)
             try:
                 await self._commit(group)
             except BaseException as exc:
@@ -116,22 +100,6 @@ class Appender:
                     raise
         if self._closed:
             await self._release(invalidate=False)
-
-    async def _linger(self) -> None:
-        """After a group of ``CROWD`` requests or more, wait (``linger_ms`` at most) until
-        as many are queued again, when fewer than half of them are."""
-        if not self._linger_s or self._last_group < CROWD:
-            return
-        if len(self._queue) * 2 >= self._last_group:
-            return
-        self._arrived = asyncio.Event()
-        try:
-            async with asyncio.timeout(self._linger_s):
-                await self._arrived.wait()
-        except TimeoutError:
-            pass
-        finally:
-            self._arrived = None
 
     async def _commit(self, group: list[_Request]) -> None:
         driver = await self._connection()

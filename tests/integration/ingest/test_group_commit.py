@@ -172,44 +172,6 @@ async def test_an_append_after_close_gives_its_connection_back(engine: AsyncEngi
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
-async def _senders(appender: Appender, senders: int, rounds: int) -> None:
-    """``senders`` clients that each append one event at a time, ``rounds`` times; the
-    answer takes sender ``s`` ``s`` milliseconds to arrive, as over a network."""
-
-    async def sender(s: int) -> None:
-        for r in range(rounds):
-            event = NewEvent(id=f"{s}-{r}", source="/s", type="t", stream="s")
-            await appender.append("acme", [event])
-            await asyncio.sleep(s / 1000)
-
-    await asyncio.gather(*(sender(s) for s in range(senders)))
-
-
-async def test_after_a_crowded_group_the_next_one_waits_for_its_senders(
-    engine: AsyncEngine,
-) -> None:
-    # 16 clients, each sending its next event once the last is answered. Without waiting,
-    # a group starts with whoever is queued when the one before commits.
-    hasty = Appender(engine)
-    await _senders(hasty, 16, 6)
-    patient = Appender(engine, linger_ms=500)
-    await _senders(patient, 16, 6)
-    assert patient.requests_committed == hasty.requests_committed == 96
-    assert patient.groups_committed == 6  # every group holds all 16
-    assert hasty.groups_committed > 12
-    await hasty.close()
-    await patient.close()
-
-
-async def test_a_lone_sender_never_waits_for_a_group_to_fill(engine: AsyncEngine) -> None:
-    appender = Appender(engine, linger_ms=5_000)
-    started = asyncio.get_running_loop().time()
-    await _senders(appender, 1, 10)
-    assert asyncio.get_running_loop().time() - started < 5  # one linger would take 5 s
-    assert appender.groups_committed == 10
-    await appender.close()
-
-
 async def test_requests_after_a_refused_one_are_written_in_the_same_group(
     engine: AsyncEngine,
 ) -> None:
