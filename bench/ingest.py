@@ -7,6 +7,10 @@
     Application API (one event per save, from 32 threads), with latency percentiles;
 (c) the single-event load again with 2 and 4 server processes.
 
+(a) and (b) run in rounds, each round of Causeway next to a round of its baseline: this
+machine's speed drifts by half from one minute to the next, and contenders timed minutes
+apart gave ratios a third apart.
+
 And the ceiling of (b): the same single-event load on an ASGI app that answers without
 doing anything (``bench/_null_app.py``, under uvicorn as ``causeway serve`` is). On a
 machine where the load generator, the server and PostgreSQL share the cores, no Python
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -134,27 +139,41 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def copy_baseline(url: URL, rows: list[tuple[Any, ...]]) -> float:
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
-        conn.execute("DROP TABLE IF EXISTS copy_baseline")
-        conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
-        checkpoint(url)
+class CopyBaseline:
+    """psycopg's COPY of the rows Causeway would write, into a table like ``events`` (same
+    columns, constraints and indexes) that grows over the rounds as the store does."""
+
+    def __init__(self, url: URL) -> None:
+        self._url = url
+        self._conn = psycopg.connect(libpq(url), autocommit=True)
+        self._conn.execute("DROP TABLE IF EXISTS copy_baseline")
+        self._conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
         columns = [
             r[0]
-            for r in conn.execute(
+            for r in self._conn.execute(
                 "SELECT column_name FROM information_schema.columns "
                 "WHERE table_name = 'events' ORDER BY ordinal_position"
             )
         ]
+        self._statement = f"COPY copy_baseline ({', '.join(columns)}) FROM STDIN"
+
+    def seconds(self, rows: list[tuple[Any, ...]]) -> float:
+        """How long COPY takes for ``rows``, 500 to a transaction."""
+        checkpoint(self._url)
         started = time.perf_counter()
         for i in range(0, len(rows), 500):
-            statement = f"COPY copy_baseline ({', '.join(columns)}) FROM STDIN"
-            with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+            with (
+                self._conn.transaction(),
+                self._conn.cursor() as cursor,
+                cursor.copy(self._statement) as copy,
+            ):
                 for row in rows[i : i + 500]:
                     copy.write_row(row)
-        elapsed = time.perf_counter() - started
-        conn.execute("DROP TABLE copy_baseline")
-    return len(rows) / elapsed
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self._conn.execute("DROP TABLE copy_baseline")
+        self._conn.close()
 
 
 async def http_batches(base: str, key: str, events: list[dict[str, Any]], clients: int) -> float:
@@ -203,8 +222,10 @@ async def http_singles(
     return len(events) / (time.perf_counter() - started), latencies
 
 
-def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int) -> float:
-    from eventsourcing.application import Application
+@functools.cache
+def _frame() -> type[Any]:
+    """The library's aggregate for one frame: defined once, as the library registers each
+    class under its name."""
     from eventsourcing.domain import Aggregate, event
 
     class Frame(Aggregate):
@@ -212,6 +233,13 @@ def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int)
         def __init__(self, payload: dict[str, Any]) -> None:
             self.payload = payload
 
+    return Frame
+
+
+def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int) -> float:
+    from eventsourcing.application import Application
+
+    frame = _frame()
     host = url.host or str(url.query.get("host"))
     env = {
         "PERSISTENCE_MODULE": "eventsourcing.postgres",
@@ -226,13 +254,18 @@ def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int)
     app: Application[Any] = Application(env=env)
     started = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda e: app.save(Frame(e["data"])), events))
+        list(pool.map(lambda e: app.save(frame(e["data"])), events))
     rate = len(events) / (time.perf_counter() - started)
     app.close()
     return rate
 
 
 # ---------------------------------------------------------------------------------------
+
+
+def _rounds(items: list[dict[str, Any]], rounds: int) -> list[list[dict[str, Any]]]:
+    size = -(-len(items) // rounds)
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def main() -> None:
@@ -244,23 +277,39 @@ def main() -> None:
     batch_events = args.batch_events or (5_000 if args.quick else 200_000)
     single_events = args.single_events or (1_000 if args.quick else 20_000)
 
+    # The machine's speed drifts from one minute to the next, so each contender runs in
+    # rounds, alternating with its baseline, and each rate is over all of its rounds.
+    rounds = 1 if args.quick else 4
     with bench_server() as server:
         url, _ = ensure_database(server, "causeway_bench_ingest", fresh=True)
         key = asyncio.run(make_key(url))
 
         batch = [cloudevent("b") for _ in range(batch_events)]
-        copy_rate = copy_baseline(url, copy_rows(batch))
+        single = [cloudevent("s1") for _ in range(single_events)]
+        theirs = [cloudevent("es") for _ in range(single_events)]
+        copy_s = batch_s = single_s = es_s = 0.0
+        latencies: list[float] = []
+        baseline = CopyBaseline(url)
         with serving(url) as base:
-            checkpoint(url)
-            batch_rate = asyncio.run(http_batches(base, key, batch, clients=4))
-            single = [cloudevent("s1") for _ in range(single_events)]
-            checkpoint(url)
-            single_rate, latencies = asyncio.run(http_singles(base, key, single, clients=32))
+            rows = copy_rows(batch)  # one chain, as Causeway's: positions go on across rounds
+            for part in _rounds(batch, rounds):
+                copy_s += baseline.seconds(rows[: len(part)])
+                del rows[: len(part)]
+                checkpoint(url)
+                batch_s += len(part) / asyncio.run(http_batches(base, key, part, clients=4))
+            for ours, es in zip(_rounds(single, rounds), _rounds(theirs, rounds), strict=True):
+                checkpoint(url)
+                rate, lat = asyncio.run(http_singles(base, key, ours, clients=32))
+                single_s += len(ours) / rate
+                latencies += lat
+                checkpoint(url)
+                es_s += len(es) / eventsourcing_baseline(url, es, 32)
+        baseline.close()
+        copy_rate, batch_rate = batch_events / copy_s, batch_events / batch_s
+        single_rate, es_rate = single_events / single_s, single_events / es_s
         with serving_null_app() as base:
             nothing = [cloudevent("n") for _ in range(single_events)]
             ceiling_rate, ceiling_latencies = asyncio.run(http_singles(base, key, nothing, 32))
-        checkpoint(url)
-        es_rate = eventsourcing_baseline(url, [cloudevent("es") for _ in range(single_events)], 32)
         workers_rows = []
         for workers in (2, 4):
             os.environ["CAUSEWAY_WORKERS"] = str(workers)
@@ -278,12 +327,14 @@ def main() -> None:
             ]
 
     print_table(
-        f"ingest (a): {batch_events:,} events in batches of 500 over 4 connections",
+        f"ingest (a): {batch_events:,} events in batches of 500 over 4 connections, "
+        f"{rounds} rounds alternating with COPY",
         [Row("(a) HTTP batch ingest vs COPY", batch_rate, copy_rate, "events/s")],
         "psycopg COPY",
     )
     print_table(
-        f"ingest (b, c): {single_events:,} single-event POSTs from 32 clients",
+        f"ingest (b, c): {single_events:,} single-event POSTs from 32 clients; (b) in "
+        f"{rounds} rounds alternating with eventsourcing",
         [
             Row("(b) single POSTs, 1 worker", single_rate, es_rate, "events/s"),
             Row("(b) latency p50", percentile(latencies, 50), None, "ms"),
