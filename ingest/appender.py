@@ -104,8 +104,8 @@ class Appender:
     async def _commit(self, group: list[_Request]) -> None:
         driver = await self._connection()
         try:
-            outcomes = await append_on(driver, [(r.tenant, r.events) for r in group])
-            await driver.commit()
+            outcomes = await append_on(driver, [(r.tenant, r.events) for r in group], commit=True)
+            await driver.commit()  # a group that wrote nothing: its lookups' transaction
         except BaseException:
             if not driver.broken and not driver.closed:
                 await driver.rollback()
@@ -127,6 +127,9 @@ class Appender:
         tries = getattr(self._engine.pool, "checkedin", lambda: 0)()  # idle, maybe dead
         for attempt in range(tries + 1):
             self._held = await self._engine.connect()
+            # append_on begins and commits the group's transaction in the round trips of
+            # its own statements; the pool resets the mode when the connection goes back.
+            await self._held.execution_options(isolation_level="AUTOCOMMIT")
             driver = await driver_of(self._held)
             try:
                 await driver.execute("SELECT 1")

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import driver_of
 from app.errors import UnknownCause
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
@@ -195,3 +196,27 @@ async def test_requests_after_a_refused_one_are_written_in_the_same_group(
     async with engine.connect() as conn:
         assert (await verify_chain(conn)).is_intact
     await appender.close()
+
+
+async def test_a_group_of_re_sends_leaves_the_connection_ready(engine: AsyncEngine) -> None:
+    appender = Appender(engine)
+    sent = NewEvent(id="e1", source="/s", type="t", stream="s")
+    [first] = await appender.append("acme", [sent])
+    [again] = await appender.append("acme", [sent])  # writes nothing
+    [after] = await appender.append("acme", [NewEvent(id="e2", source="/s", type="t", stream="s")])
+    assert (first.position, again.position, again.duplicate, after.position) == (1, 1, True, 2)
+    await appender.close()
+
+
+async def test_the_appenders_connection_goes_back_out_of_autocommit(engine: AsyncEngine) -> None:
+    # The appender runs its connection in autocommit (its statements begin and commit
+    # the group); whoever takes that connection from the pool next gets transactions.
+    appender = Appender(engine)
+    await appender.append("acme", [NewEvent(id="e1", source="/s", type="t", stream="s")])
+    await appender.close()
+    held = [await engine.connect() for _ in range(engine.pool.size())]  # type: ignore[attr-defined]
+    try:
+        assert not any([(await driver_of(conn)).autocommit for conn in held])
+    finally:
+        for conn in held:
+            await conn.close()
