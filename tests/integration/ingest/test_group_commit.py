@@ -220,3 +220,23 @@ async def test_the_appenders_connection_goes_back_out_of_autocommit(engine: Asyn
     finally:
         for conn in held:
             await conn.close()
+
+
+async def test_two_appenders_racing_on_the_same_ids_never_write_one_twice(
+    engine: AsyncEngine,
+) -> None:
+    # Two appenders are two connections, as two server processes are: each group's
+    # lookups run after it holds the head, so they see what the other just committed,
+    # and a re-send is answered as a duplicate, never refused by the unique index.
+    first, second = Appender(engine), Appender(engine)
+    events = [NewEvent(id=f"e{n}", source="/s", type="t", stream=f"s{n}") for n in range(40)]
+    answers = await asyncio.gather(
+        *(appender.append("acme", [e]) for e in events for appender in (first, second))
+    )
+    for n in range(40):
+        [a], [b] = answers[2 * n], answers[2 * n + 1]
+        assert sorted([a.duplicate, b.duplicate]) == [False, True]
+        assert a.position == b.position
+    assert sorted(a.position for [a] in answers if not a.duplicate) == list(range(1, 41))
+    await first.close()
+    await second.close()
