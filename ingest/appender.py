@@ -33,6 +33,7 @@ from sqlalchemy.exc import DataError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
+from app.errors import Unavailable
 from app.store.log import append_on
 from app.store.records import Appended, NewEvent
 
@@ -97,6 +98,14 @@ class Appender:
                 for request in group:
                     _settle(request, exc)
                 if not isinstance(exc, Exception):
+                    # Cancelled (the server is stopping): no group follows, so the requests
+                    # queued behind this one are answered now rather than never.
+                    stopped = Unavailable(
+                        "the server stopped before this request was written; send it again",
+                        headers={"Retry-After": "1"},
+                    )
+                    while self._queue:
+                        _settle(self._queue.popleft(), stopped)
                     raise
         if self._closed:
             await self._release(invalidate=False)
@@ -105,7 +114,6 @@ class Appender:
         driver = await self._connection()
         try:
             outcomes = await append_on(driver, [(r.tenant, r.events) for r in group], commit=True)
-            await driver.commit()  # a group that wrote nothing: its lookups' transaction
         except BaseException:
             if not driver.broken and not driver.closed:
                 await driver.rollback()

@@ -77,8 +77,9 @@ async def append_on(
     two appends share.
 
     ``commit``: the transaction is this call's, on a connection in autocommit mode. It
-    begins in the round trip that locks the head and, when rows were written, commits in
-    the one that moves the head; when none were, the caller ends it (nothing to keep)."""
+    begins in the round trip that locks the head and commits in the one that moves the
+    head (or, when nothing was written, on its own). It is READ COMMITTED whatever the
+    database's default: the lookups must see what the group before committed."""
     if commit and not driver.autocommit:
         raise ValueError("append_on(commit=True) needs a connection in autocommit mode")
     if not any(batch for _, batch in requests):
@@ -104,14 +105,19 @@ async def append_on(
     # costs the group about as much CPU as planning ten events. None is prepared: a
     # prepared statement settles on a generic plan made while the log was small (a
     # hash join over a sequential scan of events) and keeps it as the log grows.
-    statements = ["BEGIN"] if commit else []
+    statements = ["BEGIN ISOLATION LEVEL READ COMMITTED"] if commit else []
     statements += [_LOCK_HEAD, _FETCH_KNOWN, _FETCH_VERSIONS]
     params = {**_pair_params(ids | wanted), **_pair_params(streams, prefix="stream_")}
     if causes:
         statements.append(_FETCH_POSITIONS)
         params.update(_pair_params(causes, prefix="cause_"))
+    # The values are in the query's text, so PostgreSQL's log of a failed statement shows
+    # the ids and streams looked up (never an event's data).
     async with AsyncClientCursor(driver, row_factory=namedtuple_row) as cursor:
-        await cursor.execute("; ".join(statements), params)
+        try:
+            await cursor.execute("; ".join(statements), params)
+        except UnicodeEncodeError as exc:
+            raise _unsendable(exc, driver.info.encoding) from exc
         if commit:
             cursor.nextset()  # BEGIN's
         head: Any = await cursor.fetchone()
@@ -143,6 +149,8 @@ async def append_on(
         if group.rows:
             break
     if not group.rows:
+        if commit:
+            await driver.commit()  # nothing to keep; the head is free again
         return outcomes
     async with driver.cursor() as cursor:
         # The lines go out in the connection's own encoding, as psycopg's adapters would
@@ -251,11 +259,15 @@ def _encoded(text: str, encoding: str) -> bytes:
     try:
         return text.encode(encoding)
     except UnicodeEncodeError as exc:
-        # What psycopg raises for a value the connection's encoding cannot carry: a bad
-        # value (SQLSTATE class 22), which fails only the request that sent it.
-        raise psycopg.DataError(
-            f"a character cannot be sent in the connection's encoding {encoding}: {exc.reason}"
-        ) from exc
+        raise _unsendable(exc, encoding) from exc
+
+
+def _unsendable(exc: UnicodeEncodeError, encoding: str) -> psycopg.DataError:
+    """What a value the connection's encoding cannot carry is: a bad value (SQLSTATE
+    class 22), which fails only the request that sent it."""
+    return psycopg.DataError(
+        f"a character cannot be sent in the connection's encoding {encoding}: {exc.reason}"
+    )
 
 
 def _escaped(value: str) -> str:

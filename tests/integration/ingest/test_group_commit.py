@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.db.engine import driver_of
-from app.errors import UnknownCause
+from app.db.engine import async_url, driver_of
+from app.errors import Unavailable, UnknownCause
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from ingest.appender import Appender
@@ -203,6 +203,8 @@ async def test_a_group_of_re_sends_leaves_the_connection_ready(engine: AsyncEngi
     sent = NewEvent(id="e1", source="/s", type="t", stream="s")
     [first] = await appender.append("acme", [sent])
     [again] = await appender.append("acme", [sent])  # writes nothing
+    async with engine.connect() as conn:  # and leaves the head free
+        await conn.execute(text("SELECT 1 FROM log_head FOR UPDATE NOWAIT"))
     [after] = await appender.append("acme", [NewEvent(id="e2", source="/s", type="t", stream="s")])
     assert (first.position, again.position, again.duplicate, after.position) == (1, 1, True, 2)
     await appender.close()
@@ -222,12 +224,19 @@ async def test_the_appenders_connection_goes_back_out_of_autocommit(engine: Asyn
             await conn.close()
 
 
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
 async def test_two_appenders_racing_on_the_same_ids_never_write_one_twice(
-    engine: AsyncEngine,
+    database_url: URL, isolation: str
 ) -> None:
     # Two appenders are two connections, as two server processes are: each group's
     # lookups run after it holds the head, so they see what the other just committed,
-    # and a re-send is answered as a duplicate, never refused by the unique index.
+    # and a re-send is answered as a duplicate, never refused by the unique index; also
+    # where the database's default isolation would give the lookups an older snapshot.
+    default = isolation.replace(" ", "\\ ")
+    engine = create_async_engine(
+        async_url(database_url),
+        connect_args={"options": f"-c default_transaction_isolation={default}"},
+    )
     first, second = Appender(engine), Appender(engine)
     events = [NewEvent(id=f"e{n}", source="/s", type="t", stream=f"s{n}") for n in range(40)]
     answers = await asyncio.gather(
@@ -240,3 +249,54 @@ async def test_two_appenders_racing_on_the_same_ids_never_write_one_twice(
     assert sorted(a.position for [a] in answers if not a.duplicate) == list(range(1, 41))
     await first.close()
     await second.close()
+    await engine.dispose()
+
+
+async def test_an_id_the_connections_encoding_cannot_carry_fails_only_its_request(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    latin1 = create_async_engine(
+        async_url(database_url), connect_args={"options": "-c client_encoding=LATIN1"}
+    )
+    appender = Appender(latin1)
+    outcomes = await asyncio.gather(
+        appender.append("acme", [NewEvent(id="é", source="/s", type="t", stream="s")]),
+        appender.append("acme", [NewEvent(id="✓", source="/s", type="t", stream="s")]),
+        appender.append("acme", [NewEvent(id="e", source="/s", type="t", stream="s")]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], psycopg.DataError)
+    assert [o[0].position for o in (outcomes[0], outcomes[2])] == [1, 2]  # type: ignore[index]
+    await appender.close()
+    await latin1.dispose()
+    async with engine.connect() as conn:
+        assert (await verify_chain(conn)).is_intact
+
+
+async def test_requests_queued_behind_a_cancelled_group_are_answered(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    # The server stops while a group waits for the head: the requests queued behind it
+    # get a 503 to send again, rather than no answer at all.
+    appender = Appender(engine)
+    await appender.append("acme", [NewEvent(id="e0", source="/s", type="t", stream="s")])
+    async with await psycopg.AsyncConnection.connect(
+        database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    ) as holder:
+        await holder.execute("SELECT 1 FROM log_head FOR UPDATE")
+        waiting = asyncio.ensure_future(
+            appender.append("acme", [NewEvent(id="e1", source="/s", type="t", stream="s")])
+        )
+        await asyncio.sleep(0.2)  # its group waits for the head
+        queued = asyncio.ensure_future(
+            appender.append("acme", [NewEvent(id="e2", source="/s", type="t", stream="s")])
+        )
+        await asyncio.sleep(0.1)
+        assert appender._writer is not None
+        appender._writer.cancel()
+        await asyncio.wait([waiting, queued], timeout=5)
+        await holder.rollback()
+    assert waiting.done()
+    assert queued.done()
+    assert isinstance(queued.exception(), Unavailable)
+    await appender.close()
