@@ -100,12 +100,8 @@ class Appender:
                 if not isinstance(exc, Exception):
                     # Cancelled (the server is stopping): no group follows, so the requests
                     # queued behind this one are answered now rather than never.
-                    stopped = Unavailable(
-                        "the server stopped before this request was written; send it again",
-                        headers={"Retry-After": "1"},
-                    )
                     while self._queue:
-                        _settle(self._queue.popleft(), stopped)
+                        _settle(self._queue.popleft(), _stopped())
                     raise
         if self._closed:
             await self._release(invalidate=False)
@@ -183,6 +179,15 @@ def _is_bad_value(exc: BaseException) -> bool:
     """Whether PostgreSQL refused a value (SQLSTATE class 22), through the driver or
     wrapped by SQLAlchemy."""
     return isinstance(exc, psycopg.DataError | DataError)
+
+
+def _stopped() -> Unavailable:
+    """The answer to a request the appender will never write: each its own error, as each
+    is raised in its own request's task."""
+    return Unavailable(
+        "the server stopped before this request was written; send it again",
+        headers={"Retry-After": "1"},
+    )
 
 
 def _settle(request: _Request, outcome: list[Appended] | BaseException) -> None:

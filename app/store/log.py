@@ -100,11 +100,12 @@ async def append_on(
     # after the lock, so the head is held for one round trip here, not four. One simple
     # query (its values bound by psycopg on the client) costs the client about a third
     # less CPU than a pipeline of the same statements did, in the section of every group
-    # that no other group shares. The events re-sent ids name and the registrations of the models named come
-    # in one lookup, and causes are looked up only when there are some: each statement
-    # costs the group about as much CPU as planning ten events. None is prepared: a
-    # prepared statement settles on a generic plan made while the log was small (a
-    # hash join over a sequential scan of events) and keeps it as the log grows.
+    # that no other group shares. The events re-sent ids name and the registrations of
+    # the models named come in one lookup, and causes are looked up only when there are
+    # some: each statement costs the group about as much CPU as planning ten events.
+    # None is prepared: a prepared statement settles on a generic plan made while the
+    # log was small (a hash join over a sequential scan of events) and keeps it as the
+    # log grows.
     statements = ["BEGIN ISOLATION LEVEL READ COMMITTED"] if commit else []
     statements += [_LOCK_HEAD, _FETCH_KNOWN, _FETCH_VERSIONS]
     params = {**_pair_params(ids | wanted), **_pair_params(streams, prefix="stream_")}

@@ -300,3 +300,6 @@ async def test_requests_queued_behind_a_cancelled_group_are_answered(
     assert queued.done()
     assert isinstance(queued.exception(), Unavailable)
     await appender.close()
+    async with engine.connect() as conn:  # neither was written, and the chain holds
+        assert (await conn.execute(text("SELECT id FROM events"))).scalars().all() == ["e0"]
+        assert (await verify_chain(conn)).is_intact

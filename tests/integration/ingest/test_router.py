@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import httpx2
@@ -12,6 +11,7 @@ from sqlalchemy import text
 
 from app.main import create_app, dispose
 from app.settings import Settings
+from tests.integration import asgi
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
@@ -484,39 +484,24 @@ class TestClientGone:
         outer = FastAPI()
         outer.mount("/api", app)
         key = await make_key("acme", "ingest")
-        sent: list[MutableMapping[str, Any]] = []
-        messages: Iterator[dict[str, Any]] = iter(
+        connection = asgi.scope(
+            "http",
+            f"{prefix}/events",
             [
-                {"type": "http.request", "body": dumps(event())[:10], "more_body": True},
-                {"type": "http.disconnect"},
-            ]
-        )
-
-        async def receive() -> dict[str, Any]:
-            return next(messages)
-
-        async def send(message: MutableMapping[str, Any]) -> None:
-            sent.append(message)
-
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": f"{prefix}/events",
-            "raw_path": f"{prefix}/events".encode(),
-            "root_path": "",
-            "query_string": b"",
-            "headers": [
                 (b"host", b"causeway"),
                 (b"authorization", f"Bearer {key}".encode()),
                 (b"content-type", b"application/cloudevents+json"),
             ],
-            "client": ("127.0.0.1", 1),
-            "server": ("causeway", 80),
-        }
-        await (outer if prefix else app)(scope, receive, send)
+            http_version="1.1",
+            method="POST",
+            scheme="http",
+        )
+        sent = await asgi.call(
+            outer if prefix else app,
+            connection,
+            [{"type": "http.request", "body": dumps(event())[:10], "more_body": True}],
+            then={"type": "http.disconnect"},
+        )
         assert [m["status"] for m in sent if "status" in m] == [400]  # read by nobody
         assert [r for r in caplog.records if r.levelname == "ERROR"] == []
         assert (await client.get("/replay")).text == ""

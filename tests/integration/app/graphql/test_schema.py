@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import Causeway, create_app, dispose
 from app.settings import Settings
+from tests.integration import asgi
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, digest_of, dumps
 from tests.integration.events import event as cloudevent
@@ -655,29 +656,15 @@ async def test_a_websocket_is_refused_there_being_nothing_to_subscribe_to(
     headers = [(b"sec-websocket-protocol", b"graphql-transport-ws")]
     if keyed:
         headers.append((b"authorization", f"Bearer {await make_key('acme', 'read')}".encode()))
-    messages: list[dict[str, Any]] = [{"type": "websocket.connect"}]
-    sent: list[MutableMapping[str, Any]] = []
-
-    async def receive() -> dict[str, Any]:
-        return messages.pop(0) if messages else {"type": "websocket.disconnect", "code": 1000}
-
-    async def send(message: MutableMapping[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "websocket",
-        "asgi": {"version": "3.0"},
-        "path": "/graphql",
-        "raw_path": b"/graphql",
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "subprotocols": ["graphql-transport-ws"],
-        "client": ("127.0.0.1", 1),
-        "server": ("c", 80),
-        "scheme": "ws",
-    }
-    await app(scope, receive, send)
+    connection = asgi.scope(
+        "websocket", "/graphql", headers, subprotocols=["graphql-transport-ws"], scheme="ws"
+    )
+    sent = await asgi.call(
+        app,
+        connection,
+        [{"type": "websocket.connect"}],
+        then={"type": "websocket.disconnect", "code": 1000},
+    )
     [answer] = [
         m for m in sent if m["type"] in {"websocket.http.response.start", "websocket.close"}
     ]
