@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import strawberry
 from strawberry.dataloader import DataLoader
-from strawberry.extensions import SchemaExtension
+from strawberry.extensions import ParserCache, SchemaExtension
 from strawberry.permission import BasePermission
 from strawberry.schema.config import StrawberryConfig
 
@@ -212,3 +212,49 @@ def test_plain_lists_complete_in_one_pass(query: str, one_by_one: int) -> None:
     Counting.items = 0
     _answer(counting, query)
     assert Counting.items == one_by_one
+
+
+class Compiling(FlatListExecutionContext):
+    """Counts the selections the executor works out how to complete."""
+
+    compiled = 0
+
+    def _compile(self, *args: Any, **kwargs: Any) -> Any:
+        Compiling.compiled += 1
+        return super()._compile(*args, **kwargs)
+
+
+def _cached_schema() -> strawberry.Schema:
+    # As the app's: every request of one query text gets the same parsed document.
+    return strawberry.Schema(
+        query=Query, execution_context_class=Compiling, extensions=[lambda: ParserCache(maxsize=8)]
+    )
+
+
+def test_a_repeated_document_is_completed_as_worked_out_the_first_time() -> None:
+    schema = _cached_schema()
+    query = "{ items { id leaf { name } leaves { name colour } } }"
+    Compiling.compiled = 0
+    first = _answer(schema, query)
+    worked_out = Compiling.compiled
+    assert worked_out > 0
+    assert _answer(schema, query) == first == _answer(plain, query)
+    assert Compiling.compiled == worked_out  # nothing worked out again
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_document_with_directives_is_worked_out_for_its_variables(on: bool) -> None:
+    schema = _cached_schema()
+    query = "query ($on: Boolean!) { items { id note @include(if: $on) size @skip(if: $on) } }"
+    for variables in ({"on": not on}, {"on": on}):  # the same document, both ways
+        answer = asyncio.run(schema.execute(query, variable_values=variables))
+    expected = asyncio.run(plain.execute(query, variable_values={"on": on}))
+    assert answer.data is not None
+    assert answer.data == expected.data
+    assert set(answer.data["items"][0]) == ({"id", "note"} if on else {"id", "size"})
+
+
+def test_fragments_in_a_repeated_document_are_answered_alike() -> None:
+    schema = _cached_schema()
+    query = "{ items { ...F } } fragment F on Item { id leaf { ... on Leaf { name } } }"
+    assert _answer(schema, query) == _answer(schema, query) == _answer(plain, query)
