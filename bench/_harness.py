@@ -82,6 +82,91 @@ class Served:
         return float("nan")
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int, *, with_exited_children: bool = False) -> float:
+    """User and system CPU of ``pid`` (Linux ``/proc``); with the CPU of its children
+    that exited and were waited for. 0 for a process that is gone: a child's CPU then
+    counts in its parent's."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])
+    if with_exited_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICKS
+
+
+def _process_tree(pid: int) -> list[int]:
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:  # it exited meanwhile
+            continue
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """CPU seconds: a server's processes, PostgreSQL's, and the bench process's own (the
+    load generator; for a library, the library itself)."""
+
+    server: float
+    database: float
+    client: float
+
+    def __sub__(self, other: CpuTimes) -> CpuTimes:
+        return CpuTimes(
+            self.server - other.server, self.database - other.database, self.client - other.client
+        )
+
+    def __add__(self, other: CpuTimes) -> CpuTimes:
+        return CpuTimes(
+            self.server + other.server, self.database + other.database, self.client + other.client
+        )
+
+
+NO_CPU = CpuTimes(0.0, 0.0, 0.0)
+
+
+class CpuMeter:
+    """Reads ``CpuTimes`` off ``/proc``: where the cores went, so that a rate can be set
+    against what the machine could give. PostgreSQL is its postmaster and every process
+    under it (backends that exited count through the postmaster). On a database that is
+    not on this machine its figure is NaN."""
+
+    def __init__(self, url: URL) -> None:
+        with psycopg.connect(libpq(url)) as conn:
+            backend = conn.info.backend_pid
+        self._postmaster: int | None = None
+        status = Path(f"/proc/{backend}/status")
+        if status.exists():
+            for line in status.read_text().splitlines():
+                if line.startswith("PPid:"):
+                    self._postmaster = int(line.split()[1])
+
+    def read(self, server_pid: int | None = None) -> CpuTimes:
+        server = 0.0
+        if server_pid is not None:
+            server = sum(_cpu_seconds(p) for p in _process_tree(server_pid))
+        database = float("nan")
+        if self._postmaster is not None:
+            database = _cpu_seconds(self._postmaster, with_exited_children=True) + sum(
+                _cpu_seconds(p) for p in _process_tree(self._postmaster)[1:]
+            )
+        return CpuTimes(server, database, time.process_time())
+
+    @staticmethod
+    def cores() -> int:
+        return len(os.sched_getaffinity(0))
+
+
 @contextmanager
 def serving(url: URL) -> Iterator[str]:
     """A real ``causeway serve`` on ``url``; yields its base URL."""

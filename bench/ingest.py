@@ -14,7 +14,9 @@ apart gave ratios a third apart.
 And the ceiling of (b): the same single-event load on an ASGI app that answers without
 doing anything (``bench/_null_app.py``, under uvicorn as ``causeway serve`` is). On a
 machine where the load generator, the server and PostgreSQL share the cores, no Python
-service gets further than that row's ratio.
+service gets further than that row's ratio. Last, (b)'s CPU per event, read off ``/proc``:
+Causeway's server, PostgreSQL and the load generator, against the library's own process
+and PostgreSQL, and the rate each total would allow with every core busy.
 
 Run: ``python -m bench.ingest [--quick]``.
 """
@@ -45,6 +47,9 @@ from app.store.log import EventLog
 from app.store.models import Signature, registration_event, registration_from
 from app.store.records import NewEvent
 from bench._harness import (
+    NO_CPU,
+    CpuMeter,
+    CpuTimes,
     Row,
     bench_server,
     checkpoint,
@@ -52,6 +57,7 @@ from bench._harness import (
     libpq,
     percentile,
     print_table,
+    served,
     serving,
     serving_null_app,
 )
@@ -263,6 +269,38 @@ def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int)
 # ---------------------------------------------------------------------------------------
 
 
+def cpu_rows(ours: CpuTimes, theirs: CpuTimes, events: int) -> list[Row]:
+    """Where (b)'s cores went, per event, and the rate that CPU would allow with every core
+    busy. The load generator shares the cores with Causeway; the library runs in the bench
+    process itself, so its column's "process" is the library."""
+    cores = CpuMeter.cores()
+
+    def us(seconds: float) -> float:
+        return seconds / events * 1e6
+
+    ours_all, theirs_all = (
+        ours.server + ours.database + ours.client,
+        theirs.database + theirs.client,
+    )
+    return [
+        Row("(b) CPU per event: Causeway's server", us(ours.server), None, "us"),
+        Row("(b) CPU per event: PostgreSQL", us(ours.database), us(theirs.database), "us"),
+        Row(
+            "(b) CPU per event: load generator / the library",
+            us(ours.client),
+            us(theirs.client),
+            "us",
+        ),
+        Row("(b) CPU per event: all", us(ours_all), us(theirs_all), "us"),
+        Row(
+            f"(b) rate that CPU allows, {cores} cores all busy",
+            cores * events / ours_all,
+            cores * events / theirs_all,
+            "events/s",
+        ),
+    ]
+
+
 def _rounds(items: list[dict[str, Any]], rounds: int) -> list[list[dict[str, Any]]]:
     size = -(-len(items) // rounds)
     return [items[i : i + size] for i in range(0, len(items), size)]
@@ -290,7 +328,10 @@ def main() -> None:
         copy_s = batch_s = single_s = es_s = 0.0
         latencies: list[float] = []
         baseline = CopyBaseline(url)
-        with serving(url) as base:
+        meter = CpuMeter(url)
+        our_cpu = their_cpu = NO_CPU
+        with served(url) as server_process:
+            base = server_process.base
             rows = copy_rows(batch)  # one chain, as Causeway's: positions go on across rounds
             for part in _rounds(batch, rounds):
                 copy_s += baseline.seconds(rows[: len(part)])
@@ -299,11 +340,15 @@ def main() -> None:
                 batch_s += len(part) / asyncio.run(http_batches(base, key, part, clients=4))
             for ours, es in zip(_rounds(single, rounds), _rounds(theirs, rounds), strict=True):
                 checkpoint(url)
+                before = meter.read(server_process.pid)
                 rate, lat = asyncio.run(http_singles(base, key, ours, clients=32))
+                our_cpu += meter.read(server_process.pid) - before
                 single_s += len(ours) / rate
                 latencies += lat
                 checkpoint(url)
+                before = meter.read()
                 es_s += len(es) / eventsourcing_baseline(url, es, 32)
+                their_cpu += meter.read() - before
         baseline.close()
         copy_rate, batch_rate = batch_events / copy_s, batch_events / batch_s
         single_rate, es_rate = single_events / single_s, single_events / es_s
@@ -342,6 +387,7 @@ def main() -> None:
             *workers_rows,
             Row("(b) ceiling: an ASGI app that does nothing", ceiling_rate, es_rate, "events/s"),
             Row("(b) ceiling latency p50", percentile(ceiling_latencies, 50), None, "ms"),
+            *cpu_rows(our_cpu, their_cpu, single_events),
         ],
         "eventsourcing (32 threads)",
     )
