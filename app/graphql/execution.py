@@ -61,9 +61,11 @@ _INCREMENTAL = ("defer", "stream")
 class _Shared:
     """What the requests on one schema reuse: completers by the field nodes they
     complete, whether an operation's completers can be kept, and which classes are
-    plain. Bounded: the oldest entries go first."""
+    plain. Bounded, the oldest entries out first: as many operations as the app's parser
+    cache keeps documents, so that what is held here is mostly what it holds anyway."""
 
-    MAX_ENTRIES = 1024
+    MAX_OPERATIONS = 256
+    MAX_COMPLETERS = 1024
 
     def __init__(self) -> None:
         # Each entry holds what its key names by id, so that no id in a key is reused.
@@ -81,16 +83,16 @@ class _Shared:
         found = self.operations.get(id(operation))
         if found is None:
             found = (operation, _same_for_any_variables(operation, fragments))
-            _remember(self.operations, id(operation), found)
+            _remember(self.operations, id(operation), found, self.MAX_OPERATIONS)
         return found[1]
 
 
 _SHARED: WeakKeyDictionary[GraphQLSchema, _Shared] = WeakKeyDictionary()
 
 
-def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, most: int) -> None:
     cache[key] = value
-    if len(cache) > _Shared.MAX_ENTRIES:
+    if len(cache) > most:
         cache.popitem(last=False)
 
 
@@ -169,7 +171,7 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             if found is None:
                 nodes = [d.node for d in field_details_list]
                 found = (nodes, self._compile(return_type, field_details_list))
-                _remember(kept, key, found)
+                _remember(kept, key, found, self._shared.MAX_COMPLETERS)
             return found[1]
         mine = (return_type, id(field_details_list))
         cached = self._completers.get(mine)
