@@ -327,13 +327,15 @@ def _registrations_from(rows: list[Any]) -> dict[ModelKey, Registration]:
     }
 
 
-def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, list[str]]:
-    """``(tenant, name)`` pairs as two arrays, unnested in SQL: one parameter each,
-    however many pairs; named ``{prefix}tenants`` and ``{prefix}names``."""
+def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
+    """``(tenant, name)`` pairs as two ``text[]`` literals, unnested in SQL: one parameter
+    each, however many pairs; named ``{prefix}tenants`` and ``{prefix}names``. Written
+    here, psycopg quotes each as one string: its list dumper, quoting element by element,
+    took three times as long, in the section of a group that no other group shares."""
     ordered = sorted(keys)
     return {
-        f"{prefix}tenants": [k[0] for k in ordered],
-        f"{prefix}names": [k[1] for k in ordered],
+        f"{prefix}tenants": _text_array([k[0] for k in ordered]),
+        f"{prefix}names": _text_array([k[1] for k in ordered]),
     }
 
 

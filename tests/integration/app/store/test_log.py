@@ -156,6 +156,35 @@ class TestHashChain:
         assert found["bin"].record.data_binary == binary.data_binary
         assert report.is_intact
 
+    @pytest.mark.parametrize("conforming", ["on", "off"])
+    async def test_awkward_ids_and_streams_are_looked_up_exactly(
+        self, database_url: URL, conforming: str
+    ) -> None:
+        # The lookups of a group (stored ids, stream versions, causes) carry their values
+        # in the query's text, quoted on the client: quotes, backslashes, braces and
+        # commas must find exactly the rows they name, however the server reads strings.
+        engine = create_async_engine(
+            async_url(database_url),
+            connect_args={"options": f"-c standard_conforming_strings={conforming}"},
+        )
+        ids = ["it's", 'a"b', "c\\d", "{e,f}", "NULL", "g\\'h"]
+        stream = 's\'\\{1,"2"}'
+        try:
+            first = [new(i, stream) for i in ids]
+            async with engine.begin() as conn:
+                await EventLog(conn).append("acme", first)
+            async with engine.begin() as conn:
+                again = await EventLog(conn).append(
+                    "acme", [*first, new("next", stream, causes=(ids[0], ids[-1]))]
+                )
+            async with engine.connect() as conn:
+                report = await verify_chain(conn)
+        finally:
+            await engine.dispose()
+        assert [a.duplicate for a in again] == [True] * len(ids) + [False]
+        assert [a.stream_version for a in again] == [*range(1, len(ids) + 1), len(ids) + 1]
+        assert report.is_intact
+
     async def test_text_goes_out_in_the_connections_encoding(
         self, engine: AsyncEngine, database_url: URL
     ) -> None:
