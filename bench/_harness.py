@@ -91,7 +91,7 @@ def _cpu_seconds(pid: int, *, with_exited_children: bool = False) -> float:
     counts in its parent's."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return 0.0
     ticks = int(fields[11]) + int(fields[12])
     if with_exited_children:
@@ -107,7 +107,7 @@ def _process_tree(pid: int) -> list[int]:
         try:
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending += [int(c) for c in (task / "children").read_text().split()]
-        except FileNotFoundError:  # it exited meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # it exited meanwhile
             continue
     return found
 

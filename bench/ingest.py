@@ -272,7 +272,10 @@ def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int)
 def cpu_rows(ours: CpuTimes, theirs: CpuTimes, events: int) -> list[Row]:
     """Where (b)'s cores went, per event, and the rate that CPU would allow with every core
     busy. The load generator shares the cores with Causeway; the library runs in the bench
-    process itself, so its column's "process" is the library."""
+    process itself, so its column's "process" is the library. PostgreSQL's figure is all
+    of its processes over the round: with the backends the library opens and closes each
+    round, and whatever autovacuum or the checkpointer did meanwhile, so it moves from run
+    to run more than the others do."""
     cores = CpuMeter.cores()
 
     def us(seconds: float) -> float:
@@ -348,6 +351,9 @@ def main() -> None:
                 checkpoint(url)
                 before = meter.read()
                 es_s += len(es) / eventsourcing_baseline(url, es, 32)
+                # Its connections close as it returns: their backends' CPU counts once
+                # the postmaster has reaped them.
+                time.sleep(0.5)
                 their_cpu += meter.read() - before
         baseline.close()
         copy_rate, batch_rate = batch_events / copy_s, batch_events / batch_s
