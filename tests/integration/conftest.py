@@ -48,6 +48,14 @@ async def make_key(engine: AsyncEngine) -> MakeKey:
     return make
 
 
+async def catch_up(app: FastAPI) -> None:
+    """What ``causeway serve`` does in the background: every projection follows the log up
+    to its head (the dispatcher makes tasks, the registry and deployments read models)."""
+    runner = app.state.runner
+    for projection in runner.projections:
+        await runner.catch_up(projection)
+
+
 def asgi_client(app: FastAPI, key: str) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
         transport=httpx2.ASGITransport(app=app),

@@ -14,7 +14,7 @@ import httpx2
 import orjson
 from fastapi import FastAPI
 
-from tests.integration.conftest import MakeKey
+from tests.integration.conftest import MakeKey, catch_up
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 _SHOWN = re.compile(r"#\s*->\s*(?:(\d{3})\s+)?(.*)")
@@ -93,14 +93,6 @@ def tour_calls() -> list[Call]:
     return calls
 
 
-async def _dispatch(app: FastAPI) -> None:
-    """What ``causeway serve`` does in the background: the projections follow the log
-    (the dispatcher makes the tasks the tour leases)."""
-    runner = app.state.runner
-    for projection in runner.projections:
-        await runner.catch_up(projection)
-
-
 async def test_the_tour_runs_as_written(app: FastAPI, make_key: MakeKey) -> None:
     key = await make_key("default", "admin")  # what `make run` writes to .causeway/admin.key
     calls = tour_calls()
@@ -109,7 +101,7 @@ async def test_the_tour_runs_as_written(app: FastAPI, make_key: MakeKey) -> None
     transport = httpx2.ASGITransport(app=app)
     async with httpx2.AsyncClient(transport=transport, base_url="http://localhost:8000") as http:
         for call in calls:
-            await _dispatch(app)
+            await catch_up(app)  # as the server does in the background
             values = {"$KEY": key, **placeholders}
             response = await http.request(
                 call.method,

@@ -22,7 +22,7 @@ from app.store.log import EventLog
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.service import SchedulerLoop, SchedulerTimers
-from tests.integration.conftest import MakeKey, asgi_client
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
 
 Client = httpx2.AsyncClient
@@ -33,13 +33,6 @@ NOW = "2026-11-30T12:00:00+00:00"
 async def worker(app: FastAPI, make_key: MakeKey) -> AsyncIterator[Client]:
     async with asgi_client(app, await make_key("acme", "worker")) as client:
         yield client
-
-
-async def dispatch(app: FastAPI) -> None:
-    """Run the projections (the dispatcher makes the tasks) up to the head."""
-    runner = app.state.runner
-    for projection in runner.projections:
-        await runner.catch_up(projection)
 
 
 async def define(admin: Client, **route: Any) -> dict[str, Any]:
@@ -54,7 +47,7 @@ async def queued(app: FastAPI, admin: Client, jobs: int = 1, **route: Any) -> No
     await define(admin, **{"id": "r", "types": ["job"], "kind": "k", "queue": "q", **route})
     for _ in range(jobs):
         await post(admin, type="job")
-    await dispatch(app)
+    await catch_up(app)
 
 
 async def post(client: Client, **attributes: Any) -> dict[str, Any]:
@@ -120,7 +113,7 @@ class TestRouting:
         )
         await post(admin, type="home.motion", data={"room": "hall"})
         await post(admin, type="other.thing", data={"device_type": "light", "room": "kitchen"})
-        await dispatch(app)
+        await catch_up(app)
 
         depth = await queues(admin)
         assert (depth["lights"]["ready"], depth["audit"]["ready"]) == (1, 3)
@@ -135,7 +128,7 @@ class TestRouting:
     ) -> None:
         await define(admin, id="audit", types=["home.sensor.changed"], kind="log", queue="audit")
         await post(admin, type="home.sensor.changed")
-        await dispatch(app)
+        await catch_up(app)
         async with engine.connect() as conn:
             head = (await conn.execute(select(log_head.c.position))).scalar_one()
         runner = app.state.runner
@@ -156,7 +149,7 @@ class TestRouting:
             await define(admin, id="r", types=["job"], kind="k", queue="q")
             after = await post(admin, type="job")
             await post(other, type="job")
-            await dispatch(app)
+            await catch_up(app)
             assert (await other.get("/queues")).json()["queues"] == []
             state = (await other.get("/projections")).json()["projections"]
         assert (await queues(admin))["q"]["ready"] == 1
@@ -172,11 +165,11 @@ class TestRouting:
         runner = app.state.runner
         dispatcher = runner.projection("scheduler-dispatch")
         await post(admin, type="job")
-        await dispatch(app)
+        await catch_up(app)
         assert not runner.wakes(dispatcher, frozenset({"job"}))
         await define(admin, id="r", types=["job"], kind="k", queue="q")
         assert runner.wakes(dispatcher, frozenset({"causeway.route.defined"}))
-        await dispatch(app)
+        await catch_up(app)
         assert runner.wakes(dispatcher, frozenset({"job"}))
         assert runner.wakes(dispatcher, None)  # a hint too long to name its types
 
@@ -188,7 +181,7 @@ class TestRouting:
         response = await admin.request("DELETE", "/routes/audit")
         assert response.status_code == 200
         await post(admin, type="a.two")
-        await dispatch(app)
+        await catch_up(app)
         assert (await queues(admin))["audit"]["ready"] == 1
         assert (await admin.get("/routes")).json()["routes"] == []
 
@@ -226,7 +219,7 @@ class TestRouting:
         )  # fmt: skip
         await post(admin, type="home.x")
         for _ in range(3):
-            await dispatch(app)
+            await catch_up(app)
         assert len(await events_of_type(admin, "causeway.model.prewarm_requested")) == 1
 
     async def test_routes_and_leases_need_their_scopes(
@@ -252,7 +245,7 @@ class TestLeasing:
         high = await post(admin, type="job", priority="6")
         high_later = await post(admin, type="job", priority="6")
         big = await post(admin, type="job.big")
-        await dispatch(app)
+        await catch_up(app)
 
         small = {"capabilities": {"gpu_memory_gb": 8, "fp16": True}, "labels": {"zone": "a"}}
         order = [(await lease(worker, "gpu", **small)) for _ in range(4)]
@@ -274,7 +267,7 @@ class TestLeasing:
     ) -> None:
         await define(admin, id="r", types=["job"], kind="infer", queue="q")
         await post(admin, type="job", priority="9")
-        await dispatch(app)
+        await catch_up(app)
         assert await lease(worker, "q", spot=True) is None
         assert await lease(worker, "q", spot=False) is not None
 
@@ -288,7 +281,7 @@ class TestLeasing:
                 await define(admin, id="r", types=["job"], kind="batch", queue="q")
                 low = await post(admin, type="job", priority="1")
                 normal = await post(admin, type="job", priority="5")
-                await dispatch(app)
+                await catch_up(app)
                 on_demand = await lease(admin, "q")
                 assert on_demand is not None
                 assert on_demand["trigger"]["id"] == normal["id"]
@@ -344,7 +337,7 @@ class TestLeasing:
                     headers={"Content-Type": "application/cloudevents-batch+json"},
                 )
                 assert response.status_code == 201
-                await dispatch(app)
+                await catch_up(app)
 
                 async def leaser(n: int) -> list[str]:
                     got = []
@@ -428,7 +421,7 @@ class TestResults:
         await register("tumor-detector", "3")
         await define(admin, id="scan", types=["imaging.scan.uploaded"], kind="detect", queue="q")
         scan = await post(admin, type="imaging.scan.uploaded", data={"study": 7})
-        await dispatch(app)
+        await catch_up(app)
         leased = await lease(worker, "q")
         assert leased is not None
         result = event(
@@ -483,7 +476,7 @@ class TestRetriesAndDeadLetters:
             admin, id="r", types=["job"], kind="k", queue="q", max_retries=2, backoff_base_s=0.2
         )
         await post(admin, type="job")
-        await dispatch(app)
+        await catch_up(app)
         delays = []
         for attempt in (1, 2):
             leased = await lease(worker, "q")
@@ -535,7 +528,7 @@ class TestRetriesAndDeadLetters:
     ) -> None:
         await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0)
         trigger = await post(admin, type="job", data={"pixels": [1, 2, 3]})
-        await dispatch(app)
+        await catch_up(app)
         leased = await lease(worker, "q")
         assert leased is not None
         dead = await fail(worker, leased, "data_invalid")
@@ -574,12 +567,12 @@ class TestRetriesAndDeadLetters:
             service="gate", on_model_mismatch="rollback",
         )  # fmt: skip
         await post(admin, type="frame")
-        await dispatch(app)
+        await catch_up(app)
         leased = await lease(worker, "q")
         assert leased is not None
         after = await fail(worker, leased, "model_version_mismatch")
         assert after["state"] == "ready"  # requeued behind the rollback
-        await dispatch(app)
+        await catch_up(app)
         deployment = (await admin.get("/deployments/gate")).json()
         assert deployment["stable_version"] == "1"
         assert "model_version_mismatch" in deployment["history"][-1]["reason"]
@@ -601,7 +594,7 @@ class TestRetriesAndDeadLetters:
         )  # fmt: skip
         for _ in range(2):
             await post(admin, type="frame")
-        await dispatch(app)
+        await catch_up(app)
         first, second = await lease(worker, "q"), await lease(worker, "q")
         assert first is not None
         assert second is not None
@@ -610,7 +603,7 @@ class TestRetriesAndDeadLetters:
         assert after["state"] == "ready"  # requeued: the service changed since it ran
         history = (await admin.get(f"/tasks/{second['task']['id']}")).json()["history"]
         assert history[-2]["data"]["disposition"] == "deployment_changed"
-        await dispatch(app)
+        await catch_up(app)
         assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
 
     async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
@@ -621,7 +614,7 @@ class TestRetriesAndDeadLetters:
             service="nowhere", on_model_mismatch="rollback",
         )  # fmt: skip
         await post(admin, type="frame")
-        await dispatch(app)
+        await catch_up(app)
         leased = await lease(worker, "q")
         assert leased is not None
         dead = await fail(worker, leased, "model_version_mismatch")
@@ -635,7 +628,7 @@ class TestRetriesAndDeadLetters:
             admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0, service="gate"
         )
         await post(admin, type="frame")
-        await dispatch(app)
+        await catch_up(app)
         leased = await lease(worker, "q")
         assert leased is not None
         dead = await fail(worker, leased, "model_version_mismatch")
@@ -658,7 +651,7 @@ class TestDebounceAndPrewarm:
         await post(admin, type="profile.changed", data={"user_id": "ann", "n": 1})
         newer = await post(admin, type="profile.changed", data={"user_id": "ann", "n": 2})
         other = await post(admin, type="profile.changed", data={"user_id": "bob"})
-        await dispatch(app)
+        await catch_up(app)
         assert (await queues(admin))["q"]["ready"] == 2
         got = {(await lease(worker, "q"))["trigger"]["id"] for _ in range(2)}  # type: ignore[index]
         assert got == {newer["id"], other["id"]}
@@ -678,7 +671,7 @@ class TestDebounceAndPrewarm:
         await post(
             admin, type="profile.changed", time="2026-11-30T12:00:00Z", data={"user_id": "u"}
         )
-        await dispatch(app)
+        await catch_up(app)
         assert (await queues(admin))["q"]["ready"] == 1
         [superseded] = await events_of_type(admin, "causeway.task.superseded")
         assert superseded["causationid"].split(",")[-1] == newer["id"]
@@ -692,7 +685,7 @@ class TestDebounceAndPrewarm:
         )  # fmt: skip
         motions = [await post(admin, type="camera.motion", source="/cam/1") for _ in range(3)]
         await post(admin, type="camera.motion", source="/cam/2")
-        await dispatch(app)
+        await catch_up(app)
         [request] = await events_of_type(admin, "causeway.model.prewarm_requested")
         assert request["data"]["model"] == "face-recognition"
         assert request["causationid"].split(",") == [m["id"] for m in motions]
@@ -705,7 +698,7 @@ class TestQueueState:
         await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=1)
         for n in range(6):
             await post(admin, type="job", data={"n": n})
-        await dispatch(app)
+        await catch_up(app)
         first = await lease(worker, "q")
         second = await lease(worker, "q")
         third = await lease(worker, "q")
@@ -744,7 +737,7 @@ class TestQueueState:
         # The stale row cannot hand the task out again: its decision conflicts on the
         # task's stream, so the lease moves on and finds nothing else.
         assert await lease(worker, "q", worker="w2") is None
-        await dispatch(app)  # the task table follows the log
+        await catch_up(app)  # the task table follows the log
         task = (await admin.get(f"/tasks/{row.id}")).json()
         assert (task["state"], task["worker"], task["attempts"]) == ("leased", "gone", 1)
 

@@ -17,11 +17,10 @@ from app.errors import (
 )
 from app.store.timestamps import parse_rfc3339
 from ingest.attributes import is_json_media_type
-from ingest.binding import PART_EVENTS, parse_in_parts, parse_request
+from ingest.binding import BATCH, PART_EVENTS, parse_in_parts, parse_request
 from ingest.limits import Limits
 
 LIMITS = Limits()
-BATCH_TYPE = "application/cloudevents-batch+json"
 BASE = {"specversion": "1.0", "id": "1", "source": "/s", "type": "t"}
 
 
@@ -48,17 +47,17 @@ class TestModeSelection:
         # A server lets other tasks run between parts (an append holding the log head).
         batch = [{**BASE, "id": str(n)} for n in range(3 * PART_EVENTS + 1)]
         body = orjson.dumps(batch)
-        parts = list(parse_in_parts(BATCH_TYPE, [], body, LIMITS))
+        parts = list(parse_in_parts(BATCH, [], body, LIMITS))
         assert [len(p) for p in parts] == [PART_EVENTS] * 3 + [1]
         events = [e for p in parts for e in p]
-        assert events == parse_request(BATCH_TYPE, [], body, LIMITS)
+        assert events == parse_request(BATCH, [], body, LIMITS)
         assert [e.id for e in events] == [str(n) for n in range(len(batch))]
 
     def test_a_bad_event_in_a_later_part_refuses_the_batch(self) -> None:
         batch = [{**BASE, "id": str(n)} for n in range(PART_EVENTS + 2)]
         batch[-1] = {**BASE, "id": "x", "type": ""}
         with pytest.raises(InvalidCloudEvent) as refused:
-            parse_request(BATCH_TYPE, [], orjson.dumps(batch), LIMITS)
+            parse_request(BATCH, [], orjson.dumps(batch), LIMITS)
         assert str(refused.value).startswith(f"event {PART_EVENTS + 1}:")
 
     def test_other_formats_are_unsupported(self) -> None:

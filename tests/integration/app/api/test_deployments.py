@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
 
-from tests.integration.app.api.test_models import catch_up
+from tests.integration.conftest import catch_up
 from tests.integration.events import JSON, SIGNATURE, dumps, registration
 from tests.integration.process import create_key, environment, serving
 

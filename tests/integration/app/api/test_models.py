@@ -8,7 +8,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
-from tests.integration.conftest import MakeKey
+from tests.integration.conftest import MakeKey, catch_up
 from tests.integration.events import (
     JSON,
     SIGNATURE,
@@ -20,12 +20,6 @@ from tests.integration.events import (
 )
 
 OTHER_SIGNATURE: dict[str, Any] = {**SIGNATURE, "outputs": [{"name": "score", "type": "float"}]}
-
-
-async def catch_up(app: FastAPI) -> None:
-    runner = app.state.runner
-    for projection in runner.projections:
-        await runner.catch_up(projection)
 
 
 class TestRegister:
