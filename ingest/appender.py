@@ -5,10 +5,11 @@ them (up to ``max_group_events`` events and ``max_group_bytes`` of request bodie
 fsync serves many requests. A lone request starts a transaction at once: nothing waits
 for a group to fill. Each request is planned on its own inside the group
 (``EventLog.append_many``), so a conflict or an unknown cause in one request fails that
-request only. If PostgreSQL refuses a value of one request (a check the planning does not
-make), the group is retried one request at a time, so only that request fails. If the
-transaction itself fails (a lost connection, a timeout), every request in it gets that
-error, and none of them was written.
+request only. If PostgreSQL refuses a value or a row of one request (a check the planning
+does not make), or planning or writing one request raises, the group is retried one
+request at a time, so only that request fails. If the transaction itself fails (a lost
+connection, a timeout), every request in it gets that error, and none of them was
+written.
 
 Groups commit one after another, so the appender keeps one pooled connection for them and
 drives its transactions on psycopg directly: checking a connection out and in, and
@@ -29,7 +30,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.pq import TransactionStatus
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
@@ -84,10 +85,9 @@ class Appender:
             try:
                 await self._commit(group)
             except BaseException as exc:
-                if _is_bad_value(exc) and len(group) > 1:
-                    # PostgreSQL refused a value of one request (a check the plan does
-                    # not make): the whole group rolled back, so retry each request alone
-                    # and let only the one at fault fail.
+                if _fails_alone(exc) and len(group) > 1:
+                    # One request's own fault (see _fails_alone): the whole group rolled
+                    # back, so retry each request alone and let only the one at fault fail.
                     for request in group:
                         try:
                             await self._commit([request])
@@ -175,10 +175,16 @@ class Appender:
         return group
 
 
-def _is_bad_value(exc: BaseException) -> bool:
-    """Whether PostgreSQL refused a value (SQLSTATE class 22), through the driver or
-    wrapped by SQLAlchemy."""
-    return isinstance(exc, psycopg.DataError | DataError)
+def _fails_alone(exc: BaseException) -> bool:
+    """Whether ``exc`` is one request's own fault rather than the transaction's: PostgreSQL
+    refused a value or a row (SQLSTATE class 22 or 23, through the driver or wrapped by
+    SQLAlchemy), or the code that plans and writes a request raised. A lost connection, a timeout or a
+    cancellation fails every request in the group alike."""
+    if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | DataError | IntegrityError):
+        return True
+    return isinstance(exc, Exception) and not isinstance(
+        exc, psycopg.Error | SQLAlchemyError | OSError
+    )
 
 
 def _stopped() -> Unavailable:

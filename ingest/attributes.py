@@ -24,6 +24,16 @@ from ingest.limits import Limits
 _NAME = re.compile(r"^[a-z0-9]+\Z")  # \Z: "$" would let a trailing newline through
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INT32 = (-(2**31), 2**31 - 1)
+# CloudEvents: datacontenttype is an RFC 2046 media type (type "/" subtype, then
+# parameters), dataschema an absolute URI (a scheme, then no whitespace).
+_MEDIA_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_FORMATS = {
+    "datacontenttype": (
+        re.compile(rf"^{_MEDIA_NAME}/{_MEDIA_NAME}[ \t]*(?:;.*)?\Z"),
+        "a media type such as application/json",
+    ),
+    "dataschema": (re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S*\Z"), "an absolute URI"),
+}
 _STRING_ATTRIBUTES = ("id", "source", "type", "subject", "datacontenttype", "dataschema")
 _REQUIRED = ("id", "source", "type")
 _STORED_ELSEWHERE = {
@@ -79,13 +89,6 @@ class Payload:
     size_bytes: int = 0
 
 
-def is_json_media_type(media_type: str | None) -> bool:
-    if media_type is None:
-        return True
-    essence = media_type.split(";", 1)[0].strip().lower()
-    return essence.endswith("/json") or essence.endswith("+json")
-
-
 def build_event(
     index: int, attributes: dict[str, Any], payload: Payload, limits: Limits, *, binary: bool
 ) -> NewEvent:
@@ -129,6 +132,10 @@ def _plainly_valid(attrs: dict[str, Any], payload: Payload, limits: Limits) -> N
     if time_text is not None:
         time_value, _ = parse_rfc3339(time_text)
         if time_value is None:
+            return None
+    for name, (pattern, _) in _FORMATS.items():
+        value = attrs.get(name)
+        if value is not None and not pattern.match(value):
             return None
     causes: tuple[str, ...] = ()
     causation = attrs.get("causationid")
@@ -185,6 +192,10 @@ def _checked(
             bad(name, f"attribute {name!r} must be a string")
     if attrs.get("subject") == "":
         bad("subject", "subject must not be empty when present")
+    for name, (pattern, what) in _FORMATS.items():
+        value = attrs.get(name)
+        if isinstance(value, str) and not pattern.match(value):
+            bad(name, f"{name} must be {what}, got {value!r}")
 
     time_text = attrs.get("time")
     time_value = None
@@ -198,10 +209,16 @@ def _checked(
 
     expected = attrs.get("expectedversion")
     if expected is not None:
-        if binary and isinstance(expected, str) and expected.isdigit():
-            expected = int(expected)
+        # ASCII digits only: isdigit() alone takes "²" and other scripts' digits.
+        if binary and isinstance(expected, str) and expected.isascii() and expected.isdigit():
+            expected = int(expected) if len(expected) <= 10 else _INT32[1] + 1
         if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
             bad("expectedversion", "expectedversion must be a non-negative integer")
+            expected = None
+        elif binary and expected > _INT32[1]:  # a JSON integer was checked with the rest
+            bad(
+                "expectedversion", "attribute 'expectedversion' is outside the 32-bit integer range"
+            )
             expected = None
     causes: tuple[str, ...] = ()
     causation = attrs.get("causationid")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote_to_bytes
 
 import orjson
@@ -29,13 +29,12 @@ from app.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from app.store.records import NewEvent
+from app.store.records import NewEvent, is_json_media_type
 from ingest.attributes import (
     EventProblems,
     Payload,
     Problem,
     build_event,
-    is_json_media_type,
     normalise_numbers,
 )
 from ingest.limits import Limits
@@ -43,6 +42,23 @@ from ingest.limits import Limits
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 _NUL_ESCAPE = b"\\u0000"
+# The deepest nesting of arrays and objects data may have. orjson writes no more than 254
+# levels, and every answer that carries data (the hash chain's encoding, replay, GraphQL)
+# wraps it in a few levels of its own: data nested deeper could be stored but not hashed
+# or read back.
+MAX_DATA_DEPTH = 128
+
+
+class _Suspect(NamedTuple):
+    """What one scan of a request's body rules out for all the data in it: most bodies
+    hold no escaped U+0000, and fewer brackets than data may nest."""
+
+    nul: bool
+    deep: bool
+
+
+def _suspect(body: bytes) -> _Suspect:
+    return _Suspect(_NUL_ESCAPE in body, body.count(b"[") + body.count(b"{") > MAX_DATA_DEPTH)
 
 
 # Events of a batch in one part of ``parse_in_parts``: about a millisecond of work.
@@ -83,8 +99,8 @@ def parse_in_parts(
         document = _load_json(body, "the body")
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
-        may_have_nul = _NUL_ESCAPE in body
-        yield [_single(lambda: _from_json(0, document, may_have_nul, limits))]
+        suspect = _suspect(body)
+        yield [_single(lambda: _from_json(0, document, suspect, limits))]
         return
     yield [_single(lambda: _from_binary(content_type, headers, body, limits))]
 
@@ -99,7 +115,7 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
             f"by {len(document) - limits.max_batch_events}",
             limit="max_batch_events",
         )
-    may_have_nul = _NUL_ESCAPE in body  # scanned once: a U+0000 is rare, and costly to seek
+    suspect = _suspect(body)  # scanned once: a U+0000 or deep data is rare, and costly to seek
     problems: list[Problem] = []
     for start in range(0, len(document), PART_EVENTS):
         part: list[NewEvent] = []
@@ -109,7 +125,7 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
                 if not isinstance(item, dict):
                     detail = "each batch item must be a JSON object"
                     raise EventProblems([Problem(InvalidCloudEvent, index, "", detail)])
-                part.append(_from_json(index, item, may_have_nul, limits))
+                part.append(_from_json(index, item, suspect, limits))
             except EventProblems as exc:
                 problems.extend(exc.problems)
         if problems:
@@ -134,7 +150,7 @@ def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
     return kind(f"{where}{first.detail}{more}", errors=[p.as_member() for p in problems])
 
 
-def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Limits) -> NewEvent:
+def _from_json(index: int, item: dict[str, Any], suspect: _Suspect, limits: Limits) -> NewEvent:
     has_data = "data" in item
     encoded = item.get("data_base64")
     if has_data and encoded is not None:
@@ -160,7 +176,7 @@ def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Lim
             )
         payload = Payload(present=True, binary=raw, size_bytes=len(raw))
     elif has_data:
-        value = _storable(index, item["data"], may_have_nul)
+        value = _storable(index, item["data"], suspect)
         payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
     else:
         payload = Payload()
@@ -216,7 +232,7 @@ def _from_binary(
         value = _storable(
             0,
             _load_json(body, "the body (datacontenttype is JSON)", event=True),
-            _NUL_ESCAPE in body,
+            _suspect(body),
         )
         payload = Payload(present=True, value=value, size_bytes=len(body))
     else:
@@ -259,9 +275,20 @@ def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
         raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
 
 
-def _storable(index: int, value: Any, may_have_nul: bool) -> Any:
+def _storable(index: int, value: Any, suspect: _Suspect) -> Any:
     """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
-    if may_have_nul and _contains_nul(value):
+    if suspect.deep and _nests_deeper(value, MAX_DATA_DEPTH):
+        raise EventProblems(
+            [
+                Problem(
+                    InvalidEvent,
+                    index,
+                    "data",
+                    f"data nests arrays and objects more than {MAX_DATA_DEPTH} levels deep",
+                )
+            ]
+        )
+    if suspect.nul and _contains_nul(value):
         raise EventProblems(
             [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
         )
@@ -269,6 +296,24 @@ def _storable(index: int, value: Any, may_have_nul: bool) -> Any:
         return normalise_numbers(value)
     except ValueError as exc:
         raise EventProblems([Problem(InvalidEvent, index, "data", f"data: {exc}")]) from exc
+
+
+def _nests_deeper(value: Any, levels: int) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``levels`` deep (a scalar nests
+    none, ``[1]`` one level). Without recursion: the value may nest a thousand levels."""
+    pending = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if type(item) is dict:
+            children: Any = item.values()
+        elif type(item) is list:
+            children = item
+        else:
+            continue
+        if level > levels:
+            return True
+        pending.extend([(child, level + 1) for child in children])
+    return False
 
 
 def _contains_nul(value: Any) -> bool:

@@ -9,6 +9,14 @@ from typing import Any
 MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
 
 
+def is_json_media_type(media_type: str | None) -> bool:
+    """Whether data of this ``datacontenttype`` is JSON (CloudEvents: none means JSON)."""
+    if media_type is None:
+        return True
+    essence = media_type.split(";", 1)[0].strip().lower()
+    return essence.endswith("/json") or essence.endswith("+json")
+
+
 # Not frozen: a frozen dataclass of this many fields takes three times as long to build,
 # and ingest builds one per event on the hot path. Treat it as immutable.
 @dataclass(slots=True)

@@ -140,6 +140,29 @@ async def test_a_value_postgresql_refuses_fails_only_its_own_request(engine: Asy
     await appender.close()
 
 
+async def test_a_request_whose_planning_raises_fails_alone(engine: AsyncEngine) -> None:
+    # Built directly, past the binding's depth limit: data the chain's encoding cannot
+    # write, so planning this request raises inside the group's transaction.
+    deep: object = 1
+    for _ in range(300):
+        deep = [deep]
+    bad = NewEvent(id="deep", source="/s", type="t", stream="s", has_data=True, data=deep)
+    good = [NewEvent(id=f"good-{n}", source="/s", type="t", stream="s") for n in range(6)]
+    appender = Appender(engine)
+    outcomes = await asyncio.gather(
+        *(appender.append("acme", [e]) for e in good[:3]),
+        appender.append("other-tenant", [bad]),
+        *(appender.append("acme", [e]) for e in good[3:]),
+        return_exceptions=True,
+    )
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert [type(o) for o in refused] == [TypeError]
+    assert sorted(o[0].id for o in outcomes if isinstance(o, list)) == sorted(e.id for e in good)
+    await appender.close()
+    async with engine.connect() as conn:
+        assert (await verify_chain(conn)).count == len(good)
+
+
 async def test_after_the_server_drops_every_connection_only_one_group_fails(
     engine: AsyncEngine,
 ) -> None:

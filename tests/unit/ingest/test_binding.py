@@ -15,9 +15,9 @@ from app.errors import (
     ReservedType,
     UnsupportedMediaType,
 )
+from app.store.records import is_json_media_type
 from app.store.timestamps import parse_rfc3339
-from ingest.attributes import is_json_media_type
-from ingest.binding import BATCH, PART_EVENTS, parse_in_parts, parse_request
+from ingest.binding import BATCH, MAX_DATA_DEPTH, PART_EVENTS, parse_in_parts, parse_request
 from ingest.limits import Limits
 
 LIMITS = Limits()
@@ -84,6 +84,34 @@ class TestBinaryMode:
         [event] = parse_request("text/plain", headers, b"hi", LIMITS)
         assert (event.id, event.source, event.expected_version) == ("€", '/a"b', 4)
         assert event.data_binary == b"hi"
+
+    @pytest.mark.parametrize(
+        ("sent", "detail"),
+        [
+            ("%C2%B2", "non-negative integer"),  # "²": a digit to str.isdigit, not to int()
+            ("%D9%A0", "non-negative integer"),  # an Arabic-Indic zero
+            ("9" * 5000, "32-bit"),  # past what int() reads
+            ("2147483648", "32-bit"),
+            ("-1", "non-negative integer"),
+        ],
+    )
+    def test_expectedversion_is_ascii_digits_within_32_bits(self, sent: str, detail: str) -> None:
+        headers = [
+            (b"ce-specversion", b"1.0"),
+            (b"ce-id", b"1"),
+            (b"ce-source", b"/s"),
+            (b"ce-type", b"t"),
+            (b"ce-expectedversion", sent.encode()),
+        ]
+        with pytest.raises(InvalidCloudEvent, match=detail) as refused:
+            parse_request("text/plain", headers, b"x", LIMITS)
+        assert refused.value.extensions["errors"][0]["attribute"] == "expectedversion"
+
+    def test_a_content_type_that_is_no_media_type_is_refused(self) -> None:
+        headers = [(b"ce-specversion", b"1.0"), (b"ce-id", b"1"), (b"ce-source", b"/s"),
+                   (b"ce-type", b"t")]  # fmt: skip
+        with pytest.raises(InvalidCloudEvent, match="datacontenttype must be a media type"):
+            parse_request("json", headers, b"{}", LIMITS)
 
     def test_raw_non_ascii_bytes_are_refused(self) -> None:
         headers = [
@@ -181,6 +209,36 @@ class TestValidation:
                 Limits(max_attributes_bytes=128),
             )
 
+    @pytest.mark.parametrize(
+        ("members", "attribute"),
+        [
+            ({"dataschema": ""}, "dataschema"),
+            ({"dataschema": "not a uri"}, "dataschema"),
+            ({"dataschema": "/relative/schema.json"}, "dataschema"),
+            ({"datacontenttype": ""}, "datacontenttype"),
+            ({"datacontenttype": "json"}, "datacontenttype"),
+            ({"datacontenttype": "application/json extra"}, "datacontenttype"),
+        ],
+    )
+    def test_dataschema_is_a_uri_and_datacontenttype_a_media_type(
+        self, members: dict[str, str], attribute: str
+    ) -> None:
+        with pytest.raises(InvalidCloudEvent) as refused:
+            parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
+        assert [e["attribute"] for e in refused.value.extensions["errors"]] == [attribute]
+
+    @pytest.mark.parametrize(
+        "members",
+        [
+            {"dataschema": "urn:example:schema:1"},
+            {"datacontenttype": "text/plain; charset=utf-8"},
+            {"datacontenttype": "application/vnd.acme.v2+json"},
+        ],
+    )
+    def test_well_formed_schemas_and_media_types_pass(self, members: dict[str, str]) -> None:
+        [event] = parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
+        assert (event.dataschema or event.datacontenttype) in members.values()
+
     def test_integers_beyond_32_bits_are_refused(self) -> None:
         with pytest.raises(InvalidCloudEvent):
             parse_request("application/cloudevents+json", [], structured(big=2**31), LIMITS)
@@ -227,6 +285,19 @@ class TestTime:
         assert value is not None
         assert (value, value.utcoffset()) == (expected, expected.utcoffset())
 
+    def test_a_fraction_of_any_length_is_cut_to_microseconds(self) -> None:
+        value, why = parse_rfc3339("2026-11-30T12:00:00.1234567891234Z")
+        assert (value, why) == (datetime(2026, 11, 30, 12, 0, 0, 123456, UTC), None)
+
+    @pytest.mark.parametrize(
+        "text", ["\uff12\uff10\uff12\uff16-01-01T00:00:00Z", "2026-01-01T00:00:0\u0663Z"]
+    )
+    def test_digits_of_other_scripts_are_refused(self, text: str) -> None:
+        value, why = parse_rfc3339(text)
+        assert value is None
+        assert why is not None
+        assert "not an RFC 3339" in why
+
     @pytest.mark.parametrize(
         ("text", "why"),
         [
@@ -270,6 +341,49 @@ class TestNumbers:
         )
         with pytest.raises(InvalidEvent, match="I-JSON"):
             parse_request("application/cloudevents+json", [], body, LIMITS)
+
+
+class TestDepth:
+    """Data nests at most MAX_DATA_DEPTH levels, in every mode: deeper, the hash chain's
+    encoding and the answers that carry data could not write it."""
+
+    @staticmethod
+    def nested(levels: int, leaf: object = 1) -> object:
+        value = leaf
+        for level in range(levels):
+            value = [value] if level % 2 else {"k": value}
+        return value
+
+    def test_the_deepest_data_allowed_is_stored(self) -> None:
+        data = self.nested(MAX_DATA_DEPTH)
+        [event] = parse_request("application/cloudevents+json", [], structured(data=data), LIMITS)
+        assert event.data == data
+
+    @pytest.mark.parametrize("levels", [MAX_DATA_DEPTH + 1, 300, 1000])
+    @pytest.mark.parametrize("leaf", [b"1", b"1.0", b'"\\u0000"'])  # each had its own crash
+    def test_deeper_data_is_refused_in_structured_mode(self, levels: int, leaf: bytes) -> None:
+        data = b"[" * levels + leaf + b"]" * levels  # past what orjson.dumps could write
+        body = structured(data="@").replace(b'"@"', data)
+        with pytest.raises(InvalidEvent, match=f"more than {MAX_DATA_DEPTH} levels"):
+            parse_request("application/cloudevents+json", [], body, LIMITS)
+
+    def test_deeper_data_is_refused_in_binary_mode(self) -> None:
+        headers = [(b"ce-specversion", b"1.0"), (b"ce-id", b"1"), (b"ce-source", b"/s"),
+                   (b"ce-type", b"t")]  # fmt: skip
+        body = b"[" * 300 + b"1" + b"]" * 300
+        with pytest.raises(InvalidEvent, match="levels deep"):
+            parse_request("application/json", headers, body, LIMITS)
+
+    def test_a_batch_names_the_deep_event(self) -> None:
+        body = orjson.dumps([BASE, {**BASE, "id": "2", "data": self.nested(MAX_DATA_DEPTH + 1)}])
+        with pytest.raises(InvalidEvent) as refused:
+            parse_request(BATCH, [], body, LIMITS)
+        assert refused.value.extensions["errors"][0]["index"] == 1
+
+    def test_many_brackets_side_by_side_are_not_depth(self) -> None:
+        data = [[{"a": [1]}] for _ in range(MAX_DATA_DEPTH)]
+        [event] = parse_request("application/cloudevents+json", [], structured(data=data), LIMITS)
+        assert event.data == data
 
 
 def test_system_ids_are_reserved() -> None:
