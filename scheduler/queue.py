@@ -351,7 +351,7 @@ class TaskQueue:
             t.COMPLETED,
             {"lease": lease_id, "worker": state.worker, "results": [e.id for e in caused]},
             at=now,
-            causes=tuple(e.id for e in caused),
+            causes=tuple(dict.fromkeys(e.id for e in caused)),  # a result sent twice is one
         )
         _, appended = await self._commit(tenant, state, [*caused, done])
         return state, [a.position for a in appended[:-1]]

@@ -18,7 +18,7 @@ router = APIRouter(tags=["events"])
 _read = require(Scope.READ)
 
 
-@router.get("/events/{event_id}", summary="One stored event as structured CloudEvent JSON")
+@router.get("/events/{event_id:path}", summary="One stored event as structured CloudEvent JSON")
 async def read_event(
     event_id: str,
     principal: Annotated[Principal, Depends(_read)],

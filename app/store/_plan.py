@@ -13,10 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import orjson
+
 from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
 from app.store.chain import Content, encode
 from app.store.models import REGISTERED, Registration, output_violation, registration_from
-from app.store.records import Appended, NewEvent
+from app.store.records import Appended, NewEvent, is_json_media_type
 
 Key = tuple[str, str]  # (tenant, id or stream)
 ModelKey = tuple[str, str, str]  # (tenant, model name, version)
@@ -145,7 +147,8 @@ class GroupPlan:
             canonical = encode(event, tenant, position, version, self.recorded_at)
             this_hash = hashlib.sha256(prev_hash + canonical).digest()
             rows.append(Row(event, tenant, position, version, prev_hash, this_hash))
-            edges.extend([(position, cause) for cause in cause_positions])
+            # One edge per cause, however often an event built in code names it.
+            edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
             prev_hash = this_hash
             versions[stream] = version
             known[key] = Known(position, version, event)
@@ -153,12 +156,14 @@ class GroupPlan:
             outcomes.append(
                 Appended(event.id, event.source, event.stream, version, position, False)
             )
+        # Unknown causes last: an event refused for its id or its model is not there to
+        # be a cause, so a later event naming it is refused only because of that.
         if id_errors:
             return IdConflict(_summary(id_errors), errors=id_errors)
-        if cause_errors:
-            return UnknownCause(_summary(cause_errors), errors=cause_errors)
         if model_errors:
             return InvalidEvent(_summary(model_errors), errors=model_errors)
+        if cause_errors:
+            return UnknownCause(_summary(cause_errors), errors=cause_errors)
         self._registrations.update(registrations)
         self._known.update(known)
         self._positions.update(positions)
@@ -170,13 +175,49 @@ class GroupPlan:
 
 
 def _compare(event: NewEvent, tenant: str, stored: Content) -> str | None:
-    """None when ``event`` is an exact re-send of ``stored``, else why it conflicts."""
+    """None when ``event`` is a re-send of ``stored``, else why it conflicts."""
     if event.source != stored.source:
         return f"id {event.id!r} is already used by source {stored.source!r}"
     # Everything but where the store put it: position, stream version, recorded time.
-    if encode(event, tenant, 0, 0, _EPOCH) != encode(stored, tenant, 0, 0, _EPOCH):
+    if encode(event, tenant, 0, 0, _EPOCH) != encode(stored, tenant, 0, 0, _EPOCH) and (
+        _equivalent_form(event) != _equivalent_form(stored)
+    ):
         return f"event {event.source!r}/{event.id!r} was stored before with other content"
     return None
+
+
+def _equivalent_form(content: Content) -> tuple[Any, ...]:
+    """What two encodings of one CloudEvent share, so that a producer that sends it again
+    in another content mode (or through another SDK) gets a duplicate, not a conflict:
+    JSON data with no ``datacontenttype`` is ``application/json`` data; text data of a
+    non-JSON type is the same whether it came as a JSON string (structured mode) or as
+    bytes (binary mode); and an extension is its canonical string (binary mode's headers
+    carry no types, so an integer 5 comes back as "5")."""
+    media_type = content.datacontenttype
+    data: tuple[str, Any] | None = None
+    if content.data_binary is not None:
+        data = ("bytes", content.data_binary)
+    elif content.has_data:
+        if media_type is None:
+            media_type = "application/json"
+        if isinstance(content.data, str) and not is_json_media_type(media_type):
+            data = ("bytes", content.data.encode())
+        else:
+            data = ("json", orjson.dumps(content.data, option=orjson.OPT_SORT_KEYS))
+    return (
+        content.id, content.source, content.type, content.subject, content.time,
+        content.stream, media_type, content.dataschema, data,
+        sorted((k, _canonical_string(v)) for k, v in content.extensions.items()),
+        tuple(content.causes), content.correlation_id, content.model_name,
+        content.model_version, content.model_signature,
+    )  # fmt: skip
+
+
+def _canonical_string(value: Any) -> str:
+    """A CloudEvents attribute value's canonical string (spec.md, "Type System")."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    return str(value)
 
 
 def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str, Any] | None:
@@ -193,12 +234,26 @@ def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str
             f"the registered signature is {registered.digest}",
             "registered": registered.digest,
         }
-    if registered.enforce_outputs and event.has_data and event.data_binary is None:
-        violation = output_violation(registered, event.data)
+    if registered.enforce_outputs:
+        violation = output_violation(registered, _outputs_of(event))
         if violation is not None:
             field, why = violation
             return {"attribute": f"data.{field}" if field else "data", "detail": why}
     return None
+
+
+def _outputs_of(event: NewEvent) -> Any:
+    """The data an output check reads: JSON data, JSON sent as bytes (``data_base64``
+    with a JSON ``datacontenttype``) decoded, and None for no data or data that is not
+    JSON (neither holds named outputs)."""
+    if event.data_binary is None:
+        return event.data if event.has_data else None
+    if not is_json_media_type(event.datacontenttype):
+        return None
+    try:
+        return orjson.loads(event.data_binary)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _summary(errors: list[dict[str, Any]]) -> str:

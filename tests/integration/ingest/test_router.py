@@ -233,6 +233,15 @@ class TestBinaryMode:
         assert "datacontenttype" not in stored
         assert stored["data_base64"] == "eyJ4IjoxfQ=="
 
+    async def test_an_id_with_slashes_reads_back(self, client: httpx2.AsyncClient) -> None:
+        sent = event(id="cam/1/frame")
+        assert (await client.post("/events", content=dumps(sent), headers=STRUCTURED)).is_success
+        assert (await client.get("/events/cam%2F1%2Fframe")).json()["id"] == "cam/1/frame"
+        assert (await client.get("/events/cam/1/frame")).json()["id"] == "cam/1/frame"
+        missing = await client.get("/events/cam/2")
+        assert missing.status_code == 404
+        assert "no event with id 'cam/2'" in missing.json()["detail"]
+
     async def test_invalid_utf8_in_a_header_is_400(self, client: httpx2.AsyncClient) -> None:
         headers = {
             "ce-specversion": "1.0",
@@ -287,6 +296,66 @@ class TestIdempotency:
         await client.post("/events", content=dumps(sent), headers=STRUCTURED)
         changed = {**sent, "data": {"frame": 2}}
         response = await client.post("/events", content=dumps(changed), headers=STRUCTURED)
+        assert response.status_code == 409
+        assert problem_type(response) == "/problems/id-conflict"
+
+    @pytest.mark.parametrize(
+        ("first", "again"),
+        [
+            # CloudEvents: JSON data with no datacontenttype is application/json data.
+            (
+                (STRUCTURED, {"data": {"a": 1}}),
+                (STRUCTURED, {"data": {"a": 1}, "datacontenttype": "application/json"}),
+            ),
+            # json-format.md's examples and their binary-mode encodings.
+            (
+                (STRUCTURED, {"data": "I'm just a string"}),
+                ({"Content-Type": "application/json"}, b'"I\'m just a string"'),
+            ),
+            (
+                (STRUCTURED, {"datacontenttype": "application/xml", "data": '<much wow="xml"/>'}),
+                ({"Content-Type": "application/xml"}, b'<much wow="xml"/>'),
+            ),
+            (
+                (STRUCTURED, {"comexampleothervalue": 5, "urgent": True}),
+                ({"ce-comexampleothervalue": "5", "ce-urgent": "true"}, b""),
+            ),
+        ],
+    )
+    async def test_the_same_event_in_another_mode_is_a_duplicate(
+        self,
+        client: httpx2.AsyncClient,
+        first: tuple[dict[str, str], Any],
+        again: tuple[dict[str, str], Any],
+    ) -> None:
+        base = {"specversion": "1.0", "id": "same-1", "source": "/s", "type": "t"}
+
+        async def send(how: tuple[dict[str, str], Any]) -> httpx2.Response:
+            headers, content = how
+            if headers is STRUCTURED:
+                return await client.post(
+                    "/events", content=dumps({**base, **content}), headers=headers
+                )
+            binary = {f"ce-{k}": v for k, v in base.items()}
+            return await client.post("/events", content=content, headers={**binary, **headers})
+
+        stored = await send(first)
+        assert stored.status_code == 201, stored.text
+        resent = await send(again)
+        assert resent.status_code == 200, resent.text
+        assert resent.json()["events"][0]["position"] == stored.json()["events"][0]["position"]
+
+    async def test_other_text_in_another_mode_still_conflicts(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        sent = event(datacontenttype="application/xml", data='<much wow="xml"/>')
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        binary = {f"ce-{k}": sent[k] for k in ("specversion", "id", "source", "type")}
+        response = await client.post(
+            "/events",
+            content=b'<much wow="XML"/>',
+            headers={**binary, "Content-Type": "application/xml"},
+        )
         assert response.status_code == 409
         assert problem_type(response) == "/problems/id-conflict"
 

@@ -451,6 +451,41 @@ class TestResults:
             "causeway.task.created", "causeway.task.leased", "causeway.task.completed",
         ]  # fmt: skip
 
+    async def test_a_result_sent_twice_is_stored_once(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        result = event(type="result", data={"n": 1})
+        done = await worker.post(
+            f"/tasks/{leased['task']['id']}/complete",
+            content=dumps({"lease": leased["lease"], "events": [result, result]}),
+            headers=JSON,
+        )
+        assert done.status_code == 200, done.text
+        assert (await admin.get(f"/events/{result['id']}")).status_code == 200
+        stored = (await admin.get("/replay?types=result")).text.splitlines()
+        assert len(stored) == 1
+
+    async def test_a_result_refused_for_its_model_says_why(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        result = event(type="result", modelname="nobody", modelversion="1")
+        response = await worker.post(
+            f"/tasks/{leased['task']['id']}/complete",
+            content=dumps({"lease": leased["lease"], "events": [result]}),
+            headers=JSON,
+        )
+        assert response.status_code == 422
+        assert response.json()["type"] == "/problems/invalid-event"
+        assert response.json()["detail"] == (
+            "event 0: model 'nobody' version '1' is not registered"
+        )
+
     async def test_a_refused_result_leaves_the_task_leased_and_nothing_written(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:

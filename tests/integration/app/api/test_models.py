@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx2
@@ -166,6 +167,33 @@ class TestIngestRules:
         assert response.status_code == status, response.text
         if field:
             assert response.json()["errors"][0]["attribute"] == field
+
+    @pytest.mark.parametrize(
+        ("members", "status"),
+        [
+            ({"data": ...}, 422),  # no data at all: the required score is missing
+            ({"data": ..., "datacontenttype": "application/json",
+              "data_base64": base64.b64encode(b'{"score": "high"}').decode()}, 422),
+            ({"data": ..., "datacontenttype": "application/json",
+              "data_base64": base64.b64encode(b'{"score": 0.5}').decode()}, 201),
+            ({"data": ..., "datacontenttype": "image/png",
+              "data_base64": base64.b64encode(b"\x89PNG").decode()}, 422),
+        ],
+    )  # fmt: skip
+    async def test_outputs_are_checked_however_the_data_comes(
+        self,
+        client: httpx2.AsyncClient,
+        admin: httpx2.AsyncClient,
+        members: dict[str, Any],
+        status: int,
+    ) -> None:
+        body = registration("5", enforce_outputs=True)
+        await admin.post("/models/faces/versions", content=body, headers=JSON)
+        sent = event(modelname="faces", modelversion="5", **members)
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == status, response.text
+        if status == 422:
+            assert response.json()["errors"][0]["attribute"].startswith("data")
 
     async def test_registrations_stay_in_their_tenant(
         self, app: FastAPI, register: Any, make_key: MakeKey
