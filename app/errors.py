@@ -2,7 +2,8 @@
 
     AppError                    500 internal
     ├── BadRequest              400 bad-request
-    │   └── InvalidCloudEvent   400 invalid-cloudevent
+    │   ├── InvalidCloudEvent   400 invalid-cloudevent
+    │   └── AnswerTooLarge      400 answer-too-large
     ├── Unauthenticated         401 unauthenticated
     ├── Forbidden               403 forbidden
     ├── NotFound                404 not-found
@@ -58,6 +59,17 @@ class InvalidCloudEvent(BadRequest):
         "a required attribute is missing or empty, an attribute name is not lower-case "
         "alphanumeric, a header is badly percent-encoded, or data and data_base64 are both set. "
         "The errors member lists each offending event (index) and attribute."
+    )
+
+
+class AnswerTooLarge(BadRequest):
+    code = "answer-too-large"
+    title = "GraphQL answer too large"
+    about = (
+        "A GraphQL query asked for more than graphql_max_answer_items list items (events, "
+        "edges, nodes) in one answer: nested effects and causes multiply each other's page "
+        "sizes. Nothing of the answer is sent. Ask for less: a smaller first, fewer nested "
+        "levels or aliases."
     )
 
 

@@ -55,6 +55,7 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
         max_lineage_depth=settings.graphql_max_lineage_depth,
         max_lineage_nodes=settings.graphql_max_lineage_nodes,
         timeout_ms=settings.graphql_timeout_ms,
+        max_answer_items=settings.graphql_max_answer_items,
     )
 
 

@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
+from app.errors import AnswerTooLarge
 from app.graphql.limits import GraphQLLimits
 from app.store.graph import GraphReader, Page, StoredEvent
 from app.store.keys import Principal
@@ -16,10 +17,31 @@ from app.store.registry import ModelVersion, RegistryReader
 EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
 
 
+class AnswerBudget:
+    """How many more list items one answer may hold, and events be loaded for it. Every
+    cap on one field (a page, a walk's node cap) leaves nesting free: effects of causes
+    of effects multiply their page sizes, so one small query could build millions of
+    events, holding the process's one event loop all the while."""
+
+    def __init__(self, items: int) -> None:
+        self.items = items
+        self.left = items
+
+    def spend(self, count: int) -> None:
+        self.left -= count
+        if self.left < 0:
+            raise AnswerTooLarge(
+                f"the answer would hold more than {self.items} list items and loaded "
+                "events; ask for fewer (a smaller first, fewer nested levels or aliases)",
+                max_answer_items=self.items,
+            )
+
+
 class Loaders:
-    def __init__(self, engine: AsyncEngine, tenant: str) -> None:
+    def __init__(self, engine: AsyncEngine, tenant: str, budget: AnswerBudget) -> None:
         self._engine = engine
         self._tenant = tenant
+        self._budget = budget
         self.causes = DataLoader[int, list[StoredEvent]](load_fn=self._load_causes)
         self.effects = DataLoader[EffectsKey, Page](load_fn=self._load_effects)
         self.model_versions = DataLoader[tuple[str, str], ModelVersion | None](
@@ -28,7 +50,10 @@ class Loaders:
 
     async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
         async with self._engine.connect() as conn:
-            found = await GraphReader(conn).fetch_causes(self._tenant, positions)
+            found = await GraphReader(conn).fetch_causes(
+                self._tenant, positions, limit=self._budget.left + 1
+            )
+        self._budget.spend(sum(map(len, found.values())))
         return [found[p] for p in positions]
 
     async def _load_effects(self, keys: list[EffectsKey]) -> list[Page]:
@@ -41,8 +66,9 @@ class Loaders:
             reader = GraphReader(conn)
             for (first, after), positions in by_page.items():
                 found = await reader.fetch_effects(
-                    self._tenant, positions, first=first, after=after
+                    self._tenant, positions, first=first, after=after, limit=self._budget.left + 1
                 )
+                self._budget.spend(sum(len(page.events) for page in found.values()))
                 pages.update({(p, first, after): found[p] for p in positions})
         return [pages[k] for k in keys]
 
@@ -65,7 +91,8 @@ class Context(BaseContext):
         self.walks = walks  # its sessions' statement_timeout is the walk's time budget
         self.principal = principal
         self.limits = limits
-        self.loaders = Loaders(engine, principal.tenant)
+        self.budget = AnswerBudget(limits.max_answer_items)
+        self.loaders = Loaders(engine, principal.tenant, self.budget)
 
     @property
     def tenant(self) -> str:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DataError
 from strawberry.extensions import SchemaExtension
 
 from app.api.problems import BAD_VALUE
-from app.errors import AppError, BadRequest
+from app.errors import AnswerTooLarge, AppError, BadRequest
 
 logger = logging.getLogger(__name__)
 
@@ -52,4 +52,9 @@ class ProblemErrors(SchemaExtension):
         result = self.execution_context.result
         errors = getattr(result, "errors", None)
         if result is not None and errors:
+            over = [e for e in errors if isinstance(e.original_error, AnswerTooLarge)]
+            if over:
+                # Every list completed after the budget ran out failed alike; the partial
+                # answer is not what was asked for, so the request answers that once.
+                result.data, errors = None, over[:1]
             result.errors = [_render(e) for e in errors]

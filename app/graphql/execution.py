@@ -151,6 +151,10 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         result: Any,
         position_context: Any,
     ) -> Any:
+        if type(result) is list:
+            budget = getattr(self.context_value, "budget", None)
+            if budget is not None:
+                budget.spend(len(result))  # see AnswerBudget: nesting multiplies lists
         if self._enabled and type(result) is list:
             completer = self._completer(return_type, field_details_list)
             if completer is not None:

@@ -204,7 +204,8 @@ class Query:
         caps = info.context.limits
         depth, nodes = (
             _bound(max_depth, caps.max_lineage_depth),
-            _bound(limit, caps.max_lineage_nodes),
+            # The root is always in the answer: a limit of 0 still shows it, truncated.
+            max(1, _bound(limit, caps.max_lineage_nodes)),
         )
 
         async def work() -> Lineage:
@@ -218,6 +219,7 @@ class Query:
                     max_nodes=nodes,
                     types=tuple(types or ()),
                 )
+            info.context.budget.spend(len(answer.nodes))
             return Lineage.from_trace(answer)
 
         return await _bounded(info, work)
@@ -238,6 +240,7 @@ class Query:
                     max_depth=depth,
                     max_nodes=caps.max_lineage_nodes,
                 )
+            info.context.budget.spend(len(answer.trace.nodes))
             return DecisionAudit.from_audit(answer)
 
         return await _bounded(info, work)

@@ -23,12 +23,17 @@ BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow i
 
 
 def _parse_big_int(value: object) -> int:
-    if not isinstance(value, int | str) or isinstance(value, bool) or not str(value).isdigit():
+    text = str(value)
+    # ASCII digits only: isdigit() alone takes "²", which int() refuses.
+    if (
+        not isinstance(value, int | str)
+        or isinstance(value, bool)
+        or not (text.isascii() and text.isdigit())
+    ):
         raise BadRequest(f"{value!r} is not a non-negative integer")
-    number = int(value)
-    if number > MAX_POSITION:
+    if len(text) > len(str(MAX_POSITION)) or int(text) > MAX_POSITION:
         raise BadRequest(f"{value} does not fit in 64 bits")
-    return number
+    return int(text)
 
 
 BIG_INT = strawberry.scalar(

@@ -153,9 +153,10 @@ class GraphReader:
         return {row.position: _stored(row) for row in rows}
 
     async def fetch_causes(
-        self, tenant: str, positions: Sequence[int]
+        self, tenant: str, positions: Sequence[int], *, limit: int | None = None
     ) -> dict[int, list[StoredEvent]]:
-        """Each effect's causes, in the order the effect named them."""
+        """Each effect's causes, in the order the effect named them; ``limit`` rows in all
+        at most (the last effect's list then may be cut)."""
         effect = events.alias("effect")
         rows = await self._conn.execute(
             select(event_causes.c.effect.label("of"), *full_row())
@@ -166,6 +167,7 @@ class GraphReader:
                 events.c.tenant == tenant,
             )
             .order_by(event_causes.c.effect, func.array_position(effect.c.causes, events.c.id))
+            .limit(limit)
         )
         found: dict[int, list[StoredEvent]] = {p: [] for p in positions}
         for row in rows:
@@ -173,9 +175,16 @@ class GraphReader:
         return found
 
     async def fetch_effects(
-        self, tenant: str, positions: Sequence[int], *, first: int, after: int
+        self,
+        tenant: str,
+        positions: Sequence[int],
+        *,
+        first: int,
+        after: int,
+        limit: int | None = None,
     ) -> dict[int, Page]:
-        """A page of each cause's effects in position order (one query for all causes)."""
+        """A page of each cause's effects in position order (one query for all causes);
+        ``limit`` rows in all at most (then some pages may be cut)."""
         cause = func.unnest(_positions(positions)).table_valued("position").render_derived("cause")
         page = (
             select(*full_row())
@@ -190,7 +199,9 @@ class GraphReader:
             .lateral("page")
         )
         rows = await self._conn.execute(
-            select(cause.c.position.label("of"), page).select_from(cause.join(page, true()))
+            select(cause.c.position.label("of"), page)
+            .select_from(cause.join(page, true()))
+            .limit(limit)
         )
         grouped: dict[int, list[StoredEvent]] = {p: [] for p in positions}
         for row in rows:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import orjson
 import psycopg
 import pytest
 from fastapi import FastAPI
@@ -266,6 +267,14 @@ class TestLineage:
         assert len(answer["nodes"]) == 3
         assert answer["truncated"] is True
 
+    async def test_a_limit_of_zero_still_answers_the_root(self, client: httpx2.AsyncClient) -> None:
+        answer = (await ask(client, LINEAGE, id="dx-1", dir="UPSTREAM", depth=10, limit=0))["data"][
+            "lineage"
+        ]
+        assert answer["root"] == {"id": "dx-1"}
+        assert [n["event"]["id"] for n in answer["nodes"]] == ["dx-1"]
+        assert answer["truncated"] is True
+
     async def test_types_keep_only_those_events_but_walk_through_others(
         self, client: httpx2.AsyncClient
     ) -> None:
@@ -351,6 +360,21 @@ class TestPagination:
         edges = (await ask(client, query))["data"]["stream"]["edges"]
         assert [e["node"]["streamVersion"] for e in edges] == [3, 4]
 
+    @pytest.mark.parametrize("sent", ['"\u00b2"', '"\u0664"', '"99999999999999999999999"'])
+    async def test_a_position_is_ascii_digits_within_64_bits(
+        self, client: httpx2.AsyncClient, sent: str
+    ) -> None:
+        literal = await ask(
+            client, f"{{ events(filter: {{positionFrom: {sent}}}) {{ edges {{ cursor }} }} }}"
+        )
+        assert literal["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+        query = "query ($p: BigInt) { events(filter: {positionFrom: $p}) { edges { cursor } } }"
+        variable = await ask(client, query, p=orjson.loads(sent))
+        assert (
+            "integer" in variable["errors"][0]["message"]
+            or "64 bits" in variable["errors"][0]["message"]
+        )
+
     async def test_a_forged_cursor_is_a_clear_error(self, client: httpx2.AsyncClient) -> None:
         body = await ask(client, '{ events(after: "bm90LWEtY3Vyc29y") { edges { cursor } } }')
         assert body["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
@@ -400,6 +424,55 @@ class TestCost:
         # At most: the key lookup, the page, causes, causes of causes, effects; here the
         # causes of causes are all on the page already, so the loader's cache answers them.
         assert counts[0] == counts[1] <= 5
+
+
+class TestAnswerBudget:
+    """Caps on single fields leave nesting free: effects of causes of effects multiply
+    their page sizes. The answer budget bounds the whole answer."""
+
+    HUB_EFFECTS = 10
+    AMPLIFIED = """{ event(id: "hub") { effects(first: 50) { edges { node {
+        causes { effects(first: 50) { edges { node { id } } } } } } } } }"""
+
+    @pytest.fixture
+    async def budgeted(self, database_url: URL, make_key: MakeKey) -> Any:
+        settings = Settings(_env_file=None, graphql_max_answer_items=60)
+        app = create_app(settings, database_url=database_url)
+        key = await make_key("acme", "ingest,read")
+        async with httpx2.AsyncClient(
+            transport=httpx2.ASGITransport(app=app),
+            base_url="http://c",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as client:
+            hub = [cloudevent(id="hub")]
+            hub += [cloudevent(id=f"e{n}", causationid="hub") for n in range(self.HUB_EFFECTS)]
+            await client.post("/events", content=dumps(hub), headers=BATCH)
+            yield client
+        await dispose(app)
+
+    async def test_an_answer_past_the_budget_is_refused_once_and_whole(
+        self, budgeted: httpx2.AsyncClient
+    ) -> None:
+        # 10 effects, each with 1 cause (the hub), each of those with 10 effects: 120 items.
+        body = await ask(budgeted, self.AMPLIFIED)
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "ANSWER_TOO_LARGE"
+        assert error["extensions"]["max_answer_items"] == 60
+        assert "more than 60 list items" in error["message"]
+
+    async def test_an_answer_within_the_budget_is_whole(self, budgeted: httpx2.AsyncClient) -> None:
+        query = self.AMPLIFIED.replace("effects(first: 50) { edges { node { id } } }", "id")
+        body = await ask(budgeted, query)
+        assert "errors" not in body
+        assert len(body["data"]["event"]["effects"]["edges"]) == self.HUB_EFFECTS
+
+    async def test_walks_count_against_it(self, budgeted: httpx2.AsyncClient) -> None:
+        aliases = " ".join(
+            f'l{n}: lineage(id: "hub", direction: DOWNSTREAM) {{ truncated }}' for n in range(6)
+        )
+        body = await ask(budgeted, "{ " + aliases + " }")  # 6 walks of 11 nodes
+        assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE"
 
 
 class TestLimits:
