@@ -55,7 +55,8 @@ class Settings(BaseSettings):
     scheduler_sweep_interval_s: float = Field(default=1.0, gt=0)
     # UTC hours "START-END" (e.g. "22-6") when tasks of priority <= the max go to spot workers only
     scheduler_off_peak_hours: str | None = None
-    scheduler_off_peak_max_priority: int = Field(default=3, ge=0, le=9)
+    # At most 7: priorities 8 and 9 are guaranteed, never held back for spot workers.
+    scheduler_off_peak_max_priority: int = Field(default=3, ge=0, le=7)
     scheduler_autoscale_interval_s: float = Field(default=15.0, gt=0)
     scheduler_target_latency_s: float = Field(default=5.0, gt=0)
     scheduler_min_workers: int = Field(default=1, ge=0)

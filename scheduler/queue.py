@@ -410,7 +410,12 @@ class TaskQueue:
         if state.state != "leased" or state.lease_id != lease_id or expired:
             raise LeaseLost(
                 f"task {task_id!r} is {state.state}"
-                + (" under another lease" if state.lease_id != lease_id else "")
+                # A task that left "leased" holds no lease at all, not another one.
+                + (
+                    " under another lease"
+                    if state.state == "leased" and state.lease_id != lease_id
+                    else ""
+                )
                 + ("; the lease expired" if expired and state.lease_id == lease_id else "")
                 + "; this lease is no longer held",
                 task=task_id,

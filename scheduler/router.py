@@ -37,7 +37,7 @@ from pydantic import (
 )
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, InvalidCloudEvent, NotFound
 from app.store.keys import Principal
 from app.store.reads import EventReader
 from app.store.timestamps import parse_time_parameter
@@ -62,7 +62,12 @@ def _without_nul(value: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_without_nul)]
-Capability = StrictBool | StrictInt | StrictFloat
+# Numbers a float holds exactly, and finite ones: a capability is compared as a float.
+Capability = (
+    StrictBool
+    | Annotated[StrictInt, Field(ge=-(2**53), le=2**53)]
+    | Annotated[StrictFloat, Field(allow_inf_nan=False)]
+)
 _NAME = r"^[A-Za-z0-9_.\-]{1,128}$"
 _POLL_S = (0.05, 0.5)  # long-poll: first and longest pause between lease attempts
 
@@ -149,7 +154,7 @@ def create_router(
 
     @router.post("/routes", status_code=201, summary="Define (or redefine) a route")
     async def define_route(body: dict[str, Any], principal: Admin) -> dict[str, Any]:
-        route = r.parse_route(body)
+        route = r.parse_new_route(body)
         [appended] = await appender.append(principal.tenant, [r.define_event(route)])
         return {
             "route": route.as_json(),
@@ -247,7 +252,12 @@ def create_router(
             raise RequestValidationError(invalid.errors(include_url=False)) from None
         # The standard library writes integers of any size; ingest's binding then treats
         # them as it treats those of POST /events.
-        encoded = json.dumps(body.events, ensure_ascii=False).encode()
+        try:
+            encoded = json.dumps(body.events, ensure_ascii=False, allow_nan=False).encode()
+        except ValueError:  # 1e400 read as infinity: no JSON can carry it on
+            raise InvalidCloudEvent(
+                "events: a number is infinite or NaN when read as a double"
+            ) from None
         results = parse_request(BATCH, [], encoded, limits) if body.events else []
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -237,7 +238,12 @@ def parse_route(spec: dict[str, Any]) -> Route:
     debounce_key: str | None = None
     window_s = 0.0
     if debounce is not None:
-        if not isinstance(debounce, dict) or not isinstance(debounce.get("key"), str):
+        if (
+            not isinstance(debounce, dict)
+            or not isinstance(debounce.get("key"), str)
+            or not debounce["key"]
+            or set(debounce) - {"key", "window_s"}
+        ):
             raise BadRequest("debounce is {'key': attribute, 'window_s': seconds}")
         debounce_key = debounce["key"]
         window_s = _number(debounce, "window_s", low=0.001, high=86_400.0)
@@ -319,10 +325,26 @@ def event_time(record: ChainRecord) -> datetime:
     return record.recorded_at
 
 
+# The lineage extensions, which the store keeps in columns of their own, not among the
+# other extensions: a route reads them by the names they were sent under.
+_LINEAGE: dict[str, Callable[[ChainRecord], Any]] = {
+    "correlationid": lambda r: r.correlation_id,
+    "modelname": lambda r: r.model_name,
+    "modelversion": lambda r: r.model_version,
+    "modelsig": lambda r: r.model_signature,
+    "causationid": lambda r: ",".join(r.causes) or None,
+    "stream": lambda r: r.stream,
+}
+
+
 def _lookup(record: ChainRecord, attribute: str) -> tuple[bool, Any]:
     where, _, name = attribute.rpartition(".")
-    if where in ("", "ext") and name in record.extensions:
-        return True, record.extensions[name]
+    if where in ("", "ext"):
+        if name in record.extensions:
+            return True, record.extensions[name]
+        lineage = _LINEAGE.get(name)
+        if lineage is not None and (value := lineage(record)) is not None:
+            return True, value
     if where in ("", "data") and isinstance(record.data, dict) and name in record.data:
         return True, record.data[name]
     return False, None
@@ -408,10 +430,29 @@ def _requirements(raw: Any) -> Requirements:
 def _prewarm(raw: Any) -> Prewarm | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("model"), str) or not raw["model"]:
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("model"), str)
+        or not raw["model"]
+        or set(raw) - {"model", "count", "within_s"}
+    ):
         raise BadRequest("prewarm is {'model': name, 'count': N, 'within_s': seconds}")
     count = int(_number(raw, "count", low=1, high=10_000, integer=True))
     return Prewarm(raw["model"], count, _number(raw, "within_s", low=0.001, high=86_400.0))
+
+
+def parse_new_route(spec: dict[str, Any]) -> Route:
+    """``parse_route`` for a route being defined now, with the checks that came after
+    routes were first stored (so that a stored route always reads back): the debounce
+    key is an attribute as ``where`` names one."""
+    debounce = spec.get("debounce")
+    if isinstance(debounce, dict):
+        key = debounce.get("key")
+        if isinstance(key, str) and key and not re.fullmatch(_ATTRIBUTE, key):
+            raise BadRequest(
+                f"debounce.key {key!r} is not an attribute: NAME, ext.NAME or data.NAME"
+            )
+    return parse_route(spec)
 
 
 def route_from_json(data: dict[str, Any]) -> Route:

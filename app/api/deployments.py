@@ -135,10 +135,11 @@ async def shift_traffic(
 
 @router.post("/deployments/{service}/promote", summary="Make the candidate the stable version")
 async def promote(
-    service: str, body: Promote, principal: Admin, engine: Engine, appender: Writer
+    service: str, principal: Admin, engine: Engine, appender: Writer, body: Promote | None = None
 ) -> dict[str, Any]:
     state = await _state(engine, principal.tenant, service)
-    event = commands.promote(state, reason=body.reason, actor=principal.key_id)
+    reason = None if body is None else body.reason  # the body is optional: a reason only
+    event = commands.promote(state, reason=reason, actor=principal.key_id)
     return await _apply(appender, principal.tenant, state, event)
 
 

@@ -20,7 +20,7 @@ from app.api.deps import engine_of, require
 from app.errors import BadRequest, Conflict, NotFound
 from app.store.keys import Principal, Scope
 from app.store.models import Signature, alias_event, is_valid_name, registration_event
-from app.store.registry import Model, RegistryReader, fetch_registered_digest
+from app.store.registry import Model, RegistryReader, fetch_alias_target, fetch_registered_digest
 from ingest.appender import Appender
 
 router = APIRouter(tags=["models"])
@@ -111,9 +111,13 @@ async def remove_alias(
     name: str,
     alias: str,
     principal: Annotated[Principal, Depends(_admin)],
+    engine: Annotated[AsyncEngine, Depends(engine_of)],
     appender: Annotated[Appender, Depends(appender_of)],
 ) -> dict[str, Any]:
     _check_names(name, alias)
+    async with engine.connect() as conn:
+        if await fetch_alias_target(conn, principal.tenant, name, alias) is None:
+            raise NotFound(f"model {name!r} has no alias {alias!r}")
     [appended] = await appender.append(
         principal.tenant, [alias_event(name, alias, None, uuid.uuid4().int)]
     )

@@ -121,7 +121,8 @@ def start_rollout(
             f"{state.candidate_version!r}; promote or roll it back first",
             service=state.service,
         )
-    if state.model is not None and model != state.model:
+    # A service that serves nothing (its only rollout rolled back) may take any model.
+    if state.model is not None and state.stable_version is not None and model != state.model:
         raise Conflict(
             f"service {state.service!r} serves model {state.model!r}, not {model!r}",
             service=state.service,

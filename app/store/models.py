@@ -19,12 +19,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.store.records import NewEvent
 from app.store.timestamps import parse_rfc3339
@@ -43,6 +44,30 @@ def _json_list(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str) else value
 
 
+_EXACT = 2**53  # RFC 7493 (I-JSON): integers a double holds exactly
+
+
+def _interoperable(value: Any) -> Any:
+    """``value`` if every number in it is finite and within the I-JSON range; the digest
+    is taken over its JSON, which has no infinity, and orjson writes no integer past 64
+    bits (an infinite default would become null, the same as no default)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, float) and not (math.isfinite(item) and abs(item) < _EXACT):
+            raise ValueError(f"number {item!r} is not finite within ±2**53")
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _EXACT:
+            raise ValueError(f"number {item} is outside ±2**53")
+    return value
+
+
+Dimension = Annotated[int, Field(gt=-_EXACT, lt=_EXACT)]  # -1: any size
+
+
 class ColumnSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str | None = None
@@ -53,7 +78,7 @@ class ColumnSpec(BaseModel):
 class TensorInfo(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     dtype: str
-    shape: list[int]
+    shape: list[Dimension]
 
 
 class TensorSpec(BaseModel):
@@ -67,8 +92,8 @@ class ParamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     type: str
-    default: Any = None
-    shape: list[int] | None = None
+    default: Annotated[Any, AfterValidator(_interoperable)] = None
+    shape: list[Dimension] | None = None
 
 
 Specs = Annotated[list[TensorSpec | ColumnSpec], BeforeValidator(_json_list)]

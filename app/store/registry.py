@@ -11,7 +11,7 @@ from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, model_aliases, model_versions
-from app.store.models import REGISTERED, registration_id
+from app.store.models import ALIASED, REGISTERED, registration_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,5 +89,25 @@ async def fetch_registered_digest(
         select(e.model_signature).where(
             e.tenant == tenant, e.id == registration_id(name, version), e.type == REGISTERED
         )
+    )
+    return found.scalar()
+
+
+async def fetch_alias_target(
+    conn: AsyncConnection, tenant: str, name: str, alias: str
+) -> str | None:
+    """The version ``alias`` of model ``name`` points at, read from the log itself (never
+    stale); None when it points nowhere (never set, or removed)."""
+    e = events.c
+    found = await conn.execute(
+        select(e.data["version"].astext)
+        .where(
+            e.tenant == tenant,
+            e.stream == f"causeway:model:{name}",
+            e.type == ALIASED,
+            e.data["alias"].astext == alias,
+        )
+        .order_by(e.position.desc())
+        .limit(1)
     )
     return found.scalar()

@@ -86,6 +86,43 @@ async def events_of_type(client: Client, event_type: str) -> list[dict[str, Any]
 
 
 class TestRouting:
+    async def test_lineage_extensions_route_like_the_others(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(admin, id="run", types=["job"], where=["correlationid=run-9"], kind="k",
+                     queue="runs")  # fmt: skip
+        await define(admin, id="model", types=["job"], where=["ext.modelname exists"], kind="k",
+                     queue="models")  # fmt: skip
+        await admin.post("/models/det/versions", content=registration("1"), headers=JSON)
+        await post(admin, type="job", correlationid="run-9")
+        await post(admin, type="job", correlationid="run-8", modelname="det", modelversion="1")
+        await catch_up(app)
+        found = await queues(admin)
+        assert (found["runs"]["ready"], found["models"]["ready"]) == (1, 1)
+
+    @pytest.mark.parametrize(
+        "debounce",
+        [
+            {"key": "", "window_s": 5},
+            {"key": "user_id", "window_s": 5, "extra": 1},
+            {"key": "a b", "window_s": 5},
+            {"key": "data.x.y", "window_s": 5},
+        ],
+    )
+    async def test_a_debounce_that_could_never_match_is_refused(
+        self, admin: Client, debounce: dict[str, Any]
+    ) -> None:
+        route = {"id": "d", "types": ["job"], "kind": "k", "queue": "q", "debounce": debounce}
+        response = await admin.post("/routes", content=dumps(route), headers=JSON)
+        assert response.status_code == 400, response.text
+        assert "debounce" in response.json()["detail"]
+
+    async def test_unknown_prewarm_fields_are_refused(self, admin: Client) -> None:
+        route = {"id": "p", "types": ["job"],
+                 "prewarm": {"model": "m", "count": 2, "within_s": 1, "x": 1}}  # fmt: skip
+        response = await admin.post("/routes", content=dumps(route), headers=JSON)
+        assert response.status_code == 400
+
     async def test_fan_out_with_attribute_predicates(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -233,6 +270,26 @@ class TestRouting:
 
 
 class TestLeasing:
+    @pytest.mark.parametrize(
+        "capabilities",
+        [b'{"g": 1e400}', b'{"g": NaN}', b'{"g": Infinity}'],
+    )
+    async def test_a_capability_no_float_holds_is_refused(
+        self, worker: Client, capabilities: bytes
+    ) -> None:
+        body = b'{"worker": "w1", "capabilities": ' + capabilities + b"}"
+        response = await worker.post("/queues/q/lease", content=body, headers=JSON)
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+
+    async def test_a_capability_past_64_bits_is_a_number_like_any(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin, requires={"g": 8})
+        body = b'{"worker": "w1", "capabilities": {"g": 100000000000000000000000000000}}'
+        response = await worker.post("/queues/q/lease", content=body, headers=JSON)
+        assert response.status_code == 200, response.text
+
     async def test_priority_then_age_and_requirements(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -467,6 +524,33 @@ class TestResults:
         assert (await admin.get(f"/events/{result['id']}")).status_code == 200
         stored = (await admin.get("/replay?types=result")).text.splitlines()
         assert len(stored) == 1
+
+    async def test_a_number_no_double_holds_is_a_clear_400(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        result = dumps(event(type="result", data={"n": "@"})).replace(b'"@"', b"1e400")
+        body = b'{"lease": "' + leased["lease"].encode() + b'", "events": [' + result + b"]}"
+        response = await worker.post(f"/tasks/{leased['task']['id']}/complete", content=body,
+                                     headers=JSON)  # fmt: skip
+        assert response.status_code == 400
+        assert "infinite" in response.json()["detail"]
+
+    async def test_the_lease_that_completed_a_task_is_not_another_lease(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        done = dumps({"lease": leased["lease"], "events": []})
+        path = f"/tasks/{leased['task']['id']}/complete"
+        assert (await worker.post(path, content=done, headers=JSON)).status_code == 200
+        again = await worker.post(path, content=done, headers=JSON)
+        assert again.status_code == 409
+        assert "another lease" not in again.json()["detail"]
+        assert "is completed" in again.json()["detail"]
 
     async def test_a_result_refused_for_its_model_says_why(
         self, app: FastAPI, admin: Client, worker: Client

@@ -6,8 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from pydantic import ValidationError
 
 from app.errors import BadRequest
+from app.settings import Settings
 from scheduler.placement import OffPeak, WorkerProfile
 
 NOON = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -45,3 +47,10 @@ class TestOffPeak:
     def test_malformed_hours_say_what_they_should_be(self) -> None:
         with pytest.raises(ValueError, match="START-END"):
             OffPeak.parse("late", 3)
+
+
+@pytest.mark.parametrize("priority", [8, 9])
+def test_guaranteed_priorities_cannot_be_held_for_spot_workers(priority: int) -> None:
+    # Spot workers never get 8-9, so holding them back off-peak would leave them to nobody.
+    with pytest.raises(ValidationError, match="less than or equal to 7"):
+        Settings(_env_file=None, scheduler_off_peak_max_priority=priority)

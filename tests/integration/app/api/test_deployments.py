@@ -59,6 +59,27 @@ class TestCommands:
         assert back.json()["stable_version"] == "1"
         assert back.json()["traffic"] == {"1": 100}
 
+    async def test_promote_needs_no_body(self, admin: httpx2.AsyncClient) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        promoted = await admin.post("/deployments/gate/promote")
+        assert promoted.status_code == 200, promoted.text
+        assert promoted.json()["stable_version"] == "1"
+
+    async def test_a_service_that_serves_nothing_takes_another_model(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await admin.post("/models/plates/versions", content=registration("1"), headers=JSON)
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "rollback", reason="wrong model")
+        other = await command(admin, "rollouts", model="plates", version="1")
+        assert other.status_code == 200, other.text
+        assert other.json()["traffic"] == {"1": 100}
+        # Once it serves a model, another one is refused, as before.
+        await command(admin, "promote")
+        refused = await command(admin, "rollouts", model="faces", version="2")
+        assert refused.status_code == 409
+        assert "serves model 'plates'" in refused.json()["detail"]
+
     async def test_a_rollback_during_a_rollout_drops_the_candidate(
         self, admin: httpx2.AsyncClient
     ) -> None:

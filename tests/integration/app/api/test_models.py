@@ -66,6 +66,22 @@ class TestRegister:
         assert response.status_code == 422
         assert response.json()["type"] == "/problems/invalid-request"
 
+    @pytest.mark.parametrize(
+        "signature",
+        [
+            b'{"inputs": [], "outputs": [], "params": [{"name": "p", "type": "x", "default": 1e400}]}',
+            b'{"inputs": [], "outputs": [], "params": [{"name": "p", "type": "x", "default": [1, 100000000000000000000000000000]}]}',
+            b'{"inputs": [{"type": "tensor", "tensor-spec": {"dtype": "float32", "shape": [100000000000000000000000000000]}}], "outputs": []}',
+        ],
+    )  # fmt: skip
+    async def test_numbers_a_digest_cannot_hold_are_422(
+        self, admin: httpx2.AsyncClient, signature: bytes
+    ) -> None:
+        body = b'{"version": "1", "signature": ' + signature + b"}"
+        response = await admin.post("/models/m/versions", content=body, headers=JSON)
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+
     async def test_registering_needs_the_admin_scope(self, client: httpx2.AsyncClient) -> None:
         response = await client.post(
             "/models/faces/versions", content=registration("3"), headers=JSON
@@ -109,6 +125,20 @@ class TestRead:
             "/models/faces/aliases/x", content=dumps({"version": "9"}), headers=JSON
         )
         assert response.status_code == 404
+
+    async def test_removing_an_alias_that_points_nowhere_is_404(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        assert (await admin.delete("/models/nobody/aliases/prod")).status_code == 404
+        await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        put = await admin.put(
+            "/models/faces/aliases/prod", content=dumps({"version": "3"}), headers=JSON
+        )
+        assert put.status_code == 200
+        assert (await admin.delete("/models/faces/aliases/prod")).status_code == 200
+        again = await admin.delete("/models/faces/aliases/prod")
+        assert again.status_code == 404
+        assert again.json()["detail"] == "model 'faces' has no alias 'prod'"
 
     async def test_an_unknown_model_is_404(self, admin: httpx2.AsyncClient) -> None:
         assert (await admin.get("/models/nothing")).status_code == 404
