@@ -3,7 +3,8 @@
 An ``AppError`` keeps its detail and gains ``extensions.code`` (the problem code in upper
 snake case, e.g. ``NOT_FOUND``) and ``extensions.type``. Any other error raised while
 resolving is masked: no SQL, no stack trace reaches the client. Errors of the document
-itself (syntax, validation, the limiters) are shown as they are.
+itself (syntax, validation, the limiters, variables) are shown as they are, coded
+``BAD_REQUEST``.
 """
 
 import logging
@@ -25,9 +26,21 @@ def error_code(exc: AppError) -> str:
     return exc.code.upper().replace("-", "_")
 
 
+def code_document_error(error: GraphQLError) -> None:
+    """Code an error of the document itself (syntax, validation, the limiters, variables
+    that do not coerce) ``BAD_REQUEST``, in place, like every other error. A document
+    that does not parse never reaches ``ProblemErrors``: the schema's ``process_errors``
+    calls this for those."""
+    original = error.original_error
+    of_the_document = original is None or isinstance(original, GraphQLError)
+    if of_the_document and "code" not in (error.extensions or {}):
+        error.extensions = {**(error.extensions or {}), "code": "BAD_REQUEST"}
+
+
 def _render(error: GraphQLError) -> GraphQLError:
     original = error.original_error
     if original is None or isinstance(original, GraphQLError):
+        code_document_error(error)
         return error
     if isinstance(original, DataError | psycopg.DataError):  # see problems.on_bad_value
         original = BadRequest(BAD_VALUE)

@@ -22,9 +22,11 @@ from starlette.responses import Response
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
+from strawberry.types.unset import UNSET
 
 from app.api.auth import Authenticator
 from app.api.deps import authorize
+from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
@@ -51,13 +53,28 @@ def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
             )
             start = body.lstrip(b" \t\r\n")[:1]
             if start and start not in b"{[":
-                raise HTTPException(400, "A GraphQL request is a JSON object")
+                raise BadRequest("a GraphQL request is a JSON object")
             return body
 
     return BoundedBody
 
 
+async def _as_problem(answer: Awaitable[Any]) -> Any:
+    """``answer``, with Strawberry's refusals of a request's shape (not JSON, no query,
+    a batch, bad variables, the wrong content type) raised as a ``BadRequest``: both
+    faces would answer them as plain text, and every error here is a problem."""
+    try:
+        return await answer
+    except HTTPException as exc:
+        if exc.status_code == 400:
+            raise BadRequest(exc.reason) from None
+        raise
+
+
 class _Router(GraphQLRouter[Context, None]):
+    async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
+        return await _as_problem(super().run(request, context=context, root_value=root_value))
+
     def encode_json(self, data: object) -> bytes:
         # orjson: the standard library's encoder took 2% of an audit request's time.
         return orjson.dumps(data)
@@ -84,6 +101,9 @@ class GraphQLApp(GraphQL[Context, None]):
         if not isinstance(request, StarletteRequest):
             raise TypeError("GraphQLApp answers HTTP requests only: subscriptions go to the router")
         return await self._context_of(request)
+
+    async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
+        return await _as_problem(super().run(request, context=context, root_value=root_value))
 
     def encode_json(self, data: object) -> bytes:
         return orjson.dumps(data)

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 import psycopg
 import strawberry
+from graphql import GraphQLError
 from sqlalchemy.exc import OperationalError
 from strawberry.extensions import (
     AddValidationRules,
@@ -20,10 +21,11 @@ from strawberry.extensions import (
     ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
+from strawberry.types import ExecutionContext
 
 from app.errors import BadRequest, Timeout
 from app.graphql.context import Context
-from app.graphql.errors import ProblemErrors
+from app.graphql.errors import ProblemErrors, code_document_error
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
 from app.graphql.types import (
@@ -262,6 +264,15 @@ def _bound(value: int, cap: int) -> int:
     return min(value, cap)
 
 
+class _Schema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        for error in errors:
+            code_document_error(error)
+        super().process_errors(errors, execution_context)
+
+
 def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
     # The limiters' validation rules are classes made when a limiter is made: made once
     # here, so the validation cache (keyed by document and rules) hits across requests.
@@ -269,7 +280,7 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
         *QueryDepthLimiter(max_depth=limits.max_query_depth).validation_rules,
         *MaxAliasesLimiter(max_alias_count=limits.max_aliases).validation_rules,
     ]
-    return strawberry.Schema(
+    return _Schema(
         query=Query,
         config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
         execution_context_class=FlatListExecutionContext,

@@ -507,6 +507,22 @@ class TestLimits:
             tight, '{ event(id: "x") { causes { causes { causes { causes { id } } } } } }'
         )
         assert "exceeds maximum operation depth" in body["errors"][0]["message"]
+        assert body["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+    @pytest.mark.parametrize(
+        ("query", "variables"),
+        [
+            ("{ nope }", {}),
+            ("{ event(id: ", {}),
+            ("query ($p: BigInt) { events(filter: {positionFrom: $p}) { edges { cursor } } }",
+             {"p": -1}),
+        ],
+    )  # fmt: skip
+    async def test_errors_of_the_document_are_bad_requests(
+        self, tight: httpx2.AsyncClient, query: str, variables: dict[str, Any]
+    ) -> None:
+        body = await ask(tight, query, **variables)
+        assert body["errors"][0]["extensions"]["code"] == "BAD_REQUEST", body
 
     async def test_too_many_aliases_are_refused(self, tight: httpx2.AsyncClient) -> None:
         body = await ask(
@@ -689,6 +705,10 @@ class TestBehindAPathPrefix:
             (reader, b"{ __typename }", {"Content-Type": "text/plain"}),
             (reader, b" null", json_type),
             (reader, b'"{ __typename }"', json_type),
+            (reader, dumps([{"query": "{ __typename }"}]), json_type),
+            (reader, dumps({"query": 5}), json_type),
+            (reader, dumps({"query": "{ __typename }", "variables": "{}"}), json_type),
+            (reader, dumps({"query": "{ __typename }", "operationName": "Nope"}), json_type),
             (reader, dumps({"query": "{ __typename }", "pad": "x" * 3000}), json_type),
             ("nope", dumps({"query": "{ __typename }"}), json_type),
             (writer, dumps({"query": "{ __typename }"}), json_type),
@@ -716,7 +736,9 @@ class TestBehindAPathPrefix:
                 )
             assert answers[0] == answers[1], body
             statuses.append(answers[0][0])
-        assert statuses == [200, 200, 400, 400, 400, 400, 400, 413, 401, 403]
+            if answers[0][0] >= 400:  # every refusal is a problem, none plain text
+                assert (answers[0][1] or "").startswith("application/problem+json"), answers[0]
+        assert statuses == [200, 200, *[400] * 9, 413, 401, 403]
         assert handed == ["/graphql"] * len(requests)
 
 
