@@ -104,8 +104,27 @@ async def audit(
         derived=[e for e in ancestors if e.record.causes],
         models=sorted(models.values(), key=lambda m: (m.name, m.version or "")),
         trace=answer,
-        chain_verified=all(_is_sealed(n) for n in answer.nodes),
+        chain_verified=all(_is_sealed(n) for n in answer.nodes) and _walk_follows_causes(answer),
         truncated=answer.truncated,
+    )
+
+
+def _walk_follows_causes(answer: Trace) -> bool:
+    """Whether the upstream walk reached what the events' hashed causes name, and only
+    that. The walk follows ``event_causes``, which the chain does not cover: a forged
+    edge brings in an event no event in the answer names, and a deleted one leaves out a
+    cause one names. Nodes at the walk's last two levels may have causes the cut left
+    out (by depth or by the node cap), so only the levels before are held to all of
+    theirs, unless nothing was cut."""
+    walked = {n.event.record.id for n in answer.nodes}
+    named = {cause for n in answer.nodes for cause in n.event.record.causes}
+    if not walked - {answer.root.record.id} <= named:
+        return False
+    last = answer.nodes[-1].depth  # nodes come by depth
+    return all(
+        set(n.event.record.causes) <= walked
+        for n in answer.nodes
+        if not answer.truncated or n.depth + 1 < last
     )
 
 

@@ -32,6 +32,7 @@ from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
 from app.store.chain import ChainRecord
 from app.store.models import REGISTERED, Registration, registration_from, registration_id
 from app.store.records import Appended, NewEvent
+from app.store.timestamps import parse_rfc3339
 
 Outcome = list[Appended] | AppError
 NOTIFY_CHANNEL = "causeway_events"
@@ -220,7 +221,7 @@ def copy_line(row: Row, recorded_at: str) -> str:
         event.type,
         event.subject,
         # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
-        None if event.time_value is None else event.time_value.astimezone(UTC).isoformat(),
+        _time_column(event),
         event.time,
         recorded_at,
         event.stream,
@@ -254,6 +255,16 @@ def copy_line(row: Row, recorded_at: str) -> str:
         for i, f in enumerate(fields)
     ]
     return "\t".join(escaped) + "\n"
+
+
+def _time_column(event: NewEvent) -> str | None:
+    """The ``time`` column: the instant of the ``time`` text (``causeway verify`` holds
+    the two together), from ``time_value`` as ingest parsed it, or parsed here for an
+    event built in code with the text only."""
+    value = event.time_value
+    if value is None and event.time is not None:
+        value, _ = parse_rfc3339(event.time)
+    return None if value is None else value.astimezone(UTC).isoformat()
 
 
 def _encoded(text: str, encoding: str) -> bytes:

@@ -178,6 +178,41 @@ class TestAudit:
         assert forged in ids(answer["sourceEvents"]) | {answer["decision"]["id"]}
         assert answer["chainVerified"] is False
 
+    @pytest.mark.parametrize(
+        "statements",
+        [
+            # An edge needs no trigger disabled: tumor-1 made to derive from img-2.
+            pytest.param(
+                ["INSERT INTO event_causes (effect, cause) SELECT e.position, c.position"
+                 " FROM events e, events c WHERE e.id = 'tumor-1' AND c.id = 'img-2'"],
+                id="a forged edge",
+            ),
+            pytest.param(
+                ["ALTER TABLE event_causes DISABLE TRIGGER event_causes_append_only",
+                 "DELETE FROM event_causes WHERE effect = (SELECT position FROM events"
+                 " WHERE id = 'pre-1')",
+                 "ALTER TABLE event_causes ENABLE TRIGGER event_causes_append_only"],
+                id="a deleted edge",
+            ),
+        ],
+    )  # fmt: skip
+    async def test_a_causal_graph_that_differs_from_the_hashed_causes_fails_verification(
+        self, client: httpx2.AsyncClient, database_url: URL, statements: list[str]
+    ) -> None:
+        """Walks follow event_causes, which the chain does not cover: a forged edge brings
+        in an event no event in the answer names, a deleted one leaves out a named cause."""
+        before = (await ask(client, AUDIT, id="tumor-1"))["data"]["audit"]
+        assert before["chainVerified"] is True
+        with psycopg.connect(
+            database_url.set(drivername="postgresql").render_as_string(hide_password=False),
+            autocommit=True,
+        ) as conn:
+            for statement in statements:
+                conn.execute(statement)
+        answer = (await ask(client, AUDIT, id="tumor-1"))["data"]["audit"]
+        assert ids(answer["sourceEvents"]) != ids(before["sourceEvents"])
+        assert answer["chainVerified"] is False
+
 
 async def test_the_chain_verifies_over_every_shape_of_stored_event(
     client: httpx2.AsyncClient,

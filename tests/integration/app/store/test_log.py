@@ -234,6 +234,55 @@ class TestHashChain:
         assert report.bad_position == 2
         assert report.count == 1
 
+    async def test_a_forged_causal_edge_is_found_at_its_effect(self, engine: AsyncEngine) -> None:
+        # The graph's edges are not hashed: walks read them, so they must be what the
+        # hashed causes name. Inserting one needs no trigger disabled.
+        await append(engine, "acme", new("a"), new("b"), new("c", causes=("b",)))
+        async with engine.begin() as conn:
+            await conn.execute(text("INSERT INTO event_causes (effect, cause) VALUES (3, 1)"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert (report.bad_position, report.reason) == (
+            3,
+            "causal edges differ from the causes it was hashed with",
+        )
+
+    async def test_a_deleted_causal_edge_is_found_at_its_effect(self, engine: AsyncEngine) -> None:
+        await append(engine, "acme", new("a"), new("b", causes=("a",)), new("c"))
+        async with engine.begin() as conn:
+            await conn.execute(
+                text("ALTER TABLE event_causes DISABLE TRIGGER event_causes_append_only")
+            )
+            await conn.execute(text("DELETE FROM event_causes WHERE effect = 2"))
+            await conn.execute(
+                text("ALTER TABLE event_causes ENABLE TRIGGER event_causes_append_only")
+            )
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert report.bad_position == 2
+        assert report.reason is not None
+        assert "causal edges" in report.reason
+
+    async def test_a_rewritten_time_column_is_found(self, engine: AsyncEngine) -> None:
+        # Filters read the time column; the chain holds the text it was derived from.
+        sent = "2026-11-30T12:00:00Z"
+        await append(engine, "acme", new("a", time=sent, time_value=parse_rfc3339(sent)[0]))
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
+            await conn.execute(text("UPDATE events SET time = '2020-01-01T00:00:00Z'"))
+            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert (report.bad_position, report.reason) == (1, "time differs from the hashed time")
+
+    async def test_a_missing_log_head_is_a_break_not_a_crash(self, engine: AsyncEngine) -> None:
+        await append(engine, "acme", new("a"))
+        async with engine.begin() as conn:
+            await conn.execute(text("DELETE FROM log_head"))
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert report.reason == "the log head row is missing"
+
     async def test_a_deleted_last_event_is_found(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b"))
         async with engine.begin() as conn:
