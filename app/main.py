@@ -15,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
 from app.api.deps import authorize, require
+from app.api.replay import ReplaySlots
 from app.db.engine import create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
@@ -159,6 +160,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.replay_slots = ReplaySlots(settings.replay_max_streams)
     app.state.appender = appender
     app.state.runner = runner
     app.state.scheduler_controller = controller

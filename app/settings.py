@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
     replay_fetch_rows: int = Field(default=1000, ge=1)
+    replay_max_streams: int = Field(default=8, ge=1)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
     statement_timeout_ms: int = Field(default=30_000, ge=0)

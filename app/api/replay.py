@@ -4,25 +4,35 @@
 Rows come from a server-side cursor and go out as they arrive (Parquet: a row group at a
 time), so memory stays flat whatever the size of the store. ``after`` resumes after the
 last position a client saw.
+
+A replay holds a pooled connection for as long as its client takes to read, so a process
+serves ``replay_max_streams`` at once (``ReplaySlots``) and answers more with a 503: slow
+readers never take the pool every other request needs. The connection is taken, and the
+first rows read, before the response begins, so that a replay that cannot start is a
+problem (503, 500), never a 200 with a broken body.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import APIRouter, Depends, Query
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.types import Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from app.api.deps import engine_of, require, settings_of
-from app.errors import BadRequest
+from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter
 from app.store.timestamps import parse_time_parameter
 
+T = TypeVar("T")
+_END: Any = object()
 NDJSON = "application/x-ndjson"
 PARQUET = "application/vnd.apache.parquet"
 router = APIRouter(tags=["replay"])
@@ -59,13 +69,107 @@ def replay_filter(
     )
 
 
+class ReplaySlots:
+    """How many replays this process streams at once; each holds a connection."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.taken = 0
+
+    def take(self) -> None:
+        if self.taken >= self.slots:
+            raise Unavailable(
+                f"{self.slots} replays are streaming already; try again shortly",
+                headers={"Retry-After": "1"},
+                max_streams=self.slots,
+            )
+        self.taken += 1
+
+    def give_back(self) -> None:
+        self.taken -= 1
+
+
+class _Streamed(StreamingResponse):
+    """The rest of a replay whose first part was read already: its generators are
+    closed (the connection goes back) and the slot given back however the response
+    ends."""
+
+    def __init__(
+        self,
+        first: bytes,
+        rest: AsyncGenerator[bytes],
+        owned: _Owned,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(_chained(first, rest), **kwargs)
+        self._owned = owned
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._owned.release()
+
+
+class _Owned:
+    """What one replay holds: its slot, and the generators that hold its connection."""
+
+    def __init__(self, slots: ReplaySlots, *generators: AsyncGenerator[Any]) -> None:
+        self._slots = slots
+        self._generators = list(generators)
+
+    async def release(self) -> None:
+        try:
+            for generator in self._generators:
+                await generator.aclose()
+        finally:
+            self._slots.give_back()
+
+
+async def _chained(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for part in rest:
+        yield part
+
+
+async def _primed(source: AsyncGenerator[T]) -> AsyncGenerator[T]:
+    """``source`` with its first item read now (a connection taken, a cursor opened,
+    rows fetched), so that failing to start fails the caller, not a response."""
+    first = await anext(source, _END)
+
+    async def rest() -> AsyncGenerator[T]:
+        if first is _END:
+            return
+        yield first
+        async for item in source:
+            yield item
+
+    return rest()
+
+
+async def _started(
+    body: AsyncGenerator[bytes], owned: _Owned, media_type: str, **kwargs: Any
+) -> Response:
+    """The response for ``body``, once its first part is read: what fails before that is
+    the request's error (a problem), not a 200 with a broken body."""
+    try:
+        first = await anext(body, None)
+    except BaseException:
+        await owned.release()
+        raise
+    if first is None:
+        await owned.release()
+        return Response(b"", media_type=media_type, **kwargs)
+    return _Streamed(first, body, owned, media_type=media_type, **kwargs)
+
+
 def split_types(text: str | None) -> tuple[str, ...]:
     return tuple(t.strip() for t in (text or "").split(",") if t.strip())
 
 
 async def ndjson_lines(
     engine: AsyncEngine, tenant: str, selection: EventFilter, fetch_rows: int
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     async with engine.connect() as conn:
         async for chunk in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
             yield chunk.text.encode()
@@ -73,7 +177,7 @@ async def ndjson_lines(
 
 async def row_chunks(
     engine: AsyncEngine, tenant: str, selection: EventFilter, fetch_rows: int
-) -> AsyncIterator[list[tuple[Any, ...]]]:
+) -> AsyncGenerator[list[tuple[Any, ...]]]:
     async with engine.connect() as conn:
         async for rows in EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows):
             yield rows
@@ -86,13 +190,17 @@ async def row_chunks(
     responses={200: {"content": {NDJSON: {}, PARQUET: {}}}},
 )
 async def replay(
+    request: Request,
     principal: Annotated[Principal, Depends(require(Scope.READ))],
     engine: Annotated[AsyncEngine, Depends(engine_of)],
     settings: Annotated[Settings, Depends(settings_of)],
     after: Annotated[
         int, Query(ge=0, le=MAX_POSITION, description="resume after this position")
     ] = 0,
-    types: Annotated[str | None, Query(description="comma-separated event types")] = None,
+    types: Annotated[
+        list[str] | None,
+        Query(description="event types: comma-separated, or the parameter repeated"),
+    ] = None,
     stream: str | None = None,
     source: str | None = None,
     correlationid: str | None = None,
@@ -105,23 +213,32 @@ async def replay(
         Literal["ndjson", "parquet"],
         Query(description="ndjson: a structured CloudEvent a line; parquet: a column each"),
     ] = "ndjson",
-) -> StreamingResponse:
+) -> Response:
     selection = replay_filter(
-        after, types, stream, source, correlationid, modelname, modelversion, since, until, limit
-    )
+        after,
+        None if types is None else ",".join(types),
+        stream, source, correlationid, modelname, modelversion, since, until, limit,
+    )  # fmt: skip
+    slots: ReplaySlots = request.app.state.replay_slots
+    slots.take()
+    fetch_rows = settings.replay_fetch_rows
     if format == "parquet":
         # Imported on first use: pyarrow adds 40 MB and half a second to every process
         # that loads it, and most never write Parquet.
         from app.store.parquet import parquet_file
 
-        return StreamingResponse(
-            parquet_file(
-                row_chunks(engine, principal.tenant, selection, settings.replay_fetch_rows)
-            ),
-            media_type=PARQUET,
+        rows = row_chunks(engine, principal.tenant, selection, fetch_rows)
+        try:
+            chunks = await _primed(rows)  # the file's header needs no rows: read some first
+        except BaseException:
+            slots.give_back()
+            raise
+        body = parquet_file(chunks)
+        return await _started(
+            body,
+            _Owned(slots, body, chunks, rows),
+            PARQUET,
             headers={"Content-Disposition": 'attachment; filename="replay.parquet"'},
         )
-    return StreamingResponse(
-        ndjson_lines(engine, principal.tenant, selection, settings.replay_fetch_rows),
-        media_type=NDJSON,
-    )
+    lines = ndjson_lines(engine, principal.tenant, selection, fetch_rows)
+    return await _started(lines, _Owned(slots, lines), NDJSON)

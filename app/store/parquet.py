@@ -13,7 +13,7 @@ refuses it rather than taking it for the whole answer.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -80,7 +80,7 @@ async def parquet_file(
     *,
     row_group_rows: int = ROW_GROUP_ROWS,
     row_group_bytes: int = ROW_GROUP_BYTES,
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes]:
     """A Parquet file of the rows ``chunks`` give (in ``SCHEMA``'s column order), in
     pieces: the header at once, each row group as soon as it holds ``row_group_rows`` or
     ``row_group_bytes`` of column data, then the footer. Each chunk becomes Arrow columns

@@ -8,8 +8,11 @@ import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import text
 
-from tests.integration.conftest import MakeKey
+from app.main import create_app, dispose
+from app.settings import Settings
+from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
 DAY2, DAY3 = "2026-01-02T00:00:00Z", "2026-01-03T00:00:00Z"
@@ -124,6 +127,57 @@ class TestReplay:
         await client.post("/events", content=dumps(batch), headers=BATCH)
         got = lines(await client.get("/replay"))
         assert [e["data"]["i"] for e in got] == list(range(2500))
+
+
+class TestReplayStreams:
+    """A replay holds a connection while its client reads: a process streams a bounded
+    number at once, and a replay that cannot start is a problem, not a broken 200."""
+
+    @pytest.mark.parametrize("params", [{}, {"format": "parquet"}, {"types": "none.such"}])
+    async def test_every_replay_gives_its_slot_back(
+        self, app: FastAPI, client: httpx2.AsyncClient, params: dict[str, str]
+    ) -> None:
+        await client.post("/events", content=dumps([event(), event()]), headers=BATCH)
+        for _ in range(3):
+            assert (await client.get("/replay", params=params)).status_code == 200
+        assert app.state.replay_slots.taken == 0
+
+    async def test_past_the_slots_a_replay_is_a_503_and_the_rest_answers(
+        self, app: FastAPI, client: httpx2.AsyncClient
+    ) -> None:
+        slots = app.state.replay_slots
+        for _ in range(slots.slots):
+            slots.take()  # as slow readers would
+        refused = await client.get("/replay")
+        assert refused.status_code == 503
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["max_streams"] == slots.slots
+        assert (await client.post("/events", content=dumps(event()), headers=STRUCTURED)).is_success
+        slots.give_back()
+        assert (await client.get("/replay")).status_code == 200
+
+    @pytest.mark.parametrize("replay_format", ["ndjson", "parquet"])
+    async def test_a_replay_that_cannot_start_is_a_problem(
+        self, database_url: Any, engine: Any, make_key: MakeKey, replay_format: str
+    ) -> None:
+        app = create_app(
+            Settings(_env_file=None, statement_timeout_ms=300), database_url=database_url
+        )
+        key = await make_key("acme", "read")
+        async with asgi_client(app, key) as client, engine.connect() as blocker:
+            await blocker.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+            response = await client.get("/replay", params={"format": replay_format})
+            await blocker.rollback()
+        assert response.status_code == 503, response.text
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert app.state.replay_slots.taken == 0
+        await dispose(app)
+
+    async def test_repeated_types_add_up(self, client: httpx2.AsyncClient) -> None:
+        sent = [event(type="a.v1"), event(type="b.v1"), event(type="c.v1")]
+        await client.post("/events", content=dumps(sent), headers=BATCH)
+        got = lines(await client.get("/replay?types=a.v1&types=c.v1"))
+        assert [e["type"] for e in got] == ["a.v1", "c.v1"]
 
 
 class TestTenants:
