@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated, Any, NoReturn
 
+import psycopg
 import typer
 import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import URL
+from sqlalchemy.exc import DBAPIError
 
 from app.api.replay import replay_filter
 from app.db.embedded import EmbeddedPostgres
@@ -37,7 +39,7 @@ from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_sta
 from app.settings import Settings
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
-from app.store.records import EventFilter
+from app.store.records import MAX_POSITION, EventFilter
 from app.store.verify import ChainReport, verify_chain
 from evs_bridge.cli import cli as evs_cli
 
@@ -97,7 +99,9 @@ def database(settings: Settings) -> Iterator[Database]:
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address [CAUSEWAY_HOST]")] = None,
-    port: Annotated[int | None, typer.Option(help="port [CAUSEWAY_PORT]")] = None,
+    port: Annotated[
+        int | None, typer.Option(min=0, max=65535, help="port, 0 for any free one [CAUSEWAY_PORT]")
+    ] = None,
     migrate: Annotated[bool, typer.Option(help="migrate the database to head first")] = False,
     workers: Annotated[
         int | None, typer.Option(min=1, help="server processes [CAUSEWAY_WORKERS]")
@@ -119,7 +123,8 @@ def serve(
                 )
         if embedded:
             _bootstrap_admin_key(settings, url)
-        bind_host, bind_port = host or settings.host, port or settings.port
+        bind_host = host or settings.host
+        bind_port = settings.port if port is None else port
         processes = workers or settings.workers
         if processes > 1:
             # Each worker builds its own app (and engine) from the environment.
@@ -209,7 +214,7 @@ _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
 
 def _parse_anchor(text: str) -> tuple[int, bytes]:
     found = _ANCHOR.fullmatch(text)
-    if found is None or int(found[1]) == 0:
+    if found is None or not 0 < int(found[1]) <= MAX_POSITION:
         fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
     return int(found[1]), bytes.fromhex(found[2])
 
@@ -229,7 +234,9 @@ async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
 def replay(
     out: Annotated[Path, typer.Option("--out", help="file to write ('-' for stdout)")],
     tenant: Annotated[str, typer.Option(help="tenant to replay")] = "default",
-    after: Annotated[int, typer.Option(min=0, help="resume after this position")] = 0,
+    after: Annotated[
+        int, typer.Option(min=0, max=MAX_POSITION, help="resume after this position")
+    ] = 0,
     types: Annotated[str | None, typer.Option(help="comma-separated event types")] = None,
     stream: Annotated[str | None, typer.Option()] = None,
     source: Annotated[str | None, typer.Option()] = None,
@@ -238,7 +245,7 @@ def replay(
     modelversion: Annotated[str | None, typer.Option()] = None,
     since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
     until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
-    limit: Annotated[int | None, typer.Option(min=1)] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_POSITION)] = None,
     format: Annotated[
         str, typer.Option("--format", help="ndjson (a CloudEvent a line) or parquet")
     ] = "ndjson",
@@ -276,7 +283,42 @@ async def _replay(
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
     count = 0
     to_stdout = str(out) == "-"
-    sink: IO[bytes] = sys.stdout.buffer if to_stdout else out.open("wb")
+    # Written beside the target and renamed when complete: a replay that fails half way
+    # leaves an earlier export of the same name as it was.
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        async with engine.connect() as conn:
+            sink = sys.stdout.buffer if to_stdout else _open_for_writing(partial, out)
+            try:
+                count = await _write_replay(conn, sink, tenant, selection, fetch_rows, form)
+            except BaseException:
+                if not to_stdout:
+                    sink.close()
+                    partial.unlink(missing_ok=True)
+                raise
+            if to_stdout:
+                sink.flush()
+            else:
+                sink.close()
+                partial.replace(out)
+    finally:
+        await engine.dispose()
+    return count
+
+
+def _open_for_writing(partial: Path, out: Path) -> IO[bytes]:
+    if out.is_dir():
+        fail(f"--out {out}: is a directory")
+    try:
+        return partial.open("wb")
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror or exc}")
+
+
+async def _write_replay(
+    conn: Any, sink: IO[bytes], tenant: str, selection: EventFilter, fetch_rows: int, form: str
+) -> int:
+    count = 0
     try:
         with Progress(
             SpinnerColumn(),
@@ -286,33 +328,28 @@ async def _replay(
             transient=True,
         ) as progress:
             task = progress.add_task("replay", total=None)
-            async with engine.connect() as conn:
-                reader = EventReader(conn)
-                if form == "parquet":
-                    from app.store.parquet import parquet_file  # pyarrow: on first use
+            reader = EventReader(conn)
+            if form == "parquet":
+                from app.store.parquet import parquet_file  # pyarrow: on first use
 
-                    async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
-                        nonlocal count
-                        async for chunk in reader.replay_rows(
-                            tenant, selection, fetch_rows=fetch_rows
-                        ):
-                            count += len(chunk)
-                            progress.update(task, completed=count)
-                            yield chunk
-
-                    async for piece in parquet_file(rows()):
-                        sink.write(piece)
-                else:
-                    async for lines in reader.replay(tenant, selection, fetch_rows=fetch_rows):
-                        sink.write(lines.text.encode())
-                        count += lines.count
+                async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
+                    nonlocal count
+                    async for chunk in reader.replay_rows(tenant, selection, fetch_rows=fetch_rows):
+                        count += len(chunk)
                         progress.update(task, completed=count)
-    finally:
-        if to_stdout:
-            sink.flush()
-        else:
-            sink.close()
-        await engine.dispose()
+                        yield chunk
+
+                async for piece in parquet_file(rows()):
+                    sink.write(piece)
+            else:
+                async for lines in reader.replay(tenant, selection, fetch_rows=fetch_rows):
+                    sink.write(lines.text.encode())
+                    count += lines.count
+                    progress.update(task, completed=count)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        fail(f"writing the replay: {exc.strerror or exc}", 1)
     return count
 
 
@@ -355,7 +392,9 @@ async def _status(url: URL | str) -> list[ProjectionStatus]:
 @projections_cli.command("rebuild")
 def projections_rebuild(
     name: Annotated[str, typer.Argument(help="the projection to rebuild")],
-    timeout_s: Annotated[float, typer.Option(help="how long to wait for a running leader")] = 600,
+    timeout_s: Annotated[
+        float, typer.Option(min=0, help="how long to wait for a running leader")
+    ] = 600,
 ) -> None:
     """Rebuild a read model from position 0; readers see the old one until it is done."""
     settings = load_settings()
@@ -428,11 +467,18 @@ async def _revoke(url: URL | str, key_id: str) -> None:
 
 
 def main() -> None:
-    """Run the CLI; a usage error is one line on stderr and exit code 2."""
+    """Run the CLI; a usage error, or a database the command cannot use (unreachable,
+    refusing the login, not migrated), is one line on stderr and exit code 2."""
     try:
         code = cli(standalone_mode=False)
     except typer.Abort:
         raise SystemExit(1) from None
+    except (DBAPIError, psycopg.Error) as exc:
+        detail = _database_problem(exc)
+        if detail is None:
+            raise
+        typer.echo(f"error: {detail}", err=True)
+        raise SystemExit(2) from None
     except Exception as exc:
         # Typer vendors click, so its UsageError is matched by shape: exit code 2 and a
         # message, as click's own is.
@@ -443,6 +489,18 @@ def main() -> None:
         typer.echo(f"error: {exc.format_message()}", err=True)
         raise SystemExit(2) from None
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _database_problem(exc: DBAPIError | psycopg.Error) -> str | None:
+    """What is wrong with the database a command was given, in one line, or None for an
+    error that is not about which database it is (those keep their traceback)."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    if isinstance(cause, psycopg.errors.UndefinedTable):
+        return f"the database is not migrated ({first}); run `causeway migrate`"
+    if isinstance(cause, psycopg.OperationalError):
+        return f"cannot use the database: {first}"
+    return None
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import psycopg
 import pytest
@@ -152,3 +153,29 @@ class TestVerify:
         assert result.stderr == (
             f"error: --anchor takes POSITION:HASH (a position and 64 hex digits), not {anchor!r}\n"
         )
+
+
+class TestReplayOutput:
+    def test_a_failed_replay_leaves_an_earlier_export_as_it_was(
+        self, run: CliRunner, database_url: URL, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        store(database_url, "acme", 3)
+        out = tmp_path / "acme.ndjson"
+        assert run.invoke(cli, ["replay", "--tenant", "acme", "--out", str(out)]).exit_code == 0
+        exported = out.read_bytes()
+        assert exported.count(b"\n") == 3
+        monkeypatch.setenv("CAUSEWAY_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+        failed = run.invoke(cli, ["replay", "--tenant", "acme", "--out", str(out)])
+        assert failed.exit_code != 0
+        assert out.read_bytes() == exported
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["acme.ndjson"]
+
+    @pytest.mark.parametrize("target", ["missing/dir/x.ndjson", "."])
+    def test_an_unwritable_out_is_one_line_and_exit_2(
+        self, run: CliRunner, tmp_path: Any, target: str
+    ) -> None:
+        out = tmp_path / target
+        result = run.invoke(cli, ["replay", "--out", str(out)])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: --out {out}: ")
+        assert result.stderr.count("\n") == 1

@@ -13,6 +13,19 @@ from app.cli import main
         (["keys", "create", "--tenant", "x"], "error: Missing option '--scopes'.\n"),
         (["serve", "--workers", "0"], "error: Invalid value for '--workers'"),
         (["nosuch"], "error: No such command 'nosuch'.\n"),
+        (["serve", "--port", "99999"], "error: Invalid value for '--port'"),
+        (
+            ["replay", "--out", "x", "--after", "99999999999999999999"],
+            "error: Invalid value for '--after'",
+        ),
+        (
+            ["replay", "--out", "x", "--limit", "99999999999999999999"],
+            "error: Invalid value for '--limit'",
+        ),
+        (
+            ["projections", "rebuild", "model-registry", "--timeout-s", "-1"],
+            "error: Invalid value for '--timeout-s'",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(
@@ -27,4 +40,31 @@ def test_usage_errors_are_one_line_and_exit_2(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(message)
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [
+        (["verify"], "error: cannot use the database: connection failed:"),
+        (["projections", "status"], "error: cannot use the database: connection failed:"),
+        (["keys", "create", "--tenant", "t", "--scopes", "read"], "error: cannot use the database:"),
+        (["replay", "--out", "-"], "error: cannot use the database:"),
+        (["migrate"], "error: cannot use the database:"),
+    ],
+)  # fmt: skip
+def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
+    command: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Port 1 on loopback: nothing listens there, so the connection is refused at once.
+    monkeypatch.setenv("CAUSEWAY_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setattr("sys.argv", ["causeway", *command])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message), err
     assert err.count("\n") == 1
