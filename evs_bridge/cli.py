@@ -41,7 +41,7 @@ from evs_bridge.output import NdjsonSink, Output, OutputConfig, Sink, StoreRefus
 from evs_bridge.pipeline import PipelineConfig, PipelineStats
 from evs_bridge.regions import RegionParams
 from evs_bridge.replay import DEFAULT_CHUNK_EVENTS, BridgeSettings, send_recording
-from evs_bridge.spool import Spool, SpoolBusy
+from evs_bridge.spool import Spool, SpoolBusy, SpoolCorrupt
 from evs_bridge.windows import WindowSpec
 from ingest.client import CausewayClient
 
@@ -421,6 +421,8 @@ def _output(
             yield Output(sink, opened, config)
         except StoreRefused as exc:
             fail(f"{exc} (events kept in {directory})")
+        except SpoolCorrupt as exc:
+            fail(str(exc))
         finally:
             opened.close()
 

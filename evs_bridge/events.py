@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+MAX_SIDE_PX = 8192
+"""The widest and tallest sensor the bridge takes (today's are 1280x720 at most)."""
+
 EVENT_DTYPE = np.dtype([("x", "<u2"), ("y", "<u2"), ("p", "u1"), ("t", "<i8")])
 
 Events = npt.NDArray[Any]
@@ -32,7 +35,10 @@ class ClockDomain(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RecordingInfo:
-    """What a source says about itself before any event is read."""
+    """What a source says about itself before any event is read. The geometry is refused
+    (``ValueError``) outside 0-``MAX_SIDE_PX`` a side: the filters allocate a cell per
+    pixel, so a file that declares (or an array whose coordinates reach) 65,536 pixels a
+    side would have them allocate tens of GiB."""
 
     sensor: str
     """The sensor model or family as the source names it, e.g. ``prophesee-evt3``."""
@@ -42,6 +48,13 @@ class RecordingInfo:
     format: str
     """``evt3``, ``evt2``, ``aedat4``, ``rosbag2-evt3``, ``rosbag2-libcaer``, ``npz``, ``npy``."""
     metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # 0x0: an array of no events, which names no geometry.
+        if not (0 <= self.width <= MAX_SIDE_PX and 0 <= self.height <= MAX_SIDE_PX):
+            raise ValueError(
+                f"geometry {self.width}x{self.height} is outside 0-{MAX_SIDE_PX} pixels a side"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,13 +49,12 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from evs_bridge.decoders import Evt3Decoder
-from evs_bridge.events import EVENT_DTYPE, ClockDomain, EventChunk, Events
+from evs_bridge.events import EVENT_DTYPE, MAX_SIDE_PX, ClockDomain, EventChunk, Events
 from evs_bridge.lineage import SourceRef
 from evs_bridge.output import Output, StoreRefused, StoreUnavailable
 from evs_bridge.packets import (
     HEADER,
     MAGIC,
-    MAX_SIDE_PX,
     VERSION,
     BadPacket,
     Encoding,

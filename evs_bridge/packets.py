@@ -30,13 +30,11 @@ from enum import IntEnum
 
 import numpy as np
 
-from evs_bridge.events import EVENT_DTYPE, ClockDomain, Events
+from evs_bridge.events import EVENT_DTYPE, MAX_SIDE_PX, ClockDomain, Events
 
 MAGIC = b"EVSB"
 VERSION = 1
 HEADER = struct.Struct("<4sBBBBHHQ")
-MAX_SIDE_PX = 8192
-"""Packets for a larger geometry are refused: the filters allocate per pixel."""
 
 
 class Encoding(IntEnum):

@@ -54,6 +54,11 @@ class SpoolBusy(Exception):
     """Another process (or another ``Spool`` object) has the spool open."""
 
 
+class SpoolCorrupt(ValueError):
+    """A whole line of a segment is not JSON: changed on disk, not torn by a crash (a torn
+    last line has no newline, and is cut off when the spool opens)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SpoolBatch:
     """Events read from the spool, and the cursor after each of them."""
@@ -159,8 +164,14 @@ class Spool:
                 for line in file:
                     if not line.endswith(b"\n"):
                         break
+                    try:
+                        events.append(orjson.loads(line))
+                    except orjson.JSONDecodeError as exc:
+                        raise SpoolCorrupt(
+                            f"{self._path(segment)}: the line at byte {position} is not JSON "
+                            f"({exc}); move it out of the spool to send what follows it"
+                        ) from None
                     position += len(line)
-                    events.append(orjson.loads(line))
                     cursors.append((segment, position))
                     if len(events) >= max_events:
                         return SpoolBatch(events, cursors)

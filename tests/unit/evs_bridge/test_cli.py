@@ -15,7 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from evs_bridge.cli import cli
+from evs_bridge.events import EVENT_DTYPE
 from evs_bridge.regions import Region
+from evs_bridge.spool import Spool
 from tests.unit.evs_bridge.scenes import FACE, save_npz, scene
 
 SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
@@ -84,12 +86,30 @@ def pk_not_zip(tmp_path: Path) -> Path:
     return path
 
 
+def huge_coordinates(tmp_path: Path) -> Path:
+    # Four events, one at pixel 65535: the filters would allocate a cell per pixel.
+    events = np.zeros(4, dtype=EVENT_DTYPE)
+    events["x"][3] = events["y"][3] = 65535
+    events["t"] = [1, 2, 3, 4]
+    path = tmp_path / "huge.npy"
+    np.save(path, events)
+    return path
+
+
+def huge_header(tmp_path: Path) -> Path:
+    path = tmp_path / "huge.raw"
+    path.write_bytes(b"% format EVT3;height=100000;width=100000\n% end\n" + b"\x00" * 64)
+    return path
+
+
 BAD_FILES = {
     "truncated CDR blob": (truncated_blob, "message 3: truncated"),
     "events longer than the blob": (overlong_events, "message 5: events length"),
     "corrupt sqlite": (corrupt_sqlite, "not a readable rosbag2"),
     "garbage aedat4": (garbage_aedat, "not a readable AEDAT 4"),
     "PK but no zip": (pk_not_zip, "not a readable .npz"),
+    "coordinates past the largest sensor": (huge_coordinates, "outside 0-8192 pixels a side"),
+    "a header past the largest sensor": (huge_header, "outside 0-8192 pixels a side"),
 }
 
 
@@ -246,3 +266,19 @@ def test_mqtt_refuses_a_wildcard_topic(tmp_path: Path, monkeypatch: pytest.Monke
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "without + or #" in result.output
+
+
+def test_drain_names_a_changed_spool_line(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    spool.append([{"id": "e0"}, {"id": "e1"}])
+    spool.close()
+    [segment] = (tmp_path / "spool").glob("spool-*.ndjson")
+    segment.write_bytes(b"this is not json\n")
+    result = runner.invoke(
+        cli,
+        ["drain", "--spool", str(tmp_path / "spool"), "--target", "http://127.0.0.1:1",
+         "--key", "k", "--timeout-s", "0"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "is not JSON" in result.output
+    assert "Traceback" not in result.output

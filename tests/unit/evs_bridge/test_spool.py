@@ -8,7 +8,14 @@ from typing import Any
 import orjson
 import pytest
 
-from evs_bridge.spool import CURSOR_FILE, REJECTED_FILE, Spool, SpoolBusy, SpoolFull
+from evs_bridge.spool import (
+    CURSOR_FILE,
+    REJECTED_FILE,
+    Spool,
+    SpoolBusy,
+    SpoolCorrupt,
+    SpoolFull,
+)
 
 
 def events(start: int, count: int) -> list[dict[str, Any]]:
@@ -59,6 +66,15 @@ class TestSpool:
         reopened = Spool(tmp_path)
         reopened.append(events(2, 1))
         assert drain(reopened) == ["e0", "e1", "e2"]
+
+    def test_a_changed_line_is_named_not_a_crash(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.append(events(0, 3))
+        [segment] = tmp_path.glob("spool-*.ndjson")
+        lines = segment.read_bytes().splitlines(keepends=True)
+        segment.write_bytes(lines[0] + b"this is not json\n" + lines[2])
+        with pytest.raises(SpoolCorrupt, match=f"{segment.name}: the line at byte {len(lines[0])}"):
+            spool.read_batch(10)
 
     def test_it_is_bounded(self, tmp_path: Path) -> None:
         spool = Spool(tmp_path, max_bytes=100)
