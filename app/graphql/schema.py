@@ -6,6 +6,7 @@
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TypeVar
 
 import psycopg
@@ -73,11 +74,22 @@ def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
     )
 
 
-async def _page(info: Info, selection: StoreFilter, first: int) -> EventConnection:
+async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) -> EventConnection:
+    """A page of ``selection``; ``floor`` is where the filter itself starts (its
+    position lower bound without the cursor), so that ``hasPreviousPage`` says whether
+    a matching event lies between it and the cursor."""
     size = page_size(first, info.context.limits.max_page_size)
     async with info.context.engine.connect() as conn:
-        page = await GraphReader(conn).fetch_page(info.context.tenant, selection, first=size)
-    return EventConnection.from_page(page, has_previous=selection.after > 0)
+        reader = GraphReader(conn)
+        page = await reader.fetch_page(info.context.tenant, selection, first=size)
+        earlier = False
+        if selection.after > floor:
+            upto = selection.after
+            if selection.position_to is not None:
+                upto = min(upto, selection.position_to)
+            before = replace(selection, after=floor, position_to=upto)
+            earlier = (await reader.fetch_page(info.context.tenant, before, first=0)).has_next
+    return EventConnection.from_page(page, has_previous=earlier)
 
 
 _GRACE_S = 0.5
@@ -125,7 +137,9 @@ class Query:
         first: int = 50,
         after: str | None = None,
     ) -> EventConnection:
-        return await _page(info, _store_filter(filter, decode_cursor(after)), first)
+        start = None if filter is None else filter.position_from
+        floor = 0 if start is None else max(0, int(start) - 1)
+        return await _page(info, _store_filter(filter, decode_cursor(after)), first, floor)
 
     @strawberry.field(description="The events of one stream, in version order.")
     async def stream(

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.graphql.types import encode_cursor
 from app.main import Causeway, create_app, dispose
 from app.settings import Settings
 from tests.integration import asgi
@@ -386,6 +387,35 @@ class TestPagination:
                 break
             after = page["pageInfo"]["endCursor"]
         assert seen == [e["id"] for e in batch[:23]]
+
+    async def test_has_previous_page_says_whether_a_match_lies_before_the_cursor(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        batch = [cloudevent(type="other"), cloudevent(type="t.prev"), cloudevent(type="t.prev")]
+        await client.post("/events", content=dumps(batch), headers=BATCH)
+        query = """query ($types: [String!], $from: BigInt, $after: String) {
+            events(filter: {types: $types, positionFrom: $from}, first: 1, after: $after) {
+            edges { node { id } } pageInfo { hasPreviousPage endCursor } } }"""
+
+        async def page(**variables: Any) -> dict[str, Any]:
+            found: dict[str, Any] = (await ask(client, query, **variables))["data"]["events"]
+            return found
+
+        first = await page(types=["t.prev"])
+        assert first["pageInfo"]["hasPreviousPage"] is False
+        second = await page(types=["t.prev"], after=first["pageInfo"]["endCursor"])
+        assert second["edges"][0]["node"]["id"] == batch[2]["id"]
+        assert second["pageInfo"]["hasPreviousPage"] is True
+        # After a cursor, but nothing of the filter before it: "other" is not a t.prev.
+        skipped = await page(types=["t.prev"], after=encode_cursor(1))
+        assert skipped["pageInfo"]["hasPreviousPage"] is False
+        # From a position: what lies before it is not a previous page of this filter.
+        late = await page(**{"from": 3, "after": encode_cursor(2)})
+        assert late["edges"][0]["node"]["id"] == batch[2]["id"]
+        assert late["pageInfo"]["hasPreviousPage"] is False
+        assert (await page(**{"from": 2, "after": encode_cursor(2)}))["pageInfo"][
+            "hasPreviousPage"
+        ] is True
 
     async def test_a_stream_from_a_version(self, client: httpx2.AsyncClient) -> None:
         await client.post(
