@@ -116,16 +116,16 @@ def _walk_follows_causes(answer: Trace) -> bool:
     cause one names. Nodes at the walk's last two levels may have causes the cut left
     out (by depth or by the node cap), so only the levels before are held to all of
     theirs, unless nothing was cut."""
-    walked = {n.event.record.id for n in answer.nodes}
-    named = {cause for n in answer.nodes for cause in n.event.record.causes}
-    if not walked - {answer.root.record.id} <= named:
+    records = [n.event.record for n in answer.nodes]
+    walked = {r.id for r in records}
+    named: set[str] = set().union(*[r.causes for r in records])
+    ancestors = walked - {answer.root.record.id}
+    if not answer.truncated:
+        return named == ancestors
+    if not ancestors <= named:
         return False
     last = answer.nodes[-1].depth  # nodes come by depth
-    return all(
-        set(n.event.record.causes) <= walked
-        for n in answer.nodes
-        if not answer.truncated or n.depth + 1 < last
-    )
+    return all(walked.issuperset(n.event.record.causes) for n in answer.nodes if n.depth + 1 < last)
 
 
 def _is_sealed(node: WalkedNode) -> bool:
