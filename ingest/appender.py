@@ -176,10 +176,10 @@ class Appender:
 
 
 def _fails_alone(exc: BaseException) -> bool:
-    """Whether ``exc`` is one request's own fault rather than the transaction's: PostgreSQL
-    refused a value or a row (SQLSTATE class 22 or 23, through the driver or wrapped by
-    SQLAlchemy), or the code that plans and writes a request raised. A lost connection, a timeout or a
-    cancellation fails every request in the group alike."""
+    """Whether ``exc`` is one request's own fault rather than the transaction's:
+    PostgreSQL refused a value or a row (SQLSTATE class 22 or 23, through the driver or
+    wrapped by SQLAlchemy), or the code that plans and writes a request raised. A lost
+    connection, a timeout or a cancellation fails every request in the group alike."""
     if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | DataError | IntegrityError):
         return True
     return isinstance(exc, Exception) and not isinstance(
