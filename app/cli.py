@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -282,35 +283,49 @@ async def _replay(
 ) -> int:
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
     count = 0
-    to_stdout = str(out) == "-"
-    # Written beside the target and renamed when complete: a replay that fails half way
-    # leaves an earlier export of the same name as it was.
-    partial = out.with_name(f".{out.name}.partial")
     try:
         async with engine.connect() as conn:
-            sink = sys.stdout.buffer if to_stdout else _open_for_writing(partial, out)
+            sink, partial = _open_for_writing(out)
             try:
                 count = await _write_replay(conn, sink, tenant, selection, fetch_rows, form)
             except BaseException:
-                if not to_stdout:
+                if partial is not None:
                     sink.close()
                     partial.unlink(missing_ok=True)
                 raise
-            if to_stdout:
+            if sink is sys.stdout.buffer:
                 sink.flush()
             else:
                 sink.close()
-                partial.replace(out)
+            if partial is not None:
+                partial.replace(os.path.realpath(out))
     finally:
         await engine.dispose()
     return count
 
 
-def _open_for_writing(partial: Path, out: Path) -> IO[bytes]:
-    if out.is_dir():
+def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
+    """Where the replay goes, and the file to rename onto ``out`` once it is complete.
+    A file (or a new name) is written beside itself and renamed at the end, so a replay
+    that fails half way leaves an earlier export as it was; through a symlink, the file
+    it names is the one replaced. Anything else (``-``, a pipe, a device, /dev/fd/N) is
+    written through, as it is."""
+    if str(out) == "-":
+        return sys.stdout.buffer, None
+    try:
+        mode: int | None = os.stat(out).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror or exc}")
+    if mode is not None and stat.S_ISDIR(mode):
         fail(f"--out {out}: is a directory")
     try:
-        return partial.open("wb")
+        if mode is not None and not stat.S_ISREG(mode):
+            return out.open("wb"), None
+        target = Path(os.path.realpath(out))
+        partial = target.with_name(f".{target.name}.partial")
+        return partial.open("wb"), partial
     except OSError as exc:
         fail(f"--out {out}: {exc.strerror or exc}")
 
@@ -498,7 +513,10 @@ def _database_problem(exc: DBAPIError | psycopg.Error) -> str | None:
     first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     if isinstance(cause, psycopg.errors.UndefinedTable):
         return f"the database is not migrated ({first}); run `causeway migrate`"
-    if isinstance(cause, psycopg.OperationalError):
+    # A failed connection (no server, no such database or role, a refused password) is
+    # the base class itself; its subclasses (a cancelled statement, a full disk, a
+    # shutdown) are about the server's state, not about which database was named.
+    if type(cause) is psycopg.OperationalError:
         return f"cannot use the database: {first}"
     return None
 

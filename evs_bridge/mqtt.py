@@ -65,6 +65,7 @@ from evs_bridge.packets import (
 )
 from evs_bridge.pipeline import Pipeline
 from evs_bridge.replay import BridgeSettings, build_pipeline
+from evs_bridge.spool import SpoolCorrupt
 
 __all__ = [
     "HEADER",
@@ -265,9 +266,10 @@ class MqttBridge:
                 if item is not None:
                     self._process_safely(item)
                 self.output.poll()
-            except (StoreRefused, StoreUnavailable) as exc:
+            except (StoreRefused, StoreUnavailable, SpoolCorrupt) as exc:
                 # Retrying cannot help: keep processing what comes, into the spool only,
-                # until the owner sees ``failure`` and stops the bridge.
+                # until the owner sees ``failure`` and stops the bridge. (A changed spool
+                # line stops every later read of the spool the same way.)
                 if self._failure is None:
                     self._failure = exc
                     log.error("the %s bridge stops: %s", self.sensor, exc)

@@ -29,7 +29,7 @@ from app.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from app.store.records import NewEvent, is_json_media_type
+from app.store.records import MAX_DATA_DEPTH, NewEvent, is_json_media_type, nests_deeper
 from ingest.attributes import (
     EventProblems,
     Payload,
@@ -42,23 +42,22 @@ from ingest.limits import Limits
 STRUCTURED = "application/cloudevents+json"
 BATCH = "application/cloudevents-batch+json"
 _NUL_ESCAPE = b"\\u0000"
-# The deepest nesting of arrays and objects data may have. orjson writes no more than 254
-# levels, and every answer that carries data (the hash chain's encoding, replay, GraphQL)
-# wraps it in a few levels of its own: data nested deeper could be stored but not hashed
-# or read back.
-MAX_DATA_DEPTH = 128
 
 
 class _Suspect(NamedTuple):
-    """What one scan of a request's body rules out for all the data in it: most bodies
-    hold no escaped U+0000, and fewer brackets than data may nest."""
+    """What one scan of some JSON text rules out for the data in it: most texts hold no
+    escaped U+0000, and fewer brackets than data may nest."""
 
     nul: bool
     deep: bool
 
 
-def _suspect(body: bytes) -> _Suspect:
-    return _Suspect(_NUL_ESCAPE in body, body.count(b"[") + body.count(b"{") > MAX_DATA_DEPTH)
+def _suspect(text: bytes) -> _Suspect:
+    return _Suspect(_NUL_ESCAPE in text, _brackets(text) > MAX_DATA_DEPTH)
+
+
+def _brackets(text: bytes) -> int:
+    return text.count(b"[") + text.count(b"{")
 
 
 # Events of a batch in one part of ``parse_in_parts``: about a millisecond of work.
@@ -176,8 +175,17 @@ def _from_json(index: int, item: dict[str, Any], suspect: _Suspect, limits: Limi
             )
         payload = Payload(present=True, binary=raw, size_bytes=len(raw))
     elif has_data:
-        value = _storable(index, item["data"], suspect)
-        payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
+        raw = item["data"]
+        try:
+            encoded = orjson.dumps(raw)
+        except TypeError:  # past orjson's own 254 levels
+            raise EventProblems([_too_deep(index)]) from None
+        # The body's scan says whether any data in it may hold a U+0000; this event's own
+        # encoding, whether its data may nest too deep (a batch's body always has more
+        # brackets than that).
+        value = _storable(index, raw, _Suspect(suspect.nul, _brackets(encoded) > MAX_DATA_DEPTH))
+        size = len(encoded) if value is raw else len(orjson.dumps(value))
+        payload = Payload(present=True, value=value, size_bytes=size)
     else:
         payload = Payload()
     return build_event(index, item, payload, limits, binary=False)
@@ -277,17 +285,8 @@ def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
 
 def _storable(index: int, value: Any, suspect: _Suspect) -> Any:
     """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
-    if suspect.deep and _nests_deeper(value, MAX_DATA_DEPTH):
-        raise EventProblems(
-            [
-                Problem(
-                    InvalidEvent,
-                    index,
-                    "data",
-                    f"data nests arrays and objects more than {MAX_DATA_DEPTH} levels deep",
-                )
-            ]
-        )
+    if suspect.deep and nests_deeper(value):
+        raise EventProblems([_too_deep(index)])
     if suspect.nul and _contains_nul(value):
         raise EventProblems(
             [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
@@ -298,22 +297,9 @@ def _storable(index: int, value: Any, suspect: _Suspect) -> Any:
         raise EventProblems([Problem(InvalidEvent, index, "data", f"data: {exc}")]) from exc
 
 
-def _nests_deeper(value: Any, levels: int) -> bool:
-    """Whether ``value`` nests arrays and objects more than ``levels`` deep (a scalar nests
-    none, ``[1]`` one level). Without recursion: the value may nest a thousand levels."""
-    pending = [(value, 1)]
-    while pending:
-        item, level = pending.pop()
-        if type(item) is dict:
-            children: Any = item.values()
-        elif type(item) is list:
-            children = item
-        else:
-            continue
-        if level > levels:
-            return True
-        pending.extend([(child, level + 1) for child in children])
-    return False
+def _too_deep(index: int) -> Problem:
+    detail = f"data nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
+    return Problem(InvalidEvent, index, "data", detail)
 
 
 def _contains_nul(value: Any) -> bool:

@@ -338,15 +338,18 @@ _LINEAGE: dict[str, Callable[[ChainRecord], Any]] = {
 
 
 def _lookup(record: ChainRecord, attribute: str) -> tuple[bool, Any]:
+    """An attribute's value: an extension, else a top-level field of the data, else a
+    lineage extension. The lineage ones come last so that a bare name that reached a data
+    field before they were read (``stream`` always has a value) still reaches it."""
     where, _, name = attribute.rpartition(".")
+    if where in ("", "ext") and name in record.extensions:
+        return True, record.extensions[name]
+    if where in ("", "data") and isinstance(record.data, dict) and name in record.data:
+        return True, record.data[name]
     if where in ("", "ext"):
-        if name in record.extensions:
-            return True, record.extensions[name]
         lineage = _LINEAGE.get(name)
         if lineage is not None and (value := lineage(record)) is not None:
             return True, value
-    if where in ("", "data") and isinstance(record.data, dict) and name in record.data:
-        return True, record.data[name]
     return False, None
 
 

@@ -23,6 +23,10 @@ BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow i
 
 
 def _parse_big_int(value: object) -> int:
+    if isinstance(value, float) and (value != value or value >= 2**63):
+        # graphql-core hands a literal past what int() reads as nan, and orjson a JSON
+        # integer past 64 bits as a float.
+        raise BadRequest("the number does not fit in 64 bits")
     text = str(value)
     # ASCII digits only: isdigit() alone takes "²", which int() refuses.
     if (

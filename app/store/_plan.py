@@ -23,6 +23,7 @@ from app.store.records import Appended, NewEvent, is_json_media_type
 Key = tuple[str, str]  # (tenant, id or stream)
 ModelKey = tuple[str, str, str]  # (tenant, model name, version)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SYSTEM_TYPES = "causeway."  # the types only Causeway writes (ingest refuses them)
 
 
 class Known(NamedTuple):
@@ -234,7 +235,8 @@ def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str
             f"the registered signature is {registered.digest}",
             "registered": registered.digest,
         }
-    if registered.enforce_outputs:
+    # Causeway's own events that name a version (a rollout of it) carry no model output.
+    if registered.enforce_outputs and not event.type.startswith(_SYSTEM_TYPES):
         violation = output_violation(registered, _outputs_of(event))
         if violation is not None:
             field, why = violation

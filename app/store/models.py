@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.store.records import NewEvent
+from app.store.records import MAX_DATA_DEPTH, NewEvent, nests_deeper
 from app.store.timestamps import parse_rfc3339
 
 REGISTERED = "causeway.model.registered"
@@ -48,9 +48,12 @@ _EXACT = 2**53  # RFC 7493 (I-JSON): integers a double holds exactly
 
 
 def _interoperable(value: Any) -> Any:
-    """``value`` if every number in it is finite and within the I-JSON range; the digest
-    is taken over its JSON, which has no infinity, and orjson writes no integer past 64
-    bits (an infinite default would become null, the same as no default)."""
+    """``value`` if every number in it is finite and within the I-JSON range, and it
+    nests no deeper than event data may: the digest is taken over its JSON, which has no
+    infinity, orjson writes no integer past 64 bits (an infinite default would become
+    null, the same as no default), and the registration event carries the signature."""
+    if nests_deeper(value):
+        raise ValueError(f"a default nests arrays and objects more than {MAX_DATA_DEPTH} levels")
     pending = [value]
     while pending:
         item = pending.pop()

@@ -9,6 +9,31 @@ from typing import Any
 MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
 
 
+# The deepest nesting of arrays and objects JSON the store keeps may have (event data, a
+# signature's defaults). orjson writes no more than 254 levels, and every answer that
+# carries such JSON (the hash chain's encoding, replay, GraphQL) wraps it in a few levels
+# of its own: JSON nested deeper could be stored but not hashed or read back.
+MAX_DATA_DEPTH = 128
+
+
+def nests_deeper(value: Any, levels: int = MAX_DATA_DEPTH) -> bool:
+    """Whether ``value`` nests arrays and objects more than ``levels`` deep (a scalar nests
+    none, ``[1]`` one level). A level at a time, without recursion: the value may nest a
+    thousand levels, and only containers are carried to the next level."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > levels:
+            return True
+        below: list[Any] = []
+        for item in level:
+            children = item.values() if type(item) is dict else item
+            below += [c for c in children if type(c) is dict or type(c) is list]
+        level = below
+    return False
+
+
 def is_json_media_type(media_type: str | None) -> bool:
     """Whether data of this ``datacontenttype`` is JSON (CloudEvents: none means JSON)."""
     if media_type is None:

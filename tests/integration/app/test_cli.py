@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
+import threading
 from typing import Any
 
 import psycopg
@@ -169,6 +172,34 @@ class TestReplayOutput:
         assert failed.exit_code != 0
         assert out.read_bytes() == exported
         assert sorted(p.name for p in tmp_path.iterdir()) == ["acme.ndjson"]
+
+    def test_a_symlink_keeps_pointing_at_the_export(
+        self, run: CliRunner, database_url: URL, tmp_path: Any
+    ) -> None:
+        store(database_url, "acme", 2)
+        (tmp_path / "real").mkdir()
+        real = tmp_path / "real" / "export.ndjson"
+        real.write_bytes(b"old\n")
+        link = tmp_path / "link.ndjson"
+        link.symlink_to(real)
+        assert run.invoke(cli, ["replay", "--tenant", "acme", "--out", str(link)]).exit_code == 0
+        assert link.is_symlink()
+        assert real.read_bytes().count(b"\n") == 2
+
+    def test_a_pipe_is_written_through(
+        self, run: CliRunner, database_url: URL, tmp_path: Any
+    ) -> None:
+        store(database_url, "acme", 2)
+        fifo = tmp_path / "events.fifo"
+        os.mkfifo(fifo)
+        read: list[bytes] = []
+        reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+        reader.start()
+        result = run.invoke(cli, ["replay", "--tenant", "acme", "--out", str(fifo)])
+        reader.join(30)
+        assert result.exit_code == 0, result.output
+        assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still a pipe, not a file put there
+        assert read[0].count(b"\n") == 2
 
     @pytest.mark.parametrize("target", ["missing/dir/x.ndjson", "."])
     def test_an_unwritable_out_is_one_line_and_exit_2(

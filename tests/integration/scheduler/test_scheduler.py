@@ -96,9 +96,15 @@ class TestRouting:
         await admin.post("/models/det/versions", content=registration("1"), headers=JSON)
         await post(admin, type="job", correlationid="run-9")
         await post(admin, type="job", correlationid="run-8", modelname="det", modelversion="1")
+        await define(admin, id="line", types=["job"], where=["stream=line-7"], kind="k",
+                     queue="lines")  # fmt: skip
+        await post(admin, type="job", subject="press-3", data={"stream": "line-7"})
         await catch_up(app)
         found = await queues(admin)
         assert (found["runs"]["ready"], found["models"]["ready"]) == (1, 1)
+        # A bare name still reaches a data field before a lineage extension of that name,
+        # as it did before routes read them: the event's stream is press-3.
+        assert found["lines"]["ready"] == 1
 
     @pytest.mark.parametrize(
         "debounce",

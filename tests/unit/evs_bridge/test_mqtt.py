@@ -27,7 +27,7 @@ from evs_bridge.mqtt import (
 from evs_bridge.output import NdjsonSink, Output, StoreRefused
 from evs_bridge.regions import Region
 from evs_bridge.replay import BridgeSettings
-from evs_bridge.spool import Spool
+from evs_bridge.spool import Spool, SpoolCorrupt
 from ingest.client import CausewayError
 
 
@@ -259,3 +259,19 @@ class TestHeaderChecks:
         data = encode_packet(some_events(), width=MAX_SIDE_PX + 1, height=10, sequence=0)
         with pytest.raises(BadPacket, match="geometry"):
             decode_packet(data)
+
+
+def test_a_changed_spool_line_stops_the_bridge_with_a_failure(tmp_path: Path) -> None:
+    with Spool(tmp_path) as spool:
+        spool.append([{"id": "e0"}])
+    [segment] = tmp_path.glob("spool-*.ndjson")
+    segment.write_bytes(b"this is not json\n")
+    bridge = MqttBridge(
+        Broker("127.0.0.1", 1),
+        "sensors/x",
+        "s1",
+        Output(NdjsonSink(io.StringIO()), Spool(tmp_path)),
+    )
+    bridge.submit(packed(0, 0))
+    bridge.stop()  # the worker has drained the queue, and tried the spool, by then
+    assert isinstance(bridge.failure, SpoolCorrupt)

@@ -15,9 +15,9 @@ from app.errors import (
     ReservedType,
     UnsupportedMediaType,
 )
-from app.store.records import is_json_media_type
+from app.store.records import MAX_DATA_DEPTH, is_json_media_type
 from app.store.timestamps import parse_rfc3339
-from ingest.binding import BATCH, MAX_DATA_DEPTH, PART_EVENTS, parse_in_parts, parse_request
+from ingest.binding import BATCH, PART_EVENTS, parse_in_parts, parse_request
 from ingest.limits import Limits
 
 LIMITS = Limits()

@@ -59,6 +59,18 @@ class TestCommands:
         assert back.json()["stable_version"] == "1"
         assert back.json()["traffic"] == {"1": 100}
 
+    async def test_a_model_that_enforces_its_outputs_can_be_rolled_out(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        # The rollout's own event names the version; it carries no model output to check.
+        body = registration("1", enforce_outputs=True)
+        assert (await admin.post("/models/strict/versions", content=body, headers=JSON)).is_success
+        rollout = await admin.post(
+            "/deployments/gate/rollouts", content=dumps({"model": "strict", "version": "1"}),
+            headers=JSON,
+        )  # fmt: skip
+        assert rollout.status_code == 200, rollout.text
+
     async def test_promote_needs_no_body(self, admin: httpx2.AsyncClient) -> None:
         await command(admin, "rollouts", model="faces", version="1")
         promoted = await admin.post("/deployments/gate/promote")
