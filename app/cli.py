@@ -97,6 +97,14 @@ def database(settings: Settings) -> Iterator[Database]:
         db.close()
 
 
+def _require_head(url: URL | str, advice: str) -> None:
+    """Exit 2 unless the database answers and its schema is at the Alembic head (a
+    database it cannot reach is reported by ``main``, in one line too)."""
+    revision, head = current_revision(url), head_revision()
+    if revision != head:
+        fail(f"the database schema is at revision {revision}, not {head}; {advice}")
+
+
 @cli.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="bind address [CAUSEWAY_HOST]")] = None,
@@ -116,12 +124,7 @@ def serve(
         if embedded or migrate:
             upgrade_to_head(url)
         else:
-            revision, head = current_revision(url), head_revision()
-            if revision != head:
-                fail(
-                    f"the database schema is at revision {revision}, not {head}; "
-                    "run `causeway migrate` or pass --migrate"
-                )
+            _require_head(url, "run `causeway migrate` or pass --migrate")
         if embedded:
             _bootstrap_admin_key(settings, url)
         bind_host = host or settings.host
@@ -374,6 +377,8 @@ def project() -> None:
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with database(settings) as db:
+        if db.embedded is None:  # the embedded one is migrated by serve and migrate
+            _require_head(db.url, "run `causeway migrate`")
         runner = create_runner(settings, db.url)
         typer.echo(f"following {', '.join(p.name for p in runner.projections)}", err=True)
         with contextlib.suppress(KeyboardInterrupt):
@@ -426,8 +431,8 @@ def projections_rebuild(
 async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: float) -> int:
     """Rebuild here if no runner leads the projection; else ask the leader and wait."""
     try:
-        async with runner.leadership(projection) as leading:
-            if leading:
+        async with runner.leadership(projection) as lead:
+            if lead is not None:
                 return await runner.rebuild(projection)
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s

@@ -162,4 +162,6 @@ def _raise_for_problem(response: httpx2.Response) -> None:
             problem = response.json()
         except ValueError:
             problem = {"detail": response.text}
+        if not isinstance(problem, dict):  # a proxy's JSON string, list or number
+            problem = {"detail": response.text}
         raise CausewayError(response.status_code, problem)

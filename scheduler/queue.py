@@ -219,8 +219,8 @@ class TaskQueue:
                     _c.route_id == route.id,
                     _c.debounce_key == key,
                     _c.state == "ready",
-                    _c.trigger_time > trigger_time - window,
-                    _c.trigger_time < trigger_time + window,
+                    _c.trigger_time > _shifted(trigger_time, -window),
+                    _c.trigger_time < _shifted(trigger_time, window),
                 )
                 .order_by(_c.trigger_time, _c.seq)
                 .with_for_update(skip_locked=True)
@@ -605,3 +605,17 @@ def _state(row: Any) -> t.TaskState:
     values = row._asdict()
     values["req_flags"] = list(values["req_flags"])
     return t.TaskState(**values)
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
+
+
+def _shifted(at: datetime, by: timedelta) -> datetime:
+    """``at + by``, held to the years datetime can hold: an event may be timed at
+    0001-01-01 or 9999-12-31 (RFC 3339 allows either), and a window around it that
+    overflowed stopped the dispatcher at that event for every tenant."""
+    try:
+        return at + by
+    except OverflowError:
+        return _EARLIEST if by < timedelta(0) else _LATEST

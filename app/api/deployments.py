@@ -203,9 +203,11 @@ async def watch(
         int | None, Query(ge=0, le=MAX_POSITION, description="resume after this position")
     ] = None,
 ) -> StreamingResponse:
-    resume = request.headers.get("last-event-id")
-    resumed = int(resume) if resume and resume.isdigit() and len(resume) < 19 else None
-    start = after if after is not None else resumed
+    # Last-Event-ID first: an EventSource reconnects to the same URL, after= and all, and
+    # names the last change it saw in the header.
+    start = _last_event_id(request.headers.get("last-event-id"))
+    if start is None:
+        start = after
     if start is None:
         async with engine.connect() as conn:
             latest = await DeploymentReader(conn).read_changes_after(principal.tenant, service, 0)
@@ -215,6 +217,17 @@ async def watch(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache"},
     )
+
+
+def _last_event_id(header: str | None) -> int | None:
+    """The position a ``Last-Event-ID`` names; a ``BadRequest`` for one that names none
+    (an id this stream never sent: starting from now would skip changes unseen)."""
+    if header is None or header == "":
+        return None
+    digits = header.isascii() and header.isdigit() and len(header) <= len(str(MAX_POSITION))
+    if not digits or int(header) > MAX_POSITION:
+        raise BadRequest(f"Last-Event-ID {header!r} is not a position this stream sent")
+    return int(header)
 
 
 async def _changes(

@@ -28,7 +28,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import any_, bindparam, delete, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import Text
 
@@ -59,6 +59,17 @@ class ProjectionStatus:
     error_position: int | None
     failures: int
     rebuild_requested: bool
+
+
+class Leadership:
+    """The lead of one projection: its advisory lock, held by one connection."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def confirm(self) -> None:
+        """Raises when the lock's connection is gone (and the lock with it)."""
+        await self._conn.execute(select(1))
 
 
 class ProjectionRunner:
@@ -171,28 +182,34 @@ class ProjectionRunner:
         return applied
 
     @contextlib.asynccontextmanager
-    async def leadership(self, projection: Projection) -> AsyncIterator[bool]:
-        """Try to lead ``projection``; yields whether this runner does. The lock lives as
-        long as the connection, so a crashed leader releases it at once."""
+    async def leadership(self, projection: Projection) -> AsyncIterator[Leadership | None]:
+        """Try to lead ``projection``; yields the lead when this runner has it, else None.
+        The lock lives as long as the connection, so a crashed leader releases it at once
+        (and a leader whose connection died has lost it: ``Leadership.confirm``)."""
         conn = await self._engine.connect()
         try:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
             key = func.hashtextextended(f"causeway.projection:{projection.name}", 0)
             leading = bool((await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar())
             try:
-                yield leading
+                yield Leadership(conn) if leading else None
             finally:
                 if leading:
-                    await conn.execute(select(func.pg_advisory_unlock(key)))
+                    # On a connection that died the lock is gone already; the error of
+                    # unlocking it must not replace what is propagating (a cancellation
+                    # at shutdown, which the loop would otherwise take for an outage).
+                    with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
+                        await conn.execute(select(func.pg_advisory_unlock(key)))
         finally:
-            await conn.close()
+            with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
+                await conn.close()
 
     async def _follow(self, projection: Projection) -> None:
         while True:
             try:
-                async with self.leadership(projection) as leading:
-                    if leading:
-                        await self._lead(projection)
+                async with self.leadership(projection) as lead:
+                    if lead is not None:
+                        await self._lead(projection, lead)
             except (DBAPIError, psycopg.OperationalError, OSError) as exc:
                 logger.warning("projection %s: database unavailable: %s", projection.name, exc)
             except Exception:
@@ -201,7 +218,7 @@ class ProjectionRunner:
                 logger.exception("projection %s: unexpected failure", projection.name)
             await asyncio.sleep(self._poll_interval_s)
 
-    async def _lead(self, projection: Projection) -> None:
+    async def _lead(self, projection: Projection, lead: Leadership) -> None:
         failures = 0
         while True:
             try:
@@ -229,6 +246,9 @@ class ProjectionRunner:
                 continue
             if not moved:
                 await self._wait(projection)
+                # Idle: check the lock's connection still lives, or another runner may
+                # have taken the lead (the error ends this lead, and the loop starts over).
+                await lead.confirm()
 
     async def _wait(self, projection: Projection) -> None:
         wake = self._wake[projection.name]

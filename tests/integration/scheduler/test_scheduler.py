@@ -766,6 +766,18 @@ class TestRetriesAndDeadLetters:
 
 
 class TestDebounceAndPrewarm:
+    @pytest.mark.parametrize("at", ["0001-01-01T00:00:01Z", "9999-12-31T23:59:59Z"])
+    async def test_an_event_at_the_ends_of_time_does_not_stop_the_dispatcher(
+        self, app: FastAPI, admin: Client, at: str
+    ) -> None:
+        # A window of 5 s around it runs past the years a datetime holds.
+        await define(admin, id="r", types=["job"], kind="k", queue="q",
+                     debounce={"key": "user_id", "window_s": 5})  # fmt: skip
+        await post(admin, type="job", time=at, data={"user_id": "u1"})
+        await post(admin, type="job", data={"user_id": "u2"})
+        await catch_up(app)
+        assert (await queues(admin))["q"]["ready"] == 2
+
     async def test_a_newer_event_with_the_same_key_supersedes_the_pending_task(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:

@@ -51,6 +51,7 @@ def test_usage_errors_are_one_line_and_exit_2(
         (["keys", "create", "--tenant", "t", "--scopes", "read"], "error: cannot use the database:"),
         (["replay", "--out", "-"], "error: cannot use the database:"),
         (["migrate"], "error: cannot use the database:"),
+        (["project"], "error: cannot use the database:"),  # it used to retry forever
     ],
 )  # fmt: skip
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(

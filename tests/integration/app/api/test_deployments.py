@@ -181,6 +181,16 @@ class TestReadModel:
         listed = (await admin.get("/deployments")).json()["deployments"]
         assert [d["service"] for d in listed] == ["gate"]
 
+    @pytest.mark.parametrize("sent", ["\u00b2", "abc", "-1", "9" * 30])
+    async def test_a_last_event_id_the_stream_never_sent_is_a_400(
+        self, admin: httpx2.AsyncClient, sent: str
+    ) -> None:
+        response = await admin.get(
+            "/deployments/gate/watch", headers={b"Last-Event-ID": sent.encode("latin-1")}
+        )
+        assert response.status_code == 400
+        assert response.headers["content-type"].startswith("application/problem+json")
+
     async def test_graphql_deployment_now_and_as_of(
         self, admin: httpx2.AsyncClient, app: FastAPI
     ) -> None:
@@ -208,6 +218,7 @@ def test_watch_streams_promote_and_rollback_in_order(database_url: URL, tmp_path
     key = create_key(env, "t", "admin")
     auth = {"Authorization": f"Bearer {key}"}
     seen: list[str] = []
+    ids: list[str] = []
     with serving(env) as base:
         for version in ("1", "2"):
             httpx2.post(
@@ -232,6 +243,8 @@ def test_watch_streams_promote_and_rollback_in_order(database_url: URL, tmp_path
             ) as stream:
                 for line in stream.iter_lines():
                     ready.set()
+                    if line.startswith("id: "):
+                        ids.append(line.removeprefix("id: "))
                     if line.startswith("event: "):
                         seen.append(line.removeprefix("event: "))
                     if len(seen) == 3:
@@ -244,6 +257,22 @@ def test_watch_streams_promote_and_rollback_in_order(database_url: URL, tmp_path
         post("promote")
         post("rollback", reason="regression")
         watcher.join(30)
+
+        def first_after(**headers: str) -> str:
+            """The first change a reconnect to ``?after=0`` is sent."""
+            with httpx2.stream(
+                "GET", f"{base}/deployments/gate/watch?after=0", headers={**auth, **headers},
+                timeout=30,
+            ) as stream:  # fmt: skip
+                for line in stream.iter_lines():
+                    if line.startswith("event: "):
+                        return line.removeprefix("event: ")
+            raise AssertionError("the stream ended")
+
+        # An EventSource reconnects to the same URL with the last id it saw: that wins.
+        assert first_after() == "causeway.deployment.rollout_started"
+        last_seen = ids[-2]  # the promote before the rollback
+        assert first_after(**{"Last-Event-ID": last_seen}) == "causeway.deployment.rolled_back"
     assert seen == [
         "causeway.deployment.rollout_started",
         "causeway.deployment.promoted",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import URL, BigInteger, Column, MetaData, Table, delete, insert, select
+from sqlalchemy import URL, BigInteger, Column, MetaData, Table, delete, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
@@ -193,6 +193,52 @@ class TestRunning:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         assert await applied_positions(engine) == [1]
+
+
+@pytest.mark.usefixtures("counter_table")
+class TestLostLock:
+    """Leadership is an advisory lock on one connection: when that connection dies, the
+    lock is gone, and the runner must notice, and still stop when asked."""
+
+    @staticmethod
+    async def lock_holders(engine: AsyncEngine) -> list[int]:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted")
+            )
+            return [row[0] for row in found]
+
+    async def kill_the_lock(self, engine: AsyncEngine) -> None:
+        await _until(lambda: self._held(engine))
+        async with engine.connect() as conn:
+            for pid in await self.lock_holders(engine):
+                await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+
+    async def _held(self, engine: AsyncEngine) -> bool:
+        return bool(await self.lock_holders(engine))
+
+    async def test_a_runner_whose_lock_died_still_stops_when_cancelled(
+        self, engine: AsyncEngine
+    ) -> None:
+        runner = ProjectionRunner(engine, [Counter()], poll_interval_s=0.05)
+        task = asyncio.create_task(runner.run())
+        await self.kill_the_lock(engine)
+        await asyncio.sleep(0.02)  # the lead is idle, its lock's connection dead
+        task.cancel()
+        done, _ = await asyncio.wait([task], timeout=10)
+        assert done, "the runner kept running after it was cancelled"
+
+    async def test_a_runner_whose_lock_died_takes_the_lead_again(self, engine: AsyncEngine) -> None:
+        runner = ProjectionRunner(engine, [Counter()], poll_interval_s=0.05)
+        task = asyncio.create_task(runner.run())
+        await self.kill_the_lock(engine)
+        # It notices while idle, starts over, and holds a lock on a live connection again.
+        await _until(lambda: self._held(engine))
+        await append_counts(engine, 5)
+        await _until(lambda: _caught_up(engine, "test-counter"))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert len(await applied_positions(engine)) == 5
 
 
 async def _caught_up(engine: AsyncEngine, name: str) -> bool:
