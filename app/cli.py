@@ -211,6 +211,8 @@ def verify(
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
     typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
+    # What to keep outside the database, to pass later as --anchor.
+    typer.echo(f"anchor: {report.count}:{report.head_hash.hex()}")
 
 
 _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")

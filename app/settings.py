@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -63,6 +63,14 @@ class Settings(BaseSettings):
     scheduler_min_workers: int = Field(default=1, ge=0)
     scheduler_max_workers: int = Field(default=64, ge=1)
     scheduler_max_step: int = Field(default=4, ge=1)
+
+    @field_validator("scheduler_max_workers")
+    @classmethod
+    def _at_least_the_least(cls, value: int, info: ValidationInfo) -> int:
+        least = info.data.get("scheduler_min_workers")
+        if least is not None and value < least:
+            raise ValueError(f"must be at least CAUSEWAY_SCHEDULER_MIN_WORKERS ({least})")
+        return value
 
     @field_validator("scheduler_off_peak_hours")
     @classmethod

@@ -219,9 +219,12 @@ def create_router(
                     "trigger": orjson.Fragment(found.trigger),  # stored JSON, as it is
                 }
                 return Response(orjson.dumps(document), media_type="application/json")
-            if loop.time() + pause > deadline:
+            left = deadline - loop.time()
+            if left <= 0:
                 return Response(status_code=204)
-            await asyncio.sleep(pause)
+            # The last pause ends at the deadline, for one more try: a task that turns
+            # ready in the last half second of wait_s is still offered.
+            await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, _POLL_S[1])
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")

@@ -30,7 +30,11 @@ logger = logging.getLogger(__name__)
 
 _CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
 _EXTRA = {
-    "invalid-request": ("Invalid request", "A path, query or header parameter is malformed."),
+    "invalid-request": (
+        "Invalid request",
+        "A path, query or header parameter, or a member of the JSON body, is missing or "
+        "malformed; errors names each with a JSON Pointer.",
+    ),
     "http-error": ("HTTP error", "The route or method does not exist."),
 }
 

@@ -95,8 +95,11 @@ class TestVerify:
         store(database_url, "acme", 5)
         result = run.invoke(cli, ["verify"])
         assert result.exit_code == 0
-        assert result.stdout.startswith("ok: 5 events, head ")
-        assert len(result.stdout.split()[-1]) == 64
+        ok, anchor = result.stdout.splitlines()
+        assert ok.startswith("ok: 5 events, head ")
+        head = ok.split()[-1]
+        assert len(head) == 64
+        assert anchor == f"anchor: 5:{head}"
 
     def test_a_tampered_row_is_named_and_exits_1(self, run: CliRunner, database_url: URL) -> None:
         store(database_url, "acme", 5)
@@ -117,7 +120,8 @@ class TestVerify:
         that checks out; the head printed before the rewrite, kept elsewhere, does not."""
         store(database_url, "acme", 5)
         first = run.invoke(cli, ["verify"])
-        anchor = f"5:{first.stdout.split()[-1]}"
+        anchor = first.stdout.split()[-1]  # the line verify prints to keep
+        assert anchor.startswith("5:")
         assert run.invoke(cli, ["verify", "--anchor", anchor]).exit_code == 0
         rewrite(database_url, 5, {"i": 99}, move_head=True)
         assert run.invoke(cli, ["verify"]).exit_code == 0

@@ -288,6 +288,14 @@ class TestLeasing:
         assert response.status_code == 422, response.text
         assert response.headers["content-type"].startswith("application/problem+json")
 
+    async def test_a_long_poll_waits_all_of_wait_s(self, worker: Client) -> None:
+        # It gave up up to half a second early: a task turning ready then was not offered.
+        started = asyncio.get_running_loop().time()
+        body = dumps({"worker": "w1", "wait_s": 1})
+        response = await worker.post("/queues/empty/lease", content=body, headers=JSON)
+        assert response.status_code == 204
+        assert asyncio.get_running_loop().time() - started >= 1.0
+
     async def test_a_capability_past_64_bits_is_a_number_like_any(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:

@@ -54,3 +54,8 @@ def test_guaranteed_priorities_cannot_be_held_for_spot_workers(priority: int) ->
     # Spot workers never get 8-9, so holding them back off-peak would leave them to nobody.
     with pytest.raises(ValidationError, match="less than or equal to 7"):
         Settings(_env_file=None, scheduler_off_peak_max_priority=priority)
+
+
+def test_the_least_workers_cannot_pass_the_most() -> None:
+    with pytest.raises(ValidationError, match="at least CAUSEWAY_SCHEDULER_MIN_WORKERS"):
+        Settings(_env_file=None, scheduler_min_workers=10, scheduler_max_workers=4)
