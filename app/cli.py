@@ -303,7 +303,7 @@ async def _replay(
             else:
                 sink.close()
             if partial is not None:
-                partial.replace(os.path.realpath(out))
+                partial.replace(out)
     finally:
         await engine.dispose()
     return count
@@ -311,26 +311,29 @@ async def _replay(
 
 def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
     """Where the replay goes, and the file to rename onto ``out`` once it is complete.
-    A file (or a new name) is written beside itself and renamed at the end, so a replay
-    that fails half way leaves an earlier export as it was; through a symlink, the file
-    it names is the one replaced. Anything else (``-``, a pipe, a device, /dev/fd/N) is
-    written through, as it is."""
+    A regular file named as itself (or a new name) is written beside itself, with its
+    permissions, and renamed at the end, so a replay that fails half way leaves an
+    earlier export as it was. Anything else is written through, as it is: ``-``, a
+    symlink (``/dev/stdout`` and ``/dev/fd/N`` are links, to what the shell redirected,
+    which may be a file being appended to), a pipe, a device."""
     if str(out) == "-":
         return sys.stdout.buffer, None
     try:
-        mode: int | None = os.stat(out).st_mode
+        found = os.lstat(out)
     except FileNotFoundError:
-        mode = None
+        found = None
     except OSError as exc:
         fail(f"--out {out}: {exc.strerror or exc}")
-    if mode is not None and stat.S_ISDIR(mode):
+    if out.is_dir():
         fail(f"--out {out}: is a directory")
     try:
-        if mode is not None and not stat.S_ISREG(mode):
+        if found is not None and not stat.S_ISREG(found.st_mode):
             return out.open("wb"), None
-        target = Path(os.path.realpath(out))
-        partial = target.with_name(f".{target.name}.partial")
-        return partial.open("wb"), partial
+        partial = out.with_name(f".{out.name}.partial")
+        sink = partial.open("wb")
+        if found is not None:
+            os.chmod(partial, stat.S_IMODE(found.st_mode))
+        return sink, partial
     except OSError as exc:
         fail(f"--out {out}: {exc.strerror or exc}")
 
@@ -379,7 +382,9 @@ def project() -> None:
     settings = load_settings()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with database(settings) as db:
-        if db.embedded is None:  # the embedded one is migrated by serve and migrate
+        if db.embedded is not None:
+            upgrade_to_head(db.url)  # as serve does: the embedded one is this command's own
+        else:
             _require_head(db.url, "run `causeway migrate`")
         runner = create_runner(settings, db.url)
         typer.echo(f"following {', '.join(p.name for p in runner.projections)}", err=True)
@@ -523,7 +528,9 @@ def _database_problem(exc: DBAPIError | psycopg.Error) -> str | None:
     # A failed connection (no server, no such database or role, a refused password) is
     # the base class itself; its subclasses (a cancelled statement, a full disk, a
     # shutdown) are about the server's state, not about which database was named.
-    if type(cause) is psycopg.OperationalError:
+    if type(cause) is psycopg.OperationalError or isinstance(
+        cause, psycopg.errors.ConnectionTimeout
+    ):
         return f"cannot use the database: {first}"
     return None
 

@@ -69,7 +69,9 @@ class Settings(BaseSettings):
     def _at_least_the_least(cls, value: int, info: ValidationInfo) -> int:
         least = info.data.get("scheduler_min_workers")
         if least is not None and value < least:
-            raise ValueError(f"must be at least CAUSEWAY_SCHEDULER_MIN_WORKERS ({least})")
+            raise ValueError(
+                f"CAUSEWAY_SCHEDULER_MIN_WORKERS ({least}) is above the most workers ({value})"
+            )
         return value
 
     @field_validator("scheduler_off_peak_hours")

@@ -278,7 +278,7 @@ class MqttBridge:
     def _process_safely(self, data: bytes) -> None:
         try:
             self._process(data)
-        except (StoreRefused, StoreUnavailable):
+        except (StoreRefused, StoreUnavailable, SpoolCorrupt):
             raise
         except Exception as exc:  # one bad packet must not stop the bridge
             self._bad(f"{type(exc).__name__}: {exc}")

@@ -234,7 +234,9 @@ async def _changes(
     request: Request, engine: AsyncEngine, tenant: str, service: str, after: int
 ) -> AsyncIterator[bytes]:
     idle = 0.0
-    yield b": watching\n\n"
+    # The id where the stream starts, before any change: a client that drops before the
+    # first change reconnects from here (Last-Event-ID), not from whatever is newest then.
+    yield f": watching\nid: {after}\n\n".encode()
     while not await request.is_disconnected():
         async with engine.connect() as conn:
             found = await DeploymentReader(conn).read_changes_after(tenant, service, after)

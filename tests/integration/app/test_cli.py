@@ -177,6 +177,17 @@ class TestReplayOutput:
         assert out.read_bytes() == exported
         assert sorted(p.name for p in tmp_path.iterdir()) == ["acme.ndjson"]
 
+    def test_a_file_keeps_its_permissions(
+        self, run: CliRunner, database_url: URL, tmp_path: Any
+    ) -> None:
+        store(database_url, "acme", 2)
+        out = tmp_path / "private.ndjson"
+        out.write_bytes(b"old\n")
+        out.chmod(0o600)
+        assert run.invoke(cli, ["replay", "--tenant", "acme", "--out", str(out)]).exit_code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600
+        assert out.read_bytes().count(b"\n") == 2
+
     def test_a_symlink_keeps_pointing_at_the_export(
         self, run: CliRunner, database_url: URL, tmp_path: Any
     ) -> None:

@@ -57,5 +57,7 @@ def test_guaranteed_priorities_cannot_be_held_for_spot_workers(priority: int) ->
 
 
 def test_the_least_workers_cannot_pass_the_most() -> None:
-    with pytest.raises(ValidationError, match="at least CAUSEWAY_SCHEDULER_MIN_WORKERS"):
+    with pytest.raises(
+        ValidationError, match=r"MIN_WORKERS \(10\) is above the most workers \(4\)"
+    ):
         Settings(_env_file=None, scheduler_min_workers=10, scheduler_max_workers=4)
