@@ -88,6 +88,9 @@ LazyS = Annotated[float, typer.Option(help="Longest wait before green events are
 DrainS = Annotated[float, typer.Option(help="At the end, how long to retry a spool, s")]
 
 
+_MAX_WINDOW_MS = 3_600_000
+
+
 def fail(detail: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {detail}", err=True)
     raise typer.Exit(code)
@@ -226,6 +229,8 @@ def mqtt(
     for side in (width, height):
         if side is not None and not 0 < side <= MAX_SIDE_PX:
             fail(f"--width and --height must be 1-{MAX_SIDE_PX}")
+    if queue_packets < 1:  # a queue of 0 would be unbounded
+        fail(f"--queue-packets must be at least 1, not {queue_packets}")
     config = OutputConfig(lazy_interval_s=lazy_interval_s, on_full="drop")
     with _output(target, key, None, spool, spool_mb, sensor, config) as output:
         try:
@@ -356,6 +361,10 @@ def _settings(
         fail(f"--filter-backend must be numpy or numba, not {backend!r}")
     if neighbourhood not in (4, 8):
         fail(f"--neighbourhood must be 4 or 8, not {neighbourhood}")
+    if dt_us <= 0:
+        fail(f"--dt-us must be positive, not {dt_us}")
+    if window_ms > _MAX_WINDOW_MS:
+        fail(f"--window-ms must be at most {_MAX_WINDOW_MS} (an hour), not {window_ms}")
     try:
         check_backend(backend)
     except BackendUnavailable as exc:

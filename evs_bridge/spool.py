@@ -221,16 +221,14 @@ class Spool:
         return int(number), int(offset)
 
     def _repair_tail(self) -> None:
+        """Cut a torn last line (a crash mid-append) off the newest segment and off the
+        file of rejected events, so the next line appended starts a line of its own."""
         segments = self._segments()
-        if not segments:
-            return
-        path = self._path(segments[-1])
-        content = path.read_bytes()
-        if content and not content.endswith(b"\n"):
-            with path.open("r+b") as file:
-                file.truncate(content.rfind(b"\n") + 1)
-                file.flush()
-                os.fsync(file.fileno())
+        if segments:
+            _cut_torn_line(self._path(segments[-1]))
+        rejected = self.directory / REJECTED_FILE
+        if rejected.exists():
+            _cut_torn_line(rejected)
 
     def _drop_finished(self) -> None:
         number, offset = self._cursor
@@ -243,6 +241,15 @@ class Spool:
             )
             if finished:
                 self._path(segment).unlink()
+
+
+def _cut_torn_line(path: Path) -> None:
+    content = path.read_bytes()
+    if content and not content.endswith(b"\n"):
+        with path.open("r+b") as file:
+            file.truncate(content.rfind(b"\n") + 1)
+            file.flush()
+            os.fsync(file.fileno())
 
 
 def _append_durably(path: Path, payload: bytes) -> None:

@@ -66,7 +66,12 @@ class ArrayRecording:
                     dtype, self._length = _read_npy_header(member)
             if {"width.npy", "height.npy"} <= names:
                 with np.load(path) as small:
-                    width, height = int(small["width"]), int(small["height"])
+                    try:
+                        width, height = int(small["width"]), int(small["height"])
+                    except (TypeError, ValueError) as exc:
+                        raise UnsupportedArray(
+                            f"{path}: width and height must each be one integer ({exc})"
+                        ) from None
         else:
             with path.open("rb") as stream:
                 if stream.read(len(_NPY_MAGIC)) != _NPY_MAGIC:

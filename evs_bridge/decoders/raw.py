@@ -28,12 +28,19 @@ class UnsupportedRaw(ValueError):
 _FORMATS = {"3.0": "evt3", "2.0": "evt2", "EVT3": "evt3", "EVT2": "evt2"}
 
 
+_MAX_HEADER_LINE = 64 << 10  # real header lines are tens of bytes
+
+
 def read_header(stream: BinaryIO) -> tuple[dict[str, str], int]:
-    """The ``%`` header lines as ``{key: value}``, and the byte offset where the data starts."""
+    """The ``%`` header lines as ``{key: value}``, and the byte offset where the data starts.
+    A header line longer than 64 KiB is refused (``UnsupportedRaw``): a file that starts
+    with ``%`` and has no newline would otherwise be read whole into one line."""
     header: dict[str, str] = {}
     while True:
         start = stream.tell()
-        line = stream.readline()
+        line = stream.readline(_MAX_HEADER_LINE + 1)
+        if len(line) > _MAX_HEADER_LINE and line.startswith(b"%"):
+            raise UnsupportedRaw(f"a header line at byte {start} is over 64 KiB")
         if not line.startswith(b"%"):
             stream.seek(start)
             break

@@ -102,6 +102,19 @@ def huge_header(tmp_path: Path) -> Path:
     return path
 
 
+def endless_header(tmp_path: Path) -> Path:
+    path = tmp_path / "endless.raw"
+    path.write_bytes(b"% evt 3.0" + b"x" * (70 << 10))  # no newline: once read whole
+    return path
+
+
+def wide_npz(tmp_path: Path) -> Path:
+    path = tmp_path / "wide.npz"
+    events = np.zeros(2, dtype=EVENT_DTYPE)
+    np.savez(path, events=events, width=np.array([640, 480]), height=np.array(480))
+    return path
+
+
 BAD_FILES = {
     "truncated CDR blob": (truncated_blob, "message 3: truncated"),
     "events longer than the blob": (overlong_events, "message 5: events length"),
@@ -110,6 +123,8 @@ BAD_FILES = {
     "PK but no zip": (pk_not_zip, "not a readable .npz"),
     "coordinates past the largest sensor": (huge_coordinates, "outside 0-8192 pixels a side"),
     "a header past the largest sensor": (huge_header, "outside 0-8192 pixels a side"),
+    "a header line with no end": (endless_header, "over 64 KiB"),
+    "a width that is no number": (wide_npz, "width and height must each be one integer"),
 }
 
 
@@ -138,6 +153,8 @@ class TestReplay:
             ([str(NPZ), "--sensor", "a", "--out", "x", "--channel", "face"], "LABEL=NAME"),
             ([str(NPZ), "--sensor", "a", "--out", "x", "--classifier", "no.such:Thing"], "import"),
             ([str(NPZ), "--sensor", "a", "--out", "x", "--window-ms", "0"], "positive"),
+            ([str(NPZ), "--sensor", "a", "--out", "x", "--window-ms", str(10**12)], "an hour"),
+            ([str(NPZ), "--sensor", "a", "--out", "x", "--dt-us", "0"], "--dt-us must be positive"),
         ],
     )
     def test_bad_input_is_one_line_and_exit_2(
@@ -282,3 +299,13 @@ def test_drain_names_a_changed_spool_line(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "is not JSON" in result.output
     assert "Traceback" not in result.output
+
+
+def test_mqtt_refuses_a_queue_of_no_packets() -> None:
+    result = runner.invoke(
+        cli,
+        ["mqtt", "--broker", "mqtt://127.0.0.1", "--topic", "t", "--sensor", "s",
+         "--target", "http://127.0.0.1:1", "--key", "k", "--queue-packets", "0"],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--queue-packets must be at least 1" in result.output

@@ -111,6 +111,17 @@ class TestSpool:
         }
         assert spool.is_empty
 
+    def test_a_torn_rejected_line_is_cut_off_on_open(self, tmp_path: Path) -> None:
+        spool = Spool(tmp_path)
+        spool.reject({"id": "first"}, 422, {"detail": "x"})
+        spool.close()
+        with (tmp_path / REJECTED_FILE).open("ab") as file:
+            file.write(b'{"status": 422, "prob')  # a crash mid-append
+        reopened = Spool(tmp_path)
+        reopened.reject({"id": "second"}, 422, {"detail": "y"})
+        lines = (tmp_path / REJECTED_FILE).read_bytes().splitlines()
+        assert [orjson.loads(line)["event"]["id"] for line in lines] == ["first", "second"]
+
     def test_rejects_stop_being_written_at_the_cap(self, tmp_path: Path) -> None:
         spool = Spool(tmp_path, max_rejected_bytes=200)
         kept = [spool.reject({"id": f"bad{i}"}, 422, {"detail": "no"}) for i in range(5)]
