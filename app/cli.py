@@ -40,7 +40,7 @@ from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_sta
 from app.settings import Settings
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
-from app.store.records import MAX_POSITION, EventFilter
+from app.store.records import MAX_POSITION, EventFilter, parse_position
 from app.store.verify import ChainReport, verify_chain
 from evs_bridge.cli import cli as evs_cli
 
@@ -220,9 +220,10 @@ _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
 
 def _parse_anchor(text: str) -> tuple[int, bytes]:
     found = _ANCHOR.fullmatch(text)
-    if found is None or not 0 < int(found[1]) <= MAX_POSITION:
+    position = None if found is None else parse_position(found[1])
+    if found is None or not position:
         fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
-    return int(found[1]), bytes.fromhex(found[2])
+    return position, bytes.fromhex(found[2])
 
 
 async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
@@ -295,13 +296,13 @@ async def _replay(
                 count = await _write_replay(conn, sink, tenant, selection, fetch_rows, form)
             except BaseException:
                 if partial is not None:
-                    sink.close()
                     partial.unlink(missing_ok=True)
                 raise
-            if sink is sys.stdout.buffer:
-                sink.flush()
-            else:
-                sink.close()
+            finally:
+                if sink is sys.stdout.buffer:
+                    sink.flush()
+                else:
+                    sink.close()
             if partial is not None:
                 partial.replace(out)
     finally:

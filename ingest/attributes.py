@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
-from app.store.records import NewEvent
+from app.store.records import EXACT_LIMIT, RESERVED_TYPE_PREFIX, NewEvent
 from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
 
@@ -51,7 +51,6 @@ _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 # Attribute names already found valid: producers send the same few names again and again.
 _GOOD_NAMES: set[str] = set()
 _MAX_GOOD_NAMES = 4096
-RESERVED_TYPE_PREFIX = "causeway."
 RESERVED_ID_PREFIX = "causeway:"  # system events' ids and streams: no producer takes one first
 
 
@@ -309,7 +308,7 @@ def _new_event(
     )
 
 
-_EXACT = 2**53  # RFC 7493 (I-JSON): integers beyond this do not survive IEEE doubles
+_EXACT = EXACT_LIMIT
 
 
 def normalise_numbers(value: Any) -> Any:

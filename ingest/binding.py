@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import orjson
@@ -44,20 +44,10 @@ BATCH = "application/cloudevents-batch+json"
 _NUL_ESCAPE = b"\\u0000"
 
 
-class _Suspect(NamedTuple):
-    """What one scan of some JSON text rules out for the data in it: most texts hold no
-    escaped U+0000, and fewer brackets than data may nest."""
-
-    nul: bool
-    deep: bool
-
-
-def _suspect(text: bytes) -> _Suspect:
-    return _Suspect(_NUL_ESCAPE in text, _brackets(text) > MAX_DATA_DEPTH)
-
-
-def _brackets(text: bytes) -> int:
-    return text.count(b"[") + text.count(b"{")
+def _may_nest_too_deep(encoded: bytes) -> bool:
+    """False when the JSON text ``encoded`` has too few brackets to nest past the limit,
+    which one count of each rules out for almost all data."""
+    return encoded.count(b"[") + encoded.count(b"{") > MAX_DATA_DEPTH
 
 
 # Events of a batch in one part of ``parse_in_parts``: about a millisecond of work.
@@ -98,8 +88,8 @@ def parse_in_parts(
         document = _load_json(body, "the body")
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
-        suspect = _suspect(body)
-        yield [_single(lambda: _from_json(0, document, suspect, limits))]
+        may_have_nul = _NUL_ESCAPE in body
+        yield [_single(lambda: _from_json(0, document, may_have_nul, limits))]
         return
     yield [_single(lambda: _from_binary(content_type, headers, body, limits))]
 
@@ -114,7 +104,7 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
             f"by {len(document) - limits.max_batch_events}",
             limit="max_batch_events",
         )
-    suspect = _suspect(body)  # scanned once: a U+0000 or deep data is rare, and costly to seek
+    may_have_nul = _NUL_ESCAPE in body  # scanned once: a U+0000 is rare, and costly to seek
     problems: list[Problem] = []
     for start in range(0, len(document), PART_EVENTS):
         part: list[NewEvent] = []
@@ -124,7 +114,7 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
                 if not isinstance(item, dict):
                     detail = "each batch item must be a JSON object"
                     raise EventProblems([Problem(InvalidCloudEvent, index, "", detail)])
-                part.append(_from_json(index, item, suspect, limits))
+                part.append(_from_json(index, item, may_have_nul, limits))
             except EventProblems as exc:
                 problems.extend(exc.problems)
         if problems:
@@ -149,7 +139,7 @@ def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
     return kind(f"{where}{first.detail}{more}", errors=[p.as_member() for p in problems])
 
 
-def _from_json(index: int, item: dict[str, Any], suspect: _Suspect, limits: Limits) -> NewEvent:
+def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Limits) -> NewEvent:
     has_data = "data" in item
     encoded = item.get("data_base64")
     if has_data and encoded is not None:
@@ -180,10 +170,9 @@ def _from_json(index: int, item: dict[str, Any], suspect: _Suspect, limits: Limi
             encoded = orjson.dumps(raw)
         except TypeError:  # past orjson's own 254 levels
             raise EventProblems([_too_deep(index)]) from None
-        # The body's scan says whether any data in it may hold a U+0000; this event's own
-        # encoding, whether its data may nest too deep (a batch's body always has more
-        # brackets than that).
-        value = _storable(index, raw, _Suspect(suspect.nul, _brackets(encoded) > MAX_DATA_DEPTH))
+        # Its own encoding (made for its size anyway) says whether this event's data may
+        # nest too deep: a batch's body has a brace per event.
+        value = _storable(index, raw, may_have_nul, _may_nest_too_deep(encoded))
         size = len(encoded) if value is raw else len(orjson.dumps(value))
         payload = Payload(present=True, value=value, size_bytes=size)
     else:
@@ -240,7 +229,8 @@ def _from_binary(
         value = _storable(
             0,
             _load_json(body, "the body (datacontenttype is JSON)", event=True),
-            _suspect(body),
+            _NUL_ESCAPE in body,
+            _may_nest_too_deep(body),  # the body is the data
         )
         payload = Payload(present=True, value=value, size_bytes=len(body))
     else:
@@ -283,11 +273,11 @@ def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
         raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
 
 
-def _storable(index: int, value: Any, suspect: _Suspect) -> Any:
+def _storable(index: int, value: Any, may_have_nul: bool, may_be_deep: bool) -> Any:
     """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
-    if suspect.deep and nests_deeper(value):
+    if may_be_deep and nests_deeper(value):
         raise EventProblems([_too_deep(index)])
-    if suspect.nul and _contains_nul(value):
+    if may_have_nul and _contains_nul(value):
         raise EventProblems(
             [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
         )

@@ -40,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.errors import BadRequest, InvalidCloudEvent, NotFound
 from app.store.keys import Principal
 from app.store.reads import EventReader
+from app.store.records import EXACT_LIMIT
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 from ingest.binding import BATCH, parse_request
@@ -65,7 +66,7 @@ Text = Annotated[str, AfterValidator(_without_nul)]
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
 Capability = (
     StrictBool
-    | Annotated[StrictInt, Field(ge=-(2**53), le=2**53)]
+    | Annotated[StrictInt, Field(ge=-EXACT_LIMIT, le=EXACT_LIMIT)]
     | Annotated[StrictFloat, Field(allow_inf_nan=False)]
 )
 _NAME = r"^[A-Za-z0-9_.\-]{1,128}$"

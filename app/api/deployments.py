@@ -26,7 +26,7 @@ from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState, incompatibility
 from app.store.keys import Principal, Scope
 from app.store.models import is_valid_name
-from app.store.records import MAX_POSITION, NewEvent
+from app.store.records import MAX_POSITION, NewEvent, parse_position
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 
@@ -224,10 +224,10 @@ def _last_event_id(header: str | None) -> int | None:
     (an id this stream never sent: starting from now would skip changes unseen)."""
     if header is None or header == "":
         return None
-    digits = header.isascii() and header.isdigit() and len(header) <= len(str(MAX_POSITION))
-    if not digits or int(header) > MAX_POSITION:
+    found = parse_position(header)
+    if found is None:
         raise BadRequest(f"Last-Event-ID {header!r} is not a position this stream sent")
-    return int(header)
+    return found
 
 
 async def _changes(

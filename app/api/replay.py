@@ -14,7 +14,7 @@ problem (503, 500), never a 200 with a broken body.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -90,18 +90,11 @@ class ReplaySlots:
 
 
 class _Streamed(StreamingResponse):
-    """The rest of a replay whose first part was read already: its generators are
-    closed (the connection goes back) and the slot given back however the response
-    ends."""
+    """A replay whose first part was read already: the generators that hold its
+    connection are closed and its slot given back however the response ends."""
 
-    def __init__(
-        self,
-        first: bytes,
-        rest: AsyncGenerator[bytes],
-        owned: _Owned,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(_chained(first, rest), **kwargs)
+    def __init__(self, content: AsyncGenerator[bytes], owned: _Owned, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
         self._owned = owned
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
@@ -118,6 +111,9 @@ class _Owned:
         self._slots = slots
         self._generators = list(generators)
 
+    def add(self, generator: AsyncGenerator[Any]) -> None:
+        self._generators.insert(0, generator)  # the outermost is closed first
+
     async def release(self) -> None:
         try:
             for generator in self._generators:
@@ -126,15 +122,10 @@ class _Owned:
             self._slots.give_back()
 
 
-async def _chained(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    yield first
-    async for part in rest:
-        yield part
-
-
-async def _primed(source: AsyncGenerator[T]) -> AsyncGenerator[T]:
+async def _primed(source: AsyncGenerator[T]) -> tuple[bool, AsyncGenerator[T]]:
     """``source`` with its first item read now (a connection taken, a cursor opened,
-    rows fetched), so that failing to start fails the caller, not a response."""
+    rows fetched), so that failing to start fails the caller, not a response; and
+    whether it has any item at all."""
     first = await anext(source, _END)
 
     async def rest() -> AsyncGenerator[T]:
@@ -144,7 +135,7 @@ async def _primed(source: AsyncGenerator[T]) -> AsyncGenerator[T]:
         async for item in source:
             yield item
 
-    return rest()
+    return first is not _END, rest()
 
 
 async def _started(
@@ -153,14 +144,15 @@ async def _started(
     """The response for ``body``, once its first part is read: what fails before that is
     the request's error (a problem), not a 200 with a broken body."""
     try:
-        first = await anext(body, None)
+        any_part, content = await _primed(body)
     except BaseException:
         await owned.release()
         raise
-    if first is None:
+    if not any_part:
         await owned.release()
         return Response(b"", media_type=media_type, **kwargs)
-    return _Streamed(first, body, owned, media_type=media_type, **kwargs)
+    owned.add(content)
+    return _Streamed(content, owned, media_type=media_type, **kwargs)
 
 
 def split_types(text: str | None) -> tuple[str, ...]:
@@ -229,7 +221,7 @@ async def replay(
 
         rows = row_chunks(engine, principal.tenant, selection, fetch_rows)
         try:
-            chunks = await _primed(rows)  # the file's header needs no rows: read some first
+            _, chunks = await _primed(rows)  # the file's header needs no rows: read some first
         except BaseException:
             slots.give_back()
             raise

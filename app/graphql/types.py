@@ -15,7 +15,7 @@ from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
 from app.store.graph import Direction, Page, StoredEvent
 from app.store.lineage import Audit, Trace
-from app.store.records import MAX_POSITION
+from app.store.records import parse_position
 from app.store.registry import Model as StoredModel
 from app.store.registry import ModelVersion as StoredVersion
 
@@ -23,21 +23,16 @@ BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow i
 
 
 def _parse_big_int(value: object) -> int:
-    if isinstance(value, float) and (value != value or value >= 2**63):
-        # graphql-core hands a literal past what int() reads as nan, and orjson a JSON
-        # integer past 64 bits as a float.
-        raise BadRequest("the number does not fit in 64 bits")
-    text = str(value)
-    # ASCII digits only: isdigit() alone takes "²", which int() refuses.
-    if (
-        not isinstance(value, int | str)
-        or isinstance(value, bool)
-        or not (text.isascii() and text.isdigit())
-    ):
-        raise BadRequest(f"{value!r} is not a non-negative integer")
-    if len(text) > len(str(MAX_POSITION)) or int(text) > MAX_POSITION:
-        raise BadRequest(f"{value} does not fit in 64 bits")
-    return int(text)
+    # graphql-core hands a literal past what int() reads as nan, and orjson a JSON
+    # integer past 64 bits as a float: neither is an int or a str, so both are refused.
+    found = (
+        parse_position(str(value))
+        if isinstance(value, int | str) and not isinstance(value, bool)
+        else None
+    )
+    if found is None:
+        raise BadRequest(f"{value!r} is not a non-negative integer of at most 64 bits")
+    return found
 
 
 BIG_INT = strawberry.scalar(
@@ -59,12 +54,12 @@ def decode_cursor(cursor: str | None) -> int:
         return 0
     try:
         text = base64.urlsafe_b64decode(cursor.encode()).decode()
-        if text.startswith(_CURSOR_PREFIX):
-            position = int(text[len(_CURSOR_PREFIX) :])
-            if 0 <= position <= MAX_POSITION:
-                return position
     except (ValueError, UnicodeDecodeError):
-        pass
+        text = ""
+    if text.startswith(_CURSOR_PREFIX):
+        position = parse_position(text[len(_CURSOR_PREFIX) :])
+        if position is not None:
+            return position
     raise BadRequest(f"cursor {cursor!r} is not one this API gave out", cursor=cursor)
 
 

@@ -18,12 +18,11 @@ import orjson
 from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
 from app.store.chain import Content, encode
 from app.store.models import REGISTERED, Registration, output_violation, registration_from
-from app.store.records import Appended, NewEvent, is_json_media_type
+from app.store.records import RESERVED_TYPE_PREFIX, Appended, NewEvent, is_json_media_type
 
 Key = tuple[str, str]  # (tenant, id or stream)
 ModelKey = tuple[str, str, str]  # (tenant, model name, version)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SYSTEM_TYPES = "causeway."  # the types only Causeway writes (ingest refuses them)
 
 
 class Known(NamedTuple):
@@ -236,7 +235,7 @@ def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str
             "registered": registered.digest,
         }
     # Causeway's own events that name a version (a rollout of it) carry no model output.
-    if registered.enforce_outputs and not event.type.startswith(_SYSTEM_TYPES):
+    if registered.enforce_outputs and not event.type.startswith(RESERVED_TYPE_PREFIX):
         violation = output_violation(registered, _outputs_of(event))
         if violation is not None:
             field, why = violation

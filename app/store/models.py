@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -27,7 +26,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.store.records import MAX_DATA_DEPTH, NewEvent, nests_deeper
+from app.store.records import EXACT_LIMIT, MAX_DATA_DEPTH, NewEvent, nests_deeper
 from app.store.timestamps import parse_rfc3339
 
 REGISTERED = "causeway.model.registered"
@@ -44,9 +43,6 @@ def _json_list(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, str) else value
 
 
-_EXACT = 2**53  # RFC 7493 (I-JSON): integers a double holds exactly
-
-
 def _interoperable(value: Any) -> Any:
     """``value`` if every number in it is finite and within the I-JSON range, and it
     nests no deeper than event data may: the digest is taken over its JSON, which has no
@@ -61,14 +57,14 @@ def _interoperable(value: Any) -> Any:
             pending.extend(item.values())
         elif isinstance(item, list):
             pending.extend(item)
-        elif isinstance(item, float) and not (math.isfinite(item) and abs(item) < _EXACT):
+        elif isinstance(item, float) and not abs(item) < EXACT_LIMIT:  # inf and nan too
             raise ValueError(f"number {item!r} is not finite within ±2**53")
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _EXACT:
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= EXACT_LIMIT:
             raise ValueError(f"number {item} is outside ±2**53")
     return value
 
 
-Dimension = Annotated[int, Field(gt=-_EXACT, lt=_EXACT)]  # -1: any size
+Dimension = Annotated[int, Field(gt=-EXACT_LIMIT, lt=EXACT_LIMIT)]  # -1: any size
 
 
 class ColumnSpec(BaseModel):

@@ -7,6 +7,17 @@ from datetime import datetime
 from typing import Any
 
 MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
+RESERVED_TYPE_PREFIX = "causeway."  # the types of the events Causeway writes itself
+
+
+def parse_position(text: str) -> int | None:
+    """``text`` as a position or version, or None: ASCII digits only (``str.isdigit``
+    alone takes "²", which ``int`` refuses), and no more than ``MAX_POSITION`` (checked by
+    length first: ``int`` refuses past 4,300 digits)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(MAX_POSITION)):
+        return None
+    value = int(text)
+    return value if value <= MAX_POSITION else None
 
 
 # The deepest nesting of arrays and objects JSON the store keeps may have (event data, a
@@ -14,6 +25,9 @@ MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
 # carries such JSON (the hash chain's encoding, replay, GraphQL) wraps it in a few levels
 # of its own: JSON nested deeper could be stored but not hashed or read back.
 MAX_DATA_DEPTH = 128
+# RFC 7493 (I-JSON): the integers an IEEE double holds exactly are those within ±2**53;
+# JSON the store keeps holds no number beyond (nor an infinity, which JSON has no form for).
+EXACT_LIMIT = 2**53
 
 
 def nests_deeper(value: Any, levels: int = MAX_DATA_DEPTH) -> bool:

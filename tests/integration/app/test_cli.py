@@ -148,6 +148,7 @@ class TestVerify:
             "0:" + "ab" * 32,
             "x:" + "ab" * 32,
             "²:" + "ab" * 32,  # a digit to str.isdigit(), not to int()
+            "9" * 5000 + ":" + "ab" * 32,  # past the digits int() reads
             "5:" + "zz" * 32,
             "5:" + "ab" * 15 + "  " + "ab" * 16,  # 64 characters, 31 bytes to bytes.fromhex
         ],

@@ -503,12 +503,7 @@ class TestAnswerBudget:
     async def budgeted(self, database_url: URL, make_key: MakeKey) -> Any:
         settings = Settings(_env_file=None, graphql_max_answer_items=60)
         app = create_app(settings, database_url=database_url)
-        key = await make_key("acme", "ingest,read")
-        async with httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app),
-            base_url="http://c",
-            headers={"Authorization": f"Bearer {key}"},
-        ) as client:
+        async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
             hub = [cloudevent(id="hub")]
             hub += [cloudevent(id=f"e{n}", causationid="hub") for n in range(self.HUB_EFFECTS)]
             await client.post("/events", content=dumps(hub), headers=BATCH)
@@ -553,12 +548,7 @@ class TestLimits:
             graphql_max_request_bytes=2048,
         )
         app = create_app(settings, database_url=database_url)
-        key = await make_key("acme", "ingest,read")
-        async with httpx2.AsyncClient(
-            transport=httpx2.ASGITransport(app=app),
-            base_url="http://c",
-            headers={"Authorization": f"Bearer {key}"},
-        ) as client:
+        async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
             yield client
         await dispose(app)
 

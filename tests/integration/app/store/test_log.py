@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import URL, text
+from sqlalchemy import URL, TextClause, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -17,7 +17,7 @@ from app.store.graph import GraphReader
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from app.store.timestamps import parse_rfc3339
-from app.store.verify import verify_chain
+from app.store.verify import ChainReport, verify_chain
 
 
 def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
@@ -108,12 +108,25 @@ class TestGlobalOrder:
         assert len(seen) == writers * sum(1 + (i % 3) for i in range(per_writer))
 
 
+async def forge(engine: AsyncEngine, table: str, statement: TextClause) -> None:
+    """What a superuser can do: run ``statement`` past the trigger that keeps ``table``
+    append-only."""
+    async with engine.begin() as conn:
+        await conn.execute(text(f"ALTER TABLE {table} DISABLE TRIGGER {table}_append_only"))
+        await conn.execute(statement)
+        await conn.execute(text(f"ALTER TABLE {table} ENABLE TRIGGER {table}_append_only"))
+
+
+async def verified(engine: AsyncEngine) -> ChainReport:
+    async with engine.connect() as conn:
+        return await verify_chain(conn)
+
+
 class TestHashChain:
     async def test_an_untouched_chain_verifies(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b", causes=("a",)))
         await append(engine, "other", new("a", data_binary=b"\x00"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        report = await verified(engine)
         assert report.is_intact
         assert report.count == 3
 
@@ -222,14 +235,10 @@ class TestHashChain:
 
     async def test_tampering_with_data_is_found_at_that_position(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b"), new("c"))
-        async with engine.begin() as conn:
-            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
-            await conn.execute(
-                text("""UPDATE events SET data = '{"n": "forged"}' WHERE id = 'b'""")
-            )
-            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        await forge(
+            engine, "events", text("""UPDATE events SET data = '{"n": "forged"}' WHERE id = 'b'""")
+        )
+        report = await verified(engine)
         assert not report.is_intact
         assert report.bad_position == 2
         assert report.count == 1
@@ -240,8 +249,7 @@ class TestHashChain:
         await append(engine, "acme", new("a"), new("b"), new("c", causes=("b",)))
         async with engine.begin() as conn:
             await conn.execute(text("INSERT INTO event_causes (effect, cause) VALUES (3, 1)"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        report = await verified(engine)
         assert (report.bad_position, report.reason) == (
             3,
             "causal edges differ from the causes it was hashed with",
@@ -249,47 +257,31 @@ class TestHashChain:
 
     async def test_a_deleted_causal_edge_is_found_at_its_effect(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b", causes=("a",)), new("c"))
-        async with engine.begin() as conn:
-            await conn.execute(
-                text("ALTER TABLE event_causes DISABLE TRIGGER event_causes_append_only")
-            )
-            await conn.execute(text("DELETE FROM event_causes WHERE effect = 2"))
-            await conn.execute(
-                text("ALTER TABLE event_causes ENABLE TRIGGER event_causes_append_only")
-            )
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
-        assert report.bad_position == 2
-        assert report.reason is not None
-        assert "causal edges" in report.reason
+        await forge(engine, "event_causes", text("DELETE FROM event_causes WHERE effect = 2"))
+        report = await verified(engine)
+        assert (report.bad_position, report.reason) == (
+            2,
+            "causal edges differ from the causes it was hashed with",
+        )
 
     async def test_a_rewritten_time_column_is_found(self, engine: AsyncEngine) -> None:
         # Filters read the time column; the chain holds the text it was derived from.
         sent = "2026-11-30T12:00:00Z"
         await append(engine, "acme", new("a", time=sent, time_value=parse_rfc3339(sent)[0]))
-        async with engine.begin() as conn:
-            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
-            await conn.execute(text("UPDATE events SET time = '2020-01-01T00:00:00Z'"))
-            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        await forge(engine, "events", text("UPDATE events SET time = '2020-01-01T00:00:00Z'"))
+        report = await verified(engine)
         assert (report.bad_position, report.reason) == (1, "time differs from the hashed time")
 
     async def test_a_missing_log_head_is_a_break_not_a_crash(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"))
         async with engine.begin() as conn:
             await conn.execute(text("DELETE FROM log_head"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        report = await verified(engine)
         assert report.reason == "the log head row is missing"
 
     async def test_a_deleted_last_event_is_found(self, engine: AsyncEngine) -> None:
         await append(engine, "acme", new("a"), new("b"))
-        async with engine.begin() as conn:
-            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
-            await conn.execute(text("DELETE FROM events WHERE position = 2"))
-            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
-        async with engine.connect() as conn:
-            report = await verify_chain(conn)
+        await forge(engine, "events", text("DELETE FROM events WHERE position = 2"))
+        report = await verified(engine)
         assert not report.is_intact
         assert report.reason == "log head names position 2"
