@@ -5,13 +5,13 @@
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import TypeVar
 
 import psycopg
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLError, OperationDefinitionNode
 from sqlalchemy.exc import OperationalError
 from strawberry.extensions import (
     AddValidationRules,
@@ -19,6 +19,7 @@ from strawberry.extensions import (
     MaxTokensLimiter,
     ParserCache,
     QueryDepthLimiter,
+    SchemaExtension,
     ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
@@ -278,6 +279,29 @@ def _bound(value: int, cap: int) -> int:
     return min(value, cap)
 
 
+class OperationChosen(SchemaExtension):
+    """A document of several operations needs ``operationName``. Strawberry would run the
+    first one (it names it for graphql-core), where the GraphQL spec's GetOperation
+    refuses: a client that forgot the name would get an answer to another question.
+
+    It runs before validation, after ``ValidationCache`` (which sets the validation
+    errors): a request error here ends the request as a validation error does."""
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        document = context.graphql_document
+        if document is not None and context._provided_operation_name is None:
+            operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+            if len(operations) > 1:
+                refusal = GraphQLError(
+                    "this document has several operations: send 'operationName' to choose one",
+                    operations[1],
+                    extensions={"code": "BAD_REQUEST"},
+                )
+                context.pre_execution_errors = [*(context.pre_execution_errors or []), refusal]
+        yield
+
+
 class _Schema(strawberry.Schema):
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
@@ -303,6 +327,7 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # audit itself; clients repeat the same documents, so both are cached.
             lambda: ParserCache(maxsize=256),
             lambda: ValidationCache(maxsize=256),
+            OperationChosen,
             lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
             ProblemErrors,

@@ -136,6 +136,16 @@ def link(prev_hash: bytes, record: ChainRecord) -> bytes:
     return hashlib.sha256(prev_hash + canonical_bytes(record)).digest()
 
 
+def seals(stored_hash: bytes, prev_hash: bytes, record: ChainRecord) -> bool:
+    """Whether ``stored_hash`` is the link of ``record`` to ``prev_hash``. Content that has
+    no canonical encoding (data nested past what orjson encodes, written past the store)
+    was never hashed by it: no stored hash seals it."""
+    try:
+        return link(prev_hash, record) == stored_hash
+    except orjson.JSONEncodeError:
+        return False
+
+
 @lru_cache(maxsize=256)  # every event of a group shares one recorded_at
 def format_recorded_at(value: datetime) -> str:
     """UTC, always six fractional digits and ``Z``: ``2026-11-30T13:19:11.000123Z``."""

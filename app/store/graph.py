@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.engine import driver_of
 from app.db.tables import event_causes, events
-from app.store.chain import ChainRecord, link
+from app.store.chain import ChainRecord, seals
 from app.store.log import full_row, record_from_row
 from app.store.reads import apply_filter
 from app.store.records import EventFilter
@@ -46,7 +46,7 @@ class StoredEvent(NamedTuple):
 
     def is_chained(self) -> bool:
         """Whether the stored hash matches the stored content and ``prev_hash``."""
-        return link(self.prev_hash, self.record) == self.hash
+        return seals(self.hash, self.prev_hash, self.record)
 
 
 @dataclass(frozen=True, slots=True)

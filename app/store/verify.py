@@ -22,7 +22,7 @@ from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, log_head
-from app.store.chain import GENESIS_HASH, link
+from app.store.chain import GENESIS_HASH, seals
 from app.store.log import full_row, record_from_row
 from app.store.timestamps import parse_rfc3339
 
@@ -78,7 +78,7 @@ async def verify_chain(
                 return _broken(count, prev_hash, expected_position, "position missing from the log")
             if bytes(row.prev_hash) != prev_hash:
                 return _broken(count, prev_hash, row.position, "prev_hash does not match")
-            if link(prev_hash, record_from_row(row)) != bytes(row.hash):
+            if not seals(bytes(row.hash), prev_hash, record_from_row(row)):
                 return _broken(count, prev_hash, row.position, "hash does not match the content")
             if anchors.get(row.position, row.hash) != bytes(row.hash):
                 return _broken(count, prev_hash, row.position, "hash differs from the anchor")

@@ -8,8 +8,12 @@ from typing import Any
 import httpx2
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.integration.conftest import MakeKey, catch_up
+from app.api.projections import WITHHELD
+from app.db.tables import projection_checkpoints
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import (
     JSON,
     SIGNATURE,
@@ -280,3 +284,29 @@ class TestProjectionsStatus:
         assert (dispatch["name"], dispatch["lag_events"]) == ("scheduler-dispatch", 0)
         assert (tasks["name"], tasks["lag_events"]) == ("scheduler-tasks", 0)
         assert (current["checkpoint"], current["lag_events"], current["lag_seconds"]) == (1, 0, 0)
+
+    async def test_an_error_text_is_shown_only_to_the_tenant_whose_event_failed(
+        self, admin: httpx2.AsyncClient, app: FastAPI, engine: AsyncEngine, make_key: MakeKey
+    ) -> None:
+        # A projection reads every tenant's events: its error text may quote another's data.
+        posted = await admin.post("/events", content=dumps(event()), headers=STRUCTURED)
+        [sent] = posted.json()["events"]
+        failure = {
+            "last_error": "KeyError: 'acme/secret-1'",
+            "error_position": sent["position"],
+            "failures": 3,
+        }
+        async with engine.begin() as conn:
+            await conn.execute(
+                insert(projection_checkpoints)
+                .values(name="deployments", **failure)
+                .on_conflict_do_update(index_elements=["name"], set_=failure)
+            )
+        async with asgi_client(app, await make_key("globex", "read")) as other:
+            theirs = (await other.get("/projections")).json()["projections"]
+        ours = (await admin.get("/projections")).json()["projections"]
+        [mine] = [p for p in ours if p["name"] == "deployments"]
+        [seen] = [p for p in theirs if p["name"] == "deployments"]
+        assert mine["last_error"] == "KeyError: 'acme/secret-1'"
+        assert seen["last_error"] == WITHHELD
+        assert (seen["error_position"], seen["failures"]) == (sent["position"], 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -355,6 +356,37 @@ class TestEvents:
     ) -> None:
         found = (await ask(client, '{ event(id: "dx-1") { causes { id } } }'))["data"]["event"]
         assert [c["id"] for c in found["causes"]] == ["tumor-1", "fracture-1", "img-2"]
+
+    async def test_of_several_operations_the_one_named_runs_and_none_without_a_name(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        document = 'query A { event(id: "img-1") { id } } query B { event(id: "dx-1") { id } }'
+        named = await client.post("/graphql", json={"query": document, "operationName": "B"})
+        assert named.json() == {"data": {"event": {"id": "dx-1"}}}
+        unnamed = await ask(client, document)  # the spec's GetOperation: a request error
+        assert unnamed["data"] is None
+        [error] = unnamed["errors"]
+        assert "operationName" in error["message"]
+        assert error["extensions"]["code"] == "BAD_REQUEST"
+
+    @pytest.mark.parametrize("levels", [200, 253, 300])
+    async def test_data_nested_deeper_than_the_store_now_takes_is_answered_whole(
+        self, client: httpx2.AsyncClient, engine: AsyncEngine, levels: int
+    ) -> None:
+        # Events stored before the 128-level limit may nest deeper; past 252 levels the
+        # answer around the data nests past what orjson encodes.
+        deep = "[" * levels + "]" * levels
+        async with engine.begin() as conn:
+            await conn.execute(text("ALTER TABLE events DISABLE TRIGGER events_append_only"))
+            await conn.execute(
+                text("UPDATE events SET data = CAST(:deep AS jsonb) WHERE id = 'img-1'"),
+                {"deep": deep},
+            )
+            await conn.execute(text("ALTER TABLE events ENABLE TRIGGER events_append_only"))
+        found = await ask(client, '{ event(id: "img-1") { data } }')
+        assert json.dumps(found["data"]["event"]["data"], separators=(",", ":")) == deep
+        audited = await ask(client, '{ audit(decisionId: "tumor-1") { chainVerified } }')
+        assert audited["data"]["audit"]["chainVerified"] is False  # the row was forged
 
     async def test_an_unknown_event_is_null(self, client: httpx2.AsyncClient) -> None:
         assert (await ask(client, '{ event(id: "nope") { id } }'))["data"] == {"event": None}

@@ -243,6 +243,17 @@ class TestHashChain:
         assert report.bad_position == 2
         assert report.count == 1
 
+    async def test_data_forged_past_what_can_be_hashed_is_a_break_not_a_crash(
+        self, engine: AsyncEngine
+    ) -> None:
+        # 300 levels have no canonical encoding (orjson stops at 255): no hash seals them.
+        await append(engine, "acme", new("a"), new("b"))
+        deep = "[" * 300 + "]" * 300
+        forged = text("UPDATE events SET data = CAST(:deep AS jsonb) WHERE id = 'b'")
+        await forge(engine, "events", forged.bindparams(deep=deep))
+        report = await verified(engine)
+        assert (report.bad_position, report.reason) == (2, "hash does not match the content")
+
     async def test_a_forged_causal_edge_is_found_at_its_effect(self, engine: AsyncEngine) -> None:
         # The graph's edges are not hashed: walks read them, so they must be what the
         # hashed causes name. Inserting one needs no trigger disabled.
