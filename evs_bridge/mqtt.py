@@ -3,11 +3,13 @@
 The packet format is ``evs_bridge.packets`` (re-exported here).
 
 A gap in the sequence is counted (``stats.gaps``) and logged; a packet whose sequence
-repeats or goes back (not to 0) is dropped and counted (``stats.stale``). A restart of the
-stream, a sequence going back to 0 or (sensor clock) a time more than the pipeline's
-``jump_us`` behind the newest event, finishes the old pipeline (its segments are emitted)
-and starts a new one with a new session key (``stats.restarts``), and a fresh EVT 3.0
-decoder. A packet that cannot be processed (a bad header, flags not 0, a geometry above
+repeats or goes back (not to 0), or the session's packet 0 delivered again (QoS 1 delivers
+at least once), is dropped and counted (``stats.stale``). A restart of the stream, a
+sequence going back to 0 or (sensor clock) ``jump_confirm_events`` consecutive events more
+than the pipeline's ``jump_us`` behind the newest one, finishes the old pipeline (its
+segments are emitted) and starts a new one with a new session key (``stats.restarts``),
+and a fresh EVT 3.0 decoder; fewer such events are outliers, dropped and counted
+(``stats.outliers``), so one flipped timestamp does not restart the stream. A packet that cannot be processed (a bad header, flags not 0, a geometry above
 ``MAX_SIDE_PX`` or other than the stream's or the pinned one, or any error while decoding
 or running the pipeline on it) is dropped and counted (``stats.bad``), and logged once per
 ``_LOG_EVERY``; it never stops the worker. Events outside the header's geometry are dropped
@@ -121,6 +123,52 @@ class MqttStats:
     outliers: int = 0
 
 
+class _StepsBack:
+    """Tells a sensor that restarted from a wild timestamp. An event more than the
+    pipeline's ``jump_us`` behind the newest one is dropped (an outlier, e.g. a flipped
+    bit), unless ``confirm`` consecutive events, across packets, agree on going back
+    (each within ``jump_us`` of the first): then the stream restarts at the confirming
+    run's first event in the packet at hand. Earlier packets' part of that run is lost,
+    as with a jump ahead (``evs_bridge.pipeline``)."""
+
+    def __init__(self, confirm: int) -> None:
+        self._confirm = confirm
+        self.dropped = 0  # outliers, over every session
+        self.reset()
+
+    def reset(self) -> None:
+        self._run = 0  # consecutive events behind, up to the last packet's end
+        self._first = 0  # the time of the run's first event
+
+    def split(
+        self, t: np.ndarray, newest: int, jump_us: int
+    ) -> tuple[np.ndarray | None, int | None]:
+        """Which events of ``t`` the session keeps (None: all), and the index at which the
+        stream restarts (None: it does not; the events before it are the session's)."""
+        behind = t < newest - jump_us
+        if not behind.any():
+            self._run = 0
+            return None, None
+        start = int(np.flatnonzero(behind)[0])
+        run, first, run_start = (self._run, self._first, 0) if start == 0 else (0, 0, start)
+        for i in range(start, len(t)):
+            if not behind[i]:
+                run = 0
+                continue
+            value = int(t[i])
+            if run == 0 or abs(value - first) > jump_us:
+                run, first, run_start = 0, value, i
+            run += 1
+            if run >= self._confirm:
+                self.reset()
+                kept = ~behind[:run_start]
+                self.dropped += run_start - int(np.count_nonzero(kept))
+                return kept, run_start
+        self._run, self._first = run, first
+        self.dropped += int(np.count_nonzero(behind))
+        return ~behind, None
+
+
 class MqttBridge:
     """Subscribes to one sensor's topic and runs its pipeline on a worker thread."""
 
@@ -164,6 +212,8 @@ class MqttBridge:
         self._next_sequence: int | None = None
         self._session: str | None = None
         self._earlier = (0, 0)  # out-of-geometry and outlier counts of finished pipelines
+        self._behind = _StepsBack(self._settings.pipeline.jump_confirm_events)
+        self._first_packet: bytes | None = None  # this session's packet 0, as received
         self._failure: BaseException | None = None
 
     @property
@@ -302,6 +352,11 @@ class MqttBridge:
             return
         expected = self._next_sequence
         if expected is not None and packet.sequence != expected:
+            if packet.sequence == 0 and data == self._first_packet:
+                # QoS 1 delivers at least once: this is packet 0 again, not a new stream.
+                self.stats.stale += 1
+                log.warning("%s: packet 0 delivered again: dropped", self.topic)
+                return
             if packet.sequence == 0:
                 self._restart("sequence restarted at 0")
             elif packet.sequence > expected:
@@ -322,24 +377,30 @@ class MqttBridge:
                 )
                 return
         self._next_sequence = packet.sequence + 1
+        if packet.sequence == 0:
+            self._first_packet = data
         pipeline = self._pipeline_for(packet)
         if pipeline is None:
             return
         events = self._events(packet)
+        chunk = (packet.sequence, packet.sequence + 1)
         newest = pipeline.stats.newest_us
-        if (
-            packet.clock is ClockDomain.SENSOR
-            and newest is not None
-            and len(events)
-            and int(events["t"].min()) < newest - pipeline.jump_us
-        ):
-            self._restart(f"sensor time went back from {newest} to {int(events['t'].min())} µs")
-            pipeline = self._pipeline_for(packet)
-            if pipeline is None:
-                return
-        pipeline.feed(EventChunk(events, packet.sequence, packet.sequence + 1))
+        if packet.clock is ClockDomain.SENSOR and newest is not None and len(events):
+            kept, restart_at = self._behind.split(events["t"], newest, pipeline.jump_us)
+            if restart_at is not None:
+                pipeline.feed(EventChunk(events[:restart_at][kept], *chunk))
+                self._restart(
+                    f"sensor time went back from {newest} to {int(events['t'][restart_at])} µs"
+                )
+                pipeline = self._pipeline_for(packet)
+                if pipeline is None:
+                    return
+                events = events[restart_at:]
+            elif kept is not None:
+                events = events[kept]
+        pipeline.feed(EventChunk(events, *chunk))
         self.stats.out_of_geometry = self._earlier[0] + pipeline.stats.out_of_geometry
-        self.stats.outliers = self._earlier[1] + pipeline.stats.outliers
+        self.stats.outliers = self._earlier[1] + pipeline.stats.outliers + self._behind.dropped
         self.stats.processed += 1
 
     def _restart(self, why: str) -> None:
@@ -347,6 +408,8 @@ class MqttBridge:
         self.stats.restarts += 1
         self._finish_pipeline()
         self._decoder = None
+        self._behind.reset()
+        self._first_packet = None
 
     def _finish_pipeline(self) -> None:
         pipeline, self._pipeline, self._geometry = self._pipeline, None, None
@@ -361,7 +424,7 @@ class MqttBridge:
         if packet.encoding == Encoding.PACKED:
             return np.frombuffer(packet.payload, dtype=EVENT_DTYPE).copy()
         if self._decoder is None:
-            self._decoder = Evt3Decoder(packet.width, packet.height)
+            self._decoder = Evt3Decoder()
         events = self._decoder.decode(packet.payload)
         # Triggers are not bridged; taking them keeps the decoder's memory bounded.
         self.stats.triggers += len(self._decoder.take_triggers())

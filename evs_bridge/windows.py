@@ -86,7 +86,9 @@ class SegmentCutter:
     def __init__(self, spec: WindowSpec | None = None) -> None:
         self.spec = spec or WindowSpec()
         self._open: dict[int, _Open] = {}
-        self._oldest_open = -1  # no segment below this index can receive events any more
+        # No segment below this index can receive events any more (None: none closed yet).
+        # Segment indices are negative for times before the sensor's zero.
+        self._oldest_open: int | None = None
         self.late_events = 0
 
     def feed(
@@ -129,19 +131,22 @@ class SegmentCutter:
 
     def _segment_of(self, t: np.ndarray, *, count_late: bool = False) -> np.ndarray:
         segments: np.ndarray = t // self.spec.segment_us
-        if self._oldest_open >= 0 and len(segments) and int(segments.min()) < self._oldest_open:
+        oldest = self._oldest_open
+        if oldest is not None and len(segments) and int(segments.min()) < oldest:
             if count_late:
-                self.late_events += int((segments < self._oldest_open).sum())
-            segments = np.maximum(segments, self._oldest_open)
+                self.late_events += int((segments < oldest).sum())
+            segments = np.maximum(segments, oldest)
         return segments
 
     def _close_below(self, limit: int | None) -> list[Segment]:
         ready = sorted(i for i in self._open if limit is None or i < limit)
         closed = [self._build(index, self._open.pop(index)) for index in ready]
+        if limit is None and ready:
+            limit = ready[-1] + 1
         if limit is not None:
-            self._oldest_open = max(self._oldest_open, limit)
-        elif ready:
-            self._oldest_open = max(self._oldest_open, ready[-1] + 1)
+            self._oldest_open = (
+                limit if self._oldest_open is None else max(self._oldest_open, limit)
+            )
         return closed
 
     def _build(self, index: int, entry: _Open) -> Segment:

@@ -55,9 +55,7 @@ class Evt3Decoder:
     forgets) those decoded since the last call. ``words`` counts the 16-bit words consumed.
     """
 
-    def __init__(self, width: int, height: int) -> None:
-        self.width = width
-        self.height = height
+    def __init__(self) -> None:
         self.words = 0
         self._pending = b""
         self._has_high = False
@@ -198,13 +196,13 @@ class Evt3Decoder:
         if sum(1 for group in (singles, rows12, rows8) if len(group)) > 1:
             order = np.argsort(word_index, kind="stable")
             word_index, x, polarity = word_index[order], x[order], polarity[order]
-        y = y_at[word_index]
-        inside = (x < self.width) & (y < self.height)
-        events = np.empty(int(np.count_nonzero(inside)), dtype=EVENT_DTYPE)
-        events["x"] = x[inside]
-        events["y"] = y[inside]
-        events["p"] = polarity[inside]
-        events["t"] = time_at[word_index[inside]]
+        # Every event leaves, inside the geometry or not: the pipeline drops (and counts)
+        # those outside it, for every source alike.
+        events = np.empty(len(word_index), dtype=EVENT_DTYPE)
+        events["x"] = x
+        events["y"] = y_at[word_index]
+        events["p"] = polarity
+        events["t"] = time_at[word_index]
         return events
 
 

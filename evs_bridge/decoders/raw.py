@@ -95,12 +95,7 @@ class RawRecording:
         return self._info
 
     def chunks(self) -> Iterator[EventChunk]:
-        width, height = self._info.width, self._info.height
-        decoder = (
-            Evt3Decoder(width, height)
-            if self._info.format == "evt3"
-            else Evt2Decoder(width, height)
-        )
+        decoder = Evt3Decoder() if self._info.format == "evt3" else Evt2Decoder()
         piece_bytes = max(4, (self.chunk_events * 2) & ~3)
         position = self.data_offset
         with self.path.open("rb") as stream:

@@ -186,7 +186,7 @@ class RosbagRecording:
         return self._info
 
     def chunks(self) -> Iterator[EventChunk]:
-        decoder = Evt3Decoder(self._info.width, self._info.height)
+        decoder = Evt3Decoder()
         pending: list[Events] = []
         pending_ns: list[Nanoseconds] = []
         pending_triggers: list[Triggers] = []

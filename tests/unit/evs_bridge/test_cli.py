@@ -19,6 +19,7 @@ from evs_bridge.events import EVENT_DTYPE
 from evs_bridge.regions import Region
 from evs_bridge.spool import Spool
 from tests.unit.evs_bridge.scenes import FACE, save_npz, scene
+from tests.unit.evs_bridge.test_decoders import cd, evt2_word
 
 SAMPLES = Path(__file__).parents[2] / "data" / "evs-samples" / "event_camera_codecs"
 NPZ = SAMPLES / "prophesee1280x720_evt3_xypt.npz"
@@ -220,6 +221,18 @@ class TestReplay:
         )
         assert result.exit_code == 0, result.output
         assert f"{len(events[::100]):,} outside the geometry" in result.output
+
+    def test_evt_events_outside_the_geometry_are_counted_too(self, tmp_path: Path) -> None:
+        words = [evt2_word(8, 10), cd(1, 5, 3, 4), cd(0, 1, 640, 0), cd(0, 9, 2, 480)]
+        recording = tmp_path / "wide.raw"
+        recording.write_bytes(
+            b"% evt 2.0\n% geometry 640x480\n% end\n" + np.array(words, dtype="<u4").tobytes()
+        )
+        result = runner.invoke(
+            cli, ["replay", str(recording), "--sensor", "a", "--out", str(tmp_path / "o")]
+        )
+        assert result.exit_code == 0, result.output
+        assert "2 outside the geometry" in result.output
 
     def test_the_numba_backend_runs_with_4_neighbours(self, tmp_path: Path) -> None:
         outs = []

@@ -163,7 +163,7 @@ class TestEvt3Raw:
         assert all(a.offset_end == b.offset_start for a, b in pairwise(chunks))
         # Re-decoding a chunk's byte span with the state before it gives the same events.
         data = path.read_bytes()
-        decoder = Evt3Decoder(1280, 720)
+        decoder = Evt3Decoder()
         for chunk in chunks:
             assert np.array_equal(
                 decoder.decode(data[chunk.offset_start : chunk.offset_end]), chunk.events
@@ -179,14 +179,14 @@ class TestEvt3Decoder:
     @pytest.mark.parametrize("piece", [1, 3, 7, 1001, 65536])
     def test_feeding_in_pieces_equals_feeding_whole(self, piece: int) -> None:
         stream = evt3_stream()[: min(120_000, 6000 + 100 * piece)]  # one byte a call is slow
-        whole_decoder = Evt3Decoder(1280, 720)
+        whole_decoder = Evt3Decoder()
         whole = whole_decoder.decode(stream)
-        pieces_decoder = Evt3Decoder(1280, 720)
+        pieces_decoder = Evt3Decoder()
         assert np.array_equal(decode_all(pieces_decoder, stream, piece), whole)
         assert np.array_equal(pieces_decoder.take_triggers(), whole_decoder.take_triggers())
 
     def test_words_before_the_first_time_high_and_time_low_are_skipped(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         stream = words(
             0x0005,  # ADDR_Y 5: before any time, ignored
             0x2001,  # ADDR_X 1: skipped
@@ -201,7 +201,7 @@ class TestEvt3Decoder:
         assert events.tolist() == [(4, 9, 1, (2 << 12) | 3)]
 
     def test_time_high_and_time_low_split_across_calls(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         assert len(decoder.decode(words(0x8002, 0x2001))) == 0
         had_time = decoder.has_time
         events = decoder.decode(words(0x6003, 0x0001, 0x2004))
@@ -209,20 +209,20 @@ class TestEvt3Decoder:
         assert events.tolist() == [(4, 1, 0, (2 << 12) | 3)]
 
     def test_time_high_wrap_adds_two_to_the_24_microseconds(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         events = decoder.decode(
             words(0x8FFF, 0x6FF0, 0x0001, 0x2001, 0x8000, 0x6005, 0x2002, 0x8001, 0x6000, 0x2003)
         )
         assert events["t"].tolist() == [(0xFFF << 12) | 0xFF0, (1 << 24) + 5, (1 << 24) + 4096]
 
     def test_wrap_detected_across_calls(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         decoder.decode(words(0x8FFE, 0x6000, 0x0001, 0x2001))
         events = decoder.decode(words(0x8003, 0x6002, 0x2002))
         assert events["t"].tolist() == [(1 << 24) + (3 << 12) + 2]
 
     def test_small_backward_steps_are_not_wraps(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         events = decoder.decode(
             words(
                 0x8100, 0x6050, 0x0001, 0x2001,  # t = 0x100050
@@ -234,16 +234,16 @@ class TestEvt3Decoder:
         assert events["t"].tolist() == [0x100050, 0x10004C, 0x0FC000, 0x101000]
 
     def test_vectors_expand_from_the_base_column(self) -> None:
-        decoder = Evt3Decoder(40, 10)
+        decoder = Evt3Decoder()
         events = decoder.decode(
             words(
                 0x8000, 0x6001, 0x0003,
                 0x3814,  # VECT_BASE_X x=20, polarity 1
                 0x4805,  # VECT_12 bits 0, 2, 11 -> x 20, 22, 31
                 0x5081,  # VECT_8 bits 0, 7 -> x 32, 39
-                0x5001,  # VECT_8 bit 0 -> x 40: outside the 40-wide sensor, dropped
+                0x5001,  # VECT_8 bit 0 -> x 40
                 0x2005,  # ADDR_X 5, polarity 0
-                0x000A,  # ADDR_Y 10: outside the 10-high sensor
+                0x000A,  # ADDR_Y 10
                 0x2006,
             )
         )  # fmt: skip
@@ -253,11 +253,13 @@ class TestEvt3Decoder:
             (31, 3, 1),
             (32, 3, 1),
             (39, 3, 1),
+            (40, 3, 1),
             (5, 3, 0),
+            (6, 10, 0),
         ]
 
     def test_triggers_are_kept_beside_the_events(self) -> None:
-        decoder = Evt3Decoder(64, 64)
+        decoder = Evt3Decoder()
         decoder.decode(words(0x8001, 0x6002, 0xA301, 0x6004, 0xA000))
         triggers = decoder.take_triggers()
         assert triggers.tolist() == [(4098, 3, 1), (4100, 0, 0)]
@@ -279,7 +281,7 @@ class TestEvt2:
             evt2_word(8, 10),  # time = 10 << 6
             cd(1, 5, 3, 4),
             cd(0, 63, 639, 479),
-            cd(0, 1, 640, 0),  # outside a 640x480 sensor
+            cd(0, 1, 640, 0),  # outside a 640x480 sensor: the pipeline drops it
             evt2_word(0xA, (7 << 22) | (2 << 8) | 1),  # trigger id 2, rising
             evt2_word(8, (1 << 28) - 1),  # the last time high before the 34-bit wrap
             cd(1, 0, 7, 8),
@@ -292,13 +294,14 @@ class TestEvt2:
         return [
             (3, 4, 1, (10 << 6) | 5),
             (639, 479, 0, (10 << 6) | 63),
+            (640, 0, 0, (10 << 6) | 1),
             (7, 8, 1, ((1 << 28) - 1) << 6),
             (9, 9, 0, (1 << 34) | 2),
         ]
 
     @pytest.mark.parametrize("piece", [1, 3, 5, 1000])
     def test_hand_made_words_decode_in_any_pieces(self, piece: int) -> None:
-        decoder = Evt2Decoder(640, 480)
+        decoder = Evt2Decoder()
         assert decode_all(decoder, self.stream(), piece).tolist() == self.expected()
         assert decoder.take_triggers().tolist() == [((10 << 6) | 7, 2, 1)]
 

@@ -68,7 +68,7 @@ class TestPackets:
             encode_evt3_packet(words.tobytes(), width=1280, height=720, sequence=0)
         )
         assert (packet.encoding, packet.clock) == (Encoding.EVT3, ClockDomain.SENSOR)
-        [event] = Evt3Decoder(1280, 720).decode(packet.payload).tolist()
+        [event] = Evt3Decoder().decode(packet.payload).tolist()
         assert event == (200, 100, 1, (1 << 12) | 0x010)
 
     @pytest.mark.parametrize(
@@ -180,6 +180,45 @@ class TestBridgeWorker:
         assert bridge.stats.restarts == 1
         segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
         assert sum(e["data"]["events"]["in"] for e in segments) == 60 * 2000
+
+    def test_one_timestamp_flipped_far_back_is_an_outlier_not_a_restart(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        for sequence in range(30):
+            data = packed(sequence, 5_000_000 + sequence * 10_000)
+            if sequence == 10:  # the packet's 1000th event loses its high bits
+                events = np.frombuffer(decode_packet(data).payload, dtype=EVENT_DTYPE).copy()
+                events["t"][1000] = 3
+                data = encode_packet(events, width=320, height=240, sequence=10)
+            bridge.submit(data)
+        bridge.stop()
+        assert (bridge.stats.restarts, bridge.stats.outliers) == (0, 1)
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        assert len({e["id"].split(":")[2] for e in segments}) == 1
+        assert sum(e["data"]["events"]["in"] for e in segments) == 30 * 2000 - 1
+
+    def test_a_step_back_confirmed_across_small_packets_restarts_there(self) -> None:
+        # Eight events must agree: packets of three confirm it in the third packet, whose
+        # events start the new session; the six before it are lost, as outliers.
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        for sequence in range(60):
+            start = 5_000_000 + sequence * 10_000 if sequence < 30 else (sequence - 30) * 10_000
+            bridge.submit(packed(sequence, start, count=3))
+        bridge.stop()
+        assert (bridge.stats.restarts, bridge.stats.outliers) == (1, 6)
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        assert len({e["id"].split(":")[2] for e in segments}) == 2
+        assert sum(e["data"]["events"]["in"] for e in segments) == 60 * 3 - 6
+
+    def test_packet_0_delivered_again_is_dropped_not_a_restart(self) -> None:
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        first = packed(0, 0)
+        for data in (first, packed(1, 10_000), first, packed(2, 20_000)):
+            bridge.submit(data)
+        bridge.stop()
+        assert (bridge.stats.stale, bridge.stats.restarts, bridge.stats.processed) == (1, 0, 3)
 
     def test_a_bad_packet_is_counted_and_the_bridge_goes_on(self) -> None:
         buffer = io.StringIO()

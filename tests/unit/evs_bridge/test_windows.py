@@ -81,6 +81,18 @@ class TestSegmentCutter:
         [segment] = cutter.finish()
         assert (segment.start_us, segment.events_in, cutter.late_events) == (10, 2, 1)
 
+    def test_before_the_sensors_zero_a_closed_segment_stays_closed(self) -> None:
+        # Segment indices are negative there: a closed one reopened would be emitted again,
+        # under the same id with other content.
+        cutter = SegmentCutter(WindowSpec(window_us=10, windows_per_segment=1))
+        head = events_at([-25, -15])
+        [closed] = cutter.feed(head, head, head, offset_start=0, offset_end=2)
+        late = events_at([-24])
+        cutter.feed(late, late, late, offset_start=2, offset_end=3)
+        [last] = cutter.finish()
+        assert (closed.start_us, closed.events_in) == (-30, 1)
+        assert (last.start_us, last.events_in, cutter.late_events) == (-20, 2, 1)
+
     def test_empty_windows_are_kept_so_trackers_see_gaps(self) -> None:
         [segment] = cut(events_at([1_000, 1_001, 61_000, 61_001]), 4)
         assert [len(w.events) for w in segment.windows] == [1, 0, 0, 1, 0]
