@@ -17,6 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import IO, Annotated, Any, NoReturn
 
@@ -36,7 +37,13 @@ from app.db.schema import current_revision, head_revision, upgrade_to_head
 from app.errors import AppError
 from app.main import create_app, create_runner, every_projection
 from app.projections.base import Projection
-from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_status
+from app.projections.runner import (
+    ProjectionRunner,
+    ProjectionStatus,
+    Skip,
+    fetch_skips,
+    fetch_status,
+)
 from app.settings import Settings
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
@@ -398,7 +405,7 @@ def projections_status() -> None:
     """Each projection's checkpoint, the head, the lag in events and seconds, errors."""
     settings = load_settings()
     with database(settings) as db:
-        rows = asyncio.run(_status(db.url))
+        rows, skips = asyncio.run(_status(db.url))
     typer.echo(f"{'name':<20} {'checkpoint':>10} {'head':>10} {'lag':>8} {'lag_s':>8}  error")
     for row in rows:
         error = f"at {row.error_position}: {row.last_error}" if row.last_error else "-"
@@ -406,13 +413,19 @@ def projections_status() -> None:
             f"{row.name:<20} {row.checkpoint:>10} {row.head:>10} {row.lag_events:>8} "
             f"{row.lag_seconds:>8.1f}  {error}"
         )
+    for skip in skips:
+        since = skip.skipped_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        typer.echo(
+            f"{skip.name} skips {skip.position} since {since}: {skip.reason} "
+            f"(it failed with {skip.error or 'no recorded error'})"
+        )
 
 
-async def _status(url: URL | str) -> list[ProjectionStatus]:
+async def _status(url: URL | str) -> tuple[list[ProjectionStatus], list[Skip]]:
     engine = create_engine(url, pool_size=1)
     try:
         async with engine.connect() as conn:
-            return await fetch_status(conn, every_projection())
+            return await fetch_status(conn, every_projection()), await fetch_skips(conn)
     finally:
         await engine.dispose()
 
@@ -449,6 +462,64 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
                 fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
             await asyncio.sleep(0.2)
         return -1
+    finally:
+        await runner.dispose()
+
+
+def _position_argument(text: str) -> int:
+    position = parse_position(text)
+    if position is None or position == 0:
+        fail(f"a position is a whole number from 1 up; got {text[:40]!r}")
+    return position
+
+
+@projections_cli.command("skip")
+def projections_skip(
+    name: Annotated[str, typer.Argument(help="the projection that is stopped, failing")],
+    position: Annotated[str, typer.Argument(help="the position it is stopped at")],
+    reason: Annotated[str, typer.Option(help="why it may pass over the event (kept)")],
+) -> None:
+    """Let a projection pass over the event it keeps failing on, now and in every rebuild.
+    Its read model will not reflect that event: the reason and the error are kept."""
+    at = _position_argument(position)
+    settings = load_settings()
+    with database(settings) as db:
+        runner = create_runner(settings, db.url)
+        try:
+            error = asyncio.run(_skip_or_unskip(runner, name, at, reason))
+        except AppError as exc:
+            fail(exc.detail)
+    typer.echo(f"{name} skips position {at} ({error}); its leader passes it at its next retry")
+
+
+@projections_cli.command("unskip")
+def projections_unskip(
+    name: Annotated[str, typer.Argument(help="the projection")],
+    position: Annotated[str, typer.Argument(help="a position it skips")],
+) -> None:
+    """Take a skip back: the next rebuild of the projection applies the event again."""
+    at = _position_argument(position)
+    settings = load_settings()
+    with database(settings) as db:
+        runner = create_runner(settings, db.url)
+        try:
+            asyncio.run(_skip_or_unskip(runner, name, at, None))
+        except AppError as exc:
+            fail(exc.detail)
+    typer.echo(
+        f"{name} no longer skips position {at}; `causeway projections rebuild {name}` applies it"
+    )
+
+
+async def _skip_or_unskip(
+    runner: ProjectionRunner, name: str, position: int, reason: str | None
+) -> str:
+    try:
+        projection = runner.projection(name)
+        if reason is None:
+            await runner.unskip(projection, position)
+            return ""
+        return await runner.skip(projection, position, reason)
     finally:
         await runner.dispose()
 

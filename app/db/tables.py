@@ -144,6 +144,19 @@ projection_checkpoints = Table(
     Column("rebuild_requested", Boolean, nullable=False, server_default=text("false")),
 )
 
+# Events an operator told a projection to pass over (``causeway projections skip``): each
+# was the event the projection had stopped at, failing. Positions never change, so a
+# rebuild passes over the same events.
+projection_skips = Table(
+    "projection_skips",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("reason", Text, nullable=False),
+    Column("error", Text),
+    Column("skipped_at", DateTime(timezone=True), nullable=False),
+)
+
 # Read models of the model registry projection (app/projections/models.py).
 model_versions = Table(
     "model_versions",

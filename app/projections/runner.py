@@ -10,7 +10,10 @@ the others stand by and take over when the leader's connection goes.
 NOTIFY (sent by every append) wakes a runner early; it never relies on it: it polls every
 ``poll_interval_s`` too. A failing event stops its projection at that position: the
 error is recorded (see ``fetch_status``) and the batch is retried with exponential
-backoff; nothing is skipped. A rebuild, when requested, replays the projection from
+backoff; nothing is skipped unless an operator says so. ``skip`` parks the event the
+projection is stopped at (with a reason, kept with the error): the projection, and every
+rebuild of it, passes over that event from then on; ``unskip`` takes it back (for the
+next rebuild). A rebuild, when requested, replays the projection from
 position 0 in one transaction, so readers see the old read model until the new one
 commits, never a half-built one.
 """
@@ -32,8 +35,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import Text
 
-from app.db.tables import events, log_head, projection_checkpoints
-from app.errors import NotFound
+from app.db.tables import events, log_head, projection_checkpoints, projection_skips
+from app.errors import Conflict, NotFound
 from app.projections.base import Projection, Selection, Selective
 from app.store.graph import StoredEvent
 from app.store.log import NOTIFY_CHANNEL, full_row, read_wake_hint, record_from_row
@@ -59,6 +62,24 @@ class ProjectionStatus:
     error_position: int | None
     failures: int
     rebuild_requested: bool
+    skipped: list[int]  # positions an operator told it to pass over
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    name: str
+    position: int
+    reason: str
+    error: str | None
+    skipped_at: datetime
+
+
+async def fetch_skips(conn: AsyncConnection) -> list[Skip]:
+    """Every event an operator told a projection to pass over, by projection and position."""
+    found = await conn.execute(
+        select(projection_skips).order_by(projection_skips.c.name, projection_skips.c.position)
+    )
+    return [Skip(r.name, int(r.position), r.reason, r.error, r.skipped_at) for r in found]
 
 
 class Leadership:
@@ -286,6 +307,53 @@ class ProjectionRunner:
                 .on_conflict_do_update(index_elements=["name"], set_={"rebuild_requested": True})
             )
 
+    async def skip(self, projection: Projection, position: int, reason: str) -> str:
+        """Park the event at ``position``, which ``projection`` must be stopped at (failing):
+        it passes over it at its next retry, and so does every rebuild. The error it
+        failed with is kept beside ``reason``, and returned."""
+        if not reason.strip():
+            raise Conflict("say why the event is skipped (a reason is kept with it)")
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(_c.error_position, _c.last_error)
+                    .where(_c.name == projection.name)
+                    .with_for_update()
+                )
+            ).first()
+            stopped = row.error_position if row is not None else None
+            if row is None or stopped != position:
+                where = "is not stopped" if stopped is None else f"is stopped at {stopped}"
+                raise Conflict(
+                    f"{projection.name} {where}: only the event a projection is stopped at "
+                    "can be skipped"
+                )
+            await conn.execute(
+                insert(projection_skips)
+                .values(
+                    name=projection.name,
+                    position=position,
+                    reason=reason,
+                    error=row.last_error,
+                    skipped_at=datetime.now(UTC),
+                )
+                .on_conflict_do_nothing()
+            )
+            return str(row.last_error or "")
+
+    async def unskip(self, projection: Projection, position: int) -> None:
+        """Take back a skip: the next rebuild applies the event again (the projection
+        itself has passed it)."""
+        async with self._engine.begin() as conn:
+            gone = await conn.execute(
+                delete(projection_skips).where(
+                    projection_skips.c.name == projection.name,
+                    projection_skips.c.position == position,
+                )
+            )
+            if not gone.rowcount:
+                raise NotFound(f"{projection.name} skips no event at position {position}")
+
     async def is_rebuild_requested(self, projection: Projection) -> bool:
         async with self._engine.connect() as conn:
             flag = await conn.execute(
@@ -315,8 +383,9 @@ async def _read_events(
     limit: int,
     selection: Selection | None = None,
 ) -> list[StoredEvent]:
-    """The projection's events in (after, head], in position order, ``limit`` at most."""
-    window = {"after": after, "head": head, "limit": limit}
+    """The projection's events in (after, head], in position order, ``limit`` at most,
+    but for those it skips."""
+    window = {"after": after, "head": head, "limit": limit, "which": projection.name}
     if selection is not None:
         chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
         rows = await conn.execute(_READ_SELECTED, {**window, **chosen})
@@ -355,9 +424,19 @@ async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:
 
 
 # Every step of every projection runs these: built once, not per call.
+_SKIPPED = (
+    select(projection_skips.c.position)
+    .where(
+        projection_skips.c.name == bindparam("which"),
+        projection_skips.c.position == events.c.position,
+    )
+    .exists()
+)
 _READ_ALL = (
     select(*full_row())
-    .where(events.c.position > bindparam("after"), events.c.position <= bindparam("head"))
+    .where(
+        events.c.position > bindparam("after"), events.c.position <= bindparam("head"), ~_SKIPPED
+    )
     .order_by(events.c.position)
     .limit(bindparam("limit"))
 )
@@ -398,6 +477,13 @@ async def fetch_status(
             )
         )
     }
+    skipped: dict[str, list[int]] = {}
+    for name, position in await conn.execute(
+        select(projection_skips.c.name, projection_skips.c.position)
+        .where(projection_skips.c.name == any_(literal(list(rows), ARRAY(Text))))
+        .order_by(projection_skips.c.position)
+    ):
+        skipped.setdefault(name, []).append(int(position))
     found = []
     for projection in projections:
         row = rows.get(projection.name)
@@ -423,6 +509,7 @@ async def fetch_status(
                 error_position=row.error_position if row else None,
                 failures=int(row.failures) if row else 0,
                 rebuild_requested=bool(row.rebuild_requested) if row else False,
+                skipped=skipped.get(projection.name, []),
             )
         )
     return found

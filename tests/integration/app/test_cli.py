@@ -163,6 +163,41 @@ class TestVerify:
         )
 
 
+class TestProjectionSkips:
+    def test_an_operator_skips_the_event_a_projection_is_stopped_at_and_takes_it_back(
+        self, run: CliRunner, database_url: URL
+    ) -> None:
+        store(database_url, "acme", 3)
+        with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO projection_checkpoints (name, position, last_error, error_position,"
+                " failures) VALUES ('model-registry', 1, 'KeyError: x', 2, 4)"
+            )
+        refusals = [
+            (["skip", "model-registry", "3", "--reason", "r"], "is stopped at 2"),
+            (["skip", "model-registry", "²", "--reason", "r"], "a position is a whole number"),
+            (["skip", "model-registry", "2", "--reason", " "], "say why"),
+            (["skip", "nosuch", "2", "--reason", "r"], "no projection 'nosuch'"),
+            (["unskip", "model-registry", "2"], "skips no event at position 2"),
+        ]
+        for argv, message in refusals:
+            result = run.invoke(cli, ["projections", *argv])
+            assert result.exit_code == 2, (argv, result.output)
+            assert message in result.stderr, result.stderr
+            assert result.stderr.count("\n") == 1, result.stderr
+        skipped = run.invoke(
+            cli, ["projections", "skip", "model-registry", "2", "--reason", "poison"]
+        )
+        assert skipped.exit_code == 0, skipped.output
+        assert "model-registry skips position 2 (KeyError: x)" in skipped.stdout
+        status = run.invoke(cli, ["projections", "status"]).stdout
+        assert "model-registry skips 2 since " in status
+        assert status.rstrip().endswith(": poison (it failed with KeyError: x)")
+        taken_back = run.invoke(cli, ["projections", "unskip", "model-registry", "2"])
+        assert taken_back.exit_code == 0, taken_back.output
+        assert "skips" not in run.invoke(cli, ["projections", "status"]).stdout
+
+
 class TestReplayOutput:
     def test_a_failed_replay_leaves_an_earlier_export_as_it_was(
         self, run: CliRunner, database_url: URL, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

@@ -14,11 +14,16 @@ from sqlalchemy import URL, BigInteger, Column, MetaData, Table, delete, insert,
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
-from app.errors import Conflict
+from app.errors import Conflict, NotFound
 from app.projections.catalogue import all_projections
 from app.projections.deployments import Deployments
 from app.projections.models import ModelRegistry
-from app.projections.runner import ProjectionFailed, ProjectionRunner, fetch_status
+from app.projections.runner import (
+    ProjectionFailed,
+    ProjectionRunner,
+    fetch_skips,
+    fetch_status,
+)
 from app.store import deployments as deploy
 from app.store.deployments import DeploymentState
 from app.store.graph import StoredEvent
@@ -162,6 +167,49 @@ class TestRunning:
         assert status.error_position == 3
         assert status.last_error == "RuntimeError: cannot apply 3"
         assert await applied_positions(engine) == [1]
+
+    async def test_a_skipped_event_is_passed_over_now_and_in_every_rebuild(
+        self, engine: AsyncEngine
+    ) -> None:
+        await append_counts(engine, 3)  # t.count at positions 1, 3 and 5
+        runner = ProjectionRunner(engine, [Counter(fail_at=3)], poll_interval_s=0.05)
+        projection = runner.projection("test-counter")
+        task = asyncio.create_task(runner.run())
+
+        async def stopped() -> bool:
+            async with engine.connect() as conn:
+                [status] = await fetch_status(conn, [projection])
+            return status.error_position == 3
+
+        await _until(stopped)
+        with pytest.raises(Conflict, match="is stopped at 3"):
+            await runner.skip(projection, 5, "not the one")
+        assert await runner.skip(projection, 3, "bad input, fixed upstream") == (
+            "RuntimeError: cannot apply 3"
+        )
+        await _until(lambda: _caught_up(engine, "test-counter"))  # the leader passes it
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await applied_positions(engine) == [1, 5]
+        await runner.rebuild(projection)
+        assert await applied_positions(engine) == [1, 5]
+        async with engine.connect() as conn:
+            [status] = await fetch_status(conn, [projection])
+            [skip] = await fetch_skips(conn)
+        assert (status.skipped, status.lag_events, status.last_error) == ([3], 0, None)
+        assert (skip.position, skip.reason, skip.error) == (
+            3,
+            "bad input, fixed upstream",
+            "RuntimeError: cannot apply 3",
+        )
+        with pytest.raises(Conflict, match="is not stopped"):
+            await runner.skip(projection, 3, "again")
+        fixed = ProjectionRunner(engine, [Counter()])
+        await fixed.unskip(fixed.projection("test-counter"), 3)
+        await fixed.rebuild(fixed.projection("test-counter"))
+        assert await applied_positions(engine) == [1, 3, 5]
+        with pytest.raises(NotFound):
+            await fixed.unskip(fixed.projection("test-counter"), 3)
 
     async def test_the_leader_rebuilds_when_asked(self, engine: AsyncEngine) -> None:
         await append_counts(engine, 5)
