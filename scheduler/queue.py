@@ -117,7 +117,13 @@ class TaskQueue:
 
     async def fetch(self, tenant: str, task_id: str, *, lock: bool = False) -> t.TaskState | None:
         statement = _FETCH_LOCKED if lock else _FETCH
-        row = (await self._conn.execute(statement, {"tenant": tenant, "id": task_id})).one_or_none()
+        key = {"tenant": tenant, "id": task_id}
+        row = (await self._conn.execute(statement, key)).one_or_none()
+        if row is None and lock:
+            # A rebuild of the tasks read model deletes every row and inserts it again in
+            # one transaction: a lock that waited for it finds the old row deleted, and
+            # only a statement begun after the rebuild committed sees the new one.
+            row = (await self._conn.execute(statement, key)).one_or_none()
         return _state(row) if row is not None else None
 
     async def fetch_position(self, tenant: str, task_id: str) -> int | None:

@@ -12,7 +12,7 @@ import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import URL, select
+from sqlalchemy import URL, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import log_head, tasks
@@ -865,6 +865,38 @@ class TestQueueState:
         rebuilt = await app.state.runner.rebuild(app.state.runner.projection("scheduler-tasks"))
         assert rebuilt > 0
         assert await snapshot() == live
+
+    async def test_a_completion_that_waited_for_a_rebuild_finds_the_rebuilt_row(
+        self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
+    ) -> None:
+        # A rebuild deletes every row and inserts it again, in one transaction. A command
+        # that waited for the row's lock used to find it gone: a 404 for a held lease.
+        await queued(app, admin)
+        leased = await lease(worker, "q")
+        assert leased
+        task_id = leased["task"]["id"]
+        async with engine.connect() as rebuild:
+            await rebuild.execute(text("BEGIN"))
+            await rebuild.execute(
+                text(
+                    "WITH gone AS (DELETE FROM tasks WHERE id = :id RETURNING *) "
+                    "INSERT INTO tasks SELECT * FROM gone"
+                ),
+                {"id": task_id},
+            )
+            completing = asyncio.create_task(
+                worker.post(
+                    f"/tasks/{task_id}/complete",
+                    content=dumps({"lease": leased["lease"], "events": [event(type="done")]}),
+                    headers=JSON,
+                )
+            )
+            await asyncio.sleep(0.5)  # waiting for the row's lock
+            assert not completing.done()
+            await rebuild.execute(text("COMMIT"))
+        response = await completing
+        assert response.status_code == 200, response.text
+        assert response.json()["state"] == "completed"
 
     async def test_a_row_whose_write_was_lost_catches_up_from_the_log(
         self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
