@@ -17,7 +17,8 @@ run and goes out at least "soon", since its purpose is to warm things up early.
 
 What enters (``_admit``), in one place for every source, before the filters: events outside
 the ``width`` x ``height`` geometry are dropped and counted (``stats.out_of_geometry``);
-with the unix clock, times outside 1970-9999 too (``stats.outliers``). A time jump of more
+with the unix clock, times outside 1970-9999 too, and in the last window of 9999, whose
+activities would be timed at its end, past 9999 (``stats.outliers``). A time jump of more
 than ``jump_segments`` segments ahead of the newest admitted event is an outlier (a wild
 timestamp, e.g. a flipped bit), dropped and counted, unless ``jump_confirm_events``
 consecutive events agree on the new time (each within the same margin of the first): then
@@ -134,6 +135,10 @@ class Pipeline:
         self._tracker = Tracker(self.config.windows.window_us, self.config.tracking)
         self._run = _Run()
         self._jump_us = self.config.jump_segments * self.config.windows.segment_us
+        # An activity's time is the end of its window, so an event is admitted only if its
+        # window ends within RFC 3339's range (the last window of year 9999 ends past it).
+        window_us = self.config.windows.window_us
+        self._last_unix_us = (MAX_UNIX_US // window_us) * window_us - 1
         self._candidate: int | None = None  # a far-ahead time waiting for confirmation
         self._candidates = 0
 
@@ -166,7 +171,7 @@ class Pipeline:
         self.stats.out_of_geometry += len(events) - int(np.count_nonzero(keep))
         times = events["t"].astype(np.int64, copy=False)
         if self.lineage.clock is ClockDomain.UNIX:
-            in_range = (times >= MIN_UNIX_US) & (times <= MAX_UNIX_US)
+            in_range = (times >= MIN_UNIX_US) & (times <= self._last_unix_us)
             self.stats.outliers += int(np.count_nonzero(keep & ~in_range))
             keep &= in_range
         keep &= self._not_jumps(times, keep)

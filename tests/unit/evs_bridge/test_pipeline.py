@@ -12,7 +12,7 @@ import pytest
 
 from evs_bridge.channels import Delivery
 from evs_bridge.events import ClockDomain, EventChunk, Events
-from evs_bridge.lineage import SourceRef, rfc3339_us
+from evs_bridge.lineage import MAX_UNIX_US, SourceRef, rfc3339_us
 from evs_bridge.pipeline import ClassifierError, PipelineConfig, PipelineStats
 from evs_bridge.regions import Region, RegionParams
 from evs_bridge.replay import BridgeSettings, build_pipeline, send_recording
@@ -265,6 +265,16 @@ class TestAdmission:
         sink, stats = run_with_stats(events, clock=ClockDomain.UNIX)
         assert stats.outliers == 2
         assert sink.of_type("evs.segment.recorded")[0]["time"].startswith("2023-12-11T")
+
+    def test_the_last_window_of_year_9999_is_dropped_its_end_being_past_it(self) -> None:
+        # An activity is timed at its window's end: 10000-01-01 for the last window.
+        events = scene([VEHICLE], start_us=MAX_UNIX_US + 1 - 100_000, duration_us=100_000)
+        sink, stats = run_with_stats(events, clock=ClockDomain.UNIX)
+        last_window = int(np.count_nonzero(events["t"] > MAX_UNIX_US - 20_000))
+        assert stats.outliers == last_window > 0
+        times = [e["time"] for e in sink.of_type("evs.activity.detected")]
+        assert times
+        assert max(times) == "9999-12-31T23:59:59.980000Z"
 
     def test_formatting_a_time_out_of_range_says_so(self) -> None:
         with pytest.raises(ValueError, match="outside 1970-9999"):
