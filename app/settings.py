@@ -54,6 +54,9 @@ class Settings(BaseSettings):
     scheduler_max_lease_s: float = Field(default=3600.0, gt=0, le=86_400)
     scheduler_max_wait_s: float = Field(default=30.0, ge=0, le=300)
     scheduler_sweep_interval_s: float = Field(default=1.0, gt=0)
+    # Rows of finished tasks (completed, superseded, discarded) are deleted this long after
+    # they finished (their decisions stay in the log); 0 keeps them for ever.
+    scheduler_task_retention_s: float = Field(default=604_800.0, ge=0, le=3_153_600_000)
     # UTC hours "START-END" (e.g. "22-6") when tasks of priority <= the max go to spot workers only
     scheduler_off_peak_hours: str | None = None
     # At most 7: priorities 8 and 9 are guaranteed, never held back for spot workers.

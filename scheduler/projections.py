@@ -183,7 +183,7 @@ async def _request_prewarm(
 
 
 class TaskBook:
-    name = "scheduler-tasks"
+    name = t.TASKS_PROJECTION
     tables = (tasks,)
     types = t.TYPES
 

@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, any_, bindparam, func, select, text
+from sqlalchemy import and_, any_, bindparam, delete, func, literal, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
-from app.db.tables import events, routes, tasks
+from app.db.tables import events, projection_checkpoints, routes, tasks
 from app.errors import AppError, Conflict, IdConflict, LeaseLost, NotFound, VersionConflict
 from app.store import deployments as deployment_commands
 from app.store.chain import ChainRecord
@@ -73,6 +73,15 @@ _LEASE = (
 )
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 _FETCH_LOCKED = _FETCH.with_for_update()
+_CREATED = select(events.c.position).where(
+    events.c.tenant == bindparam("tenant"), events.c.id == bindparam("id")
+)
+_FINISHED = ("completed", "superseded", "discarded")
+_TASKS_CHECKPOINT = (
+    select(projection_checkpoints.c.position)
+    .where(projection_checkpoints.c.name == t.TASKS_PROJECTION)
+    .scalar_subquery()
+)
 _FETCH_POSITION = select(_c.position).where(
     _c.tenant == bindparam("tenant"), _c.id == bindparam("id")
 )
@@ -210,7 +219,10 @@ class TaskQueue:
         """Make ``route``'s task for ``record`` (superseding a debounced one); False when
         that task exists already (the dispatcher is being replayed)."""
         task_id = t.task_id_for(tenant, route.id, record.id)
-        if await self.fetch(tenant, task_id) is not None:
+        # The log says whether the task was made, not its row: a finished task's row is
+        # pruned after the retention period, and a replayed dispatcher must not make it again.
+        made = {"tenant": tenant, "id": t.decision_id(task_id, 1)}
+        if (await self._conn.execute(_CREATED, made)).first() is not None:
             return False
         now = datetime.now(UTC)
         trigger_time = event_time(record)
@@ -391,6 +403,27 @@ class TaskQueue:
                 retry_now=True,
             )
         return len(rows)
+
+    async def prune_finished(self, before: datetime, *, limit: int = 500) -> int:
+        """Delete the rows of tasks that finished (completed, superseded, discarded) before
+        ``before``, ``limit`` at most; their decisions stay in the log. Only rows the
+        ``scheduler-tasks`` projection has passed go: it never meets a later event of
+        theirs that would write one back. Safe to run in every process at once."""
+        doomed = (
+            select(_c.tenant, _c.id)
+            .where(
+                _c.state == any_(literal(list(_FINISHED), ARRAY(Text))),
+                _c.finished_at < before,
+                _c.position <= _TASKS_CHECKPOINT,
+            )
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .cte("doomed")
+        )
+        gone = await self._conn.execute(
+            delete(tasks).where(_c.tenant == doomed.c.tenant, _c.id == doomed.c.id)
+        )
+        return int(gone.rowcount)
 
     async def requeue(
         self, tenant: str, task_id: str, *, reason: str | None, actor: str

@@ -1,9 +1,11 @@
-"""The scheduler's clock-driven work: expiring leases and advising on worker counts.
+"""The scheduler's clock-driven work: expiring leases, pruning finished tasks' rows, and
+advising on worker counts.
 
 Everything event-driven (routing, task creation, debouncing, pre-warming) is a projection
 the runner follows; what is left depends on time passing: a lease whose worker went quiet
-must go back to the queue, and each queue's autoscale advice is refreshed every interval.
-Both are safe to run in every ``serve`` process at once (rows are taken with SKIP LOCKED).
+must go back to the queue, a finished task's row goes after the retention period (its
+decisions stay in the log), and each queue's autoscale advice is refreshed every interval.
+All are safe to run in every ``serve`` process at once (rows are taken with SKIP LOCKED).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from sqlalchemy.exc import DBAPIError
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 class SchedulerTimers:
     sweep_interval_s: float = 1.0
     autoscale_interval_s: float = 15.0
+    task_retention_s: float = 0.0  # finished tasks' rows are kept this long; 0: for ever
 
 
 def controller_from(settings: Settings) -> PidController:
@@ -43,6 +47,7 @@ def timers_from(settings: Settings) -> SchedulerTimers:
     return SchedulerTimers(
         sweep_interval_s=settings.scheduler_sweep_interval_s,
         autoscale_interval_s=settings.scheduler_autoscale_interval_s,
+        task_retention_s=settings.scheduler_task_retention_s,
     )
 
 
@@ -69,6 +74,7 @@ class SchedulerLoop:
         while True:
             try:
                 await self.expire_leases()
+                await self.prune_finished()
                 if loop.time() >= next_advice:
                     next_advice = loop.time() + self._timers.autoscale_interval_s
                     await self.advise()
@@ -86,6 +92,14 @@ class SchedulerLoop:
             expired += found
             if found < 20:
                 return expired
+
+    async def prune_finished(self) -> int:
+        """Delete the rows of tasks finished longer ago than the retention period."""
+        if not self._timers.task_retention_s:
+            return 0
+        before = datetime.now(UTC) - timedelta(seconds=self._timers.task_retention_s)
+        async with self._engine.begin() as conn:
+            return await TaskQueue(conn).prune_finished(before)
 
     async def advise(self) -> int:
         """Step the controller of every active queue, each in a transaction of its own."""

@@ -117,6 +117,9 @@ def task_id_for(tenant: str, route_id: str, trigger_id: str) -> str:
     return uuid.uuid5(_NAMESPACE, f"{tenant}\x00{route_id}\x00{trigger_id}").hex
 
 
+TASKS_PROJECTION = "scheduler-tasks"  # the projection that folds the task rows
+
+
 def stream_of(task_id: str) -> str:
     return f"causeway:task:{task_id}"
 

@@ -284,6 +284,11 @@ tasks = Table(
         postgresql_where=text("state = 'ready' AND debounce_key IS NOT NULL"),
     ),
     Index("ix_tasks_dead", "tenant", "finished_at", postgresql_where=text("state = 'dead'")),
+    Index(
+        "ix_tasks_finished",
+        "finished_at",
+        postgresql_where=text("state IN ('completed', 'superseded', 'discarded')"),
+    ),
 )
 
 prewarm_windows = Table(

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import URL, select, text
+from sqlalchemy import URL, func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import log_head, tasks
@@ -897,6 +898,51 @@ class TestQueueState:
         response = await completing
         assert response.status_code == 200, response.text
         assert response.json()["state"] == "completed"
+
+    async def test_finished_tasks_rows_go_after_the_retention_their_decisions_stay(
+        self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
+    ) -> None:
+        await queued(app, admin, jobs=3, max_retries=0)
+        done, dead, recent = [await lease(worker, "q") for _ in range(3)]
+        assert done
+        assert dead
+        assert recent
+        for leased in (done, recent):
+            response = await worker.post(
+                f"/tasks/{leased['task']['id']}/complete",
+                content=dumps({"lease": leased["lease"], "events": []}),
+                headers=JSON,
+            )
+            assert response.status_code == 200, response.text
+        await fail(worker, dead, "data_invalid")  # dead-lettered at once
+        async with engine.begin() as conn:  # two of them finished 8 days ago
+            await conn.execute(
+                tasks.update()
+                .where(tasks.c.id.in_([done["task"]["id"], dead["task"]["id"]]))
+                .values(finished_at=func.now() - timedelta(days=8))
+            )
+        week = SchedulerTimers(task_retention_s=7 * 86_400)
+        state = app.state
+        sweeper = SchedulerLoop(state.engine, state.scheduler_controller, week, state.decisions)
+        assert await sweeper.prune_finished() == 0  # the task rows' projection is behind
+        await catch_up(app)
+        assert await sweeper.prune_finished() == 1
+        gone = await admin.get(f"/tasks/{done['task']['id']}")
+        assert gone.status_code == 404
+        assert (await admin.get(f"/tasks/{dead['task']['id']}")).json()["state"] == "dead"
+        assert (await admin.get(f"/tasks/{recent['task']['id']}")).json()["state"] == "completed"
+        stream = f"causeway:task:{done['task']['id']}"
+        history = (await admin.get("/replay", params={"stream": stream})).text.splitlines()
+        assert orjson.loads(history[-1])["type"] == "causeway.task.completed"
+        # A dispatcher replayed from the start finds the task made, in the log, not again.
+        runner = app.state.runner
+        await runner.rebuild(runner.projection("scheduler-dispatch"))
+        assert len(await events_of_type(admin, "causeway.task.created")) == 3
+        assert (await admin.get(f"/tasks/{done['task']['id']}")).status_code == 404
+        forever = SchedulerLoop(
+            state.engine, state.scheduler_controller, SchedulerTimers(), state.decisions
+        )
+        assert await forever.prune_finished() == 0
 
     async def test_a_row_whose_write_was_lost_catches_up_from_the_log(
         self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
