@@ -99,7 +99,7 @@ class PipelineStats:
 
 @dataclass(slots=True)
 class _Run:
-    last_window: int = -2
+    last_window: int | None = None  # window indices are negative before the sensor's zero
     windows: int = 0
     start_us: int = 0
     causes: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_SUSTAINED_CAUSES))
@@ -244,7 +244,7 @@ class Pipeline:
             return
         window = regions[0]
         run = self._run
-        if window.window_index != run.last_window + 1:
+        if run.last_window is None or window.window_index != run.last_window + 1:
             self._run = run = _Run(start_us=window.window_start_us)
         largest: tuple[int, str] = (-1, "")
         for region in regions:

@@ -151,7 +151,7 @@ class ProjectionRunner:
     async def step(self, projection: Projection, *, until: int | None = None) -> int:
         """Apply one batch (up to position ``until``); how far the checkpoint moved."""
         async with self._engine.begin() as conn:
-            checkpoint = await _lock_checkpoint(conn, projection.name)
+            checkpoint, failing = await _lock_checkpoint(conn, projection.name)
             head = int((await conn.execute(_READ_HEAD)).scalar_one())
             if until is not None:
                 head = min(head, until)
@@ -175,9 +175,11 @@ class ProjectionRunner:
                 if selection is not None and event.record.type in selection.types:
                     reached = event.position  # what the projection reads may have changed
                     break
-            if not found and reached - checkpoint < size:
+            if not found and reached - checkpoint < size and not (failing and until is None):
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
+                # A failed projection's retry moves on at once, which clears its error:
+                # the event it failed on is no longer read (it was skipped).
                 return 0
             if reached > checkpoint:
                 await _advance(conn, projection.name, reached)
@@ -418,9 +420,11 @@ async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any)
         await conn.execute(_ADVANCE, values)
 
 
-async def _lock_checkpoint(conn: AsyncConnection, name: str) -> int:
+async def _lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]:
+    """The checkpoint, locked, and whether the projection has failed since it moved."""
     await conn.execute(_ENSURE_CHECKPOINT, {"which": name})
-    return int((await conn.execute(_LOCK_CHECKPOINT, {"which": name})).scalar_one())
+    row = (await conn.execute(_LOCK_CHECKPOINT, {"which": name})).one()
+    return int(row.position), row.error_position is not None
 
 
 # Every step of every projection runs these: built once, not per call.
@@ -451,7 +455,9 @@ _READ_HEAD = select(log_head.c.position)
 _ENSURE_CHECKPOINT = (
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
 )
-_LOCK_CHECKPOINT = select(_c.position).where(_c.name == bindparam("which")).with_for_update()
+_LOCK_CHECKPOINT = (
+    select(_c.position, _c.error_position).where(_c.name == bindparam("which")).with_for_update()
+)
 _ADVANCE = (
     update(projection_checkpoints)
     .where(_c.name == bindparam("which"))

@@ -220,6 +220,27 @@ class TestBridgeWorker:
         bridge.stop()
         assert (bridge.stats.stale, bridge.stats.restarts, bridge.stats.processed) == (1, 0, 3)
 
+    def test_the_same_recording_published_twice_is_two_sessions(self) -> None:
+        # Its packet 0 comes again byte for byte, then packet 1: a new stream, not a copy.
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer)
+        recording = [packed(sequence, sequence * 10_000) for sequence in range(50)]
+        for data in recording + recording:
+            bridge.submit(data)
+        bridge.stop()
+        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (100, 0, 1)
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        assert len({e["id"].split(":")[2] for e in segments}) == 2
+        assert sum(e["data"]["events"]["in"] for e in segments) == 100 * 2000
+
+    def test_packet_0_again_as_the_last_packet_is_taken_as_a_copy(self) -> None:
+        bridge = bridge_to(io.StringIO())
+        first = packed(0, 0)
+        for data in (first, packed(1, 10_000), first):
+            bridge.submit(data)
+        bridge.stop()
+        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (2, 1, 0)
+
     def test_a_bad_packet_is_counted_and_the_bridge_goes_on(self) -> None:
         buffer = io.StringIO()
         classifier = RaisingClassifier()

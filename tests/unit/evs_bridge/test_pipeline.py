@@ -132,6 +132,13 @@ class TestEvents:
         assert sustained["data"]["windows"] == 10
         assert sustained["priority"] == 2
 
+    @pytest.mark.parametrize("start_us", [-40_000, -20_000, 0])
+    def test_a_run_says_when_it_began_before_the_sensors_zero_too(self, start_us: int) -> None:
+        sink = run(scene([PERSON], start_us=start_us))
+        [sustained] = sink.of_type("evs.activity.sustained")
+        first = sink.of_type("evs.activity.detected")[0]
+        assert sustained["data"]["since_us"] == first["data"]["window"]["start_us"] == start_us
+
     def test_attributes_stay_inside_the_store_limit(self) -> None:
         settings = BridgeSettings(run="r" * 64)
         sink = run(scene([FACE, VEHICLE, PERSON]), sensor="s" * 64, settings=settings)

@@ -211,6 +211,38 @@ class TestRunning:
         with pytest.raises(NotFound):
             await fixed.unskip(fixed.projection("test-counter"), 3)
 
+    async def test_skipping_the_last_pending_event_clears_the_failure_at_the_next_retry(
+        self, engine: AsyncEngine
+    ) -> None:
+        # Nothing of the projection's follows the skipped event: the retry reads nothing,
+        # and must still move on, or the projection would look failed and ever more behind.
+        await append_counts(engine, 3)  # t.count at positions 1, 3 and 5; the head is 6
+        runner = ProjectionRunner(engine, [Counter(fail_at=5)], poll_interval_s=0.05)
+        projection = runner.projection("test-counter")
+        task = asyncio.create_task(runner.run())
+
+        async def status() -> Any:
+            async with engine.connect() as conn:
+                [found] = await fetch_status(conn, [projection])
+            return found
+
+        async def stopped() -> bool:
+            return bool((await status()).error_position == 5)
+
+        async def cleared() -> bool:
+            return bool((await status()).last_error is None)
+
+        await _until(stopped)
+        await runner.skip(projection, 5, "poison")
+        await _until(cleared)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        found = await status()
+        assert (found.checkpoint, found.lag_events, found.failures) == (6, 0, 0)
+        with pytest.raises(Conflict, match="is not stopped"):
+            await runner.skip(projection, 5, "again")
+        assert await applied_positions(engine) == [1, 3]
+
     async def test_the_leader_rebuilds_when_asked(self, engine: AsyncEngine) -> None:
         await append_counts(engine, 5)
         leader = ProjectionRunner(engine, [Counter()], poll_interval_s=0.05)
