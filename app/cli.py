@@ -31,6 +31,7 @@ from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
 
 from app.api.replay import replay_filter
+from app.api.wire import CappedHttpToolsProtocol
 from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
@@ -149,6 +150,7 @@ def serve(
                     access_log=settings.access_log,
                     host=bind_host,
                     port=bind_port,
+                    http=CappedHttpToolsProtocol,
                 )
             finally:
                 db.close()
@@ -157,7 +159,12 @@ def serve(
         # before this block exits; so the app's shutdown stops the embedded server too.
         app = create_app(settings, database_url=url, on_shutdown=db.close, tune_gc=True)
         uvicorn.run(
-            app, log_level="info", access_log=settings.access_log, host=bind_host, port=bind_port
+            app,
+            log_level="info",
+            access_log=settings.access_log,
+            host=bind_host,
+            port=bind_port,
+            http=CappedHttpToolsProtocol,
         )
 
 

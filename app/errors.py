@@ -12,6 +12,7 @@
     │   └── IdConflict          409 id-conflict
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
+    ├── HeadTooLarge            431 head-too-large
     ├── InvalidEvent            422 invalid-event
     │   ├── UnknownCause        422 unknown-cause
     │   ├── ReservedType        422 reserved-type
@@ -143,6 +144,16 @@ class UnsupportedMediaType(AppError):
     about = (
         "Only the CloudEvents JSON format is understood in structured and batch mode "
         "(application/cloudevents+json, application/cloudevents-batch+json)."
+    )
+
+
+class HeadTooLarge(AppError):
+    status = 431
+    code = "head-too-large"
+    title = "Request head too large"
+    about = (
+        "The request line and headers together are over 64 KiB. The server stops reading "
+        "and closes the connection."
     )
 
 

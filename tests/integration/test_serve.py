@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import subprocess
 import sys
 import time
@@ -102,3 +104,43 @@ def test_serve_runs_the_projections(database_url: URL, tmp_path: Path) -> None:
         while httpx2.get(f"{base}/models/faces", headers=auth).status_code != 200:
             assert time.monotonic() < deadline, "the registry never showed the model"
             time.sleep(0.1)
+
+
+def _raw(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``request`` sent as it is (the server may stop reading it), and the answer."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for start in range(0, len(request), 16_384):
+                conn.sendall(request[start : start + 16_384])
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := conn.recv(65_536):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, body
+
+
+def test_a_request_head_past_its_cap_or_not_http_is_refused_as_a_problem(
+    database_url: URL, tmp_path: Path
+) -> None:
+    # httptools reads a request line and headers of any size; the server stops at 64 KiB.
+    url = database_url.render_as_string(hide_password=False)
+    with serving(environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))) as base:
+        long_url = b"GET /healthz?" + b"a" * 70_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n"
+        many_headers = b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"".join(
+            f"x-pad-{i}: {'b' * 1000}\r\n".encode() for i in range(100)
+        )
+        for request, status, code in [
+            (long_url, 431, "head-too-large"),
+            (many_headers + b"\r\n", 431, "head-too-large"),
+            (b"NOT HTTP AT ALL\r\n\r\n", 400, "bad-request"),
+        ]:
+            found, headers, body = _raw(base, request)
+            assert (found, headers["content-type"]) == (status, "application/problem+json")
+            assert orjson.loads(body)["type"] == f"/problems/{code}"
+        within = b"GET /healthz?" + b"a" * 60_000 + b" HTTP/1.1\r\nconnection: close\r\n\r\n"
+        found, _, body = _raw(base, within)
+        assert found == 200, body
