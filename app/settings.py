@@ -77,6 +77,14 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("scheduler_task_retention_s")
+    @classmethod
+    def _long_enough_to_be_read(cls, value: float) -> float:
+        # Queue signals (latency, throughput) read the rows of recently finished tasks.
+        if 0 < value < 3600:
+            raise ValueError("must be 0 (keep rows for ever) or at least 3600 seconds")
+        return value
+
     @field_validator("scheduler_off_peak_hours")
     @classmethod
     def _are_hours(cls, value: str | None) -> str | None:

@@ -4,9 +4,9 @@ The packet format is ``evs_bridge.packets`` (re-exported here).
 
 A gap in the sequence is counted (``stats.gaps``) and logged; a packet whose sequence
 repeats or goes back (not to 0), or the session's packet 0 delivered again (QoS 1 delivers
-at least once), is dropped and counted (``stats.stale``). Packet 0 again byte for byte may
-also start a new stream (the same recording published again): it is held until the next
-packet, and taken as the new stream's first when that one goes back too. A restart of the stream, a
+at least once), is dropped and counted (``stats.stale``): the latter only within the first
+``_REDELIVERY_PACKETS`` packets of a session (a publisher resends at most its in-flight
+window); later, the same bytes are the same recording published again, a new stream. A restart of the stream, a
 sequence going back to 0 or (sensor clock) ``jump_confirm_events`` consecutive events more
 than the pipeline's ``jump_us`` behind the newest one, finishes the old pipeline (its
 segments are emitted) and starts a new one with a new session key (``stats.restarts``),
@@ -91,6 +91,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LOG_EVERY = 100
+# A publisher that reconnects resends what was not acknowledged: paho keeps 20 messages in
+# flight by default. Packet 0 byte for byte while a session is this young is such a copy.
+_REDELIVERY_PACKETS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +219,6 @@ class MqttBridge:
         self._earlier = (0, 0)  # out-of-geometry and outlier counts of finished pipelines
         self._behind = _StepsBack(self._settings.pipeline.jump_confirm_events)
         self._first_packet: bytes | None = None  # this session's packet 0, as received
-        self._held_zero: bytes | None = None  # packet 0 again, until the next packet tells
         self._failure: BaseException | None = None
 
     @property
@@ -241,9 +243,6 @@ class MqttBridge:
             self._work()  # never started: process what was queued here
         if self._failure is not None:
             self.output.hold()
-        if self._held_zero is not None:  # no packet came after it: taken as delivered twice
-            self._held_zero = None
-            self.stats.stale += 1
         try:
             self._finish_pipeline()
             self.output.close(drain_timeout_s=drain_timeout_s)
@@ -356,15 +355,18 @@ class MqttBridge:
         except BadPacket as exc:
             self._bad(str(exc))
             return
-        held, self._held_zero = self._held_zero, None
-        if held is not None:
-            self._settle(held, packet)
         expected = self._next_sequence
         if expected is not None and packet.sequence != expected:
-            if packet.sequence == 0 and data == self._first_packet:
-                # Packet 0 again, byte for byte: QoS 1 delivers at least once, but a stream
-                # may also start over with the same first packet. The next packet tells.
-                self._held_zero = data
+            if (
+                packet.sequence == 0
+                and expected <= _REDELIVERY_PACKETS
+                and data == self._first_packet
+            ):
+                # QoS 1 delivers at least once: a publisher that reconnects sends what was
+                # not acknowledged again, at most its in-flight window. Later, the same
+                # bytes are the same recording published again: a new stream.
+                self.stats.stale += 1
+                log.warning("%s: packet 0 delivered again: dropped", self.topic)
                 return
             if packet.sequence == 0:
                 self._restart("sequence restarted at 0")
@@ -385,20 +387,6 @@ class MqttBridge:
                     expected,
                 )
                 return
-        self._take(packet, data)
-
-    def _settle(self, held: bytes, after: Packet) -> None:
-        """``held`` (the session's packet 0 again) was the first of a new stream when the
-        packet after it goes back too; else it was delivered twice."""
-        if self._next_sequence is not None and after.sequence < self._next_sequence:
-            self._restart("sequence restarted at 0")
-            self._take(decode_packet(held), held)
-        else:
-            self.stats.stale += 1
-            log.warning("%s: packet 0 delivered again: dropped", self.topic)
-
-    def _take(self, packet: Packet, data: bytes) -> None:
-        """Feed ``packet``, next in its stream, to the pipeline."""
         self._next_sequence = packet.sequence + 1
         if packet.sequence == 0:
             self._first_packet = data

@@ -93,13 +93,21 @@ class SchedulerLoop:
             if found < 20:
                 return expired
 
-    async def prune_finished(self) -> int:
-        """Delete the rows of tasks finished longer ago than the retention period."""
+    async def prune_finished(self, *, batches: int = 20) -> int:
+        """Delete the rows of tasks finished longer ago than the retention period: batches
+        of 500, each in its own transaction, until one comes back short (``batches`` at
+        most, so a backlog, as after a rebuild, drains over a few sweeps)."""
         if not self._timers.task_retention_s:
             return 0
         before = datetime.now(UTC) - timedelta(seconds=self._timers.task_retention_s)
-        async with self._engine.begin() as conn:
-            return await TaskQueue(conn).prune_finished(before)
+        pruned = 0
+        for _ in range(batches):
+            async with self._engine.begin() as conn:
+                found = await TaskQueue(conn).prune_finished(before, limit=500)
+            pruned += found
+            if found < 500:
+                break
+        return pruned
 
     async def advise(self) -> int:
         """Step the controller of every active queue, each in a transaction of its own."""

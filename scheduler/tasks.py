@@ -231,7 +231,11 @@ def fold(
                 lease_id=None,
             )
         case "causeway.task.discarded":
-            return replace(after, state="discarded", disposition="discarded")
+            # A discarded task finished when it was discarded, not when it died: its
+            # row's retention (``TaskQueue.prune_finished``) counts from then.
+            return replace(
+                after, state="discarded", disposition="discarded", finished_at=_time(data["at"])
+            )
     raise ValueError(f"{event_type} is not a task event")
 
 

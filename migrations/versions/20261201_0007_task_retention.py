@@ -17,13 +17,18 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.create_index(
-        "ix_tasks_finished",
-        "tasks",
-        ["finished_at"],
-        postgresql_where=sa.text("state IN ('completed', 'superseded', 'discarded')"),
-    )
+    # CONCURRENTLY: the tasks table is big where this index is wanted, and a plain CREATE
+    # INDEX holds off every lease, completion and dispatch until it is built.
+    with op.get_context().autocommit_block():
+        op.create_index(
+            "ix_tasks_finished",
+            "tasks",
+            ["finished_at"],
+            postgresql_where=sa.text("state IN ('completed', 'superseded', 'discarded')"),
+            postgresql_concurrently=True,
+        )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_tasks_finished", table_name="tasks")
+    with op.get_context().autocommit_block():
+        op.drop_index("ix_tasks_finished", table_name="tasks", postgresql_concurrently=True)

@@ -930,6 +930,14 @@ class TestQueueState:
         gone = await admin.get(f"/tasks/{done['task']['id']}")
         assert gone.status_code == 404
         assert (await admin.get(f"/tasks/{dead['task']['id']}")).json()["state"] == "dead"
+        discarded = await admin.post(  # finished now, 8 days after it died: kept a week more
+            f"/dead-letters/{dead['task']['id']}/discard",
+            content=dumps({"reason": "r"}),
+            headers=JSON,
+        )
+        assert discarded.status_code == 200, discarded.text
+        await catch_up(app)
+        assert await sweeper.prune_finished() == 0
         assert (await admin.get(f"/tasks/{recent['task']['id']}")).json()["state"] == "completed"
         stream = f"causeway:task:{done['task']['id']}"
         history = (await admin.get("/replay", params={"stream": stream})).text.splitlines()

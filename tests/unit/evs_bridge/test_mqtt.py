@@ -221,25 +221,26 @@ class TestBridgeWorker:
         assert (bridge.stats.stale, bridge.stats.restarts, bridge.stats.processed) == (1, 0, 3)
 
     def test_the_same_recording_published_twice_is_two_sessions(self) -> None:
-        # Its packet 0 comes again byte for byte, then packet 1: a new stream, not a copy.
+        # Its packet 0 comes again byte for byte, long after: a new stream, not a copy.
         buffer = io.StringIO()
         bridge = bridge_to(buffer)
-        recording = [packed(sequence, sequence * 10_000) for sequence in range(50)]
+        recording = [packed(sequence, sequence * 10_000, count=200) for sequence in range(80)]
         for data in recording + recording:
             bridge.submit(data)
         bridge.stop()
-        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (100, 0, 1)
+        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (160, 0, 1)
         segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
         assert len({e["id"].split(":")[2] for e in segments}) == 2
-        assert sum(e["data"]["events"]["in"] for e in segments) == 100 * 2000
+        assert sum(e["data"]["events"]["in"] for e in segments) == 160 * 200
 
-    def test_packet_0_again_as_the_last_packet_is_taken_as_a_copy(self) -> None:
+    def test_a_publisher_that_reconnects_and_resends_is_no_restart(self) -> None:
+        # What was not acknowledged comes again, packet 0 first, then the stream goes on.
         bridge = bridge_to(io.StringIO())
-        first = packed(0, 0)
-        for data in (first, packed(1, 10_000), first):
+        packets = [packed(sequence, sequence * 10_000) for sequence in range(6)]
+        for data in [*packets[:3], *packets[:3], *packets[3:], packets[0]]:
             bridge.submit(data)
         bridge.stop()
-        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (2, 1, 0)
+        assert (bridge.stats.processed, bridge.stats.stale, bridge.stats.restarts) == (6, 4, 0)
 
     def test_a_bad_packet_is_counted_and_the_bridge_goes_on(self) -> None:
         buffer = io.StringIO()

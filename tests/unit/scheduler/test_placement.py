@@ -61,3 +61,11 @@ def test_the_least_workers_cannot_pass_the_most() -> None:
         ValidationError, match=r"MIN_WORKERS \(10\) is above the most workers \(4\)"
     ):
         Settings(_env_file=None, scheduler_min_workers=10, scheduler_max_workers=4)
+
+
+@pytest.mark.parametrize("seconds", [1, 3599.5])
+def test_a_task_retention_is_none_or_an_hour_at_least(seconds: float) -> None:
+    # The queue's signals read recently finished tasks' rows.
+    with pytest.raises(ValidationError, match=r"0 \(keep rows for ever\) or at least 3600"):
+        Settings(_env_file=None, scheduler_task_retention_s=seconds)
+    assert Settings(_env_file=None, scheduler_task_retention_s=0).scheduler_task_retention_s == 0
