@@ -7,6 +7,7 @@
     ├── Unauthenticated         401 unauthenticated
     ├── Forbidden               403 forbidden
     ├── NotFound                404 not-found
+    ├── HeadTimeout             408 head-timeout
     ├── Conflict                409 conflict
     │   ├── VersionConflict     409 version-conflict
     │   └── IdConflict          409 id-conflict
@@ -147,13 +148,23 @@ class UnsupportedMediaType(AppError):
     )
 
 
+class HeadTimeout(AppError):
+    status = 408
+    code = "head-timeout"
+    title = "Request head too slow"
+    about = (
+        "The request line and headers did not arrive within 30 seconds of the request's "
+        "first byte (or of the connection, for its first request). The connection is closed."
+    )
+
+
 class HeadTooLarge(AppError):
     status = 431
     code = "head-too-large"
     title = "Request head too large"
     about = (
-        "The request line and headers together are over 64 KiB. The server stops reading "
-        "and closes the connection."
+        "The request line and headers together are over 64 KiB, or there are over 256 "
+        "headers. The server stops reading and closes the connection."
     )
 
 

@@ -4,19 +4,20 @@ The packet format is ``evs_bridge.packets`` (re-exported here).
 
 A gap in the sequence is counted (``stats.gaps``) and logged; a packet whose sequence
 repeats or goes back (not to 0), or the session's packet 0 delivered again (QoS 1 delivers
-at least once), is dropped and counted (``stats.stale``): the latter only within the first
-``_REDELIVERY_PACKETS`` packets of a session (a publisher resends at most its in-flight
-window); later, the same bytes are the same recording published again, a new stream. A restart of the stream, a
-sequence going back to 0 or (sensor clock) ``jump_confirm_events`` consecutive events more
-than the pipeline's ``jump_us`` behind the newest one, finishes the old pipeline (its
-segments are emitted) and starts a new one with a new session key (``stats.restarts``),
-and a fresh EVT 3.0 decoder; fewer such events are outliers, dropped and counted
-(``stats.outliers``), so one flipped timestamp does not restart the stream. A packet that cannot be processed (a bad header, flags not 0, a geometry above
-``MAX_SIDE_PX`` or other than the stream's or the pinned one, or any error while decoding
-or running the pipeline on it) is dropped and counted (``stats.bad``), and logged once per
-``_LOG_EVERY``; it never stops the worker. Events outside the header's geometry are dropped
-and counted by the pipeline (``stats.out_of_geometry``). The segments' ``dataref`` is the
-topic with a range of sequence numbers.
+at least once), is dropped and counted (``stats.stale``): the latter only while the
+session's sequence is below ``_REDELIVERY_PACKETS`` (a publisher resends at most its
+in-flight window); later, the same bytes are the same recording published again, a new
+stream. A restart of the stream, a sequence going back to 0 or (sensor clock)
+``jump_confirm_events`` consecutive events more than the pipeline's ``jump_us`` behind the
+newest one, finishes the old pipeline (its segments are emitted) and starts a new one with a
+new session key (``stats.restarts``), and a fresh EVT 3.0 decoder; fewer such events are
+outliers, dropped and counted (``stats.outliers``), so one flipped timestamp does not
+restart the stream. A packet that cannot be processed (a bad header, flags not 0, a geometry
+above ``MAX_SIDE_PX`` or other than the stream's or the pinned one, or any error while
+decoding or running the pipeline on it) is dropped and counted (``stats.bad``), and logged
+once per ``_LOG_EVERY``; it never stops the worker. Events outside the header's geometry are
+dropped and counted by the pipeline (``stats.out_of_geometry``). The segments' ``dataref``
+is the topic with a range of sequence numbers.
 
 Threads: paho's network loop thread only decodes the header check and enqueues the
 payload on a bounded queue (``queue_packets``); when the queue is full the packet is

@@ -1,17 +1,32 @@
 """The HTTP/1.1 connections ``causeway serve`` accepts: uvicorn's httptools protocol, with
-a cap on the request head and its own refusals as problems.
+caps on the request head and its own refusals as problems.
 
-httptools reads a request line and headers of any size: uvicorn appends each piece of
-the URL to the last (``bytes +=``, quadratic) and keeps every header, so one client
-sending a URL or headers without end held a growing share of the server's memory and of
-its only event loop. Past ``MAX_HEAD_BYTES`` the request is refused with a 431 problem
-and the connection closed, before the app sees it. What httptools cannot parse at all
-is a 400 problem rather than uvicorn's plain text. Bodies are capped where they are read
-(``ingest.bodies``).
+httptools reads a request line and headers of any size and for any time: uvicorn appends
+each piece of the URL to the last (``bytes +=``, quadratic) and keeps every header, and
+httptools itself keeps an unfinished header name or value, calling nothing, however long
+it grows. So one client sending a URL or a header without end held a growing share of the
+server's memory and of its only event loop, and a head sent a byte at a time held a
+connection for ever. Here, before the app sees a request:
+
+- a head over ``MAX_HEAD_BYTES`` (what the callbacks hand over, separators counted, or the
+  reads that arrive while one header is still unfinished) or with over ``MAX_HEADERS``
+  headers is refused with a 431 problem;
+- a head not complete ``HEAD_TIMEOUT_S`` after its first byte (or after the connection
+  opened, for its first request) is refused with a 408 problem;
+- what httptools cannot parse is a 400 problem rather than uvicorn's plain text.
+
+Each refusal ends the connection the way nginx does (a lingering close): the answer, then
+the end of the server's side, and what the client still sends read and dropped for up to
+``LINGER_S`` before the socket closes, so that a client that is still sending gets the
+answer instead of a reset. A chunked body's trailers are dropped: uvicorn added
+them to the request's headers after the app had read those, and no ASGI app sees them.
+Bodies are capped where they are read (``ingest.bodies``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from http import HTTPStatus
 from typing import Any
 
@@ -19,9 +34,15 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.problems import MEDIA_TYPE
-from app.errors import AppError, BadRequest, HeadTooLarge
+from app.errors import AppError, BadRequest, HeadTimeout, HeadTooLarge
 
-MAX_HEAD_BYTES = 64 * 1024  # the request line and headers; nginx allows 32 KiB by default
+MAX_HEAD_BYTES = 64 * 1024  # nginx allows 32 KiB by default
+MAX_HEADERS = 256  # Apache allows 100 by default
+HEAD_TIMEOUT_S = 30.0  # nginx waits 60 s by default
+LINGER_S = 2.0  # nginx lingers up to 30 s, 5 s without input
+_SEPARATORS = 4  # ": " and CRLF of a header line
+
+logger = logging.getLogger(__name__)
 
 
 class _HeadOverCap(Exception):
@@ -32,33 +53,94 @@ class _HeadOverCap(Exception):
 class CappedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._head_bytes = 0
-        self._over_cap = False
+        self._in_head = False
+        self._head_bytes = 0  # what the callbacks handed over
+        self._unparsed_bytes = 0  # reads that neither began nor finished the head
+        self._headers_seen = 0
+        self._refusal: AppError | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._lingering = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a whole head does not stay
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # refused: what the client still sends is dropped until the close
+        continuing = self._in_head
+        super().data_received(data)
+        # httptools keeps an unfinished header to itself: a read that arrives within a
+        # head and does not finish it is head, every byte of it.
+        if continuing and self._in_head and not self.transport.is_closing():
+            self._unparsed_bytes += len(data)
+            if self._unparsed_bytes > MAX_HEAD_BYTES:
+                self._refuse(self._too_large())
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_bytes = 0
+        self._in_head = True
+        self._head_bytes = self._unparsed_bytes = self._headers_seen = 0
+        self._arm()
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value))
+        if not self._in_head:
+            return  # a trailer of a chunked body
+        self._headers_seen += 1
+        self._count(len(name) + len(value) + _SEPARATORS)
         super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._disarm()
+        super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:  # noqa: ARG002  (uvicorn's fixed text)
+        refusal, self._refusal = self._refusal, None
+        self._refuse(refusal or BadRequest("the request is not valid HTTP/1.x"))
 
     def _count(self, size: int) -> None:
         self._head_bytes += size
-        if self._head_bytes > MAX_HEAD_BYTES:
-            self._over_cap = True
+        if self._head_bytes > MAX_HEAD_BYTES or self._headers_seen > MAX_HEADERS:
+            self._refusal = self._too_large()
             raise _HeadOverCap
 
-    def send_400_response(self, msg: str) -> None:
-        refusal: AppError = (
-            HeadTooLarge(f"the request line and headers are over {MAX_HEAD_BYTES} bytes")
-            if self._over_cap
-            else BadRequest(f"the request is not HTTP/1.1 as httptools reads it: {msg}")
+    @staticmethod
+    def _too_large() -> HeadTooLarge:
+        return HeadTooLarge(
+            f"the request line and headers are over {MAX_HEAD_BYTES} bytes, "
+            f"or over {MAX_HEADERS} headers"
         )
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+
+    def _disarm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self._refuse(
+                HeadTimeout(f"the request head did not arrive within {HEAD_TIMEOUT_S:.0f} s")
+            )
+
+    def _refuse(self, refusal: AppError) -> None:
+        """Answer ``refusal`` as a problem and close the connection."""
+        self._disarm()
+        if refusal.status != 400:
+            logger.warning("%s: %s", refusal.code, refusal.detail)
         body = orjson.dumps(
             {
                 "type": f"/problems/{refusal.code}",
@@ -77,4 +159,7 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             b"connection: close\r\n\r\n",
         ]
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)

@@ -18,7 +18,8 @@ depends_on = None
 
 def upgrade() -> None:
     # CONCURRENTLY: the tasks table is big where this index is wanted, and a plain CREATE
-    # INDEX holds off every lease, completion and dispatch until it is built.
+    # INDEX holds off every lease, completion and dispatch until it is built. A build that
+    # fails leaves an invalid index behind: DROP INDEX ix_tasks_finished, and migrate again.
     with op.get_context().autocommit_block():
         op.create_index(
             "ix_tasks_finished",

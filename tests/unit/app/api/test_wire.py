@@ -1,0 +1,127 @@
+"""The connection protocol ``causeway serve`` runs, under uvicorn, with a bare ASGI app:
+what reaches the app, and how a head past its caps is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import uvicorn
+
+from app.api import wire
+from app.api.wire import CappedHttpToolsProtocol
+
+seen: list[list[tuple[bytes, bytes]]] = []
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    seen.append(list(scope["headers"]))
+    await send(
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    )
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture
+async def port(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
+    monkeypatch.setattr(wire, "HEAD_TIMEOUT_S", 0.5)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=free, http=CappedHttpToolsProtocol, log_level="error"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    seen.clear()
+    yield free
+    server.should_exit = True
+    await task
+
+
+async def exchange(port: int, *pieces: bytes, pause_s: float = 0.0) -> tuple[int, bytes]:
+    """Send ``pieces`` (each its own write), and read the first answer to the end."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(pause_s)
+    except ConnectionError:
+        pass  # the server refused and closed before everything was sent
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def problem_type(body: bytes) -> str:
+    return str(orjson.loads(body)["type"])
+
+
+async def test_one_endless_header_value_is_refused_past_the_cap(port: int) -> None:
+    # httptools keeps an unfinished header value to itself, calling nothing.
+    start = b"GET / HTTP/1.1\r\nhost: x\r\nx-endless: "
+    status, body = await exchange(port, start, *[b"v" * 16_384] * 64)
+    assert (status, problem_type(body)) == (431, "/problems/head-too-large")
+
+
+async def test_tiny_headers_count_their_separators_and_their_number(port: int) -> None:
+    many = b"GET / HTTP/1.1\r\nhost: x\r\n" + b"a:b\r\n" * 300 + b"\r\n"
+    assert (await exchange(port, many))[0] == 431
+    enough = b"GET / HTTP/1.1\r\nhost: x\r\n" + b"a:b\r\n" * 200 + b"connection: close\r\n\r\n"
+    assert await exchange(port, enough) == (200, b"ok")
+
+
+async def test_a_head_that_comes_too_slowly_is_refused(port: int) -> None:
+    status, body = await exchange(port, b"GET / HTTP/1.1\r\n", b"host: x\r\n", pause_s=0.4)
+    assert (status, problem_type(body)) == (408, "/problems/head-timeout")
+
+
+async def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    assert answer.split()[1] == b"408"
+
+
+async def test_a_head_split_across_reads_within_the_cap_reaches_the_app(port: int) -> None:
+    head = (
+        b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"v" * 40_000 + b"\r\nconnection: close\r\n\r\n"
+    )
+    pieces = [head[i : i + 1000] for i in range(0, len(head), 1000)]
+    assert await exchange(port, *pieces) == (200, b"ok")
+
+
+async def test_a_keep_alive_connection_counts_each_head_afresh(port: int) -> None:
+    one = b"GET / HTTP/1.1\r\nhost: x\r\nx-pad: " + b"v" * 40_000 + b"\r\n\r\n"
+    last = one.replace(b"host: x\r\n", b"host: x\r\nconnection: close\r\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(one + one + last)
+    answers = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answers.count(b"HTTP/1.1 200 OK") == 3
+
+
+async def test_trailers_of_a_chunked_body_never_join_the_headers(port: int) -> None:
+    request = (
+        b"POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        b"2\r\nhi\r\n0\r\nx-trailer: t\r\n\r\n"
+    )
+    assert await exchange(port, request) == (200, b"ok")
+    assert (b"x-trailer", b"t") not in seen[-1]
+
+
+async def test_what_is_not_http_is_a_400_problem(port: int) -> None:
+    status, body = await exchange(port, b"NOT HTTP AT ALL\r\n\r\n")
+    assert (status, problem_type(body)) == (400, "/problems/bad-request")
