@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import Text
 
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
-from app.errors import Conflict, NotFound
+from app.errors import BadRequest, Conflict, NotFound
 from app.projections.base import Projection, Selection, Selective
 from app.store.graph import StoredEvent
 from app.store.log import NOTIFY_CHANNEL, full_row, read_wake_hint, record_from_row
@@ -314,7 +314,7 @@ class ProjectionRunner:
         it passes over it at its next retry, and so does every rebuild. The error it
         failed with is kept beside ``reason``, and returned."""
         if not reason.strip():
-            raise Conflict("say why the event is skipped (a reason is kept with it)")
+            raise BadRequest("say why the event is skipped (a reason is kept with it)")
         async with self._engine.begin() as conn:
             row = (
                 await conn.execute(
