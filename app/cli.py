@@ -14,12 +14,12 @@ import os
 import re
 import stat
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-from typing import IO, Annotated, Any, NoReturn
+from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import psycopg
 import typer
@@ -51,6 +51,8 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, parse_position
 from app.store.verify import ChainReport, verify_chain
 from evs_bridge.cli import cli as evs_cli
+
+T = TypeVar("T")
 
 cli = typer.Typer(
     help="Causeway: an append-only lineage store for AI systems.", no_args_is_help=True
@@ -493,7 +495,7 @@ def projections_skip(
     with database(settings) as db:
         runner = create_runner(settings, db.url)
         try:
-            error = asyncio.run(_skip_or_unskip(runner, name, at, reason))
+            error = asyncio.run(_on_projection(runner, name, lambda p: runner.skip(p, at, reason)))
         except AppError as exc:
             fail(exc.detail)
     typer.echo(f"{name} skips position {at} ({error}); its leader passes it at its next retry")
@@ -510,7 +512,7 @@ def projections_unskip(
     with database(settings) as db:
         runner = create_runner(settings, db.url)
         try:
-            asyncio.run(_skip_or_unskip(runner, name, at, None))
+            asyncio.run(_on_projection(runner, name, lambda p: runner.unskip(p, at)))
         except AppError as exc:
             fail(exc.detail)
     typer.echo(
@@ -518,15 +520,12 @@ def projections_unskip(
     )
 
 
-async def _skip_or_unskip(
-    runner: ProjectionRunner, name: str, position: int, reason: str | None
-) -> str:
+async def _on_projection(
+    runner: ProjectionRunner, name: str, act: Callable[[Projection], Awaitable[T]]
+) -> T:
+    """``act`` on the projection called ``name``, then the runner disposed of."""
     try:
-        projection = runner.projection(name)
-        if reason is None:
-            await runner.unskip(projection, position)
-            return ""
-        return await runner.skip(projection, position, reason)
+        return await act(runner.projection(name))
     finally:
         await runner.dispose()
 

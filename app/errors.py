@@ -153,8 +153,8 @@ class HeadTimeout(AppError):
     code = "head-timeout"
     title = "Request head too slow"
     about = (
-        "The request line and headers did not arrive within 30 seconds of the request's "
-        "first byte (or of the connection, for its first request). The connection is closed."
+        "The request line and headers did not arrive whole within 30 seconds (of the "
+        "connection, for its first request). The connection is closed."
     )
 
 

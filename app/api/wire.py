@@ -11,8 +11,8 @@ connection for ever. Here, before the app sees a request:
 - a head over ``MAX_HEAD_BYTES`` (what the callbacks hand over, separators counted, or the
   reads that arrive while one header is still unfinished) or with over ``MAX_HEADERS``
   headers is refused with a 431 problem;
-- a head not complete ``HEAD_TIMEOUT_S`` after its first byte (or after the connection
-  opened, for its first request) is refused with a 408 problem;
+- a head not complete ``HEAD_TIMEOUT_S`` after the first read that did not finish it (or
+  after the connection opened, for its first request) is refused with a 408 problem;
 - what httptools cannot parse is a 400 problem rather than uvicorn's plain text.
 
 Each refusal ends the connection the way nginx does (a lingering close): the answer, then
@@ -80,12 +80,15 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             self._unparsed_bytes += len(data)
             if self._unparsed_bytes > MAX_HEAD_BYTES:
                 self._refuse(self._too_large())
+        # A head that one read did not finish gets a timer; most come whole in one read, and
+        # take no timer at all.
+        if self._in_head and self._head_timer is None and not self.transport.is_closing():
+            self._arm()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = self._unparsed_bytes = self._headers_seen = 0
-        self._arm()
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))

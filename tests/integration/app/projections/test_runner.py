@@ -175,13 +175,7 @@ class TestRunning:
         runner = ProjectionRunner(engine, [Counter(fail_at=3)], poll_interval_s=0.05)
         projection = runner.projection("test-counter")
         task = asyncio.create_task(runner.run())
-
-        async def stopped() -> bool:
-            async with engine.connect() as conn:
-                [status] = await fetch_status(conn, [projection])
-            return status.error_position == 3
-
-        await _until(stopped)
+        await _until(lambda: _stopped_at(engine, projection, 3))
         with pytest.raises(Conflict, match="is stopped at 3"):
             await runner.skip(projection, 5, "not the one")
         assert await runner.skip(projection, 3, "bad input, fixed upstream") == (
@@ -220,24 +214,12 @@ class TestRunning:
         runner = ProjectionRunner(engine, [Counter(fail_at=5)], poll_interval_s=0.05)
         projection = runner.projection("test-counter")
         task = asyncio.create_task(runner.run())
-
-        async def status() -> Any:
-            async with engine.connect() as conn:
-                [found] = await fetch_status(conn, [projection])
-            return found
-
-        async def stopped() -> bool:
-            return bool((await status()).error_position == 5)
-
-        async def cleared() -> bool:
-            return bool((await status()).last_error is None)
-
-        await _until(stopped)
+        await _until(lambda: _stopped_at(engine, projection, 5))
         await runner.skip(projection, 5, "poison")
-        await _until(cleared)
+        await _until(lambda: _stopped_at(engine, projection, None))
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        found = await status()
+        found = await _status(engine, projection)
         assert (found.checkpoint, found.lag_events, found.failures) == (6, 0, 0)
         with pytest.raises(Conflict, match="is not stopped"):
             await runner.skip(projection, 5, "again")
@@ -333,6 +315,20 @@ async def _caught_up(engine: AsyncEngine, name: str) -> bool:
             conn, [Counter()] if name == "test-counter" else all_projections()
         )
     return status.lag_events == 0 and status.checkpoint > 0
+
+
+async def _status(engine: AsyncEngine, projection: Any) -> Any:
+    async with engine.connect() as conn:
+        [found] = await fetch_status(conn, [projection])
+    return found
+
+
+async def _stopped_at(engine: AsyncEngine, projection: Any, position: int | None) -> bool:
+    """Whether ``projection`` is stopped, failing, at ``position`` (None: not stopped)."""
+    found = await _status(engine, projection)
+    return bool(
+        found.error_position == position and (position is None) == (found.last_error is None)
+    )
 
 
 async def _until(check: Any, timeout_s: float = 20) -> None:
