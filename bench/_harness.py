@@ -142,14 +142,16 @@ class CpuMeter:
     not on this machine its figure is NaN."""
 
     def __init__(self, url: URL) -> None:
-        with psycopg.connect(libpq(url)) as conn:
-            backend = conn.info.backend_pid
         self._postmaster: int | None = None
-        status = Path(f"/proc/{backend}/status")
-        if status.exists():
-            for line in status.read_text().splitlines():
-                if line.startswith("PPid:"):
-                    self._postmaster = int(line.split()[1])
+        # Read while the connection is open: its backend exits when it closes.
+        with psycopg.connect(libpq(url)) as conn:
+            try:
+                status = Path(f"/proc/{conn.info.backend_pid}/status").read_text()
+            except (FileNotFoundError, ProcessLookupError):  # a server on another machine
+                status = ""
+        for line in status.splitlines():
+            if line.startswith("PPid:"):
+                self._postmaster = int(line.split()[1])
 
     def read(self, server_pid: int | None = None) -> CpuTimes:
         server = 0.0
