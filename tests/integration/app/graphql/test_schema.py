@@ -502,6 +502,41 @@ class TestTenants:
         ]["lineage"]
         assert "b-2" not in {n["event"]["id"] for n in mine["nodes"]}
 
+    async def test_a_forged_edge_between_tenants_brings_neither_the_others_events(
+        self,
+        client: httpx2.AsyncClient,
+        app: FastAPI,
+        make_key: MakeKey,
+        database_url: URL,
+        stored: None,
+    ) -> None:
+        """Append checks that causes are the tenant's own; an edge written past it still
+        leads no walk, either way, into another tenant's events."""
+        key = await make_key("clinic-b", "ingest,read")
+        theirs = {**BATCH, "Authorization": f"Bearer {key}"}
+        response = await client.post(
+            "/events", content=dumps([cloudevent(id="b-1")]), headers=theirs
+        )
+        assert response.status_code == 201, response.text
+        review = cloudevent(id="review-1", causationid="dx-1")
+        response = await client.post("/events", content=dumps([review]), headers=BATCH)
+        assert response.status_code == 201, response.text
+        with psycopg.connect(
+            database_url.set(drivername="postgresql").render_as_string(hide_password=False),
+            autocommit=True,
+        ) as conn:
+            conn.execute(
+                "INSERT INTO event_causes (effect, cause) SELECT e.position, c.position"
+                " FROM events e, events c WHERE e.tenant = 'acme' AND e.id = 'review-1'"
+                " AND c.tenant = 'clinic-b' AND c.id = 'b-1'"
+            )
+        audit = (await ask(client, AUDIT, id="review-1"))["data"]["audit"]
+        shown = {n["event"]["id"] for n in audit["graph"]["nodes"]}
+        assert shown == {"review-1", "dx-1", "tumor-1", "fracture-1", "img-2", "pre-1", "img-1"}
+        async with asgi_client(app, key) as other:
+            found = await ask(other, LINEAGE, id="b-1", dir="DOWNSTREAM", depth=10, limit=100)
+        assert {n["event"]["id"] for n in found["data"]["lineage"]["nodes"]} == {"b-1"}
+
 
 class TestCost:
     async def test_nested_causes_and_effects_cost_a_fixed_number_of_statements(
