@@ -201,6 +201,8 @@ class Event:
     @strawberry.field(description="The events this one was derived from, in the order named.")
     async def causes(self, info: strawberry.Info[Context, None]) -> list["Event"]:
         found = await info.context.loaders.causes.load(self.stored.position)
+        if info.context.budget.spent:
+            return []  # the answer is refused whole; see AnswerBudget.spent
         return [Event.of(s) for s in found]
 
     @strawberry.field(description="The events derived from this one, in position order.")
@@ -214,6 +216,8 @@ class Event:
         page = await info.context.loaders.effects.load(
             (self.stored.position, size, decode_cursor(after))
         )
+        if info.context.budget.spent:
+            return EventConnection.from_page(Page([], False))
         return EventConnection.from_page(page)
 
 

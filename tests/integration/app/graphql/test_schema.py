@@ -600,6 +600,35 @@ class TestAnswerBudget:
         assert "errors" not in body
         assert len(body["data"]["event"]["effects"]["edges"]) == self.HUB_EFFECTS
 
+    @pytest.mark.parametrize("levels", [3, 4])
+    async def test_nested_causes_past_it_are_refused_whole(
+        self, database_url: URL, make_key: MakeKey, levels: int
+    ) -> None:
+        """Every event caused by the 20 before it: three levels of causes name 8,000
+        events, four 160,000, all from one batch of loads. Fields share each loaded list,
+        and the refusal stops all of them (none fails with another's cancellation)."""
+        settings = Settings(_env_file=None, graphql_max_answer_items=2_000)
+        app = create_app(settings, database_url=database_url)
+        async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
+            fan = [
+                cloudevent(id=f"f{n}", causationid=",".join(f"f{k}" for k in range(n - 20, n)))
+                if n >= 20
+                else cloudevent(id=f"f{n}")
+                for n in range(100)
+            ]
+            response = await client.post("/events", content=dumps(fan), headers=BATCH)
+            assert response.status_code == 201, response.text
+            query = '{ event(id: "f99") { ' + "causes { " * levels + "id" + " }" * levels + " } }"
+            response = await client.post("/graphql", json={"query": query})
+            healthy = await client.get("/healthz")
+        await dispose(app)
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["data"] is None
+        [error] = body["errors"]
+        assert error["extensions"]["code"] == "ANSWER_TOO_LARGE"
+        assert healthy.status_code == 200
+
     async def test_walks_count_against_it(self, budgeted: httpx2.AsyncClient) -> None:
         aliases = " ".join(
             f'l{n}: lineage(id: "hub", direction: DOWNSTREAM) {{ truncated }}' for n in range(6)
