@@ -5,7 +5,13 @@ under their own limits."""
 
 from __future__ import annotations
 
-from starlette.requests import ClientDisconnect
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi.routing import APIRoute
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import Message, Receive, Send
 
 from app.errors import PayloadTooLarge
@@ -84,3 +90,55 @@ def too_large(size: int, limit: int, setting: str, *, at_least: bool = False) ->
         limit=setting,
         max_bytes=limit,
     )
+
+
+class JSONRequest(Request):
+    """A request whose JSON body holds text only. JSON may escape half of a UTF-16 pair
+    (``"\\ud800"``), which Python's ``json`` reads into a ``str`` that no UTF-8 encoder
+    takes, so such a value, deep in a model's tags or a route's types, failed only when
+    the store encoded it: a 500. It is refused here as a body that is not JSON text
+    (FastAPI answers a ``json.JSONDecodeError`` with a 422, ``json_invalid``). The
+    standard library still reads the body: what it reads that orjson would not (numbers
+    past 64 bits, ``Infinity``) reaches the route's own checks, which name the field."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            value = json.loads(body)
+            if _holds_a_surrogate(value):
+                raise json.JSONDecodeError(
+                    "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text",
+                    body.decode(errors="replace"),
+                    0,
+                )
+            self._json = value
+        return self._json
+
+
+def _holds_a_surrogate(value: Any) -> bool:
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, list):
+            pending += item
+    return False
+
+
+class JSONRoute(APIRoute):
+    """The route class of every router with JSON bodies: their requests are ``JSONRequest``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def handle_json(request: Request) -> Response:
+            return await handle(JSONRequest(request.scope, request.receive))
+
+        return handle_json

@@ -44,6 +44,7 @@ from app.store.records import EXACT_LIMIT
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 from ingest.binding import BATCH, parse_request
+from ingest.bodies import JSONRoute
 from ingest.limits import Limits
 from ingest.router import read_body
 from scheduler import routes as r
@@ -148,7 +149,7 @@ def create_router(
     controller: PidController,
     principals: Principals,
 ) -> APIRouter:
-    router = APIRouter(tags=["scheduler"])
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Admin = Annotated[Principal, Depends(principals.admin)]
     Worker = Annotated[Principal, Depends(principals.worker)]
     Reader = Annotated[Principal, Depends(principals.read)]

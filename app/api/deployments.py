@@ -29,8 +29,9 @@ from app.store.models import is_valid_name
 from app.store.records import MAX_POSITION, NewEvent, parse_position
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
+from ingest.bodies import JSONRoute
 
-router = APIRouter(tags=["deployments"])
+router = APIRouter(tags=["deployments"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 _WATCH_POLL_S = 0.25

@@ -22,8 +22,9 @@ from app.store.keys import Principal, Scope
 from app.store.models import Signature, alias_event, is_valid_name, registration_event
 from app.store.registry import Model, RegistryReader, fetch_alias_target, fetch_registered_digest
 from ingest.appender import Appender
+from ingest.bodies import JSONRoute
 
-router = APIRouter(tags=["models"])
+router = APIRouter(tags=["models"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 

@@ -10,6 +10,7 @@ database or a statement timeout is a 503 with ``Retry-After``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -109,7 +110,7 @@ async def on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
     errors = [
         {
             "pointer": "#/" + "/".join(str(part) for part in error.get("loc", ())),
-            "detail": error.get("msg", "invalid"),
+            "detail": _detail(error),
         }
         for error in exc.errors()
     ]
@@ -121,6 +122,14 @@ async def on_invalid_request(request: Request, exc: Exception) -> JSONResponse:
         f"{first['pointer']}: {first['detail']}",
         errors=errors,
     )
+
+
+def _detail(error: Mapping[str, Any]) -> str:
+    """A validation error's message; for a body that is not JSON, with what the parser
+    said (``JSON decode error`` alone does not say what is wrong, nor where)."""
+    message = str(error.get("msg", "invalid"))
+    cause = (error.get("ctx") or {}).get("error") if error.get("type") == "json_invalid" else None
+    return f"{message}: {cause}" if cause else message
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -172,3 +172,39 @@ async def test_a_content_length_of_digits_int_refuses_is_no_server_error(
     headers = [(b"content-type", b"application/json"), (b"content-length", "²".encode("latin-1"))]
     await call(app, "POST", "/routes", "none", [b'{"name": "x"}'], send, headers=headers)
     assert sent[0]["status"] == 401
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/models/m/versions", '{"version": "1", "signature": {"inputs": [], "outputs": []},'
+         ' "tags": {"\\ud800": "x"}}'),
+        ("/models/m/versions", '{"version": "1", "signature": {"inputs": [{"name": "\\ud800",'
+         ' "type": "binary"}], "outputs": []}}'),
+        ("/routes", '{"id": "r1", "types": ["a\\ud800"], "kind": "k", "queue": "q"}'),
+        ("/queues/q/lease", '{"worker": "w", "labels": {"a": "\\ud800"}, "wait_s": 0}'),
+    ],
+)  # fmt: skip
+async def test_a_lone_surrogate_in_a_json_body_is_a_bad_body(
+    app: FastAPI, make_key: MakeKey, path: str, body: str
+) -> None:
+    """JSON may escape half of a UTF-16 pair, which no UTF-8 text can hold: the body is
+    refused as it is read, not with a 500 when the store encodes it."""
+    async with asgi_client(app, await make_key("acme", "admin")) as admin:
+        response = await admin.post(
+            path, content=body.encode(), headers={"Content-Type": "application/json"}
+        )
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "surrogate" in response.text
+
+
+async def test_an_escaped_surrogate_pair_is_text(app: FastAPI, make_key: MakeKey) -> None:
+    body = '{"version": "1", "signature": {"inputs": [], "outputs": []}, "tags": {"k": "\\ud83d\\ude00"}}'
+    async with asgi_client(app, await make_key("acme", "admin")) as admin:
+        response = await admin.post(
+            "/models/m/versions",
+            content=body.encode(),
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 201, response.text  # a lone half of it is not
