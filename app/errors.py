@@ -8,6 +8,7 @@
     ├── Forbidden               403 forbidden
     ├── NotFound                404 not-found
     ├── HeadTimeout             408 head-timeout
+    ├── BodyTimeout             408 body-timeout
     ├── Conflict                409 conflict
     │   ├── VersionConflict     409 version-conflict
     │   └── IdConflict          409 id-conflict
@@ -155,6 +156,16 @@ class HeadTimeout(AppError):
     about = (
         "The request line and headers did not arrive whole within 30 seconds (of the "
         "connection, for its first request). The connection is closed."
+    )
+
+
+class BodyTimeout(AppError):
+    status = 408
+    code = "body-timeout"
+    title = "Request body too slow"
+    about = (
+        "No byte of the request body arrived for 30 seconds while the body was still "
+        "incomplete. The connection is closed; nothing of the request was done."
     )
 
 

@@ -13,6 +13,10 @@ connection for ever. Here, before the app sees a request:
   headers is refused with a 431 problem;
 - a head not complete ``HEAD_TIMEOUT_S`` after the first read that did not finish it (or
   after the connection opened, for its first request) is refused with a 408 problem;
+- a body that stops arriving for ``BODY_TIMEOUT_S`` (while the server reads it: a body
+  the app does not read yet is not the client's delay) is refused with a 408 problem too,
+  once the app has not answered yet (else the connection just closes); the app's request
+  ends as if the client had left;
 - what httptools cannot parse is a 400 problem rather than uvicorn's plain text.
 
 Each refusal ends the connection the way nginx does (a lingering close): the answer, then
@@ -34,11 +38,12 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.api.problems import MEDIA_TYPE
-from app.errors import AppError, BadRequest, HeadTimeout, HeadTooLarge
+from app.errors import AppError, BadRequest, BodyTimeout, HeadTimeout, HeadTooLarge
 
 MAX_HEAD_BYTES = 64 * 1024  # nginx allows 32 KiB by default
 MAX_HEADERS = 256  # Apache allows 100 by default
 HEAD_TIMEOUT_S = 30.0  # nginx waits 60 s by default
+BODY_TIMEOUT_S = 30.0  # between two reads of a body; nginx's client_body_timeout is 60 s
 LINGER_S = 2.0  # nginx lingers up to 30 s, 5 s without input
 _SEPARATORS = 4  # ": " and CRLF of a header line
 
@@ -59,6 +64,9 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._headers_seen = 0
         self._refusal: AppError | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        self._in_body = False
+        self._body_read_at = 0.0  # the loop's time of the last read within a body
+        self._body_timer: asyncio.TimerHandle | None = None
         self._lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -67,6 +75,7 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_body()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -84,6 +93,12 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         # take no timer at all.
         if self._in_head and self._head_timer is None and not self.transport.is_closing():
             self._arm()
+        # Likewise a body that one read did not finish: one timer while it lasts, which
+        # looks at the time of the last read when it fires.
+        if self._in_body and not self.transport.is_closing():
+            self._body_read_at = self.loop.time()
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_check)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -105,6 +120,12 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._disarm()
         super().on_headers_complete()
+        self._in_body = True  # until on_message_complete, in this read or a later one
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._disarm_body()
+        super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:  # noqa: ARG002  (uvicorn's fixed text)
         refusal, self._refusal = self._refusal, None
@@ -132,6 +153,34 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_check(self) -> None:
+        self._body_timer = None
+        if not self._in_body or self.transport.is_closing():
+            return
+        waited = self.loop.time() - self._body_read_at
+        if self.flow.read_paused or waited < BODY_TIMEOUT_S:
+            # Reading paused: the app has not taken what came (or a pipelined request
+            # waits its turn), and the client is not the one late.
+            wait = BODY_TIMEOUT_S if self.flow.read_paused else BODY_TIMEOUT_S - waited
+            self._body_timer = self.loop.call_later(wait, self._body_check)
+            return
+        # The app's request ends as if the client had left: its reads answer
+        # http.disconnect, and what it sends goes nowhere.
+        cycle = self.cycle
+        answered = cycle.response_started
+        cycle.disconnected = True
+        cycle.message_event.set()
+        if answered:
+            logger.warning("a request body stopped arriving; closing its connection")
+            self.transport.close()
+            return
+        self._refuse(BodyTimeout(f"no byte of the request body arrived for {BODY_TIMEOUT_S:.0f} s"))
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if not self.transport.is_closing():
@@ -142,6 +191,7 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, refusal: AppError) -> None:
         """Answer ``refusal`` as a problem and close the connection."""
         self._disarm()
+        self._disarm_body()
         if refusal.status != 400:
             logger.warning("%s: %s", refusal.code, refusal.detail)
         body = orjson.dumps(

@@ -33,6 +33,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 @pytest.fixture
 async def port(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     monkeypatch.setattr(wire, "HEAD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(wire, "BODY_TIMEOUT_S", 0.5)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
@@ -86,6 +87,17 @@ async def test_tiny_headers_count_their_separators_and_their_number(port: int) -
 async def test_a_head_that_comes_too_slowly_is_refused(port: int) -> None:
     status, body = await exchange(port, b"GET / HTTP/1.1\r\n", b"host: x\r\n", pause_s=0.4)
     assert (status, problem_type(body)) == (408, "/problems/head-timeout")
+
+
+async def test_a_body_that_stops_arriving_is_refused(port: int) -> None:
+    head = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+    status, body = await exchange(port, head + b"partial", b"", pause_s=0.8)
+    assert (status, problem_type(body)) == (408, "/problems/body-timeout")
+
+
+async def test_a_body_that_comes_slowly_but_steadily_reaches_the_app(port: int) -> None:
+    head = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 8\r\nconnection: close\r\n\r\n"
+    assert await exchange(port, head, *[b"ab"] * 4, pause_s=0.3) == (200, b"ok")
 
 
 async def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
