@@ -37,6 +37,16 @@ def code_document_error(error: GraphQLError) -> None:
         error.extensions = {**(error.extensions or {}), "code": "BAD_REQUEST"}
 
 
+def log_if_unexpected(error: GraphQLError) -> None:
+    """Log, with its traceback, an error that is not the client's: not an ``AppError``,
+    not a value PostgreSQL refused, not an error of the document. (The schema's
+    ``process_errors`` calls this for every error, whichever way it came.)"""
+    original = error.original_error
+    expected = (GraphQLError, AppError, DataError, psycopg.DataError)
+    if original is not None and not isinstance(original, expected):
+        logger.error("unexpected error in GraphQL: %s", error.message, exc_info=original)
+
+
 def _render(error: GraphQLError) -> GraphQLError:
     original = error.original_error
     if original is None or isinstance(original, GraphQLError):
@@ -51,8 +61,7 @@ def _render(error: GraphQLError) -> GraphQLError:
         }
         extensions.update(original.extensions)
         message = original.detail
-    else:
-        logger.error("unexpected error in GraphQL resolver", exc_info=original)
+    else:  # logged already (log_if_unexpected)
         extensions, message = {"code": "INTERNAL"}, "Unexpected error."
     return GraphQLError(
         message, error.nodes, error.source, error.positions, error.path, extensions=extensions

@@ -10,6 +10,7 @@ time in the server).
 """
 
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,7 @@ async def _as_problem(answer: Awaitable[Any]) -> Any:
         raise
 
 
+logger = logging.getLogger(__name__)
 _TOO_DEEP = {
     "message": "the answer nests too deep to be written as JSON",
     "extensions": {"code": "INTERNAL"},
@@ -90,6 +92,7 @@ def _encode(data: object) -> bytes:
     try:
         return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
     except RecursionError:  # past Python's own limit (about 1,000 levels): only forged rows
+        logger.error("unexpected error in GraphQL: an answer nests past what JSON encoders write")
         return orjson.dumps({"data": None, "errors": [_TOO_DEEP]})
 
 

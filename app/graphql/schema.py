@@ -27,7 +27,7 @@ from strawberry.types import ExecutionContext
 
 from app.errors import BadRequest, Timeout
 from app.graphql.context import Context
-from app.graphql.errors import ProblemErrors, code_document_error
+from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
 from app.graphql.types import (
@@ -304,11 +304,16 @@ class OperationChosen(SchemaExtension):
 
 class _Schema(strawberry.Schema):
     def process_errors(
-        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+        self,
+        errors: list[GraphQLError],
+        execution_context: ExecutionContext | None = None,  # noqa: ARG002  (Strawberry's)
     ) -> None:
+        # Strawberry's own logs every error at ERROR with its traceback: a client's
+        # NOT_FOUND, and for a value PostgreSQL refused, the SQL with its parameters.
+        # Those are the client's, answered as such; only the others are logged.
         for error in errors:
             code_document_error(error)
-        super().process_errors(errors, execution_context)
+            log_if_unexpected(error)
 
 
 def create_schema(limits: GraphQLLimits) -> strawberry.Schema:

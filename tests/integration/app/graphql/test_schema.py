@@ -371,7 +371,11 @@ class TestEvents:
 
     @pytest.mark.parametrize("levels", [200, 253, 300, 1010, 1100])
     async def test_data_nested_deeper_than_the_store_now_takes_is_answered_whole(
-        self, client: httpx2.AsyncClient, engine: AsyncEngine, levels: int
+        self,
+        client: httpx2.AsyncClient,
+        engine: AsyncEngine,
+        levels: int,
+        caplog: pytest.LogCaptureFixture,
     ) -> None:
         # Events stored before the 128-level limit may nest deeper; past 252 levels the
         # answer around the data nests past what orjson encodes.
@@ -386,6 +390,7 @@ class TestEvents:
         found = await ask(client, '{ event(id: "img-1") { data } }')
         if levels > 1000:  # past what Python's JSON writes (or reads): an error, not a 500
             assert found["errors"][0]["extensions"]["code"] == "INTERNAL"
+            assert "unexpected error in GraphQL" in caplog.text  # masked, but logged
         else:
             assert json.dumps(found["data"]["event"]["data"], separators=(",", ":")) == deep
         audited = await ask(client, '{ audit(decisionId: "tumor-1") { chainVerified } }')
@@ -924,3 +929,17 @@ async def test_a_websocket_is_refused_there_being_nothing_to_subscribe_to(
         assert (answer["type"], answer["code"]) == ("websocket.close", 4406)
     else:
         assert (answer["type"], answer["status"]) == ("websocket.http.response.start", 401)
+
+
+async def test_a_clients_error_is_answered_not_logged(
+    client: httpx2.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unknown ids and values PostgreSQL refuses are the client's errors: the log would
+    otherwise hold a traceback for each, and for the refused value the SQL and its
+    parameters."""
+    caplog.set_level(logging.INFO)
+    missing = await ask(client, AUDIT, id="nowhere")
+    refused = await ask(client, '{ lineage(id: "a\\u0000b") { truncated } }')
+    assert missing["errors"][0]["extensions"]["code"] == "NOT_FOUND"
+    assert refused["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
