@@ -30,26 +30,30 @@ class AnswerBudget:
     def __init__(self, items: int) -> None:
         self.items = items
         self.left = items
+        self.refusal: AnswerTooLarge | None = None  # what ProblemErrors answers, alone
 
     @property
     def spent(self) -> bool:
-        """Whether the answer is refused already (``ProblemErrors`` answers that alone).
-        Loads then load nothing, and the fields already started get empty lists, cheap to
-        complete, where a refusal of each cost graphql-core an error per field: four
-        levels of 60 causes each held the event loop for 29 s, and 9 s now, most of it
-        the 100,000 fields that the lists within the budget started."""
-        return self.left < 0
+        """Whether the answer is refused already. Loads then load nothing, and the fields
+        already started get empty lists, cheap to complete, where a refusal of each cost
+        graphql-core an error per field: four levels of 60 causes each held the event
+        loop for 29 s, and 9 s now, most of it the 100,000 fields that the lists within
+        the budget started. Whatever they answer, the request answers ``refusal``."""
+        return self.refusal is not None
 
     def spend(self, count: int) -> None:
         if count <= 0:
             return
         self.left -= count
         if self.left < 0:
-            raise AnswerTooLarge(
+            # A new one each time: one raised again and again grows its traceback.
+            refusal = AnswerTooLarge(
                 f"the answer would hold more than {self.items} list items and loaded "
                 "events; ask for fewer (a smaller first, fewer nested levels or aliases)",
                 max_answer_items=self.items,
             )
+            self.refusal = self.refusal or refusal
+            raise refusal
 
 
 K = TypeVar("K", bound=Hashable)

@@ -72,11 +72,15 @@ class ProblemErrors(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
         yield
         result = self.execution_context.result
+        if result is None:
+            return
+        refusal = getattr(getattr(self.execution_context.context, "budget", None), "refusal", None)
+        if isinstance(refusal, AnswerTooLarge):
+            # Past the budget, lists failed or came back empty (AnswerBudget.spent): the
+            # partial answer is not what was asked for, so the request answers that alone.
+            result.data = None
+            result.errors = [_render(GraphQLError(refusal.detail, original_error=refusal))]
+            return
         errors = getattr(result, "errors", None)
-        if result is not None and errors:
-            over = [e for e in errors if isinstance(e.original_error, AnswerTooLarge)]
-            if over:
-                # Every list completed after the budget ran out failed alike; the partial
-                # answer is not what was asked for, so the request answers that once.
-                result.data, errors = None, over[:1]
+        if errors:
             result.errors = [_render(e) for e in errors]
