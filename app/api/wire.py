@@ -162,16 +162,21 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer = None
         if not self._in_body or self.transport.is_closing():
             return
+        cycle = self.cycle
+        if self.flow.read_paused or cycle.waiting_for_100_continue:
+            # The server is the one late: reading is paused (the app has not taken what
+            # came, or a pipelined request waits its turn), or a client that sent
+            # ``Expect: 100-continue`` waits for the app to ask for the body. Look again
+            # in a second, and count the client's time from then.
+            self._body_read_at = self.loop.time()
+            self._body_timer = self.loop.call_later(min(1.0, BODY_TIMEOUT_S), self._body_check)
+            return
         waited = self.loop.time() - self._body_read_at
-        if self.flow.read_paused or waited < BODY_TIMEOUT_S:
-            # Reading paused: the app has not taken what came (or a pipelined request
-            # waits its turn), and the client is not the one late.
-            wait = BODY_TIMEOUT_S if self.flow.read_paused else BODY_TIMEOUT_S - waited
-            self._body_timer = self.loop.call_later(wait, self._body_check)
+        if waited < BODY_TIMEOUT_S:
+            self._body_timer = self.loop.call_later(BODY_TIMEOUT_S - waited, self._body_check)
             return
         # The app's request ends as if the client had left: its reads answer
         # http.disconnect, and what it sends goes nowhere.
-        cycle = self.cycle
         answered = cycle.response_started
         cycle.disconnected = True
         cycle.message_event.set()

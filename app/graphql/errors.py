@@ -38,11 +38,17 @@ def code_document_error(error: GraphQLError) -> None:
 
 
 def log_if_unexpected(error: GraphQLError) -> None:
-    """Log, with its traceback, an error that is not the client's: not an ``AppError``,
-    not a value PostgreSQL refused, not an error of the document. (The schema's
-    ``process_errors`` calls this for every error, whichever way it came.)"""
+    """Log an error that is not the client's: with its traceback, what is not an
+    ``AppError``, a value PostgreSQL refused or an error of the document; in a line, an
+    ``AppError`` of the server's (status 500 and up, a walk past its time budget), as
+    ``problems`` logs those over REST. (The schema's ``process_errors`` calls this for
+    every error, whichever way it came.)"""
     original = error.original_error
-    expected = (GraphQLError, AppError, DataError, psycopg.DataError)
+    if isinstance(original, AppError):
+        if original.status >= 500:
+            logger.error("%s: %s", original.code, original.detail)
+        return
+    expected = (GraphQLError, DataError, psycopg.DataError)
     if original is not None and not isinstance(original, expected):
         logger.error("unexpected error in GraphQL: %s", error.message, exc_info=original)
 

@@ -785,6 +785,9 @@ async def test_walks_past_their_budget_stop_in_the_server_too(
                 if r.name.startswith(("psycopg", "sqlalchemy"))
             ]
             assert dropped == []
+            logged = [r.getMessage() for r in caplog.records if r.name == "app.graphql.errors"]
+            assert logged  # a 503 of the server's
+            assert all(m.startswith("timeout: ") for m in logged)
             after = await ask(
                 client, "query ($id: ID!) { event(id: $id) { id } }", id=chain[0]["id"]
             )

@@ -21,6 +21,9 @@ seen: list[list[tuple[bytes, bytes]]] = []
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
+    delay = dict(scope["headers"]).get(b"x-delay-s")
+    if delay:  # the app's own work before it reads the body (a key check, say)
+        await asyncio.sleep(float(delay))
     while (await receive()).get("more_body"):
         pass
     seen.append(list(scope["headers"]))
@@ -98,6 +101,23 @@ async def test_a_body_that_stops_arriving_is_refused(port: int) -> None:
 async def test_a_body_that_comes_slowly_but_steadily_reaches_the_app(port: int) -> None:
     head = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 8\r\nconnection: close\r\n\r\n"
     assert await exchange(port, head, *[b"ab"] * 4, pause_s=0.3) == (200, b"ok")
+
+
+async def test_a_client_waiting_for_100_continue_is_not_late(port: int) -> None:
+    """uvicorn sends the 100 when the app first reads the body: until then the client,
+    waiting for it, sends nothing, and the server is the one late."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nexpect: 100-continue\r\n"
+        b"x-delay-s: 1.2\r\nconnection: close\r\n\r\n"
+    )
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.write(b"hello")
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert interim.startswith(b"HTTP/1.1 100")
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(b"ok")
 
 
 async def test_a_connection_that_sends_nothing_is_closed(port: int) -> None:
