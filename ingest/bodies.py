@@ -105,31 +105,16 @@ class JSONRequest(Request):
         if not hasattr(self, "_json"):
             body = await self.body()
             value = json.loads(body)
-            if _holds_a_surrogate(value):
+            try:  # written back as UTF-8 text, which fails on a lone surrogate, anywhere
+                json.dumps(value, ensure_ascii=False).encode()
+            except UnicodeEncodeError:
                 raise json.JSONDecodeError(
                     "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text",
                     body.decode(errors="replace"),
                     0,
-                )
+                ) from None
             self._json = value
         return self._json
-
-
-def _holds_a_surrogate(value: Any) -> bool:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            try:
-                item.encode()
-            except UnicodeEncodeError:
-                return True
-        elif isinstance(item, dict):
-            pending += item.keys()
-            pending += item.values()
-        elif isinstance(item, list):
-            pending += item
-    return False
 
 
 class JSONRoute(APIRoute):

@@ -51,6 +51,9 @@ def timers_from(settings: Settings) -> SchedulerTimers:
     )
 
 
+_PRUNE_BATCH = 500  # task rows deleted in one transaction
+
+
 class SchedulerLoop:
     """``appender`` (group commit) appends the sweeper's decisions, so the log head is
     held only for the append, never across a whole sweep."""
@@ -103,9 +106,9 @@ class SchedulerLoop:
         pruned = 0
         for _ in range(batches):
             async with self._engine.begin() as conn:
-                found = await TaskQueue(conn).prune_finished(before, limit=500)
+                found = await TaskQueue(conn).prune_finished(before, limit=_PRUNE_BATCH)
             pruned += found
-            if found < 500:
+            if found < _PRUNE_BATCH:
                 break
         return pruned
 
