@@ -16,7 +16,7 @@ from app.api import deployments, events, health, models, problems, projections, 
 from app.api.auth import Authenticator
 from app.api.deps import authorize, require
 from app.api.replay import ReplaySlots
-from app.db.engine import create_engine
+from app.db.engine import DriverPool, create_engine
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
@@ -121,13 +121,15 @@ def create_app(
     # The walk's plan is the same whatever the event (an index lookup of the root, the
     # inlined causeway_walk, index joins), yet PostgreSQL kept planning it again for
     # each one: half a millisecond of an audit. Generic plans skip that. A walk is one
-    # statement that only reads: no transaction around it.
-    walks_engine = create_engine(
+    # statement that only reads: no transaction around it. As many connections at most
+    # as an engine's pool of 2 with SQLAlchemy's overflow of 10 had.
+    walks = DriverPool(
         database_url,
-        pool_size=2,
+        min_size=2,
+        max_size=12,
         statement_timeout_ms=settings.graphql_timeout_ms,
         generic_plans=True,
-        autocommit=True,
+        name="walks",
     )
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)
@@ -165,7 +167,7 @@ def create_app(
     app.state.runner = runner
     app.state.scheduler_controller = controller
     app.state.decisions_engine = decisions_engine
-    app.state.walks_engine = walks_engine
+    app.state.walks = walks
     app.state.decisions = decisions
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
@@ -173,9 +175,7 @@ def create_app(
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
-    graphql = create_graphql(
-        engine, walks_engine, app.state.authenticator, graphql_limits_from(settings)
-    )
+    graphql = create_graphql(engine, walks, app.state.authenticator, graphql_limits_from(settings))
     app.graphql = graphql.app
     app.include_router(graphql.router, prefix="/graphql")
     app.include_router(events.router)
@@ -292,7 +292,7 @@ async def dispose(app: FastAPI) -> None:
     await app.state.decisions.close()
     await app.state.runner.dispose()
     await app.state.decisions_engine.dispose()
-    await app.state.walks_engine.dispose()
+    await app.state.walks.close()
     await app.state.engine.dispose()
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
+from app.db.engine import DriverPool
 from app.errors import AnswerTooLarge
 from app.graphql.limits import GraphQLLimits
 from app.store.graph import GraphReader, Page, StoredEvent
@@ -138,7 +139,7 @@ class Context(BaseContext):
     def __init__(
         self,
         engine: AsyncEngine,
-        walks: AsyncEngine,
+        walks: DriverPool,
         principal: Principal,
         limits: GraphQLLimits,
     ) -> None:

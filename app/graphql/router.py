@@ -28,6 +28,7 @@ from strawberry.types.unset import UNSET
 
 from app.api.auth import Authenticator
 from app.api.deps import authorize
+from app.db.engine import DriverPool
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
@@ -143,11 +144,10 @@ class GraphQLFaces:
 
 
 def create_graphql(
-    engine: AsyncEngine, walks: AsyncEngine, authenticator: Authenticator, limits: GraphQLLimits
+    engine: AsyncEngine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
 ) -> GraphQLFaces:
     """``walks`` serves the lineage and audit walks: its sessions' ``statement_timeout`` is
-    the walks' time budget, so PostgreSQL itself stops a walk past it, and its sessions
-    run without transactions (``create_engine(autocommit=True)``)."""
+    the walks' time budget, so PostgreSQL itself stops a walk past it."""
     # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
     # each had a snapshot of its own anyway): without a transaction, a read is one round
     # trip instead of three (BEGIN, the read, ROLLBACK).

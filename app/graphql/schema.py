@@ -12,7 +12,6 @@ from typing import TypeVar
 import psycopg
 import strawberry
 from graphql import GraphQLError, OperationDefinitionNode
-from sqlalchemy.exc import OperationalError
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -110,10 +109,9 @@ async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
     try:
         async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
             return await work()
-    except (TimeoutError, OperationalError, psycopg.OperationalError) as exc:
-        # The walk runs on the driver itself: its errors arrive unwrapped, or wrapped.
-        cause = exc.orig if isinstance(exc, OperationalError) else exc
-        if not isinstance(exc, TimeoutError) and "statement timeout" not in str(cause):
+    except (TimeoutError, psycopg.OperationalError) as exc:
+        # The walk runs on the driver itself (app.db.engine.DriverPool): psycopg's errors.
+        if not isinstance(exc, TimeoutError) and "statement timeout" not in str(exc):
             raise
         raise Timeout(
             f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",

@@ -224,12 +224,14 @@ class Event:
 def _made_once() -> Callable[[StoredEvent], Event]:
     """``Event.of`` that makes each event once: an answer names most events several times
     (an audit's derived events and its models' events; a lineage's nodes and edges)."""
+    # By identity: an answer's events come from one read, each once. (Each Event made
+    # holds its StoredEvent, so no identity is reused while this is.)
     made: dict[int, Event] = {}
 
     def event(stored: StoredEvent) -> Event:
-        found = made.get(stored.position)
+        found = made.get(id(stored))
         if found is None:
-            found = made[stored.position] = Event.of(stored)
+            found = made[id(stored)] = Event.of(stored)
         return found
 
     return event
@@ -301,7 +303,7 @@ class Lineage:
         return cls(
             root=event(answer.root),
             nodes=[LineageNode(event=event(n.event), depth=n.depth) for n in answer.nodes],
-            edges=[LineageEdge(cause=event(c), effect=event(e)) for c, e in answer.edges],
+            edges=[LineageEdge(cause=event(c), effect=event(e)) for c, e in answer.edges()],
             truncated=answer.truncated,
         )
 

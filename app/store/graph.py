@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
+from psycopg import AsyncConnection as PsycopgConnection
 from sqlalchemy import BigInteger, Text, any_, func, literal, select, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.engine import driver_of
 from app.db.tables import event_causes, events
 from app.store.chain import ChainRecord, seals
 from app.store.log import full_row, record_from_row
@@ -219,39 +219,40 @@ class GraphReader:
         found = [_stored(row) for row in await self._conn.execute(statement)]
         return Page(found[:first], len(found) > first)
 
-    async def walk(
-        self,
-        tenant: str,
-        event_id: str,
-        direction: Direction,
-        *,
-        max_depth: int,
-        max_nodes: int,
-    ) -> Walk | None:
-        """Breadth-first from the event ``event_id``, in one statement: the walk itself is
-        ``causeway_walk`` (migration 0002), and each node comes with its full row and the
-        hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events
-        of one tenant only (causes are checked at append), so the walk stays in the root's
-        tenant. None when there is no such event."""
-        # Straight to the driver: one statement, built once, whose rows (full events, up to
-        # max_nodes of them) are the answer's bulk; SQLAlchemy's row processing would
-        # cost more than PostgreSQL's walk.
-        driver = await driver_of(self._conn)
-        # Binary results: the server skips its text output functions (jsonb, bytea as hex,
-        # timestamps) for every column of every node; the values read back the same.
-        async with driver.cursor(row_factory=_walked_rows, binary=True) as cursor:
-            await cursor.execute(
-                _WALK,
-                {
-                    "tenant": tenant,
-                    "id": event_id,
-                    "direction": direction.value,
-                    "max_depth": max_depth,
-                    "max_nodes": max_nodes,
-                },
-            )
-            rows = await cursor.fetchall()
-        if not rows:
-            return None
-        nodes = [node for node, _ in rows if node.event.record.tenant == tenant]
-        return Walk(nodes, rows[0][1])
+
+async def walk(
+    conn: PsycopgConnection[Any],
+    tenant: str,
+    event_id: str,
+    direction: Direction,
+    *,
+    max_depth: int,
+    max_nodes: int,
+) -> Walk | None:
+    """Breadth-first from the event ``event_id``, in one statement: the walk itself is
+    ``causeway_walk`` (migration 0002), and each node comes with its full row and the
+    hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events
+    of one tenant only (causes are checked at append), so the walk stays in the root's
+    tenant. None when there is no such event.
+
+    On the driver itself (``app.db.engine.DriverPool``): one statement, built once, whose
+    rows (full events, up to max_nodes of them) are the answer's bulk; SQLAlchemy's row
+    processing would cost more than PostgreSQL's walk."""
+    # Binary results: the server skips its text output functions (jsonb, bytea as hex,
+    # timestamps) for every column of every node; the values read back the same.
+    async with conn.cursor(row_factory=_walked_rows, binary=True) as cursor:
+        await cursor.execute(
+            _WALK,
+            {
+                "tenant": tenant,
+                "id": event_id,
+                "direction": direction.value,
+                "max_depth": max_depth,
+                "max_nodes": max_nodes,
+            },
+        )
+        rows = await cursor.fetchall()
+    if not rows:
+        return None
+    nodes = [node for node, _ in rows if node.event.record.tenant == tenant]
+    return Walk(nodes, rows[0][1])

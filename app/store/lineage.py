@@ -16,20 +16,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from psycopg import AsyncConnection
 
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
-from app.store.graph import Direction, GraphReader, StoredEvent, WalkedNode
+from app.store.graph import Direction, StoredEvent, WalkedNode, walk
 
 
 @dataclass(frozen=True, slots=True)
 class Trace:
     root: StoredEvent
     nodes: list[WalkedNode]  # by depth, then position; the root first
-    edges: list[tuple[StoredEvent, StoredEvent]]  # (cause, effect), both among the nodes
     truncated: bool
+
+    def edges(self) -> list[tuple[StoredEvent, StoredEvent]]:
+        """(cause, effect), both among the nodes: every edge between two of them is in the
+        effect's list of causes. Worked out when asked (an audit's answer seldom is)."""
+        by_id = {n.event.record.id: n.event for n in self.nodes}
+        return [
+            (by_id[cause], n.event)
+            for n in self.nodes
+            for cause in n.event.record.causes
+            if cause in by_id
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +63,7 @@ class Audit:
 
 
 async def trace(
-    conn: AsyncConnection,
+    conn: AsyncConnection[Any],
     tenant: str,
     event_id: str,
     direction: Direction,
@@ -64,25 +75,18 @@ async def trace(
     """The events within ``max_depth`` steps of ``event_id`` (``max_nodes`` at most).
     With ``types``, only events of those types are returned (the root always is); the walk
     still passes through the others."""
-    walk = await GraphReader(conn).walk(
-        tenant, event_id, direction, max_depth=max_depth, max_nodes=max_nodes
-    )
-    if walk is None:
+    walked = await walk(conn, tenant, event_id, direction, max_depth=max_depth, max_nodes=max_nodes)
+    if walked is None:
         raise NotFound(f"no event with id {event_id!r}", id=event_id)
-    root = walk.nodes[0].event
-    kept = walk.nodes
+    root = walked.nodes[0].event
+    kept = walked.nodes
     if types:
         kept = [n for n in kept if n.event is root or n.event.record.type in types]
-    by_id = {n.event.record.id: n.event for n in kept}
-    # Every edge between two kept events is in the effect's list of causes.
-    edges = [
-        (by_id[cause], n.event) for n in kept for cause in n.event.record.causes if cause in by_id
-    ]
-    return Trace(root, kept, edges, walk.truncated)
+    return Trace(root, kept, walked.truncated)
 
 
 async def audit(
-    conn: AsyncConnection, tenant: str, decision_id: str, *, max_depth: int, max_nodes: int
+    conn: AsyncConnection[Any], tenant: str, decision_id: str, *, max_depth: int, max_nodes: int
 ) -> Audit:
     answer = await trace(
         conn, tenant, decision_id, Direction.UPSTREAM, max_depth=max_depth, max_nodes=max_nodes

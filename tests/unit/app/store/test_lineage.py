@@ -26,7 +26,7 @@ def node(event_id: str, depth: int) -> WalkedNode:
 
 def walk(ids: dict[str, int], *, truncated: bool) -> Trace:
     nodes = [node(i, d) for i, d in sorted(ids.items(), key=lambda item: item[1])]
-    return Trace(nodes[0].event, nodes, [], truncated)
+    return Trace(nodes[0].event, nodes, truncated)
 
 
 def test_the_whole_walk_follows_the_causes() -> None:
