@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlalchemy import URL, make_url
+from sqlalchemy import URL
 from starlette.types import Receive, Scope, Send
 
 from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
 from app.api.deps import authorize, require
 from app.api.replay import ReplaySlots
-from app.db.engine import DriverPool, create_engine
+from app.db.engine import DriverPool, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
@@ -83,11 +83,10 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
         pool_size=len(projections) + 2,
         statement_timeout_ms=settings.statement_timeout_ms,
     )
-    dsn = make_url(database_url).set(drivername="postgresql")
     return ProjectionRunner(
         engine,
         projections,
-        listen_dsn=dsn.render_as_string(hide_password=False),
+        listen_dsn=libpq_conninfo(database_url),
         poll_interval_s=settings.projection_poll_interval_s,
         batch_sizes={Dispatcher.name: DISPATCH_BATCH},
     )
@@ -121,13 +120,14 @@ def create_app(
     # The walk's plan is the same whatever the event (an index lookup of the root, the
     # inlined causeway_walk, index joins), yet PostgreSQL kept planning it again for
     # each one: half a millisecond of an audit. Generic plans skip that. A walk is one
-    # statement that only reads: no transaction around it. As many connections at most
-    # as an engine's pool of 2 with SQLAlchemy's overflow of 10 had.
+    # statement that only reads: no transaction around it. Two connections kept, twelve
+    # at most; a walk waits for one as long as its time budget, and a second at least.
     walks = DriverPool(
         database_url,
         min_size=2,
         max_size=12,
         statement_timeout_ms=settings.graphql_timeout_ms,
+        wait_s=max(settings.graphql_timeout_ms / 1000, 1.0),
         generic_plans=True,
         name="walks",
     )
@@ -137,6 +137,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await walks.open()  # connects in the background; the first walk need not wait
         background = []
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))

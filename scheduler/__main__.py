@@ -12,9 +12,8 @@ import logging
 import sys
 
 from pydantic import ValidationError
-from sqlalchemy import make_url
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, libpq_conninfo
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from ingest.appender import Appender
@@ -27,7 +26,7 @@ async def run(settings: Settings, url: str) -> None:
     runner = ProjectionRunner(
         create_engine(url, pool_size=len(projections) + 2),
         projections,
-        listen_dsn=make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+        listen_dsn=libpq_conninfo(url),
         poll_interval_s=settings.projection_poll_interval_s,
         batch_sizes={Dispatcher.name: DISPATCH_BATCH},
     )

@@ -27,6 +27,7 @@ MEDIA_TYPE = "application/problem+json"
 BAD_VALUE = (
     "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
 )
+UNREACHABLE = "the database is unreachable or the statement timed out; nothing was written, retry"
 logger = logging.getLogger(__name__)
 
 _CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
@@ -79,7 +80,7 @@ def _unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
         503,
         Unavailable.code,
         Unavailable.title,
-        "the database is unreachable or the statement timed out; nothing was written, retry",
+        UNREACHABLE,
         {"Retry-After": "1"},
     )
 

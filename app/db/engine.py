@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
-from psycopg_pool import AsyncConnectionPool
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import URL, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.errors import Unavailable
 
 
 def _json_text(value: Any) -> str:
@@ -56,13 +60,35 @@ def _session_options(statement_timeout_ms: int, *, generic_plans: bool) -> str:
     return options
 
 
+def libpq_conninfo(url: str | URL) -> str:
+    """``url`` as a libpq connection string (for psycopg itself, without SQLAlchemy), each
+    value quoted as libpq needs: a rendered URL keeps a space in a password, say, which
+    libpq then refuses."""
+    parsed = make_url(url)
+    params: dict[str, Any] = parsed.translate_connect_args(username="user", database="dbname")
+    for key, value in parsed.query.items():
+        params[key] = value if isinstance(value, str) else value[-1]
+    return make_conninfo("", **{key: str(value) for key, value in params.items()})
+
+
 class DriverPool:
     """psycopg connections with no SQLAlchemy around them, in autocommit, for reads that
     go straight to the driver and stand alone (GraphQL's walks): SQLAlchemy's checkout
     and return (greenlets, pool events, the reset) took a quarter of a millisecond of
-    each audit, psycopg_pool's a fiftieth. Sessions are set as ``create_engine`` sets
-    them. The pool opens on first use and closes with ``close``; a connection that broke
-    under its user is dropped when it comes back, and replaced."""
+    each audit, psycopg_pool's a fiftieth. Sessions are in UTC with the statement timeout
+    given, as ``create_engine``'s; nothing else of an engine's is set (JSON comes back
+    through psycopg's own loaders).
+
+    ``open`` starts connecting (an app's lifespan calls it); ``connect`` opens the pool
+    too, for an app run without one. A connection that broke under its user is dropped
+    when it comes back, and replaced. Past ``wait_s`` without a free connection (all in
+    use, or the database unreachable), and once closed, ``connect`` refuses with
+    ``Unavailable``."""
+
+    # A connection attempt that keeps failing gives up after this long, and the next
+    # request starts another: the pool is back within seconds of the database.
+    _RECONNECT_S = 5.0
+    _MAX_IDLE_S = 60.0  # connections past min_size close after this long unused
 
     def __init__(
         self,
@@ -71,11 +97,14 @@ class DriverPool:
         min_size: int,
         max_size: int,
         statement_timeout_ms: int,
+        wait_s: float,
         generic_plans: bool = False,
         name: str | None = None,
     ) -> None:
+        self._wait_s = wait_s
+        self._closed = False
         self._pool = AsyncConnectionPool(
-            make_url(url).set(drivername="postgresql").render_as_string(hide_password=False),
+            libpq_conninfo(url),
             min_size=min_size,
             max_size=max_size,
             kwargs={
@@ -84,21 +113,42 @@ class DriverPool:
             },
             open=False,
             name=name,
+            timeout=wait_s,
+            max_idle=self._MAX_IDLE_S,
+            reconnect_timeout=self._RECONNECT_S,
         )
+
+    async def open(self) -> None:
+        if self._closed:
+            raise Unavailable("the service is shutting down")
+        await self._pool.open()  # once: concurrent and later calls find it open
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[PsycopgConnection[Any]]:
-        if self._pool.closed:
-            await self._pool.open()  # concurrent first users: the pool opens once
-        async with self._pool.connection() as conn:
+        await self.open()
+        try:
+            conn = await self._pool.getconn()
+        except PoolClosed as exc:
+            raise Unavailable("the service is shutting down") from exc
+        except PoolTimeout as exc:
+            raise Unavailable(
+                f"no database connection came free within {self._wait_s:g} s",
+                headers={"Retry-After": "1"},
+            ) from exc
+        try:
             yield conn
+        finally:
+            # Shielded: a cancellation while the pool takes it back (it waits for its
+            # lock while it closes, say) would lose the connection.
+            await asyncio.shield(self._pool.putconn(conn))
 
     async def close(self) -> None:
+        self._closed = True
         await self._pool.close()
 
 
 async def driver_of(conn: AsyncConnection) -> PsycopgConnection[Any]:
     """The psycopg connection under ``conn``, for the hot paths that skip SQLAlchemy's
-    per-statement and per-row work (appends, walks, replays)."""
+    per-statement and per-row work (appends, replays)."""
     raw = await conn.get_raw_connection()
     return raw.driver_connection  # type: ignore[return-value]  # psycopg under SQLAlchemy

@@ -1,8 +1,9 @@
 """GraphQL errors in the same tree as HTTP problems.
 
 An ``AppError`` keeps its detail and gains ``extensions.code`` (the problem code in upper
-snake case, e.g. ``NOT_FOUND``) and ``extensions.type``. Any other error raised while
-resolving is masked: no SQL, no stack trace reaches the client. Errors of the document
+snake case, e.g. ``NOT_FOUND``) and ``extensions.type``. A database that does not answer
+is ``UNAVAILABLE``, as over REST. Any other error raised while resolving is masked: no
+SQL, no stack trace reaches the client. Errors of the document
 itself (syntax, validation, the limiters, variables) are shown as they are, coded
 ``BAD_REQUEST``.
 """
@@ -13,13 +14,14 @@ from typing import Any
 
 import psycopg
 from graphql.error import GraphQLError
-from sqlalchemy.exc import DataError
+from sqlalchemy.exc import DataError, OperationalError
 from strawberry.extensions import SchemaExtension
 
-from app.api.problems import BAD_VALUE
-from app.errors import AnswerTooLarge, AppError, BadRequest
+from app.api.problems import BAD_VALUE, UNREACHABLE
+from app.errors import AnswerTooLarge, AppError, BadRequest, Unavailable
 
 logger = logging.getLogger(__name__)
+_UNAVAILABLE = (OperationalError, psycopg.OperationalError)
 
 
 def error_code(exc: AppError) -> str:
@@ -40,13 +42,16 @@ def code_document_error(error: GraphQLError) -> None:
 def log_if_unexpected(error: GraphQLError) -> None:
     """Log an error that is not the client's: with its traceback, what is not an
     ``AppError``, a value PostgreSQL refused or an error of the document; in a line, an
-    ``AppError`` of the server's (status 500 and up, a walk past its time budget), as
-    ``problems`` logs those over REST. (The schema's ``process_errors`` calls this for
-    every error, whichever way it came.)"""
+    ``AppError`` of the server's (status 500 and up, a walk past its time budget), and
+    a database that does not answer, as ``problems`` logs those over REST. (The schema's
+    ``process_errors`` calls this for every error, whichever way it came.)"""
     original = error.original_error
     if isinstance(original, AppError):
         if original.status >= 500:
             logger.error("%s: %s", original.code, original.detail)
+        return
+    if isinstance(original, _UNAVAILABLE):
+        logger.warning("database unavailable in GraphQL: %s", original)
         return
     expected = (GraphQLError, DataError, psycopg.DataError)
     if original is not None and not isinstance(original, expected):
@@ -60,6 +65,8 @@ def _render(error: GraphQLError) -> GraphQLError:
         return error
     if isinstance(original, DataError | psycopg.DataError):  # see problems.on_bad_value
         original = BadRequest(BAD_VALUE)
+    elif isinstance(original, _UNAVAILABLE):  # as REST answers it: 503 unavailable
+        original = Unavailable(UNREACHABLE)
     if isinstance(original, AppError):
         extensions: dict[str, Any] = {
             "code": error_code(original),

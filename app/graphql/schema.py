@@ -7,11 +7,12 @@
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
-import psycopg
 import strawberry
 from graphql import GraphQLError, OperationDefinitionNode
+from psycopg import AsyncConnection as PsycopgConnection
+from psycopg.errors import QueryCanceled
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -95,28 +96,30 @@ async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) 
 _GRACE_S = 0.5
 
 
-async def _bounded(info: Info, work: Callable[[], Awaitable[T]]) -> T:
-    """Run a graph walk under the request's time budget; past it, a TIMEOUT error.
+async def _walk(info: Info, run: Callable[[PsycopgConnection[Any]], Awaitable[T]]) -> T:
+    """Run a graph walk on a connection of the walks' pool (``Context.walks``), under the
+    request's time budget: past it, a TIMEOUT error. No connection free within the pool's
+    wait (or no database) is UNAVAILABLE, which the pool says itself.
 
-    The walk's connection (``Context.walks``) has the budget as its statement timeout, so
-    PostgreSQL stops the walk itself, and every walk of a request with several stops on
-    time. The task's own timeout, a little later, only bounds what PostgreSQL does not
-    see (waiting for a connection, building the answer): cancelling a task that waits
-    on psycopg cancels its statement too, but a second cancellation while psycopg waits
-    for the first (graphql-core cancels sibling fields when one fails) makes psycopg
-    drop the connection, possibly before the server heard of it."""
+    The walk's connection has the budget as its statement timeout, so PostgreSQL stops
+    the walk itself, and every walk of a request with several stops on time. The task's
+    own timeout, a little later, only bounds what PostgreSQL does not see (reading the
+    rows, checking the chain): cancelling a task that waits on psycopg cancels its
+    statement too, but a second cancellation while psycopg waits for the first
+    (graphql-core cancels sibling fields when one fails) makes psycopg drop the
+    connection, possibly before the server heard of it; the pool then replaces it."""
     budget_ms = info.context.limits.timeout_ms
-    try:
-        async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
-            return await work()
-    except (TimeoutError, psycopg.OperationalError) as exc:
-        # The walk runs on the driver itself (app.db.engine.DriverPool): psycopg's errors.
-        if not isinstance(exc, TimeoutError) and "statement timeout" not in str(exc):
-            raise
-        raise Timeout(
-            f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",
-            timeout_ms=budget_ms,
-        ) from exc
+    async with info.context.walks.connect() as conn:
+        try:
+            async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
+                return await run(conn)
+        except (TimeoutError, QueryCanceled) as exc:
+            # QueryCanceled: PostgreSQL's statement timeout (on the driver itself, its
+            # errors arrive as psycopg raises them).
+            raise Timeout(
+                f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",
+                timeout_ms=budget_ms,
+            ) from exc
 
 
 @strawberry.type
@@ -223,21 +226,20 @@ class Query:
             max(1, _bound(limit, caps.max_lineage_nodes)),
         )
 
-        async def work() -> Lineage:
-            async with info.context.walks.connect() as conn:
-                answer = await trace(
-                    conn,
-                    info.context.tenant,
-                    str(id),
-                    direction.to_store(),
-                    max_depth=depth,
-                    max_nodes=nodes,
-                    types=tuple(types or ()),
-                )
-            info.context.budget.spend(len(answer.nodes))
-            return Lineage.from_trace(answer)
-
-        return await _bounded(info, work)
+        answer = await _walk(
+            info,
+            lambda conn: trace(
+                conn,
+                info.context.tenant,
+                str(id),
+                direction.to_store(),
+                max_depth=depth,
+                max_nodes=nodes,
+                types=tuple(types or ()),
+            ),
+        )
+        info.context.budget.spend(len(answer.nodes))
+        return Lineage.from_trace(answer)
 
     @strawberry.field(description="Which sources, derived events and models led to a decision.")
     async def audit(
@@ -246,19 +248,18 @@ class Query:
         caps = info.context.limits
         depth = _bound(max_depth, caps.max_lineage_depth)
 
-        async def work() -> DecisionAudit:
-            async with info.context.walks.connect() as conn:
-                answer = await audit(
-                    conn,
-                    info.context.tenant,
-                    str(decision_id),
-                    max_depth=depth,
-                    max_nodes=caps.max_lineage_nodes,
-                )
-            info.context.budget.spend(len(answer.trace.nodes))
-            return DecisionAudit.from_audit(answer)
-
-        return await _bounded(info, work)
+        answer = await _walk(
+            info,
+            lambda conn: audit(
+                conn,
+                info.context.tenant,
+                str(decision_id),
+                max_depth=depth,
+                max_nodes=caps.max_lineage_nodes,
+            ),
+        )
+        info.context.budget.spend(len(answer.trace.nodes))
+        return DecisionAudit.from_audit(answer)
 
 
 def _as_state(view: DeploymentView) -> DeploymentState:

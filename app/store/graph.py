@@ -3,7 +3,8 @@ and bounded walks through the DAG. Everything is scoped to one tenant.
 
 The walk runs in PostgreSQL as one function call (``causeway_walk``): a breadth-first
 loop with one indexed query per level, inside the server, so a lineage 30 levels deep
-costs one round trip instead of thirty.
+costs one round trip instead of thirty. ``walk`` runs on a psycopg connection of its own
+(``app.db.engine.DriverPool``); ``GraphReader``'s batches and pages on SQLAlchemy's.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def _positions(values: Iterable[int]) -> Any:
 
 
 class GraphReader:
+    """Events by id or position, causes and effects of many events at once (DataLoaders'
+    batches), and keyset pages, on a SQLAlchemy connection."""
+
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
@@ -238,8 +242,8 @@ async def walk(
     On the driver itself (``app.db.engine.DriverPool``): one statement, built once, whose
     rows (full events, up to max_nodes of them) are the answer's bulk; SQLAlchemy's row
     processing would cost more than PostgreSQL's walk."""
-    # Binary results: the server skips its text output functions (jsonb, bytea as hex,
-    # timestamps) for every column of every node; the values read back the same.
+    # Binary results: the server skips its text output functions (bytea as hex,
+    # timestamps, integers) for every node; the JSON columns come as text (see _WALK).
     async with conn.cursor(row_factory=_walked_rows, binary=True) as cursor:
         await cursor.execute(
             _WALK,

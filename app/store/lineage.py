@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection as PsycopgConnection
 
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
@@ -33,7 +33,8 @@ class Trace:
 
     def edges(self) -> list[tuple[StoredEvent, StoredEvent]]:
         """(cause, effect), both among the nodes: every edge between two of them is in the
-        effect's list of causes. Worked out when asked (an audit's answer seldom is)."""
+        effect's list of causes. Worked out anew at each call: only a lineage's ``edges``
+        asks (an audit seldom does)."""
         by_id = {n.event.record.id: n.event for n in self.nodes}
         return [
             (by_id[cause], n.event)
@@ -63,7 +64,7 @@ class Audit:
 
 
 async def trace(
-    conn: AsyncConnection[Any],
+    conn: PsycopgConnection[Any],
     tenant: str,
     event_id: str,
     direction: Direction,
@@ -86,7 +87,7 @@ async def trace(
 
 
 async def audit(
-    conn: AsyncConnection[Any], tenant: str, decision_id: str, *, max_depth: int, max_nodes: int
+    conn: PsycopgConnection[Any], tenant: str, decision_id: str, *, max_depth: int, max_nodes: int
 ) -> Audit:
     answer = await trace(
         conn, tenant, decision_id, Direction.UPSTREAM, max_depth=max_depth, max_nodes=max_nodes
