@@ -52,6 +52,8 @@ from graphql.execution.collect_fields import FieldDetailsList, FragmentDetails
 from graphql.pyutils import Path
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
+from app.graphql.context import GENERIC_ITEM_COST
+
 # A completer turns a resolved value into its completed form, or gives up with _MISS.
 Completer = Callable[[Any], Any]
 _MISS: Any = object()
@@ -152,11 +154,14 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         position_context: Any,
     ) -> Any:
         if type(result) is list:
+            completer = self._completer(return_type, field_details_list) if self._enabled else None
             budget = getattr(self.context_value, "budget", None)
             if budget is not None:
-                budget.spend(len(result))  # see AnswerBudget: nesting multiplies lists
-        if self._enabled and type(result) is list:
-            completer = self._completer(return_type, field_details_list)
+                if budget.spent:
+                    return []  # the request answers the refusal, whatever this holds
+                # See AnswerBudget: nesting multiplies lists. An item that graphql-core
+                # completes field by field, resolvers and all, costs many flat ones.
+                budget.spend(len(result) * (1 if completer is not None else GENERIC_ITEM_COST))
             if completer is not None:
                 completed = completer(result)
                 if completed is not _MISS:

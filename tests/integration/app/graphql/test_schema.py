@@ -600,10 +600,21 @@ class TestAnswerBudget:
         assert "more than 60 list items" in error["message"]
 
     async def test_an_answer_within_the_budget_is_whole(self, budgeted: httpx2.AsyncClient) -> None:
-        query = self.AMPLIFIED.replace("effects(first: 50) { edges { node { id } } }", "id")
+        # 10 edges, and the 10 effects loaded for them: 20 of 60.
+        query = '{ event(id: "hub") { effects(first: 50) { edges { node { id } } } } }'
         body = await ask(budgeted, query)
         assert "errors" not in body
         assert len(body["data"]["event"]["effects"]["edges"]) == self.HUB_EFFECTS
+
+    async def test_an_item_that_resolves_more_of_its_own_counts_ten(
+        self, budgeted: httpx2.AsyncClient
+    ) -> None:
+        """Each edge's node asks for its causes: graphql-core completes those edges field
+        by field and calls a resolver for each, many times what a plain item costs."""
+        query = '{ event(id: "hub") { effects(first: 50) { edges { node { causes { id } } } } } }'
+        body = await ask(budgeted, query)  # 10 edges at 10 each: past 60
+        assert body["data"] is None
+        assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE"
 
     @pytest.mark.parametrize("levels", [3, 4])
     async def test_nested_causes_past_it_are_refused_whole(
