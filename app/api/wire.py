@@ -17,7 +17,14 @@ connection for ever. Here, before the app sees a request:
   the app does not read yet is not the client's delay) is refused with a 408 problem too,
   once the app has not answered yet (else the connection just closes); the app's request
   ends as if the client had left;
-- what httptools cannot parse is a 400 problem rather than uvicorn's plain text.
+- what httptools cannot parse is a 400 problem rather than uvicorn's plain text;
+- a client that takes no byte of its answer for ``SEND_TIMEOUT_S`` while the server has
+  more to send (uvicorn holds the app's next write until the client takes some) loses
+  the connection, and the app's request ends as if the client had left: a replay whose
+  reader stopped reading gives back its slot and its database connection (with the
+  snapshot its cursor holds) instead of keeping them for as long as the socket stays
+  open. Like nginx's ``send_timeout``, the time runs between two bytes taken, not over
+  the whole answer, so a slow reader that keeps reading is served to the end.
 
 Each refusal ends the connection the way nginx does (a lingering close): the answer, then
 the end of the server's side, and what the client still sends read and dropped for up to
@@ -30,7 +37,11 @@ Bodies are capped where they are read (``ingest.bodies``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
+import sys
+import termios
 from http import HTTPStatus
 from typing import Any
 
@@ -44,10 +55,13 @@ MAX_HEAD_BYTES = 64 * 1024  # nginx allows 32 KiB by default
 MAX_HEADERS = 256  # Apache allows 100 by default
 HEAD_TIMEOUT_S = 30.0  # nginx waits 60 s by default
 BODY_TIMEOUT_S = 30.0  # between two reads of a body; nginx's client_body_timeout is 60 s
+SEND_TIMEOUT_S = 60.0  # a client taking no byte of its answer; nginx's send_timeout is 60 s
 LINGER_S = 2.0  # nginx lingers up to 30 s, 5 s without input
 _SEPARATORS = 4  # ": " and CRLF of a header line
 
 logger = logging.getLogger(__name__)
+# The ioctl that tells a socket's unsent bytes (Linux); elsewhere only the transport's.
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 
 
 class _HeadOverCap(Exception):
@@ -67,6 +81,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = False
         self._body_read_at = 0.0  # the loop's time of the last read within a body
         self._body_timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        self._unsent = 0  # the transport's buffer when the send timer last looked
         self._lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -76,7 +92,20 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._disarm_body()
+        self._disarm_send()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The transport holds more than its high-water mark of answer: uvicorn now keeps
+        the app's next write waiting until the client takes some."""
+        super().pause_writing()
+        if self._send_timer is None:
+            self._unsent = self._unsent_bytes()
+            self._send_timer = self.loop.call_later(SEND_TIMEOUT_S, self._send_check)
+
+    def resume_writing(self) -> None:
+        self._disarm_send()
+        super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
@@ -157,6 +186,40 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
+
+    def _disarm_send(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _send_check(self) -> None:
+        self._send_timer = None
+        if not self.flow.write_paused or self.transport.is_closing():
+            return
+        unsent = self._unsent_bytes()
+        if unsent < self._unsent:  # the client took some: its time counts from now
+            self._unsent = unsent
+            self._send_timer = self.loop.call_later(SEND_TIMEOUT_S, self._send_check)
+            return
+        logger.warning(
+            "a client took no byte of its answer for %g s; closing its connection",
+            SEND_TIMEOUT_S,
+        )
+        # Aborted, not closed: a close waits to send what this client will not take.
+        # connection_lost follows, and ends the app's request as a disconnect.
+        self.transport.abort()
+
+    def _unsent_bytes(self) -> int:
+        """What the client has yet to take: the transport's buffer, and the kernel's
+        send queue under it (which a reader with a small window drains a few KiB at a
+        time, while the transport writes to the kernel only once much of it is free)."""
+        unsent = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if _OUTQ is not None and sock is not None:
+            with contextlib.suppress(OSError):
+                queued = fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0")
+                unsent += int.from_bytes(queued, sys.byteorder, signed=True)
+        return unsent
 
     def _body_check(self) -> None:
         self._body_timer = None

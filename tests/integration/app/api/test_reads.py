@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from typing import Any
 
 import httpx2
@@ -10,8 +12,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
+from app.api import wire
 from app.main import create_app, dispose
 from app.settings import Settings
+from tests.in_process import serving
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
@@ -155,6 +159,41 @@ class TestReplayStreams:
         assert (await client.post("/events", content=dumps(event()), headers=STRUCTURED)).is_success
         slots.give_back()
         assert (await client.get("/replay")).status_code == 200
+
+    async def test_a_reader_that_stops_reading_gives_its_slot_back(
+        self, database_url: Any, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Over a real socket, under ``causeway serve``'s protocol: the one slot's reader
+        stops reading a replay larger than the socket buffers hold; past the send
+        timeout its connection is dropped, and the next replay streams."""
+        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 0.5)
+        app = create_app(Settings(_env_file=None, replay_max_streams=1), database_url=database_url)
+        key = await make_key("acme", "ingest,read")
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            serving(app) as port,
+            httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as client,
+        ):
+            padding = "x" * 2000  # 8,000 events: some 17 MB of NDJSON
+            for start in range(0, 8000, 500):
+                batch = [event(data={"pad": padding, "n": n}) for n in range(start, start + 500)]
+                sent = await client.post("/events", content=dumps(batch), headers=BATCH)
+                assert sent.status_code == 201, sent.text
+            with socket.socket() as stalled:
+                stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                stalled.setblocking(False)
+                await asyncio.get_running_loop().sock_connect(stalled, ("127.0.0.1", port))
+                request = f"GET /replay HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n"
+                stalled.sendall(request.encode())
+                async with asyncio.timeout(10):
+                    while app.state.replay_slots.taken == 0:  # its stream began
+                        await asyncio.sleep(0.05)
+                    assert (await client.get("/replay")).status_code == 503
+                    while app.state.replay_slots.taken:
+                        await asyncio.sleep(0.05)
+                replay = await client.get("/replay", params={"limit": "3"})
+                assert replay.status_code == 200
+                assert [e["data"]["n"] for e in lines(replay)] == [0, 1, 2]
 
     @pytest.mark.parametrize("replay_format", ["ndjson", "parquet"])
     async def test_a_replay_that_cannot_start_is_a_problem(

@@ -4,22 +4,50 @@ what reaches the app, and how a head past its caps is refused."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 import pytest
-import uvicorn
 
 from app.api import wire
-from app.api.wire import CappedHttpToolsProtocol
+from tests.in_process import serving
 
 seen: list[list[tuple[bytes, bytes]]] = []
+streams: list[str] = []  # how each /stream answer ended: "whole" or "disconnected"
+CHUNK = b"x" * 65_536
+
+
+async def stream(receive: Any, send: Any, chunks: int) -> None:
+    """``chunks`` of 64 KiB (0: without end), until the client is gone."""
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.create_task(watch())
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    sent = 0
+    while not gone.is_set() and (chunks == 0 or sent < chunks):
+        await send({"type": "http.response.body", "body": CHUNK, "more_body": True})
+        sent += 1
+    if gone.is_set():
+        streams.append("disconnected")
+        return
+    await send({"type": "http.response.body", "body": b""})
+    watcher.cancel()
+    streams.append("whole")
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
+        return
+    if scope["path"] == "/stream":
+        await stream(receive, send, int(scope["query_string"] or 0))
         return
     delay = dict(scope["headers"]).get(b"x-delay-s")
     if delay:  # the app's own work before it reads the body (a key check, say)
@@ -37,20 +65,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 async def port(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[int]:
     monkeypatch.setattr(wire, "HEAD_TIMEOUT_S", 0.5)
     monkeypatch.setattr(wire, "BODY_TIMEOUT_S", 0.5)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=free, http=CappedHttpToolsProtocol, log_level="error"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    seen.clear()
-    yield free
-    server.should_exit = True
-    await task
+    monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 0.5)
+    async with serving(app) as free:
+        seen.clear()
+        streams.clear()
+        yield free
 
 
 async def exchange(port: int, *pieces: bytes, pause_s: float = 0.0) -> tuple[int, bytes]:
@@ -157,3 +176,58 @@ async def test_trailers_of_a_chunked_body_never_join_the_headers(port: int) -> N
 async def test_what_is_not_http_is_a_400_problem(port: int) -> None:
     status, body = await exchange(port, b"NOT HTTP AT ALL\r\n\r\n")
     assert (status, problem_type(body)) == (400, "/problems/bad-request")
+
+
+async def reading(port: int, path: bytes) -> socket.socket:
+    """A connection that asked for ``path`` and whose window is a few KiB: what the
+    client does not read soon fills the server's buffers."""
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(client, ("127.0.0.1", port))
+    client.sendall(b"GET " + path + b" HTTP/1.1\r\nhost: x\r\n\r\n")
+    return client
+
+
+async def ended(timeout_s: float = 10) -> str:
+    async with asyncio.timeout(timeout_s):
+        while not streams:
+            await asyncio.sleep(0.05)
+    return streams[0]
+
+
+async def test_a_client_that_stops_reading_its_answer_loses_the_connection(port: int) -> None:
+    """The app's answer has no end, the client reads none of it: past the send timeout
+    the server drops the connection, and the app's request ends as a disconnect."""
+    client = await reading(port, b"/stream")
+    loop = asyncio.get_running_loop()
+    try:
+        assert await ended() == "disconnected"
+        # What the server's kernel still held comes, then the end (or a reset).
+        with contextlib.suppress(ConnectionResetError):
+            async with asyncio.timeout(10):
+                while await loop.sock_recv(client, 1 << 20):
+                    pass
+    finally:
+        client.close()
+
+
+async def test_a_client_that_reads_slowly_but_steadily_gets_the_whole_answer(port: int) -> None:
+    """Pauses of 0.3 s between reads, past the server's buffers: each look of the send
+    timer (every 0.5 s here) finds that the client took something."""
+    chunks = 64  # 4 MiB, more than the socket buffers hold
+    client = await reading(port, b"/stream?" + str(chunks).encode())
+    loop = asyncio.get_running_loop()
+    received = 0
+    try:
+        await asyncio.sleep(0.3)  # the buffers fill, and the server waits on the client
+        for _ in range(6):
+            received += len(await loop.sock_recv(client, 65_536))
+            await asyncio.sleep(0.3)
+        while data := await loop.sock_recv(client, 1 << 20):
+            received += len(data)
+            if received >= chunks * len(CHUNK):
+                break
+    finally:
+        client.close()
+    assert await ended() == "whole"
