@@ -17,18 +17,20 @@ from app.api.wire import CappedHttpToolsProtocol
 @asynccontextmanager
 async def serving(app: Any) -> AsyncIterator[int]:
     """``app`` served on 127.0.0.1 until the block ends; yields its port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=CappedHttpToolsProtocol, log_level="error"
-    )
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
+    config = uvicorn.Config(app, http=CappedHttpToolsProtocol, log_level="error")
     server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    task = asyncio.create_task(server.serve(sockets=[listening]))
     try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        yield port
+        async with asyncio.timeout(30):
+            while not server.started:
+                if task.done():
+                    task.result()  # what stopped it
+                    raise RuntimeError("uvicorn stopped before it started")
+                await asyncio.sleep(0.01)
+        yield int(listening.getsockname()[1])
     finally:
         server.should_exit = True
         await task
+        listening.close()

@@ -194,7 +194,9 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
 
     def _send_check(self) -> None:
         self._send_timer = None
-        if not self.flow.write_paused or self.transport.is_closing():
+        # Closing counts too: a close waits to send what is left (the last part of an
+        # answer without keep-alive, or at a graceful shutdown) for as long as it takes.
+        if not self.flow.write_paused:
             return
         unsent = self._unsent_bytes()
         if unsent < self._unsent:  # the client took some: its time counts from now

@@ -20,8 +20,12 @@ from app.store.keys import Principal
 from app.store.registry import ModelVersion, RegistryReader
 
 EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
-# What an item that graphql-core completes field by field counts against the answer
-# budget, where an item of a plain list counts one: about what it costs more.
+# What an item counts against the answer budget, where an item of a plain list counts
+# one: about what each costs more. graphql-core completing an item field by field with
+# synchronous resolvers (extensions, model) costs a few plain items; an item under which
+# a field awaits a resolver of its own (causes, effects: a coroutine and a loader's
+# future each) ten to thirty.
+SYNC_ITEM_COST = 2
 GENERIC_ITEM_COST = 10
 
 
@@ -33,10 +37,10 @@ class AnswerBudget:
 
     Items are counted by what they cost: an item of a plain list (completed in one pass,
     ``execution.FlatListExecutionContext``) counts one, an item that graphql-core
-    completes field by field, resolvers and all, counts ``GENERIC_ITEM_COST``. Counting
-    both as one let four levels of 60 causes each complete 100,000 resolver-backed items
-    before the budget ran out: 7 s of the event loop, stalls of 3 s for every other
-    request. Counted by cost, 0.5 s."""
+    completes field by field counts ``SYNC_ITEM_COST``, and ``GENERIC_ITEM_COST`` when a
+    field under it awaits a resolver of its own. Counting all as one let four levels of
+    60 causes each complete 100,000 resolver-backed items before the budget ran out: 7 s
+    of the event loop, stalls of 3 s for every other request. Counted by cost, 0.5 s."""
 
     def __init__(self, items: int) -> None:
         self.items = items
@@ -59,9 +63,8 @@ class AnswerBudget:
             # A new one each time: one raised again and again grows its traceback.
             refusal = AnswerTooLarge(
                 f"the answer would hold more than {self.items} list items and loaded "
-                "events (an item with fields of its own to load or resolve counts "
-                f"{GENERIC_ITEM_COST}); ask for fewer (a smaller first, fewer nested "
-                "levels or aliases)",
+                f"events (an item with fields that load more counts {GENERIC_ITEM_COST}); "
+                "ask for fewer (a smaller first, fewer nested levels or aliases)",
                 max_answer_items=self.items,
             )
             self.refusal = self.refusal or refusal

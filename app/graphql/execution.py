@@ -43,6 +43,7 @@ from graphql import (
     InlineFragmentNode,
     OperationDefinitionNode,
     Undefined,
+    get_named_type,
     is_leaf_type,
     is_list_type,
     is_non_null_type,
@@ -52,11 +53,12 @@ from graphql.execution.collect_fields import FieldDetailsList, FragmentDetails
 from graphql.pyutils import Path
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
-from app.graphql.context import GENERIC_ITEM_COST
+from app.graphql.context import GENERIC_ITEM_COST, SYNC_ITEM_COST
 
 # A completer turns a resolved value into its completed form, or gives up with _MISS.
 Completer = Callable[[Any], Any]
 _MISS: Any = object()
+_MAX_SELECTION_DEPTH = 64  # past any query depth limit: a selection deeper awaits, say
 _INCREMENTAL = ("defer", "stream")
 
 
@@ -134,6 +136,8 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         self._completers: dict[
             tuple[GraphQLOutputType, int], tuple[FieldDetailsList, Completer | None]
         ] = {}
+        # What an item of a list graphql-core completes costs, keyed the same way.
+        self._costs: dict[tuple[GraphQLOutputType, int], tuple[FieldDetailsList, int]] = {}
         manager = self.middleware_manager
         self._enabled = (manager is None or not manager.middlewares) and not any(
             self.schema.get_directive(name) for name in _INCREMENTAL
@@ -159,9 +163,11 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             if budget is not None:
                 if budget.spent:
                     return []  # the request answers the refusal, whatever this holds
-                # See AnswerBudget: nesting multiplies lists. An item that graphql-core
-                # completes field by field, resolvers and all, costs many flat ones.
-                budget.spend(len(result) * (1 if completer is not None else GENERIC_ITEM_COST))
+                # See AnswerBudget: nesting multiplies lists, and an item costs by how
+                # it is completed.
+                budget.spend(
+                    len(result) * self._item_cost(completer, return_type, field_details_list)
+                )
             if completer is not None:
                 completed = completer(result)
                 if completed is not _MISS:
@@ -169,6 +175,52 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return super().complete_list_value(
             return_type, field_details_list, info, path, result, position_context
         )
+
+    def _item_cost(
+        self,
+        completer: Completer | None,
+        return_type: GraphQLOutputType,
+        field_details_list: FieldDetailsList,
+    ) -> int:
+        """What each item of a list counts against the answer budget: one completed in
+        one pass, ``SYNC_ITEM_COST`` completed by graphql-core field by field, and
+        ``GENERIC_ITEM_COST`` when one of the fields under it awaits a resolver of its
+        own (a loader's batch, with a coroutine and a future per item)."""
+        if completer is not None:
+            return 1
+        key = (return_type, id(field_details_list))
+        found = self._costs.get(key)
+        if found is None:
+            awaits = self._awaits(return_type, field_details_list, depth=0)
+            found = self._costs[key] = (
+                field_details_list,
+                GENERIC_ITEM_COST if awaits else SYNC_ITEM_COST,
+            )
+        return found[1]
+
+    def _awaits(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList, depth: int
+    ) -> bool:
+        """Whether completing a value of ``return_type`` calls an async resolver, at any
+        level of what is selected under it. Abstract types are taken to."""
+        named = get_named_type(return_type)
+        if is_leaf_type(named):
+            return False
+        if not is_object_type(named) or depth > _MAX_SELECTION_DEPTH:
+            return True
+        grouped, _, _ = self.collect_subfields(named, field_details_list)
+        for details in grouped.values():
+            name = details[0].node.name.value
+            definition = None if name == "__typename" else self.schema.get_field(named, name)
+            if definition is None:
+                continue
+            field = definition.extensions.get("strawberry-definition")
+            resolver = getattr(field, "base_resolver", None)
+            if resolver is not None and resolver.is_async:
+                return True
+            if self._awaits(definition.type, details, depth + 1):
+                return True
+        return False
 
     def _completer(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList

@@ -166,8 +166,11 @@ class TestReplayStreams:
         """Over a real socket, under ``causeway serve``'s protocol: the one slot's reader
         stops reading a replay larger than the socket buffers hold; past the send
         timeout its connection is dropped, and the next replay streams."""
-        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 0.5)
-        app = create_app(Settings(_env_file=None, replay_max_streams=1), database_url=database_url)
+        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 3.0)  # time to see the slot taken
+        settings = Settings(
+            _env_file=None, replay_max_streams=1, run_projections=False, run_scheduler=False
+        )
+        app = create_app(settings, database_url=database_url)
         key = await make_key("acme", "ingest,read")
         headers = {"Authorization": f"Bearer {key}"}
         async with (

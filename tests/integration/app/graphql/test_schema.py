@@ -606,15 +606,29 @@ class TestAnswerBudget:
         assert "errors" not in body
         assert len(body["data"]["event"]["effects"]["edges"]) == self.HUB_EFFECTS
 
-    async def test_an_item_that_resolves_more_of_its_own_counts_ten(
-        self, budgeted: httpx2.AsyncClient
+    @pytest.mark.parametrize(
+        ("selected", "refused"),
+        [
+            # Computed fields: graphql-core completes each edge field by field. 10 edges
+            # at 2, and the 10 effects loaded: 30 of 60.
+            pytest.param("id extensions model { name }", False, id="computed fields count 2"),
+            # A field that awaits a load of its own under each edge: 10 at 10, past 60.
+            pytest.param("causes { id }", True, id="a field that loads more counts 10"),
+        ],
+    )
+    async def test_an_item_counts_what_it_costs(
+        self, budgeted: httpx2.AsyncClient, selected: str, refused: bool
     ) -> None:
-        """Each edge's node asks for its causes: graphql-core completes those edges field
-        by field and calls a resolver for each, many times what a plain item costs."""
-        query = '{ event(id: "hub") { effects(first: 50) { edges { node { causes { id } } } } } }'
-        body = await ask(budgeted, query)  # 10 edges at 10 each: past 60
-        assert body["data"] is None
-        assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE"
+        query = (
+            '{ event(id: "hub") { effects(first: 50) { edges { node { ' + selected + " } } } } }"
+        )
+        body = await ask(budgeted, query)
+        if refused:
+            assert body["data"] is None
+            assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE"
+        else:
+            assert "errors" not in body, body
+            assert len(body["data"]["event"]["effects"]["edges"]) == self.HUB_EFFECTS
 
     @pytest.mark.parametrize("levels", [3, 4])
     async def test_nested_causes_past_it_are_refused_whole(
