@@ -16,6 +16,7 @@ problem (503, 500), never a 200 with a broken body.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -92,17 +93,40 @@ class ReplaySlots:
 
 
 class _Streamed(StreamingResponse):
-    """A replay whose first part was read already: the generators that hold its
-    connection are closed and its slot given back however the response ends."""
+    """A replay whose first part was read already, streamed to its end or until the
+    client leaves; then the generators that hold its connection are closed and its slot
+    given back, however the response ends.
+
+    Starlette's own streaming cancels the body's generator where it stands when the
+    client leaves, often in the middle of a FETCH: psycopg's cancellation of that query
+    was cancelled in turn, the connection closed under SQLAlchemy's pool, and every
+    replay a client left logged an ERROR with a traceback. Here the client's leaving
+    only ends the loop between two parts, and the generators close as at the end."""
 
     def __init__(self, content: AsyncGenerator[bytes], owned: _Owned, **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
+        self._content = content
         self._owned = owned
 
-    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:  # noqa: ARG002  (HTTP only: replay is a GET route)
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
         try:
-            await super().__call__(scope, receive, send)
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            async for part in self._content:
+                await send({"type": "http.response.body", "body": part, "more_body": True})
+                if gone.is_set():
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
+            watcher.cancel()
             await self._owned.release()
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -160,44 +162,6 @@ class TestReplayStreams:
         slots.give_back()
         assert (await client.get("/replay")).status_code == 200
 
-    async def test_a_reader_that_stops_reading_gives_its_slot_back(
-        self, database_url: Any, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """Over a real socket, under ``causeway serve``'s protocol: the one slot's reader
-        stops reading a replay larger than the socket buffers hold; past the send
-        timeout its connection is dropped, and the next replay streams."""
-        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 3.0)  # time to see the slot taken
-        settings = Settings(
-            _env_file=None, replay_max_streams=1, run_projections=False, run_scheduler=False
-        )
-        app = create_app(settings, database_url=database_url)
-        key = await make_key("acme", "ingest,read")
-        headers = {"Authorization": f"Bearer {key}"}
-        async with (
-            serving(app) as port,
-            httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as client,
-        ):
-            padding = "x" * 2000  # 8,000 events: some 17 MB of NDJSON
-            for start in range(0, 8000, 500):
-                batch = [event(data={"pad": padding, "n": n}) for n in range(start, start + 500)]
-                sent = await client.post("/events", content=dumps(batch), headers=BATCH)
-                assert sent.status_code == 201, sent.text
-            with socket.socket() as stalled:
-                stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                stalled.setblocking(False)
-                await asyncio.get_running_loop().sock_connect(stalled, ("127.0.0.1", port))
-                request = f"GET /replay HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n"
-                stalled.sendall(request.encode())
-                async with asyncio.timeout(10):
-                    while app.state.replay_slots.taken == 0:  # its stream began
-                        await asyncio.sleep(0.05)
-                    assert (await client.get("/replay")).status_code == 503
-                    while app.state.replay_slots.taken:
-                        await asyncio.sleep(0.05)
-                replay = await client.get("/replay", params={"limit": "3"})
-                assert replay.status_code == 200
-                assert [e["data"]["n"] for e in lines(replay)] == [0, 1, 2]
-
     @pytest.mark.parametrize("replay_format", ["ndjson", "parquet"])
     async def test_a_replay_that_cannot_start_is_a_problem(
         self, database_url: Any, engine: Any, make_key: MakeKey, replay_format: str
@@ -304,3 +268,81 @@ class TestOddParameters:
         assert body["errors"]
         assert body["errors"][0].get("extensions", {}).get("code") in (None, "BAD_REQUEST")
         assert body["errors"][0]["message"] != "Unexpected error."
+
+
+Live = tuple[FastAPI, int, str, httpx2.AsyncClient]
+
+
+class TestReplayOverASocket:
+    """``causeway serve``'s protocol on a real socket, one replay slot, and a store whose
+    replay is larger than the socket buffers hold: readers that leave or stall."""
+
+    @pytest.fixture
+    async def live(
+        self, database_url: Any, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
+    ) -> AsyncIterator[Live]:
+        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 3.0)  # time to see the slot taken
+        settings = Settings(
+            _env_file=None, replay_max_streams=1, run_projections=False, run_scheduler=False
+        )
+        app = create_app(settings, database_url=database_url)
+        key = await make_key("acme", "ingest,read")
+        async with (
+            serving(app) as port,
+            httpx2.AsyncClient(
+                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
+            ) as client,
+        ):
+            padding = "x" * 2000  # 8,000 events: some 17 MB of NDJSON
+            for start in range(0, 8000, 500):
+                batch = [event(data={"pad": padding, "n": n}) for n in range(start, start + 500)]
+                sent = await client.post("/events", content=dumps(batch), headers=BATCH)
+                assert sent.status_code == 201, sent.text
+            yield app, port, key, client
+
+    @staticmethod
+    async def replaying(port: int, key: str, window: int) -> socket.socket:
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, window)
+        reader.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(reader, ("127.0.0.1", port))
+        reader.sendall(
+            f"GET /replay HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n".encode()
+        )
+        return reader
+
+    @staticmethod
+    async def slot_back(app: FastAPI) -> None:
+        async with asyncio.timeout(10):
+            while app.state.replay_slots.taken:
+                await asyncio.sleep(0.05)
+
+    async def test_a_reader_that_stops_reading_gives_its_slot_back(self, live: Live) -> None:
+        """Past the send timeout the stalled reader's connection is dropped, and the next
+        replay streams."""
+        app, port, key, client = live
+        with await self.replaying(port, key, window=4096):
+            async with asyncio.timeout(10):
+                while app.state.replay_slots.taken == 0:  # its stream began
+                    await asyncio.sleep(0.05)
+            assert (await client.get("/replay")).status_code == 503
+            await self.slot_back(app)
+            replay = await client.get("/replay", params={"limit": "3"})
+            assert replay.status_code == 200
+            assert [e["data"]["n"] for e in lines(replay)] == [0, 1, 2]
+
+    async def test_a_reader_that_leaves_mid_replay_is_no_error(
+        self, live: Live, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """The replay stops between two parts and closes its cursor and connection as at
+        its end: no cancelled query, no ERROR in the log, the slot back."""
+        app, port, key, client = live
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            with await self.replaying(port, key, window=1 << 16) as reader:
+                got = 0
+                while got < 1_000_000:
+                    got += len(await loop.sock_recv(reader, 1 << 16))
+            await self.slot_back(app)
+        assert (await client.get("/replay", params={"limit": "1"})).status_code == 200
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
