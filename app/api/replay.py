@@ -125,6 +125,8 @@ class _Streamed(StreamingResponse):
                 if gone.is_set():
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return  # how a server of ASGI 2.4 says the client is gone
         finally:
             watcher.cancel()
             await self._owned.release()

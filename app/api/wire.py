@@ -64,6 +64,10 @@ logger = logging.getLogger(__name__)
 _OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 
 
+def _send_poll_s() -> float:
+    return min(1.0, SEND_TIMEOUT_S / 10)
+
+
 class _HeadOverCap(Exception):
     """Raised from a parser callback: httptools stops, and uvicorn answers through
     ``send_400_response``."""
@@ -82,7 +86,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._body_read_at = 0.0  # the loop's time of the last read within a body
         self._body_timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
-        self._unsent = 0  # the transport's buffer when the send timer last looked
+        self._unsent = 0  # what the client had yet to take when the send timer last looked
+        self._taken_at = 0.0  # the loop's time when the client was last seen taking some
         self._lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -101,7 +106,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         super().pause_writing()
         if self._send_timer is None:
             self._unsent = self._unsent_bytes()
-            self._send_timer = self.loop.call_later(SEND_TIMEOUT_S, self._send_check)
+            self._taken_at = self.loop.time()
+            self._send_timer = self.loop.call_later(_send_poll_s(), self._send_check)
 
     def resume_writing(self) -> None:
         self._disarm_send()
@@ -198,10 +204,13 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         # answer without keep-alive, or at a graceful shutdown) for as long as it takes.
         if not self.flow.write_paused:
             return
-        unsent = self._unsent_bytes()
-        if unsent < self._unsent:  # the client took some: its time counts from now
-            self._unsent = unsent
-            self._send_timer = self.loop.call_later(SEND_TIMEOUT_S, self._send_check)
+        # Looked at often, so that what a client's kernel still takes just after the pause
+        # does not restart its whole time: it runs from the last byte it took.
+        now, unsent = self.loop.time(), self._unsent_bytes()
+        if unsent < self._unsent:
+            self._unsent, self._taken_at = unsent, now
+        if now - self._taken_at < SEND_TIMEOUT_S:
+            self._send_timer = self.loop.call_later(_send_poll_s(), self._send_check)
             return
         logger.warning(
             "a client took no byte of its answer for %g s; closing its connection",

@@ -67,7 +67,8 @@ def libpq_conninfo(url: str | URL) -> str:
     parsed = make_url(url)
     params: dict[str, Any] = parsed.translate_connect_args(username="user", database="dbname")
     for key, value in parsed.query.items():
-        params[key] = value if isinstance(value, str) else value[-1]
+        # A key given more than once (host=a&host=b) is libpq's comma-separated list.
+        params[key] = value if isinstance(value, str) else ",".join(value)
     return make_conninfo("", **{key: str(value) for key, value in params.items()})
 
 
@@ -76,19 +77,22 @@ class DriverPool:
     go straight to the driver and stand alone (GraphQL's walks): SQLAlchemy's checkout
     and return (greenlets, pool events, the reset) took a quarter of a millisecond of
     each audit, psycopg_pool's a fiftieth. Sessions are in UTC with the statement timeout
-    given, as ``create_engine``'s; nothing else of an engine's is set (JSON comes back
-    through psycopg's own loaders).
+    given, as ``create_engine``'s; nothing else of an engine's is set (no JSON loaders:
+    the walk reads JSON as text and decodes it itself).
 
     ``open`` starts connecting (an app's lifespan calls it); ``connect`` opens the pool
     too, for an app run without one. A connection that broke under its user is dropped
-    when it comes back, and replaced. Past ``wait_s`` without a free connection (all in
-    use, or the database unreachable), and once closed, ``connect`` refuses with
+    when it comes back, and replaced, and the idle ones are checked then (a database
+    restart breaks them all). Past ``wait_s`` without a free connection (all in use, or
+    the database unreachable), and once closed, ``connect`` refuses with
     ``Unavailable``."""
 
-    # A connection attempt that keeps failing gives up after this long, and the next
-    # request starts another: the pool is back within seconds of the database.
+    # A series of connection attempts that keep failing gives up after this long, each
+    # attempt after _CONNECT_S, and the next request starts another series: the pool is
+    # back within seconds of the database.
     _RECONNECT_S = 5.0
-    _MAX_IDLE_S = 60.0  # connections past min_size close after this long unused
+    _CONNECT_S = 5
+    _MAX_IDLE_S = 60.0  # past min_size, one connection closes per minute unused
 
     def __init__(
         self,
@@ -103,12 +107,15 @@ class DriverPool:
     ) -> None:
         self._wait_s = wait_s
         self._closed = False
+        self._checking: asyncio.Task[None] | None = None
         self._pool = AsyncConnectionPool(
             libpq_conninfo(url),
             min_size=min_size,
             max_size=max_size,
             kwargs={
                 "autocommit": True,
+                "application_name": f"causeway {name or 'driver pool'}",  # in pg_stat_activity
+                "connect_timeout": self._CONNECT_S,
                 "options": _session_options(statement_timeout_ms, generic_plans=generic_plans),
             },
             open=False,
@@ -125,25 +132,37 @@ class DriverPool:
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[PsycopgConnection[Any]]:
-        await self.open()
         try:
+            if self._pool.closed:
+                await self.open()
             conn = await self._pool.getconn()
         except PoolClosed as exc:
             raise Unavailable("the service is shutting down") from exc
         except PoolTimeout as exc:
             raise Unavailable(
-                f"no database connection came free within {self._wait_s:g} s",
-                headers={"Retry-After": "1"},
+                f"no database connection came free within {self._wait_s:g} s"
             ) from exc
         try:
             yield conn
         finally:
+            if conn.broken and self._checking is None:
+                # One broke: after a database restart every idle one has, and each would
+                # fail a walk of its own. The pool replaces those it finds broken.
+                self._checking = asyncio.create_task(self._check())
             # Shielded: a cancellation while the pool takes it back (it waits for its
             # lock while it closes, say) would lose the connection.
             await asyncio.shield(self._pool.putconn(conn))
 
+    async def _check(self) -> None:
+        try:
+            await self._pool.check()
+        finally:
+            self._checking = None
+
     async def close(self) -> None:
         self._closed = True
+        if self._checking is not None:
+            self._checking.cancel()
         await self._pool.close()
 
 

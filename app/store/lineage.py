@@ -33,8 +33,8 @@ class Trace:
 
     def edges(self) -> list[tuple[StoredEvent, StoredEvent]]:
         """(cause, effect), both among the nodes: every edge between two of them is in the
-        effect's list of causes. Worked out anew at each call: only a lineage's ``edges``
-        asks (an audit seldom does)."""
+        effect's list of causes. Worked out anew at each call: a lineage asks once, an
+        audit only for its ``graph``."""
         by_id = {n.event.record.id: n.event for n in self.nodes}
         return [
             (by_id[cause], n.event)

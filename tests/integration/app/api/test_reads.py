@@ -313,11 +313,13 @@ class TestReplayOverASocket:
 
     @staticmethod
     async def slot_back(app: FastAPI) -> None:
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(15):
             while app.state.replay_slots.taken:
                 await asyncio.sleep(0.05)
 
-    async def test_a_reader_that_stops_reading_gives_its_slot_back(self, live: Live) -> None:
+    async def test_a_reader_that_stops_reading_gives_its_slot_back(
+        self, live: Live, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """Past the send timeout the stalled reader's connection is dropped, and the next
         replay streams."""
         app, port, key, client = live
@@ -327,6 +329,7 @@ class TestReplayOverASocket:
                     await asyncio.sleep(0.05)
             assert (await client.get("/replay")).status_code == 503
             await self.slot_back(app)
+            assert "a client took no byte of its answer for 3 s" in caplog.text
             replay = await client.get("/replay", params={"limit": "3"})
             assert replay.status_code == 200
             assert [e["data"]["n"] for e in lines(replay)] == [0, 1, 2]
@@ -341,8 +344,10 @@ class TestReplayOverASocket:
         for _ in range(3):
             with await self.replaying(port, key, window=1 << 16) as reader:
                 got = 0
-                while got < 1_000_000:
-                    got += len(await loop.sock_recv(reader, 1 << 16))
+                async with asyncio.timeout(10):
+                    while got < 1_000_000 and (data := await loop.sock_recv(reader, 1 << 16)):
+                        got += len(data)
+                assert got >= 1_000_000
             await self.slot_back(app)
         assert (await client.get("/replay", params={"limit": "1"})).status_code == 200
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
