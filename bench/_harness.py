@@ -18,6 +18,7 @@ import psycopg
 from sqlalchemy import URL, make_url
 
 from app.db.embedded import EmbeddedPostgres
+from app.db.engine import libpq_conninfo
 from app.db.schema import upgrade_to_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,13 +39,9 @@ def bench_server() -> Iterator[URL]:
         embedded.stop()
 
 
-def libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
 def ensure_database(server: URL, name: str, *, fresh: bool) -> tuple[URL, bool]:
     """The database ``name`` on ``server``, migrated; and whether it already existed."""
-    with psycopg.connect(libpq(server.set(database="postgres")), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(server.set(database="postgres")), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if exists and fresh:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
@@ -59,7 +56,7 @@ def ensure_database(server: URL, name: str, *, fresh: bool) -> tuple[URL, bool]:
 def checkpoint(url: URL) -> None:
     """Write out what earlier phases left dirty, so that no phase pays for the last one's
     writes (a fresh database, a dropped table, the other contender's rows)."""
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute("CHECKPOINT")
 
 
@@ -144,7 +141,7 @@ class CpuMeter:
     def __init__(self, url: URL) -> None:
         self._postmaster: int | None = None
         # Read while the connection is open: its backend exits when it closes.
-        with psycopg.connect(libpq(url)) as conn:
+        with psycopg.connect(libpq_conninfo(url)) as conn:
             try:
                 status = Path(f"/proc/{conn.info.backend_pid}/status").read_text()
             except (FileNotFoundError, ProcessLookupError):  # a server on another machine

@@ -38,7 +38,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from sqlalchemy import URL
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, libpq_conninfo
 from app.store._plan import GroupPlan
 from app.store._plan import Row as PlannedRow
 from app.store.chain import GENESIS_HASH
@@ -54,7 +54,6 @@ from bench._harness import (
     bench_server,
     checkpoint,
     ensure_database,
-    libpq,
     percentile,
     print_table,
     served,
@@ -151,7 +150,7 @@ class CopyBaseline:
 
     def __init__(self, url: URL) -> None:
         self._url = url
-        self._conn = psycopg.connect(libpq(url), autocommit=True)
+        self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
         self._conn.execute("DROP TABLE IF EXISTS copy_baseline")
         self._conn.execute("CREATE TABLE copy_baseline (LIKE events INCLUDING ALL)")
         columns = [

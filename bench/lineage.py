@@ -21,7 +21,7 @@ import orjson
 import psycopg
 from sqlalchemy import URL
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, libpq_conninfo
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.models import Signature, registration_event
@@ -30,7 +30,6 @@ from bench._harness import (
     Row,
     bench_server,
     ensure_database,
-    libpq,
     percentile,
     print_table,
     serving,
@@ -140,7 +139,7 @@ async def contest(
     sizes: list[int] = []
     http = await Connection.open(base)
     try:
-        with psycopg.connect(libpq(url)) as conn:
+        with psycopg.connect(libpq_conninfo(url)) as conn:
 
             def raw(decision: str) -> int:
                 t0 = time.perf_counter()
@@ -194,7 +193,7 @@ def main() -> None:
         url, existed = ensure_database(
             server, f"causeway_bench_lineage_{total}", fresh=args.rebuild
         )
-        with psycopg.connect(libpq(url)) as conn:
+        with psycopg.connect(libpq_conninfo(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM events").fetchone()
         if existed and stored and stored[0] == sum(len(b) for b in batches) + 2:
             print(f"reusing a store of {stored[0]:,} events")
@@ -204,7 +203,7 @@ def main() -> None:
                 url, _ = ensure_database(server, url.database or "", fresh=True)
             print(f"building a store of {sum(len(b) for b in batches):,} events")
             key = asyncio.run(build(url, batches))
-        with psycopg.connect(libpq(url), autocommit=True) as conn:
+        with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")  # fresh statistics for both contenders
         chosen = random.Random(11).sample(decisions, k=min(samples, len(decisions)))
         with serving(url) as base:

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import URL
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, libpq_conninfo
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.parquet import ROW_GROUP_ROWS, SCHEMA
@@ -32,7 +32,6 @@ from bench._harness import (
     Row,
     bench_server,
     ensure_database,
-    libpq,
     print_table,
     served,
     settle,
@@ -126,7 +125,7 @@ def parquet_baseline(url: URL) -> tuple[float, int, int]:
     rows = 0
     started = time.perf_counter()
     with (
-        psycopg.connect(libpq(url)) as conn,
+        psycopg.connect(libpq_conninfo(url)) as conn,
         conn.cursor(name="export") as cursor,
         pq.ParquetWriter(sink, SCHEMA, compression="zstd") as writer,
     ):
@@ -143,7 +142,7 @@ def baseline(url: URL) -> tuple[float, int, int]:
     """What a hand-written exporter would do: a named cursor and orjson, row by row."""
     lines = size = 0
     started = time.perf_counter()
-    with psycopg.connect(libpq(url)) as conn, conn.cursor(name="export") as cursor:
+    with psycopg.connect(libpq_conninfo(url)) as conn, conn.cursor(name="export") as cursor:
         cursor.itersize = 1000
         cursor.execute(_BASELINE_SQL, ("bench",))
         for row in cursor:
@@ -175,13 +174,13 @@ def main() -> None:
 
     with bench_server() as server:
         url, existed = ensure_database(server, f"causeway_bench_replay_{total}", fresh=False)
-        with psycopg.connect(libpq(url)) as conn:
+        with psycopg.connect(libpq_conninfo(url)) as conn:
             stored = conn.execute("SELECT count(*) FROM events").fetchone()
         if not (existed and stored and stored[0] == total + 1):
             url, _ = ensure_database(server, url.database or "", fresh=True)
             print(f"building a store of {total:,} events")
             asyncio.run(build(url, total))
-            with psycopg.connect(libpq(url), autocommit=True) as conn:
+            with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE events")
         key = asyncio.run(make_key(url))
         base_s, base_lines, base_bytes = baseline(url)

@@ -22,13 +22,13 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import URL, func, select
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, libpq_conninfo
 from app.db.tables import tasks
 from app.projections.runner import ProjectionRunner
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.records import NewEvent
-from bench._harness import Row, bench_server, ensure_database, libpq, print_table, serving
+from bench._harness import Row, bench_server, ensure_database, print_table, serving
 from ingest.client import CausewayClient
 from scheduler import tasks as t
 from scheduler.projections import scheduler_projections
@@ -109,7 +109,7 @@ def frame(n: int) -> NewEvent:
 
 
 def copy_table(url: URL) -> None:
-    with psycopg.connect(libpq(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_tasks")
         conn.execute("CREATE TABLE bench_tasks (LIKE tasks INCLUDING ALL)")
         conn.execute("INSERT INTO bench_tasks SELECT * FROM tasks")
@@ -206,7 +206,7 @@ def main() -> None:
         url, _ = ensure_database(server, "causeway_bench_scheduler", fresh=True)
         key, dispatch_rate = asyncio.run(seed(url, count, dispatched))
         copy_table(url)
-        bare_s, bare_done = run_workers(["--bare", libpq(url)], workers, ops)
+        bare_s, bare_done = run_workers(["--bare", libpq_conninfo(url)], workers, ops)
         bare_rate = bare_done / bare_s
         for processes in (1, 2):
             os.environ["CAUSEWAY_WORKERS"] = str(processes)

@@ -105,7 +105,6 @@ class _Streamed(StreamingResponse):
 
     def __init__(self, content: AsyncGenerator[bytes], owned: _Owned, **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
-        self._content = content
         self._owned = owned
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:  # noqa: ARG002  (HTTP only: replay is a GET route)
@@ -120,7 +119,7 @@ class _Streamed(StreamingResponse):
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
-            async for part in self._content:
+            async for part in self.body_iterator:
                 await send({"type": "http.response.body", "body": part, "more_body": True})
                 if gone.is_set():
                     return

@@ -58,7 +58,6 @@ from app.graphql.context import GENERIC_ITEM_COST, SYNC_ITEM_COST
 # A completer turns a resolved value into its completed form, or gives up with _MISS.
 Completer = Callable[[Any], Any]
 _MISS: Any = object()
-_MAX_SELECTION_DEPTH = 64  # past any query depth limit: a selection deeper awaits, say
 _INCREMENTAL = ("defer", "stream")
 
 
@@ -191,22 +190,21 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
         key = (return_type, id(field_details_list))
         found = self._costs.get(key)
         if found is None:
-            awaits = self._awaits(return_type, field_details_list, depth=0)
+            awaits = self._awaits(return_type, field_details_list)
             found = self._costs[key] = (
                 field_details_list,
                 GENERIC_ITEM_COST if awaits else SYNC_ITEM_COST,
             )
         return found[1]
 
-    def _awaits(
-        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList, depth: int
-    ) -> bool:
+    def _awaits(self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList) -> bool:
         """Whether completing a value of ``return_type`` calls an async resolver, at any
-        level of what is selected under it. Abstract types are taken to."""
+        level of what is selected under it (a finite tree: validation refuses fragment
+        cycles). Abstract types are taken to."""
         named = get_named_type(return_type)
         if is_leaf_type(named):
             return False
-        if not is_object_type(named) or depth > _MAX_SELECTION_DEPTH:
+        if not is_object_type(named):
             return True
         grouped, _, _ = self.collect_subfields(named, field_details_list)
         for details in grouped.values():
@@ -218,7 +216,7 @@ class FlatListExecutionContext(StrawberryGraphQLCoreExecutionContext):
             resolver = getattr(field, "base_resolver", None)
             if resolver is not None and resolver.is_async:
                 return True
-            if self._awaits(definition.type, details, depth + 1):
+            if self._awaits(definition.type, details):
                 return True
         return False
 
