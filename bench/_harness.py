@@ -167,19 +167,21 @@ class CpuMeter:
 
 
 @contextmanager
-def serving(url: URL) -> Iterator[str]:
-    """A real ``causeway serve`` on ``url``; yields its base URL."""
-    with served(url) as server:
+def serving(url: URL, *, workers: int = 1) -> Iterator[str]:
+    """A real ``causeway serve`` on ``url`` (``workers`` processes); yields its base URL."""
+    with served(url, workers=workers) as server:
         yield server.base
 
 
 @contextmanager
-def served(url: URL) -> Iterator[Served]:
-    """A real ``causeway serve`` on ``url``, with its process id."""
+def served(url: URL, *, workers: int = 1) -> Iterator[Served]:
+    """A real ``causeway serve`` on ``url`` (``workers`` processes), with its process id.
+    Nothing of the bench's own environment named ``CAUSEWAY_*`` reaches it."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
     env["CAUSEWAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
     env["CAUSEWAY_DB_POOL_SIZE"] = "10"
+    env["CAUSEWAY_WORKERS"] = str(workers)
     with _running([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], port, env) as s:
         yield s
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -362,14 +361,10 @@ def main() -> None:
             ceiling_rate, ceiling_latencies = asyncio.run(http_singles(base, key, nothing, 32))
         workers_rows = []
         for workers in (2, 4):
-            os.environ["CAUSEWAY_WORKERS"] = str(workers)
-            try:
-                with serving(url) as base:
-                    events = [cloudevent(f"w{workers}") for _ in range(single_events)]
-                    checkpoint(url)
-                    rate, lat = asyncio.run(http_singles(base, key, events, clients=32))
-            finally:
-                del os.environ["CAUSEWAY_WORKERS"]
+            with serving(url, workers=workers) as base:
+                events = [cloudevent(f"w{workers}") for _ in range(single_events)]
+                checkpoint(url)
+                rate, lat = asyncio.run(http_singles(base, key, events, clients=32))
             workers_rows += [
                 Row(f"(c) single POSTs, {workers} workers", rate, es_rate, "events/s"),
                 Row(f"(c) latency p50, {workers} workers", percentile(lat, 50), None, "ms"),

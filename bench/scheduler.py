@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -209,12 +208,8 @@ def main() -> None:
         bare_s, bare_done = run_workers(["--bare", libpq_conninfo(url)], workers, ops)
         bare_rate = bare_done / bare_s
         for processes in (1, 2):
-            os.environ["CAUSEWAY_WORKERS"] = str(processes)
-            try:
-                with serving(url) as base:
-                    ours_s, ours_done = run_workers(["--causeway", base, key], workers, ops)
-            finally:
-                del os.environ["CAUSEWAY_WORKERS"]
+            with serving(url, workers=processes) as base:
+                ours_s, ours_done = run_workers(["--causeway", base, key], workers, ops)
             if ours_done != bare_done:
                 raise RuntimeError(f"done: bare {bare_done}, Causeway {ours_done}")
             figure = f"lease + complete, {workers} workers, {processes} server process(es)"
