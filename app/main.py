@@ -114,7 +114,7 @@ def create_app(
     decisions_engine = create_engine(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
-    decisions = Appender(decisions_engine)
+    decisions = Appender(decisions_engine, plan_ahead=False)
     # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
     # time budget: PostgreSQL stops a walk past it, however many a request asks for.
     # The walk's plan is the same whatever the event (an index lookup of the root, the

@@ -1,21 +1,32 @@
 """Group commit: concurrent appends in one process share one transaction.
 
-While a transaction is committing, new requests queue; the next transaction takes all of
-them (up to ``max_group_events`` events and ``max_group_bytes`` of request bodies), so one
-fsync serves many requests. A lone request starts a transaction at once: nothing waits
-for a group to fill. Each request is planned on its own inside the group
-(``EventLog.append_many``), so a conflict or an unknown cause in one request fails that
-request only. If PostgreSQL refuses a value or a row of one request (a check the planning
-does not make), or planning or writing one request raises, the group is retried one
-request at a time, so only that request fails. If the transaction itself fails (a lost
-connection, a timeout), every request in it gets that error, and none of them was
-written.
+Requests queue; each group takes all of them that are queued (up to ``max_group_events``
+events and ``max_group_bytes`` of request bodies), so one commit serves many requests. A
+lone request starts a group at once: nothing waits for a group to fill. Each request is
+planned on its own inside the group, so a conflict or an unknown cause in one request
+fails that request only.
 
-Groups commit one after another, so the appender keeps one pooled connection for them and
-drives its transactions on psycopg directly: checking a connection out and in, and
-SQLAlchemy's transaction, cost a small group more CPU than its statements did. A
-connection that broke, or was left inside a transaction (a cancelled group), is
-dropped and replaced before the next group.
+A group is written one of two ways:
+
+- **Planned ahead** (the usual way, for the log's only writer): the appender's ``Tail``
+  knows where the head is and what planning needs, so the group is planned before the
+  head is locked and written in one round trip (``causeway_append``), while the groups
+  before it may still be on their way: up to ``max_in_flight`` groups, each on a
+  connection of its own, queue at the head inside PostgreSQL, which hands it from one to
+  the next without waiting for this process. Nothing is planned under the lock.
+- **Under the lock** (``append_on``): when the tail does not know (the first group,
+  another writer appends too, a group planned ahead was refused or failed), and for every
+  group in which an event is a re-send or is refused: lock, look up, plan, write, commit.
+
+If PostgreSQL refuses a value or a row of one request (a check the planning does not
+make), or planning one request raises, the group is written again under the lock one
+request at a time, so only that request fails. If the transaction itself fails (a lost
+connection, a timeout), every request in it gets that error.
+
+The appender drives its transactions on psycopg directly: checking a connection out and
+in, and SQLAlchemy's transaction, cost a small group more CPU than its statements did.
+It keeps its connections; one that broke, or was left inside a transaction (a cancelled
+group), is dropped and replaced before the next group.
 """
 
 from __future__ import annotations
@@ -35,8 +46,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
 from app.errors import Unavailable
-from app.store.log import append_on
+from app.store.log import HeadMoved, append_on, fetch_facts, write_group
 from app.store.records import Appended, NewEvent
+from app.store.tail import Planned, Tail
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +61,25 @@ class _Request:
     answer: asyncio.Future[list[Appended]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A pooled connection the appender keeps, and the psycopg connection under it."""
+
+    connection: AsyncConnection
+    driver: PsycopgConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Flight:
+    """A group planned ahead and on its way, on a connection of its own. Its task
+    answers the requests when the group is written, and returns the error otherwise."""
+
+    requests: list[_Request]
+    planned: Planned
+    held: _Held
+    task: asyncio.Task[BaseException | None]
+
+
 class Appender:
     def __init__(
         self,
@@ -56,15 +87,27 @@ class Appender:
         *,
         max_group_events: int = 10_000,
         max_group_bytes: int = 32 << 20,
+        plan_ahead: bool = True,
+        max_in_flight: int = 2,
+        tail_capacity: int = 100_000,
     ) -> None:
+        """``plan_ahead``: False for an appender that shares the log with a busier one in
+        the same process (the scheduler's decisions): its groups are written under the
+        lock, and the busier one's tail meets them as another writer's.
+        ``tail_capacity``: the streams and the event positions the tail keeps, each."""
         self._engine = engine
         self._max_events = max_group_events
         self._max_bytes = max_group_bytes
+        self._max_in_flight = max_in_flight
+        self._tail = Tail(capacity=tail_capacity) if plan_ahead else None
         self._queue: deque[_Request] = deque()
+        self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
-        self._held: AsyncConnection | None = None
+        self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
+        self._idle: list[_Held] = []  # free for the next group
         self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
+        self.groups_planned_ahead = 0  # of those, the ones planned before the lock
         self.requests_committed = 0
 
     async def append(
@@ -77,90 +120,222 @@ class Appender:
         self._queue.append(_Request(tenant, batch, size_bytes, answer))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
+        elif self._arrived is not None and not self._arrived.done():
+            self._arrived.set_result(None)
         return await answer
 
     async def _drain(self) -> None:
-        while self._queue:
-            group = self._take()
-            try:
-                await self._commit(group)
-            except BaseException as exc:
-                if _fails_alone(exc) and len(group) > 1:
-                    # One request's own fault (see _fails_alone): the whole group rolled
-                    # back, so retry each request alone and let only the one at fault fail.
-                    for request in group:
-                        try:
-                            await self._commit([request])
-                        except Exception as alone:
-                            _settle(request, alone)
-                    continue
-                logger.warning("a group of %d appends failed: %r", len(group), exc)
+        try:
+            while self._queue or self._flights:
+                if self._flights and self._flights[0].task.done():
+                    await self._land()
+                elif not self._queue:
+                    await self._next_arrival_or_landing()
+                elif self._tail is None or self._tail.head is None:
+                    await self._land_all()
+                    await self._commit_under_lock(self._take())
+                elif len(self._flights) >= self._max_in_flight:
+                    await self._land()
+                else:
+                    await self._send_ahead(self._take(), self._tail)
+        except BaseException:
+            # Cancelled (the server is stopping): no group follows, so the requests on
+            # their way or queued are answered now rather than never.
+            await self._abandon_flights()
+            while self._queue:
+                _settle(self._queue.popleft(), _stopped())
+            raise
+        finally:
+            if self._closed:
+                await self._release_idle()
+
+    async def _next_arrival_or_landing(self) -> None:
+        arrived = self._arrived = asyncio.get_running_loop().create_future()
+        waits: list[asyncio.Future[Any]] = [self._flights[0].task, arrived]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._arrived = None
+
+    async def _send_ahead(self, group: list[_Request], tail: Tail) -> None:
+        """Plan ``group`` on the tail and send it; under the lock when the tail cannot."""
+        if tail.is_full():
+            await self._land_all()  # nothing on its way may rest on the facts dropped
+            tail.trim()
+        requests = [(r.tenant, r.events) for r in group]
+        held = await self._connection()
+        planned: Planned | None = None
+        try:
+            wanted = tail.wanted(requests)
+            if wanted:
+                driver = held.driver
+                tail.learn(await fetch_facts(driver, wanted.streams, wanted.causes, wanted.models))
+            while self._flights and self._flights[0].task.done():
+                await self._land()  # a group that failed meanwhile makes the tail forget
+            if tail.head is not None:
+                planned = tail.plan(requests)
+        except Exception:
+            tail.forget()  # under the lock, the request at fault fails alone
+        except BaseException as exc:
+            for request in group:
+                _settle(request, exc)
+            raise
+        if planned is None:
+            self._idle.append(held)
+            await self._land_all()
+            await self._commit_under_lock(group)
+            return
+        flight = asyncio.create_task(self._fly(held, group, planned))
+        self._flights.append(_Flight(group, planned, held, flight))
+
+    async def _fly(
+        self, held: _Held, group: list[_Request], planned: Planned
+    ) -> BaseException | None:
+        try:
+            await write_group(held.driver, planned.after, planned.group)
+        except BaseException as exc:  # the writer decides, in order (cancellation too)
+            return exc
+        self.groups_committed += 1
+        self.groups_planned_ahead += 1
+        self.requests_committed += len(group)
+        for request, outcome in zip(group, planned.outcomes, strict=True):
+            _settle(request, outcome)
+        return None
+
+    async def _land(self) -> None:
+        """Take the oldest group on its way off the list, once it is done: written, or
+        written again under the lock, or failed with its requests answered."""
+        flight = self._flights[0]
+        error = await flight.task  # cancelled meanwhile: still listed, for _abandon_flights
+        tail = self._tail
+        if tail is None:  # pragma: no cover - only a tail sends groups ahead
+            raise RuntimeError("a group was sent ahead without a tail")
+        if isinstance(error, HeadMoved) and error.behind and tail.still_holds(flight.planned):
+            # It reached the head before the group it was planned on (two connections,
+            # two backends: PostgreSQL need not take them in the order sent). That one
+            # is written now, as nothing failed since: the same plan goes again.
+            error = await self._fly(flight.held, flight.requests, flight.planned)
+        self._flights.popleft()
+        if error is None:
+            tail.written(flight.planned)
+            self._idle.append(flight.held)
+            return
+        # Every group planned after this one rests on it and fails the head check too.
+        tail.forget()
+        if _fails_alone(error):  # HeadMoved among them: another writer, or the one before
+            self._idle.append(flight.held)
+            await self._commit_under_lock(flight.requests)
+            return
+        await self._discard(flight.held)
+        await self._lost(flight.requests, error)
+
+    async def _land_all(self) -> None:
+        while self._flights:
+            await self._land()
+
+    async def _abandon_flights(self) -> None:
+        for flight in self._flights:
+            flight.task.cancel()
+        while self._flights:
+            flight = self._flights.popleft()
+            error = await asyncio.shield(flight.task)
+            await self._discard(flight.held)
+            if error is not None:
+                for request in flight.requests:
+                    _settle(request, error)
+
+    async def _commit_under_lock(self, group: list[_Request]) -> None:
+        try:
+            await self._commit(group)
+        except BaseException as exc:
+            if _fails_alone(exc) and len(group) > 1:
+                # One request's own fault (see _fails_alone): the whole group rolled back,
+                # so retry each request alone and let only the one at fault fail.
                 for request in group:
-                    _settle(request, exc)
-                if not isinstance(exc, Exception):
-                    # Cancelled (the server is stopping): no group follows, so the requests
-                    # queued behind this one are answered now rather than never.
-                    while self._queue:
-                        _settle(self._queue.popleft(), _stopped())
-                    raise
-        if self._closed:
-            await self._release(invalidate=False)
+                    try:
+                        await self._commit([request])
+                    except Exception as alone:
+                        _settle(request, alone)
+                return
+            await self._lost(group, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _lost(self, group: list[_Request], exc: BaseException) -> None:
+        """The transaction failed: its requests get the error. When the server went
+        away, every connection held went with it: they are dropped too."""
+        if isinstance(exc, Exception) and not _fails_alone(exc):
+            logger.warning("a group of %d appends failed: %r", len(group), exc)
+            await self._release_idle()
+        for request in group:
+            _settle(request, exc)
 
     async def _commit(self, group: list[_Request]) -> None:
-        driver = await self._connection()
+        held = await self._connection()
+        driver = held.driver
         try:
-            outcomes = await append_on(driver, [(r.tenant, r.events) for r in group], commit=True)
+            landed = await append_on(driver, [(r.tenant, r.events) for r in group], commit=True)
         except BaseException:
             if not driver.broken and not driver.closed:
                 await driver.rollback()
+            self._idle.append(held)  # checked again before it is used
             raise
-        self.groups_committed += 1
-        self.requests_committed += len(group)
-        for request, outcome in zip(group, outcomes, strict=True):
+        self._idle.append(held)
+        if self._tail is not None:
+            self._tail.restart(landed.found, landed.group)
+        if landed.group is not None:
+            self.groups_committed += 1
+            self.requests_committed += len(group)
+        for request, outcome in zip(group, landed.outcomes, strict=True):
             _settle(request, outcome)
 
-    async def _connection(self) -> PsycopgConnection[Any]:
-        """The held connection, idle; else one from the pool that answers. When the
-        server went away, every idle connection in the pool went with it: each is tried
-        and dropped in turn, so only the group that found the held one dead fails."""
-        if self._held is not None:
-            driver = await driver_of(self._held)
-            if not driver.closed and driver.info.transaction_status == TransactionStatus.IDLE:
-                return driver
-            await self._release(invalidate=True)
+    async def _connection(self) -> _Held:
+        """A held connection, idle; else one from the pool that answers. When the server
+        went away, every idle connection in the pool went with it: each is tried and
+        dropped in turn, so only the group that found a held one dead fails."""
+        while self._idle:
+            held = self._idle.pop()
+            status = held.driver.info.transaction_status
+            if not held.driver.closed and status == TransactionStatus.IDLE:
+                return held
+            await self._discard(held)
         tries = getattr(self._engine.pool, "checkedin", lambda: 0)()  # idle, maybe dead
         for attempt in range(tries + 1):
-            self._held = await self._engine.connect()
-            # append_on begins and commits the group's transaction in the round trips of
-            # its own statements; the pool resets the mode when the connection goes back.
-            await self._held.execution_options(isolation_level="AUTOCOMMIT")
-            driver = await driver_of(self._held)
+            connection = await self._engine.connect()
+            # The groups begin and commit their own transactions (append_on in the round
+            # trips of its statements, causeway_append as one statement); the pool resets
+            # the mode when the connection goes back.
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            fresh = _Held(connection, await driver_of(connection))
             try:
-                await driver.execute("SELECT 1")
-                await driver.rollback()
+                await fresh.driver.execute("SELECT 1")
             except psycopg.OperationalError:
-                await self._release(invalidate=True)
+                await self._discard(fresh)
                 if attempt == tries:
                     raise
                 continue
-            return driver
+            return fresh
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
-        """Give the held connection back (the app's shutdown, before the pool closes).
-        A group that still comes later returns its connection when it is done."""
+        """Give the held connections back (the app's shutdown, before the pool closes).
+        A group that still comes later returns its connections when it is done."""
         self._closed = True
         if self._writer is not None and not self._writer.done():
             await asyncio.wait([self._writer])
-        await self._release(invalidate=False)
+        await self._release_idle()
 
-    async def _release(self, *, invalidate: bool) -> None:
-        held, self._held = self._held, None
-        if held is None:
-            return
-        if invalidate:
-            await held.invalidate()
-        await held.close()
+    async def _release_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for held in idle:
+            if held.driver.closed or held.driver.broken:
+                await self._discard(held)
+            else:
+                await held.connection.close()
+
+    async def _discard(self, held: _Held) -> None:
+        await held.connection.invalidate()
+        await held.connection.close()
 
     def _take(self) -> list[_Request]:
         group = [self._queue.popleft()]
@@ -178,8 +353,9 @@ class Appender:
 def _fails_alone(exc: BaseException) -> bool:
     """Whether ``exc`` is one request's own fault rather than the transaction's:
     PostgreSQL refused a value or a row (SQLSTATE class 22 or 23, through the driver or
-    wrapped by SQLAlchemy), or the code that plans and writes a request raised. A lost
-    connection, a timeout or a cancellation fails every request in the group alike."""
+    wrapped by SQLAlchemy), or the code that plans and writes a request raised (or the
+    head moved under a group planned ahead). A lost connection, a timeout or a
+    cancellation fails every request in the group alike."""
     if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | DataError | IntegrityError):
         return True
     return isinstance(exc, Exception) and not isinstance(

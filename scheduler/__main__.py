@@ -32,7 +32,7 @@ async def run(settings: Settings, url: str) -> None:
     )
     engine = create_engine(url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms)
     appends = create_engine(url, pool_size=1, statement_timeout_ms=settings.statement_timeout_ms)
-    decisions = Appender(appends)
+    decisions = Appender(appends, plan_ahead=False)
     loop = SchedulerLoop(engine, controller_from(settings), timers_from(settings), decisions)
     try:
         async with asyncio.TaskGroup() as group:

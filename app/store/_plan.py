@@ -1,4 +1,7 @@
-"""Planning one group of appends in memory, after the log is locked and before it is written.
+"""Planning one group of appends in memory, before it is written: on the head and the
+stored facts read under the log's lock (``log.append_on``), or on what an appender knows
+of the log's tail (``tail.Tail``), in which case ``causeway_append`` checks the head when
+it writes.
 
 Requests are planned in order against the stored state plus what earlier requests of the
 group add. Each request is all-or-nothing: its changes go to an overlay that joins the
@@ -9,7 +12,8 @@ others (no savepoints needed). Hashes are chained in the same pass.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -23,6 +27,23 @@ from app.store.records import RESERVED_TYPE_PREFIX, Appended, NewEvent, is_json_
 Key = tuple[str, str]  # (tenant, id or stream)
 ModelKey = tuple[str, str, str]  # (tenant, model name, version)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Head(NamedTuple):
+    """Where the log ends: the last event's position (0 for none) and its hash."""
+
+    position: int
+    hash: bytes
+
+
+@dataclass(slots=True)
+class Facts:
+    """What a group's planning reads of the stored log, besides the head: stream
+    versions, the positions of ids (causes, or events re-sent), registered models."""
+
+    versions: dict[Key, int] = field(default_factory=dict)
+    positions: dict[Key, int] = field(default_factory=dict)
+    registrations: dict[ModelKey, Registration] = field(default_factory=dict)
 
 
 class Known(NamedTuple):
@@ -47,26 +68,32 @@ class Row(NamedTuple):
 
 
 class GroupPlan:
+    """One group's plan, on the head at ``position`` (whose hash is ``prev_hash``).
+
+    The maps given are the group's to keep and grow: each request that passes adds its
+    events' ids, positions and stream versions, and its registrations, to them (the
+    append's own lookups, or an appender's ``Tail``, which then knows them for the next
+    group). ``known`` are the events a re-sent id is compared with."""
+
     def __init__(
         self,
         position: int,
         prev_hash: bytes,
-        stored: Mapping[Key, Known],
-        positions: Mapping[Key, int],
-        versions: Mapping[Key, int],
+        known: dict[Key, Known],
+        positions: dict[Key, int],
+        versions: dict[Key, int],
         recorded_at: datetime,
-        registrations: Mapping[ModelKey, Registration] | None = None,
+        registrations: dict[ModelKey, Registration],
     ) -> None:
         self.position = position
         self.prev_hash = prev_hash
         self.rows: list[Row] = []
         self.edges: list[tuple[int, int]] = []  # (effect, cause)
-        self._known: dict[Key, Known] = dict(stored)
-        self._positions: dict[Key, int] = dict(positions)
-        self._positions.update({k: v.position for k, v in stored.items()})
-        self._versions: dict[Key, int] = dict(versions)
+        self.known = known
+        self.positions = positions
+        self.versions = versions
         self.recorded_at = recorded_at
-        self._registrations: dict[ModelKey, Registration] = dict(registrations or {})
+        self.registrations = registrations
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
@@ -84,7 +111,7 @@ class GroupPlan:
         model_errors: list[dict[str, Any]] = []
         for index, event in enumerate(batch):
             key = (tenant, event.id)
-            earlier = known.get(key) or self._known.get(key)
+            earlier = known.get(key) or self.known.get(key)
             if earlier is not None:
                 problem = _compare(event, tenant, earlier.content)
                 if problem is not None:
@@ -104,7 +131,7 @@ class GroupPlan:
             cause_positions = []
             missing = []
             for cause in event.causes:
-                found = positions.get((tenant, cause)) or self._positions.get((tenant, cause))
+                found = positions.get((tenant, cause)) or self.positions.get((tenant, cause))
                 if found is None:
                     missing.append(cause)
                 else:
@@ -127,13 +154,13 @@ class GroupPlan:
                     )
                 else:
                     refused = _model_problem(
-                        event, registrations.get(model) or self._registrations.get(model)
+                        event, registrations.get(model) or self.registrations.get(model)
                     )
                     if refused is not None:
                         model_errors.append({"index": index, **refused})
                         continue
             stream = (tenant, event.stream)
-            actual = versions.get(stream) or self._versions.get(stream, 0)
+            actual = versions.get(stream) or self.versions.get(stream, 0)
             if event.expected_version is not None and event.expected_version != actual:
                 return VersionConflict(
                     f"stream {event.stream!r} is at version {actual}, not {event.expected_version}",
@@ -164,10 +191,10 @@ class GroupPlan:
             return InvalidEvent(_summary(model_errors), errors=model_errors)
         if cause_errors:
             return UnknownCause(_summary(cause_errors), errors=cause_errors)
-        self._registrations.update(registrations)
-        self._known.update(known)
-        self._positions.update(positions)
-        self._versions.update(versions)
+        self.registrations.update(registrations)
+        self.known.update(known)
+        self.positions.update(positions)
+        self.versions.update(versions)
         self.rows.extend(rows)
         self.edges.extend(edges)
         self.position, self.prev_hash = position, prev_hash

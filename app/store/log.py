@@ -1,26 +1,32 @@
-"""The event log: the only code that inserts into ``events`` and ``event_causes``.
+"""The event log: the only code that writes ``events`` and ``event_causes``.
 
 Rows are never updated or deleted (triggers from the first migration refuse it). Every
-append first locks the single ``log_head`` row, then reads, so appends are serialised in
-the database: positions are dense and commit order equals position order, across
-processes too. The caller owns the transaction; nothing here commits.
+write goes through ``causeway_append`` (migration 0008), which locks the single
+``log_head`` row, checks that the head is where the group was planned on, inserts the
+rows and moves the head: appends are serialised in the database, so positions are dense
+and commit order equals position order, across processes too. Nothing here commits a
+transaction it does not own.
 
-``append_many`` writes several requests in one transaction (group commit): each request
-is atomic on its own, planned in memory against the stored state (``_plan``), and all
-accepted rows go in with one COPY per table. An event's id is unique in its tenant: a
-re-sent event (same source, id and content) is reported as a duplicate with its stored
-position; the same id with other content, or from another source, is an ``IdConflict``.
+A group of requests is planned in memory (``_plan``: every request atomic on its own,
+the hash chain computed in the same pass) on facts read from the log: here, under the
+lock (``append_on``, for any caller and any transaction), or before it, from what an
+appender knows of the tail (``tail.Tail`` and ``write_planned``, one round trip and no
+planning under the lock). An event's id is unique in its tenant: a re-sent event (same
+source, id and content) is reported as a duplicate with its stored position; the same id
+with other content, or from another source, is an ``IdConflict``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 import psycopg
-from psycopg import AsyncClientCursor, AsyncCopy, AsyncCursor
+from psycopg import AsyncClientCursor
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -28,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.engine import driver_of
 from app.db.tables import events
 from app.errors import AppError
-from app.store._plan import GroupPlan, Key, Known, ModelKey, Row
+from app.store._plan import Facts, GroupPlan, Head, Key, Known, ModelKey, Row
 from app.store.chain import ChainRecord
 from app.store.models import REGISTERED, Registration, registration_from, registration_id
 from app.store.records import Appended, NewEvent
@@ -37,14 +43,20 @@ from app.store.timestamps import parse_rfc3339
 Outcome = list[Appended] | AppError
 NOTIFY_CHANNEL = "causeway_events"
 
-_EVENT_COLUMNS = (
-    "position", "tenant", "id", "source", "type", "subject", "time", "time_rfc3339",
-    "recorded_at", "stream", "stream_version", "datacontenttype", "dataschema", "data",
-    "data_binary", "extensions", "causes", "correlation_id", "model_name", "model_version",
-    "model_signature", "prev_hash", "hash",
-)  # fmt: skip
-_COPY_EVENTS = f"COPY events ({', '.join(_EVENT_COLUMNS)}) FROM STDIN"
-_COPY_EDGES = "COPY event_causes (effect, cause) FROM STDIN"
+
+class HeadMoved(Exception):
+    """``causeway_append`` found the head elsewhere than the group was planned on, and
+    wrote nothing. ``behind``: the head had not reached it yet (the groups planned before
+    this one were still on their way, or failed); else another writer appended."""
+
+    def __init__(self, detail: str, *, found: int, planned: int) -> None:
+        super().__init__(detail)
+        self.found = found
+        self.planned = planned
+
+    @property
+    def behind(self) -> bool:
+        return self.found < self.planned
 
 
 class EventLog:
@@ -63,7 +75,18 @@ class EventLog:
     ) -> list[Outcome]:
         """Plan every request (tenant, events), write the accepted ones, and give each
         request its own outcome: where its events landed, or the error that refused it."""
-        return await append_on(await driver_of(self._conn), requests)
+        landed = await append_on(await driver_of(self._conn), requests)
+        return landed.outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class Landed:
+    """What ``append_on`` did: each request's outcome, the head it found under the lock,
+    and the group it wrote (None when it wrote nothing)."""
+
+    outcomes: list[Outcome]
+    found: Head | None
+    group: GroupPlan | None
 
 
 async def append_on(
@@ -71,55 +94,39 @@ async def append_on(
     requests: Sequence[tuple[str, Sequence[NewEvent]]],
     *,
     commit: bool = False,
-) -> list[Outcome]:
-    """``EventLog.append_many`` on a psycopg connection in a transaction the caller owns.
-    The log head stays locked from here to the commit, so every statement goes straight
-    to the driver: SQLAlchemy's per-statement work would lengthen the one section that no
-    two appends share.
+) -> Landed:
+    """``EventLog.append_many`` on a psycopg connection in a transaction the caller owns:
+    lock the head, read what planning needs, plan, write. The head stays locked from the
+    first statement to the commit, so every statement goes straight to the driver.
 
     ``commit``: the transaction is this call's, on a connection in autocommit mode. It
-    begins in the round trip that locks the head and commits in the one that moves the
-    head (or, when nothing was written, on its own). It is READ COMMITTED whatever the
-    database's default: the lookups must see what the group before committed."""
+    begins in the round trip that locks the head and commits in its own round trip
+    after the write (or at once, when nothing was written). It is READ COMMITTED
+    whatever the database's default: the lookups must see what the group before
+    committed."""
     if commit and not driver.autocommit:
         raise ValueError("append_on(commit=True) needs a connection in autocommit mode")
     if not any(batch for _, batch in requests):
-        return [[] for _ in requests]
+        return Landed([[] for _ in requests], None, None)
     ids = {(t, e.id) for t, batch in requests for e in batch}
     causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
     streams = {(t, e.stream) for t, batch in requests for e in batch}
-    models = {
-        (t, e.model_name, e.model_version)
-        for t, batch in requests
-        for e in batch
-        if e.model_name is not None and e.model_version is not None
-    }
-    wanted = {(tenant, registration_id(name, version)) for tenant, name, version in models}
+    wanted = _registration_keys(requests)
     # Lock first, then read: a statement that both waited for the lock and read the
     # tail would see a snapshot from before the wait. The lookups go in the same query
     # string as the lock, statements PostgreSQL runs in order, each with a snapshot taken
-    # after the lock, so the head is held for one round trip here, not four. One simple
-    # query (its values bound by psycopg on the client) costs the client about a third
-    # less CPU than a pipeline of the same statements did, in the section of every group
-    # that no other group shares. The events re-sent ids name and the registrations of
-    # the models named come in one lookup, and causes are looked up only when there are
-    # some: each statement costs the group about as much CPU as planning ten events.
-    # None is prepared: a prepared statement settles on a generic plan made while the
-    # log was small (a hash join over a sequential scan of events) and keeps it as the
-    # log grows.
+    # after the lock, so the head is held for one round trip here, not four. The events
+    # re-sent ids name and the registrations of the models named come in one lookup, and
+    # causes are looked up only when there are some. None is prepared: a prepared
+    # statement settles on a generic plan made while the log was small (a hash join over
+    # a sequential scan of events) and keeps it as the log grows.
     statements = ["BEGIN ISOLATION LEVEL READ COMMITTED"] if commit else []
     statements += [_LOCK_HEAD, _FETCH_KNOWN, _FETCH_VERSIONS]
     params = {**_pair_params(ids | wanted), **_pair_params(streams, prefix="stream_")}
     if causes:
         statements.append(_FETCH_POSITIONS)
         params.update(_pair_params(causes, prefix="cause_"))
-    # The values are in the query's text, so PostgreSQL's log of a failed statement shows
-    # the ids and streams looked up (never an event's data).
-    async with AsyncClientCursor(driver, row_factory=namedtuple_row) as cursor:
-        try:
-            await cursor.execute("; ".join(statements), params)
-        except UnicodeEncodeError as exc:
-            raise _unsendable(exc, driver.info.encoding) from exc
+    async with _looked_up(driver, statements, params) as cursor:
         if commit:
             cursor.nextset()  # BEGIN's
         head: Any = await cursor.fetchone()
@@ -133,128 +140,164 @@ async def append_on(
         if causes:
             cursor.nextset()
             cause_rows = await cursor.fetchall()
+    locked = Head(int(head.position), bytes(head.hash))
+    known = _known_from([r for r in found if (r.tenant, r.id) in ids])
+    positions = {(r.tenant, r.id): r.position for r in cause_rows}
+    positions.update({key: k.position for key, k in known.items()})  # re-sent, then cited
     group = GroupPlan(
-        position=int(head.position),
-        prev_hash=bytes(head.hash),
-        stored=_known_from([r for r in found if (r.tenant, r.id) in ids]),
-        positions={(r.tenant, r.id): r.position for r in cause_rows},
+        position=locked.position,
+        prev_hash=locked.hash,
+        known=known,
+        positions=positions,
         versions={(r.tenant, r.stream): int(r.version) for r in version_rows if r.version},
         recorded_at=datetime.now(UTC),
         registrations=_registrations_from([r for r in found if (r.tenant, r.id) in wanted]),
     )
-    # The rows of each request go out as soon as it is planned, so that PostgreSQL takes
-    # them in while the next request is planned: the head is locked meanwhile.
-    outcomes: list[Outcome] = []
-    pending = iter(requests)
-    for tenant, batch in pending:  # a group of re-sends and refusals writes nothing
-        outcomes.append(group.plan(tenant, batch))
-        if group.rows:
-            break
-    if not group.rows:
-        if commit:
-            await driver.commit()  # nothing to keep; the head is free again
-        return outcomes
-    async with driver.cursor() as cursor:
-        # The lines go out in the connection's own encoding, as psycopg's adapters would
-        # send them; PostgreSQL converts to the database's.
-        encoding = cursor.connection.info.encoding
-        recorded_at = group.recorded_at.isoformat()
-        async with cursor.copy(_COPY_EVENTS) as copy:
-            sent = await _send(copy, group.rows, 0, recorded_at, encoding)
-            for tenant, batch in pending:
-                outcomes.append(group.plan(tenant, batch))
-                sent = await _send(copy, group.rows, sent, recorded_at, encoding)
-        await _finish(cursor, group, commit=commit)
-    return outcomes
+    outcomes: list[Outcome] = [group.plan(tenant, batch) for tenant, batch in requests]
+    if group.rows:
+        await write_group(driver, locked, group, commit=commit)
+    elif commit:
+        await driver.commit()  # nothing to keep; the head is free again
+    return Landed(outcomes, locked, group if group.rows else None)
 
 
-async def _send(
-    copy: AsyncCopy, rows: list[Row], sent: int, recorded_at: str, encoding: str
-) -> int:
-    """Send ``rows[sent:]`` as COPY lines; how many rows are sent now."""
-    for start in range(sent, len(rows), _COPY_CHUNK):
-        chunk = rows[start : start + _COPY_CHUNK]
-        lines = "".join([copy_line(row, recorded_at) for row in chunk])
-        await copy.write(_encoded(lines, encoding))
-    return len(rows)
-
-
-async def _finish(cursor: AsyncCursor[Any], group: GroupPlan, *, commit: bool) -> None:
-    """The group's edges, and the head moved past its rows (and the commit)."""
-    if group.edges:
-        async with cursor.copy(_COPY_EDGES) as copy:
-            await copy.write("".join([f"{e}\t{c}\n" for e, c in group.edges]).encode())
-    # Move the head, and send projection runners a wake-up hint (delivered at commit;
-    # they poll anyway), in one round trip, with the commit when it is ours. The hint
-    # names the head and the types appended, so a runner wakes only the projections
-    # that read them.
-    async with AsyncClientCursor(cursor.connection) as moving:
-        await moving.execute(
-            _MOVE_HEAD + ("; COMMIT" if commit else ""),
-            {
-                "position": group.position,
-                "hash": group.prev_hash,
-                "hint": wake_hint(group.position, {row.event.type for row in group.rows}),
-            },
-        )
-
-
-# COPY's text format, written here rather than by psycopg's per-value adapters: one row
-# is one line of tab-separated fields, \N is NULL, and a backslash, tab, newline or
-# carriage return inside a field is escaped. (This took a third of the append's time.)
-_COPY_CHUNK = 256
-_NULL = "\\N"
-
-
-def copy_line(row: Row, recorded_at: str) -> str:
-    """``row`` as one line of ``_COPY_EVENTS`` input; ``recorded_at`` in ISO 8601."""
-    event = row.event
-    if event.data_binary is not None or not event.has_data:
-        data = None
-    else:
-        data = orjson.dumps(event.data).decode()  # JSON null when data is None
-    fields = (
-        str(row.position),
-        row.tenant,
-        event.id,
-        event.source,
-        event.type,
-        event.subject,
-        # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
-        _time_column(event),
-        event.time,
-        recorded_at,
-        event.stream,
-        str(row.stream_version),
-        event.datacontenttype,
-        event.dataschema,
-        data,
-        None if event.data_binary is None else _bytea(event.data_binary),
-        orjson.dumps(event.extensions).decode(),
-        _text_array(event.causes),
-        event.correlation_id,
-        event.model_name,
-        event.model_version,
-        event.model_signature,
-        _bytea(row.prev_hash),
-        _bytea(row.hash),
+async def write_group(
+    driver: PsycopgConnection[Any], after: Head, group: GroupPlan, *, commit: bool = False
+) -> None:
+    """Write ``group``, planned on the head ``after``, with ``causeway_append``: in the
+    caller's transaction (``commit``: and commit it, in the same round trip), or in its
+    own on a connection in autocommit mode. Raises ``HeadMoved`` when the head is
+    elsewhere (nothing is written then)."""
+    params = (
+        after.position,
+        after.hash,
+        group.position,
+        group.prev_hash,
+        _event_rows(group.rows, group.recorded_at),
+        orjson.dumps(group.edges).decode(),
+        wake_hint(group.position, {row.event.type for row in group.rows}),
     )
-    line = "\t".join([_NULL if f is None else f for f in fields])
-    # Most lines need no escaping: then their only backslashes are those of the NULLs
-    # and of the bytea prefixes (written escaped), and their only tabs separate fields.
-    written = fields.count(None) + _BACKSLASHES_PER_LINE + (event.data_binary is not None) * 2
-    if (
-        line.count("\\") == written
-        and line.count("\t") == len(fields) - 1
-        and "\n" not in line
-        and "\r" not in line
+    try:
+        if commit:
+            async with driver.pipeline():
+                await driver.execute(_APPEND, params, prepare=True)
+                await driver.execute("COMMIT")
+        else:
+            await driver.execute(_APPEND, params, prepare=True)
+    except UnicodeEncodeError as exc:
+        raise _unsendable(exc, driver.info.encoding) from exc
+    except psycopg.errors.SerializationFailure as exc:
+        found = exc.diag.message_detail
+        if found is None or not found.isdigit():  # not causeway_append's own refusal
+            raise
+        raise HeadMoved(
+            exc.diag.message_primary or "", found=int(found), planned=after.position
+        ) from exc
+
+
+async def fetch_facts(
+    driver: PsycopgConnection[Any],
+    streams: Iterable[Key],
+    causes: Iterable[Key],
+    models: Iterable[ModelKey],
+) -> Facts:
+    """Stream versions, the positions of ids and the registrations of models, as stored
+    now, without locking anything: for an appender that plans before it locks
+    (``causeway_append`` refuses the group if the log moved on meanwhile). One round trip,
+    only the statements asked for."""
+    statements: list[str] = []
+    params: dict[str, str] = {}
+    wanted = {(tenant, registration_id(name, version)) for tenant, name, version in models}
+    streams, causes = set(streams), set(causes)
+    for keys, statement, prefix in (
+        (streams, _FETCH_VERSIONS, "stream_"),
+        (causes, _FETCH_POSITIONS, "cause_"),
+        (wanted, _FETCH_KNOWN, ""),
     ):
-        return line + "\n"
-    escaped = [
-        _NULL if f is None else f if i in _BYTEA_FIELDS else _escaped(f)
-        for i, f in enumerate(fields)
-    ]
-    return "\t".join(escaped) + "\n"
+        if keys:
+            statements.append(statement)
+            params.update(_pair_params(keys, prefix=prefix))
+    facts = Facts()
+    if not statements:
+        return facts
+    async with _looked_up(driver, statements, params) as cursor:
+        if streams:
+            version_rows: list[Any] = await cursor.fetchall()
+            facts.versions = {(r.tenant, r.stream): int(r.version or 0) for r in version_rows}
+            cursor.nextset()
+        if causes:
+            cause_rows: list[Any] = await cursor.fetchall()
+            facts.positions = {(r.tenant, r.id): r.position for r in cause_rows}
+            cursor.nextset()
+        if wanted:
+            facts.registrations = _registrations_from(await cursor.fetchall())
+    return facts
+
+
+@asynccontextmanager
+async def _looked_up(
+    driver: PsycopgConnection[Any], statements: list[str], params: dict[str, str]
+) -> AsyncIterator[AsyncClientCursor[Any]]:
+    """``statements`` run in one round trip, their results to read in order. The values
+    are in the query's text, so PostgreSQL's log of a failed statement shows the ids and
+    streams looked up (never an event's data)."""
+    async with AsyncClientCursor(driver, row_factory=namedtuple_row) as cursor:
+        try:
+            await cursor.execute("; ".join(statements), params)
+        except UnicodeEncodeError as exc:
+            raise _unsendable(exc, driver.info.encoding) from exc
+        yield cursor
+
+
+def _registration_keys(requests: Sequence[tuple[str, Sequence[NewEvent]]]) -> set[Key]:
+    """The ids of the registration events of the models ``requests`` name."""
+    return {
+        (tenant, registration_id(e.model_name, e.model_version))
+        for tenant, batch in requests
+        for e in batch
+        if e.model_name is not None and e.model_version is not None
+    }
+
+
+def _event_rows(rows: list[Row], recorded_at: datetime) -> str:
+    """``rows`` as ``causeway_append`` reads them: a JSON array of objects named as the
+    columns of ``events`` (JSON data nested as it is; bytea in hex)."""
+    at = recorded_at.isoformat()
+    return orjson.dumps([_event_row(row, at) for row in rows]).decode()
+
+
+def _event_row(row: Row, recorded_at: str) -> dict[str, Any]:
+    event = row.event
+    binary = event.data_binary
+    has_json = binary is None and event.has_data
+    return {
+        "position": row.position,
+        "tenant": row.tenant,
+        "id": event.id,
+        "source": event.source,
+        "type": event.type,
+        "subject": event.subject,
+        # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
+        "time": _time_column(event),
+        "time_rfc3339": event.time,
+        "recorded_at": recorded_at,
+        "stream": event.stream,
+        "stream_version": row.stream_version,
+        "datacontenttype": event.datacontenttype,
+        "dataschema": event.dataschema,
+        "data": event.data if has_json else None,
+        # JSON null reads as SQL NULL, the form for "no data": flagged to be kept.
+        "json_null": has_json and event.data is None,
+        "data_binary": None if binary is None else "\\x" + binary.hex(),
+        "extensions": event.extensions,
+        "causes": event.causes,
+        "correlation_id": event.correlation_id,
+        "model_name": event.model_name,
+        "model_version": event.model_version,
+        "model_signature": event.model_signature,
+        "prev_hash": "\\x" + row.prev_hash.hex(),
+        "hash": "\\x" + row.hash.hex(),
+    }
 
 
 def _time_column(event: NewEvent) -> str | None:
@@ -267,36 +310,12 @@ def _time_column(event: NewEvent) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat()
 
 
-def _encoded(text: str, encoding: str) -> bytes:
-    try:
-        return text.encode(encoding)
-    except UnicodeEncodeError as exc:
-        raise _unsendable(exc, encoding) from exc
-
-
 def _unsendable(exc: UnicodeEncodeError, encoding: str) -> psycopg.DataError:
     """What a value the connection's encoding cannot carry is: a bad value (SQLSTATE
     class 22), which fails only the request that sent it."""
     return psycopg.DataError(
         f"a character cannot be sent in the connection's encoding {encoding}: {exc.reason}"
     )
-
-
-def _escaped(value: str) -> str:
-    return (
-        value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    )
-
-
-_BYTEA_PREFIX = "\\\\x"  # bytea's hex input, its backslash escaped for COPY
-_BACKSLASHES_PER_LINE = 4  # the prefixes of prev_hash and hash
-_BYTEA_FIELDS = frozenset(
-    _EVENT_COLUMNS.index(name) for name in ("data_binary", "prev_hash", "hash")
-)
-
-
-def _bytea(value: bytes) -> str:
-    return _BYTEA_PREFIX + value.hex()
 
 
 def _text_array(values: Sequence[str]) -> str:
@@ -351,13 +370,10 @@ def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
 
 
 _LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
-# The channel name is NOTIFY_CHANNEL's.
-_MOVE_HEAD = """
-    WITH moved AS (
-        UPDATE log_head SET position = %(position)s, hash = %(hash)s RETURNING position
-    )
-    SELECT pg_notify('causeway_events', %(hint)s) FROM moved
-"""
+_APPEND = (
+    "SELECT causeway_append(%s::bigint, %s::bytea, %s::bigint, %s::bytea, %s::json, %s::json,"
+    " %s::text)"
+)  # the function sends the NOTIFY_CHANNEL hint
 _FETCH_KNOWN = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data
     FROM events

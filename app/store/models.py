@@ -10,8 +10,9 @@ absent optional members left out), so one signature always has one digest.
 
 Registrations are events (``causeway.model.registered``) with a deterministic id, so the
 store's idempotency makes a re-registration of the same content a no-op and a different
-one a conflict. Checks at ingest read the registration events themselves, under the
-append lock, so they never lag behind a registration.
+one a conflict. Checks at ingest read the registration events themselves, so they never
+lag behind a registration: looked up before a group is planned (a registration, once
+stored, never changes), and under the append lock again when that lookup found none.
 """
 
 from __future__ import annotations

@@ -1,0 +1,169 @@
+"""What one appender knows of the log's tail, so that it can plan a group before the head
+is locked and write it in one round trip (``log.write_group``).
+
+An appender that is the only writer knows where the head is (where its own last group
+left it), the version of every stream it wrote and the position of every event it wrote.
+What it did not write, it looks up first (``log.fetch_facts``: other streams' versions,
+causes' positions, models' registrations). Those facts cannot go stale behind its back
+unless someone else appends; and then the head is not where the appender planned on,
+``causeway_append`` refuses the group (``HeadMoved``), and the appender plans it again
+under the lock (``log.append_on``), which also tells it whether others still append.
+
+The tail plans ahead: a group is planned on the head the group before it will leave,
+before that one is written, so that several can be on their way to the database at once.
+If one of them fails, every later one fails the head check too, and ``forget`` drops what
+they claimed. The tail takes no decision a client would see: a group in which any event
+is a re-send or is refused goes to ``append_on``, which decides under the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.errors import AppError
+from app.store._plan import Facts, GroupPlan, Head, Key, ModelKey
+from app.store.models import Registration
+from app.store.records import Appended, NewEvent
+
+Requests = Sequence[tuple[str, Sequence[NewEvent]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """The facts a group needs that the tail does not know."""
+
+    streams: frozenset[Key]
+    causes: frozenset[Key]
+    models: frozenset[ModelKey]
+
+    def __bool__(self) -> bool:
+        return bool(self.streams or self.causes or self.models)
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A group planned on the tail: write ``group`` on the head ``after``; on success,
+    ``outcomes`` are the requests' answers."""
+
+    after: Head
+    group: GroupPlan
+    outcomes: list[list[Appended]]
+    generation: int  # the tail's, when planned: what it knew then still holds if unchanged
+
+
+class Tail:
+    def __init__(self, *, capacity: int = 100_000) -> None:
+        self._capacity = capacity  # of each map; past it they are emptied, not the head
+        self.head: Head | None = None  # where the next group goes; None: plan under the lock
+        self._left: Head | None = None  # where this appender's last written group left it
+        self._versions: dict[Key, int] = {}
+        self._positions: dict[Key, int] = {}
+        self._registrations: dict[ModelKey, Registration] = {}
+        self._generation = 0  # counts forgets
+
+    def wanted(self, requests: Requests) -> Wanted:
+        streams = {(t, e.stream) for t, batch in requests for e in batch}
+        causes = {(t, c) for t, batch in requests for e in batch for c in e.causes}
+        models = {
+            (t, e.model_name, e.model_version)
+            for t, batch in requests
+            for e in batch
+            if e.model_name is not None and e.model_version is not None
+        }
+        ids = {(t, e.id) for t, batch in requests for e in batch}
+        # Tested one by one: ``set - dict.keys()`` walks every key of the dict.
+        versions, positions, registrations = self._versions, self._positions, self._registrations
+        return Wanted(
+            frozenset([s for s in streams if s not in versions]),
+            frozenset([c for c in causes if c not in positions and c not in ids]),
+            frozenset([m for m in models if m not in registrations]),
+        )
+
+    def learn(self, facts: Facts) -> None:
+        """Facts looked up since the last write: known streams stay as the tail has them
+        (a group on its way may have moved them past what the lookup saw)."""
+        for key, version in facts.versions.items():
+            self._versions.setdefault(key, version)
+        self._positions.update(facts.positions)
+        self._registrations.update(facts.registrations)
+
+    def plan(self, requests: Requests) -> Planned | None:
+        """``requests`` planned on ``head``, which moves past them; None when an event
+        reuses an id the tail knows, or a request is refused (then the tail forgets what
+        the requests before it claimed): plan them under the lock. May raise what
+        planning a request raises (data it cannot encode, say)."""
+        after = self.head
+        if after is None:
+            raise RuntimeError("the tail does not know where the head is")
+        positions = self._positions
+        if any((tenant, e.id) in positions for tenant, batch in requests for e in batch):
+            return None  # a re-send, or an id taken: decided under the lock
+        group = GroupPlan(
+            after.position,
+            after.hash,
+            {},
+            self._positions,
+            self._versions,
+            datetime.now(UTC),
+            self._registrations,
+        )
+        outcomes: list[list[Appended]] = []
+        for tenant, batch in requests:
+            outcome = group.plan(tenant, batch)
+            if isinstance(outcome, AppError) or any(a.duplicate for a in outcome):
+                self.forget()
+                return None
+            outcomes.append(outcome)
+        self.head = Head(group.position, group.prev_hash)
+        return Planned(after, group, outcomes, self._generation)
+
+    def still_holds(self, planned: Planned) -> bool:
+        """Whether nothing was forgotten since ``planned`` was planned: every group it
+        rests on is written, or on its way."""
+        return planned.generation == self._generation
+
+    def written(self, planned: Planned) -> None:
+        """``planned`` is in the log."""
+        self._left = Head(planned.group.position, planned.group.prev_hash)
+
+    def restart(self, found: Head | None, group: GroupPlan | None) -> None:
+        """``log.append_on`` found the head at ``found`` under the lock and wrote ``group``
+        (if it wrote anything). Where the head was not where this appender last left it,
+        someone else appends too: what the tail knew of streams is dropped, and the next
+        group is planned under the lock again, which tells whether they still do."""
+        if found is None:
+            return
+        alone = found == self._left
+        if not alone:
+            self._versions.clear()
+        if group is not None:
+            self._versions.update(group.versions)
+            self._positions.update(group.positions)
+            self._registrations.update(group.registrations)
+            found = Head(group.position, group.prev_hash)
+        self._left = found
+        self.head = found if alone else None
+        if len(self._positions) > self._capacity or len(self._versions) > self._capacity:
+            self._drop_facts()
+
+    def forget(self) -> None:
+        """Drop everything: a group failed or was refused, and what the groups planned
+        after it claimed is not so. The next group is planned under the lock."""
+        self.head = None
+        self._generation += 1
+        self._drop_facts()
+
+    def is_full(self) -> bool:
+        return len(self._positions) > self._capacity or len(self._versions) > self._capacity
+
+    def trim(self) -> None:
+        """Drop the facts but not the head: for when no group is on its way (a group
+        planned on facts it dropped would be refused, and planned again)."""
+        self._drop_facts()
+
+    def _drop_facts(self) -> None:
+        self._versions = {}
+        self._positions = {}
+        self._registrations = {}

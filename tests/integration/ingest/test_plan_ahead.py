@@ -1,0 +1,196 @@
+"""Groups planned ahead (before the head is locked, on what the appender knows of the
+log's tail): the answers, the order and the chain are what the lock would have given,
+when another writer appends between two groups too, and when a request re-sends or is
+refused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import driver_of
+from app.errors import IdConflict, UnknownCause, VersionConflict
+from app.store._plan import GroupPlan, Head
+from app.store.chain import GENESIS_HASH
+from app.store.log import EventLog, HeadMoved, write_group
+from app.store.records import NewEvent
+from app.store.verify import verify_chain
+from ingest.appender import Appender
+
+
+def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
+    return NewEvent(id=event_id, source="/s", type="t", stream=stream, **fields)
+
+
+@pytest.fixture
+async def appender(engine: AsyncEngine) -> AsyncIterator[Appender]:
+    appender = Appender(engine)
+    # The first groups are planned under the lock: they tell the tail where the head is
+    # and that no one else appends.
+    for n in range(3):
+        await appender.append("acme", [new(f"warm-{n}", stream="warm")])
+    yield appender
+    await appender.close()
+
+
+async def stored(engine: AsyncEngine) -> list[tuple[int, str, str, int]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text("SELECT position, id, stream, stream_version FROM events ORDER BY position")
+        )
+        return [(r.position, r.id, r.stream, r.stream_version) for r in rows]
+
+
+async def assert_intact(engine: AsyncEngine) -> None:
+    async with engine.connect() as conn:
+        report = await verify_chain(conn)
+    assert report.is_intact, report
+
+
+async def test_groups_after_the_first_are_planned_ahead_in_order(
+    appender: Appender, engine: AsyncEngine
+) -> None:
+    before = appender.groups_planned_ahead
+    answers = await asyncio.gather(
+        *(appender.append("acme", [new(f"e{n}", stream=f"s{n % 3}")]) for n in range(60))
+    )
+    assert appender.groups_planned_ahead > before
+    positions = [a.position for [a] in answers]
+    assert sorted(positions) == list(range(4, 64))
+    versions: dict[str, list[int]] = {}
+    for [a] in sorted(answers, key=lambda a: a[0].position):
+        versions.setdefault(a.stream, []).append(a.stream_version)
+    assert all(v == list(range(1, len(v) + 1)) for v in versions.values())
+    assert [p for p, *_ in await stored(engine)] == list(range(1, 64))
+    await assert_intact(engine)
+
+
+async def test_a_re_sent_event_is_a_duplicate_with_its_stored_position(
+    appender: Appender, engine: AsyncEngine
+) -> None:
+    [first] = await appender.append("acme", [new("once", stream="x", has_data=True, data=1)])
+    [again] = await appender.append("acme", [new("once", stream="x", has_data=True, data=1)])
+    [after] = await appender.append("acme", [new("next", stream="x")])
+    assert (again.duplicate, again.position, again.stream_version) == (True, first.position, 1)
+    assert (after.position, after.stream_version) == (first.position + 1, 2)
+    await assert_intact(engine)
+
+
+async def test_an_id_used_again_with_other_content_is_refused(
+    appender: Appender, engine: AsyncEngine
+) -> None:
+    await appender.append("acme", [new("taken", has_data=True, data=1)])
+    with pytest.raises(IdConflict):
+        await appender.append("acme", [new("taken", has_data=True, data=2)])
+    [after] = await appender.append("acme", [new("free")])
+    assert after.position == 5
+    await assert_intact(engine)
+
+
+async def test_a_refused_request_fails_alone_and_the_next_groups_go_ahead_again(
+    appender: Appender, engine: AsyncEngine
+) -> None:
+    outcomes = await asyncio.gather(
+        appender.append("acme", [new("a1")]),
+        appender.append("acme", [new("orphan", causes=("missing",))]),
+        appender.append("acme", [new("late", stream="warm", expected_version=1)]),
+        appender.append("acme", [new("a2", causes=("a1",))]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], UnknownCause)
+    assert isinstance(outcomes[2], VersionConflict)
+    assert [o[0].position for o in (outcomes[0], outcomes[3])] == [4, 5]  # type: ignore[index]
+    before = appender.groups_planned_ahead
+    for n in range(3):
+        await appender.append("acme", [new(f"b{n}")])
+    assert appender.groups_planned_ahead > before
+    async with engine.connect() as conn:
+        edges = (await conn.execute(text("SELECT effect, cause FROM event_causes"))).all()
+    assert [tuple(e) for e in edges] == [(5, 4)]
+    await assert_intact(engine)
+
+
+async def test_another_writer_between_two_groups_is_met_under_the_lock(
+    appender: Appender, engine: AsyncEngine
+) -> None:
+    # The tail knows stream "warm" at version 3; another writer takes version 4 and
+    # writes the cause the next request names.
+    async with engine.begin() as conn:
+        await EventLog(conn).append("acme", [new("other", stream="warm"), new("cited")])
+    [mine] = await appender.append("acme", [new("mine", stream="warm", causes=("cited",))])
+    assert (mine.position, mine.stream_version) == (6, 5)
+    async with engine.connect() as conn:
+        edges = (await conn.execute(text("SELECT effect, cause FROM event_causes"))).all()
+    assert [tuple(e) for e in edges] == [(6, 5)]
+    # Then, alone again, the groups after are planned ahead again.
+    before = appender.groups_planned_ahead
+    for n in range(3):
+        await appender.append("acme", [new(f"c{n}", stream="warm")])
+    assert appender.groups_planned_ahead > before
+    assert [v for _, _, s, v in await stored(engine) if s == "warm"] == list(range(1, 9))
+    await assert_intact(engine)
+
+
+async def test_two_appenders_taking_turns_keep_one_chain(engine: AsyncEngine) -> None:
+    first, second = Appender(engine), Appender(engine)
+    try:
+        # Turn by turn, then each several times in a row, then both at once.
+        turns = [first, second] * 5 + [first] * 5 + [second] * 5
+        for n, writer in enumerate(turns):
+            await writer.append("acme", [new(f"t{n}", stream="shared")])
+        together = await asyncio.gather(
+            *(w.append("acme", [new(f"u{n}-{i}", stream="shared")]) for i, w in
+              enumerate((first, second)) for n in range(15))
+        )  # fmt: skip
+    finally:
+        await first.close()
+        await second.close()
+    assert len(together) == 30
+    rows = await stored(engine)
+    assert [p for p, *_ in rows] == list(range(1, 51))
+    assert [v for *_, v in rows] == list(range(1, 51))
+    await assert_intact(engine)
+
+
+async def test_a_small_tail_forgets_and_looks_up_again(engine: AsyncEngine) -> None:
+    appender = Appender(engine, tail_capacity=5)
+    try:
+        for round_ in range(4):
+            answers = await asyncio.gather(
+                *(appender.append("acme", [new(f"r{round_}-{n}", stream=f"s{n}")])
+                  for n in range(12))
+            )  # fmt: skip
+            assert sorted(a.stream_version for [a] in answers) == [round_ + 1] * 12
+        [cited] = await appender.append("acme", [new("cites", causes=("r0-0", "r3-11"))])
+    finally:
+        await appender.close()
+    assert cited.position == 49
+    await assert_intact(engine)
+
+
+async def test_a_group_planned_on_a_head_that_moved_writes_nothing(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        [a] = await EventLog(conn).append("acme", [new("a")])
+    # Planned on the empty log (position 0), which is no longer where the head is.
+    group = GroupPlan(0, GENESIS_HASH, {}, {}, {}, datetime.now(UTC), {})
+    assert isinstance(group.plan("acme", [new("b")]), list)
+    async with engine.connect() as conn:
+        with pytest.raises(HeadMoved) as moved:
+            await write_group(await driver_of(conn), Head(0, GENESIS_HASH), group)
+        await conn.rollback()
+    assert (moved.value.found, moved.value.behind) == (a.position, False)
+    # Planned past the head (as a group after one still on its way): behind.
+    ahead = GroupPlan(5, bytes(32), {}, {}, {}, datetime.now(UTC), {})
+    assert isinstance(ahead.plan("acme", [new("c")]), list)
+    async with engine.connect() as conn:
+        with pytest.raises(HeadMoved) as behind:
+            await write_group(await driver_of(conn), Head(5, bytes(32)), ahead)
+        await conn.rollback()
+    assert behind.value.behind
+    assert [i for _, i, _, _ in await stored(engine)] == ["a"]

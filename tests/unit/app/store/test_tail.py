@@ -1,0 +1,130 @@
+"""What an appender's tail knows of the log, and when it sends a group back to the lock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from app.store._plan import Facts, GroupPlan, Head
+from app.store.chain import GENESIS_HASH
+from app.store.records import NewEvent
+from app.store.tail import Tail
+
+
+def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
+    return NewEvent(id=event_id, source="/s", type="t", stream=stream, **fields)
+
+
+def written_under_lock(
+    tail: Tail, found: Head, *events: NewEvent, versions: dict[tuple[str, str], int] | None = None
+) -> Head:
+    """What ``append_on`` would have reported after writing ``events`` on ``found``, with
+    the stream ``versions`` it looked up."""
+    group = GroupPlan(
+        found.position, found.hash, {}, {}, dict(versions or {}), datetime.now(UTC), {}
+    )
+    group.plan("acme", events)
+    tail.restart(found, group)
+    return Head(group.position, group.prev_hash)
+
+
+def alone(tail: Tail) -> Head:
+    """A tail that has written twice under the lock with no one else between."""
+    first = written_under_lock(tail, Head(0, GENESIS_HASH), new("w1", "warm"))
+    return written_under_lock(tail, first, new("w2", "warm"), versions={("acme", "warm"): 1})
+
+
+class TestWhereTheNextGroupGoes:
+    def test_a_new_tail_plans_under_the_lock(self) -> None:
+        assert Tail().head is None
+
+    def test_after_two_groups_with_no_one_between_it_plans_ahead(self) -> None:
+        tail = Tail()
+        first = written_under_lock(tail, Head(0, GENESIS_HASH), new("a"))
+        assert tail.head is None  # it cannot tell yet whether someone else appends
+        second = written_under_lock(tail, first, new("b"))
+        assert tail.head == second
+
+    def test_someone_else_between_two_groups_sends_the_next_one_under_the_lock(self) -> None:
+        tail = Tail()
+        head = alone(tail)
+        elsewhere = Head(head.position + 3, b"\x01" * 32)  # three events of another writer
+        written_under_lock(tail, elsewhere, new("c", "cold"))
+        assert tail.head is None
+        # Their streams may have moved: the tail asks again.
+        assert tail.wanted([("acme", [new("d", "warm")])]).streams == {("acme", "warm")}
+
+
+class TestPlanning:
+    def test_groups_chain_on_the_one_before_before_it_is_written(self) -> None:
+        tail = Tail()
+        head = alone(tail)
+        first = tail.plan([("acme", [new("a", "warm"), new("b", "other")])])
+        second = tail.plan([("acme", [new("c", "warm", causes=("a",))])])
+        assert first is not None
+        assert second is not None
+        assert first.after == head
+        assert second.after == Head(first.group.position, first.group.prev_hash)
+        assert [a.stream_version for a in second.outcomes[0]] == [4]
+        assert second.group.edges == [(head.position + 3, head.position + 1)]
+
+    def test_an_id_it_wrote_goes_under_the_lock_and_nothing_is_forgotten(self) -> None:
+        tail = Tail()
+        head = alone(tail)
+        assert tail.plan([("acme", [new("w2", "warm")])]) is None
+        assert tail.head == head
+        assert not tail.wanted([("acme", [new("x", "warm")])])
+
+    def test_a_refused_request_makes_it_forget(self) -> None:
+        tail = Tail()
+        alone(tail)
+        planned = tail.plan([("acme", [new("a")]), ("acme", [new("b", causes=("nowhere",))])])
+        assert planned is None
+        assert tail.head is None
+        assert tail.wanted([("acme", [new("c", "warm")])]).streams == {("acme", "warm")}
+
+    def test_a_plan_from_before_a_forget_no_longer_holds(self) -> None:
+        tail = Tail()
+        alone(tail)
+        planned = tail.plan([("acme", [new("a")])])
+        assert planned is not None
+        assert tail.still_holds(planned)
+        tail.forget()
+        assert not tail.still_holds(planned)
+
+
+class TestWhatItLooksUp:
+    def test_only_what_it_does_not_know(self) -> None:
+        tail = Tail()
+        alone(tail)
+        wanted = tail.wanted(
+            [
+                ("acme", [new("a", "warm", causes=("w1", "far")), new("b", "cold")]),
+                ("acme", [new("c", "cold", causes=("b",), model_name="m", model_version="1")]),
+            ]
+        )
+        assert wanted.streams == {("acme", "cold")}
+        assert wanted.causes == {("acme", "far")}  # w1 it wrote, b is in the group
+        assert wanted.models == {("acme", "m", "1")}
+
+    def test_facts_it_learns_leave_what_it_planned_alone(self) -> None:
+        tail = Tail()
+        alone(tail)
+        planned = tail.plan([("acme", [new("a", "warm")])])
+        assert planned is not None
+        # A lookup that ran before that group was written sees the stream at version 2.
+        tail.learn(Facts(versions={("acme", "warm"): 2, ("acme", "cold"): 7}))
+        assert not tail.wanted([("acme", [new("b", "warm"), new("c", "cold")])])
+        again = tail.plan([("acme", [new("b", "warm"), new("c", "cold")])])
+        assert again is not None
+        assert [a.stream_version for a in again.outcomes[0]] == [4, 8]
+
+    def test_past_its_capacity_it_drops_its_facts_but_keeps_the_head(self) -> None:
+        tail = Tail(capacity=3)
+        head = alone(tail)
+        tail.learn(Facts(versions={("acme", f"s{n}"): 1 for n in range(5)}))
+        assert tail.is_full()
+        tail.trim()
+        assert not tail.is_full()
+        assert tail.head == head
+        assert tail.wanted([("acme", [new("x", "warm")])]).streams == {("acme", "warm")}
