@@ -16,7 +16,9 @@ doing anything (``bench/_null_app.py``, under uvicorn as ``causeway serve`` is).
 machine where the load generator, the server and PostgreSQL share the cores, no Python
 service gets further than that row's ratio. Last, (b)'s CPU per event, read off ``/proc``:
 Causeway's server, PostgreSQL and the load generator, against the library's own process
-and PostgreSQL, and the rate each total would allow with every core busy.
+and PostgreSQL, and the rate each total would allow with every core busy. The load
+generator (``bench/_http.py``) is a bare client on uvloop: what it spends, the server and
+PostgreSQL cannot.
 
 Run: ``python -m bench.ingest [--quick]``.
 """
@@ -59,7 +61,7 @@ from bench._harness import (
     serving,
     serving_null_app,
 )
-from bench._http import Connection
+from bench._http import Connection, run
 
 _ids = count()
 DETECTOR = registration_event(
@@ -338,11 +340,11 @@ def main() -> None:
                 copy_s += baseline.seconds(rows[: len(part)])
                 del rows[: len(part)]
                 checkpoint(url)
-                batch_s += len(part) / asyncio.run(http_batches(base, key, part, clients=4))
+                batch_s += len(part) / run(http_batches(base, key, part, clients=4))
             for ours, es in zip(_rounds(single, rounds), _rounds(theirs, rounds), strict=True):
                 checkpoint(url)
                 before = meter.read(server_process.pid)
-                rate, lat = asyncio.run(http_singles(base, key, ours, clients=32))
+                rate, lat = run(http_singles(base, key, ours, clients=32))
                 our_cpu += meter.read(server_process.pid) - before
                 single_s += len(ours) / rate
                 latencies += lat
@@ -358,13 +360,13 @@ def main() -> None:
         single_rate, es_rate = single_events / single_s, single_events / es_s
         with serving_null_app() as base:
             nothing = [cloudevent("n") for _ in range(single_events)]
-            ceiling_rate, ceiling_latencies = asyncio.run(http_singles(base, key, nothing, 32))
+            ceiling_rate, ceiling_latencies = run(http_singles(base, key, nothing, 32))
         workers_rows = []
         for workers in (2, 4):
             with serving(url, workers=workers) as base:
                 events = [cloudevent(f"w{workers}") for _ in range(single_events)]
                 checkpoint(url)
-                rate, lat = asyncio.run(http_singles(base, key, events, clients=32))
+                rate, lat = run(http_singles(base, key, events, clients=32))
             workers_rows += [
                 Row(f"(c) single POSTs, {workers} workers", rate, es_rate, "events/s"),
                 Row(f"(c) latency p50, {workers} workers", percentile(lat, 50), None, "ms"),
