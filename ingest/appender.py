@@ -51,6 +51,7 @@ from app.store.records import Appended, NewEvent
 from app.store.tail import Planned, Tail
 
 logger = logging.getLogger(__name__)
+_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +78,7 @@ class _Flight:
     requests: list[_Request]
     planned: Planned
     held: _Held
-    task: asyncio.Task[BaseException | None]
+    task: asyncio.Task[Exception | None]
 
 
 class Appender:
@@ -188,12 +189,10 @@ class Appender:
         flight = asyncio.create_task(self._fly(held, group, planned))
         self._flights.append(_Flight(group, planned, held, flight))
 
-    async def _fly(
-        self, held: _Held, group: list[_Request], planned: Planned
-    ) -> BaseException | None:
+    async def _fly(self, held: _Held, group: list[_Request], planned: Planned) -> Exception | None:
         try:
             await write_group(held.driver, planned.after, planned.group)
-        except BaseException as exc:  # the writer decides, in order (cancellation too)
+        except Exception as exc:  # the writer decides what follows, in order
             return exc
         self.groups_committed += 1
         self.groups_planned_ahead += 1
@@ -206,7 +205,10 @@ class Appender:
         """Take the oldest group on its way off the list, once it is done: written, or
         written again under the lock, or failed with its requests answered."""
         flight = self._flights[0]
-        error = await flight.task  # cancelled meanwhile: still listed, for _abandon_flights
+        # Waited for, not awaited: a cancellation of the writer stays the writer's (and
+        # the flight, still listed, is _abandon_flights').
+        await asyncio.wait([flight.task])
+        error = flight.task.result()
         tail = self._tail
         if tail is None:  # pragma: no cover - only a tail sends groups ahead
             raise RuntimeError("a group was sent ahead without a tail")
@@ -214,7 +216,10 @@ class Appender:
             # It reached the head before the group it was planned on (two connections,
             # two backends: PostgreSQL need not take them in the order sent). That one
             # is written now, as nothing failed since: the same plan goes again.
-            error = await self._fly(flight.held, flight.requests, flight.planned)
+            again = asyncio.create_task(self._fly(flight.held, flight.requests, flight.planned))
+            self._flights[0] = flight = _Flight(flight.requests, flight.planned, flight.held, again)
+            await asyncio.wait([again])
+            error = again.result()
         self._flights.popleft()
         if error is None:
             tail.written(flight.planned)
@@ -234,20 +239,26 @@ class Appender:
             await self._land()
 
     async def _abandon_flights(self) -> None:
-        for flight in self._flights:
+        """Stop the groups on their way (PostgreSQL cancels their statements) and answer
+        the requests of those not written."""
+        flights, self._flights = list(self._flights), deque()
+        for flight in flights:
             flight.task.cancel()
-        while self._flights:
-            flight = self._flights.popleft()
-            error = await asyncio.shield(flight.task)
+        if flights:
+            await asyncio.wait([flight.task for flight in flights])
+        for flight in flights:
             await self._discard(flight.held)
-            if error is not None:
-                for request in flight.requests:
-                    _settle(request, error)
+            for request in flight.requests:
+                _settle(request, _interrupted())  # none if it was written and answered
 
     async def _commit_under_lock(self, group: list[_Request]) -> None:
         try:
             await self._commit(group)
         except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled: the server is stopping
+                for request in group:
+                    _settle(request, _interrupted())
+                raise
             if _fails_alone(exc) and len(group) > 1:
                 # One request's own fault (see _fails_alone): the whole group rolled back,
                 # so retry each request alone and let only the one at fault fail.
@@ -258,13 +269,11 @@ class Appender:
                         _settle(request, alone)
                 return
             await self._lost(group, exc)
-            if not isinstance(exc, Exception):
-                raise
 
-    async def _lost(self, group: list[_Request], exc: BaseException) -> None:
+    async def _lost(self, group: list[_Request], exc: Exception) -> None:
         """The transaction failed: its requests get the error. When the server went
         away, every connection held went with it: they are dropped too."""
-        if isinstance(exc, Exception) and not _fails_alone(exc):
+        if not _fails_alone(exc):
             logger.warning("a group of %d appends failed: %r", len(group), exc)
             await self._release_idle()
         for request in group:
@@ -304,11 +313,14 @@ class Appender:
             connection = await self._engine.connect()
             # The groups begin and commit their own transactions (append_on in the round
             # trips of its statements, causeway_append as one statement); the pool resets
-            # the mode when the connection goes back.
+            # the mode when the connection goes back. A group written in one statement is
+            # a transaction of the database's default isolation, which must be READ
+            # COMMITTED: under REPEATABLE READ, one that waited at the head for the group
+            # before it would fail (it locks a row changed since its snapshot).
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             fresh = _Held(connection, await driver_of(connection))
             try:
-                await fresh.driver.execute("SELECT 1")
+                await fresh.driver.execute(_READ_COMMITTED)
             except psycopg.OperationalError:
                 await self._discard(fresh)
                 if attempt == tries:
@@ -330,8 +342,13 @@ class Appender:
         for held in idle:
             if held.driver.closed or held.driver.broken:
                 await self._discard(held)
-            else:
-                await held.connection.close()
+                continue
+            try:
+                await held.driver.execute("RESET default_transaction_isolation")
+            except psycopg.OperationalError:
+                await self._discard(held)
+                continue
+            await held.connection.close()
 
     async def _discard(self, held: _Held) -> None:
         await held.connection.invalidate()
@@ -360,6 +377,16 @@ def _fails_alone(exc: BaseException) -> bool:
         return True
     return isinstance(exc, Exception) and not isinstance(
         exc, psycopg.Error | SQLAlchemyError | OSError
+    )
+
+
+def _interrupted() -> Unavailable:
+    """The answer to a request whose group the server stopped while it was being written:
+    its statement is cancelled, but may have committed just before."""
+    return Unavailable(
+        "the server stopped while this request was being written; send it again "
+        "(an event stored already is answered as a duplicate)",
+        headers={"Retry-After": "1"},
     )
 
 

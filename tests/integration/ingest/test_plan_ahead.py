@@ -10,12 +10,13 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import driver_of
-from app.errors import IdConflict, UnknownCause, VersionConflict
+from app.db.engine import create_engine, driver_of
+from app.errors import IdConflict, Unavailable, UnknownCause, VersionConflict
 from app.store._plan import GroupPlan, Head
 from app.store.chain import GENESIS_HASH
 from app.store.log import EventLog, HeadMoved, write_group
@@ -194,3 +195,67 @@ async def test_a_group_planned_on_a_head_that_moved_writes_nothing(engine: Async
         await conn.rollback()
     assert behind.value.behind
     assert [i for _, i, _, _ in await stored(engine)] == ["a"]
+
+
+async def test_groups_on_their_way_when_the_server_stops_are_answered_and_not_written(
+    appender: Appender, engine: AsyncEngine, database_url: URL
+) -> None:
+    libpq = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(libpq) as holder:
+        await holder.execute("SELECT 1 FROM log_head FOR UPDATE")  # both groups wait
+        on_their_way = [
+            asyncio.ensure_future(appender.append("acme", [new(f"f{n}")])) for n in (1, 2)
+        ]
+        await asyncio.sleep(0.2)
+        queued = asyncio.ensure_future(appender.append("acme", [new("q")]))
+        await asyncio.sleep(0.1)
+        assert appender._writer is not None
+        appender._writer.cancel()
+        await asyncio.wait([*on_their_way, queued], timeout=5)
+        await holder.rollback()
+    for answer in (*on_their_way, queued):
+        assert isinstance(answer.exception(), Unavailable)
+    await asyncio.sleep(0.2)  # had a statement outlived the stop, it would commit now
+    assert [i for _, i, _, _ in await stored(engine)] == ["warm-0", "warm-1", "warm-2"]
+    await assert_intact(engine)
+
+
+async def test_a_database_defaulting_to_repeatable_read_still_takes_groups_in_turn(
+    database_url: URL,
+) -> None:
+    # A group that waited at the head for the one before would fail under REPEATABLE
+    # READ (the row it locks changed after its snapshot): the appender's sessions
+    # default to READ COMMITTED.
+    engine = create_engine(database_url, pool_size=2)
+    async with engine.connect() as conn:
+        database = database_url.database
+        await conn.execute(
+            text(
+                f"ALTER DATABASE \"{database}\" SET default_transaction_isolation = 'repeatable read'"
+            )
+        )
+        await conn.commit()
+    await engine.dispose()  # new sessions take the new default
+    engine = create_engine(database_url, pool_size=2)
+    appender = Appender(engine)
+    libpq = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        for n in range(3):
+            await appender.append("acme", [new(f"warm-{n}")])
+        async with await psycopg.AsyncConnection.connect(libpq) as holder:
+            await holder.execute("SELECT 1 FROM log_head FOR UPDATE")
+            waiting = [
+                asyncio.ensure_future(appender.append("acme", [new(f"e{n}")])) for n in (1, 2)
+            ]
+            await asyncio.sleep(0.2)
+            await holder.rollback()
+        answers = await asyncio.gather(*waiting)
+    finally:
+        await appender.close()
+    assert [a.position for [a] in answers] == [4, 5]
+    async with engine.connect() as conn:  # the pool's sessions keep the database's default
+        assert (await conn.execute(text("SHOW default_transaction_isolation"))).scalar() == (
+            "repeatable read"
+        )
+    await assert_intact(engine)
+    await engine.dispose()
