@@ -167,19 +167,25 @@ class Appender:
         held = await self._connection()
         planned: Planned | None = None
         try:
-            wanted = tail.wanted(requests)
-            if wanted:
-                driver = held.driver
-                tail.learn(await fetch_facts(driver, wanted.streams, wanted.causes, wanted.models))
-            while self._flights and self._flights[0].task.done():
-                await self._land()  # a group that failed meanwhile makes the tail forget
-            if tail.head is not None:
-                planned = tail.plan(requests)
+            while tail.head is not None:
+                generation = tail.generation
+                wanted = tail.wanted(requests)
+                if wanted:
+                    tail.learn(
+                        await fetch_facts(held.driver, wanted.streams, wanted.causes, wanted.models)
+                    )
+                while self._flights and self._flights[0].task.done():
+                    await self._land()  # a group that failed meanwhile makes the tail forget
+                if tail.generation == generation:
+                    planned = tail.plan(requests)
+                    break
+                # It forgot what it had just looked up: what the group needs, again.
         except Exception:
             tail.forget()  # under the lock, the request at fault fails alone
-        except BaseException as exc:
+        except BaseException:  # cancelled (the server is stopping): nothing was sent
+            await self._discard(held)
             for request in group:
-                _settle(request, exc)
+                _settle(request, _stopped())
             raise
         if planned is None:
             self._idle.append(held)

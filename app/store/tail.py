@@ -61,7 +61,7 @@ class Tail:
         self._versions: dict[Key, int] = {}
         self._positions: dict[Key, int] = {}
         self._registrations: dict[ModelKey, Registration] = {}
-        self._generation = 0  # counts forgets
+        self._generation = 0  # counts the times it dropped what it knew
 
     def wanted(self, requests: Requests) -> Wanted:
         streams = {(t, e.stream) for t, batch in requests for e in batch}
@@ -90,16 +90,19 @@ class Tail:
         self._registrations.update(facts.registrations)
 
     def plan(self, requests: Requests) -> Planned | None:
-        """``requests`` planned on ``head``, which moves past them; None when an event
-        reuses an id the tail knows, or a request is refused (then the tail forgets what
-        the requests before it claimed): plan them under the lock. May raise what
-        planning a request raises (data it cannot encode, say)."""
+        """``requests`` planned on ``head``, which moves past them; None when the tail
+        does not know the head or a stream of theirs, an event reuses an id it knows, or
+        a request is refused (then it forgets what the requests before that claimed):
+        plan them under the lock. May raise what planning a request raises (data it
+        cannot encode, say)."""
         after = self.head
         if after is None:
-            raise RuntimeError("the tail does not know where the head is")
-        positions = self._positions
+            return None  # it does not know where the head is
+        positions, versions = self._positions, self._versions
         if any((tenant, e.id) in positions for tenant, batch in requests for e in batch):
             return None  # a re-send, or an id taken: decided under the lock
+        if any((tenant, e.stream) not in versions for tenant, batch in requests for e in batch):
+            return None  # a stream it does not know (dropped since looked up): the same
         group = GroupPlan(
             after.position,
             after.hash,
@@ -119,6 +122,12 @@ class Tail:
         self.head = Head(group.position, group.prev_hash)
         return Planned(after, group, outcomes, self._generation)
 
+    @property
+    def generation(self) -> int:
+        """Changes whenever the tail drops what it knew (``forget``, ``trim``, past its
+        capacity): facts looked up before may be gone, plans made before may not hold."""
+        return self._generation
+
     def still_holds(self, planned: Planned) -> bool:
         """Whether nothing was forgotten since ``planned`` was planned: every group it
         rests on is written, or on its way."""
@@ -137,7 +146,8 @@ class Tail:
             return
         alone = found == self._left
         if not alone:
-            self._versions.clear()
+            self._versions = {}
+            self._generation += 1
         if group is not None:
             self._versions.update(group.versions)
             self._positions.update(group.positions)
@@ -152,7 +162,6 @@ class Tail:
         """Drop everything: a group failed or was refused, and what the groups planned
         after it claimed is not so. The next group is planned under the lock."""
         self.head = None
-        self._generation += 1
         self._drop_facts()
 
     def is_full(self) -> bool:
@@ -164,6 +173,7 @@ class Tail:
         self._drop_facts()
 
     def _drop_facts(self) -> None:
+        self._generation += 1
         self._versions = {}
         self._positions = {}
         self._registrations = {}

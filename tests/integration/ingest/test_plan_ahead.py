@@ -15,14 +15,18 @@ import pytest
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import ingest.appender as appender_module
 from app.db.engine import create_engine, driver_of
 from app.errors import IdConflict, Unavailable, UnknownCause, VersionConflict
+from app.store import log
 from app.store._plan import GroupPlan, Head
 from app.store.chain import GENESIS_HASH
 from app.store.log import EventLog, HeadMoved, write_group
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from ingest.appender import Appender
+
+_write_group = write_group  # the real one, for _Late
 
 
 def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
@@ -259,3 +263,90 @@ async def test_a_database_defaulting_to_repeatable_read_still_takes_groups_in_tu
         )
     await assert_intact(engine)
     await engine.dispose()
+
+
+class _Late:
+    """``write_group`` as it is, with the first group planned ahead held back before it
+    reaches the database: the order in which two connections' statements arrive is
+    PostgreSQL's to choose, and this makes the other order happen (a delay, not a
+    different behaviour)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, delay_s: float) -> None:
+        self.sent: list[tuple[bool, list[tuple[str, str, int]]]] = []
+        self._delay_s = delay_s
+        monkeypatch.setattr(appender_module, "write_group", self)
+        monkeypatch.setattr(log, "write_group", self)
+
+    async def __call__(
+        self, driver: Any, after: Head, group: GroupPlan, *, commit: bool = False
+    ) -> None:
+        rows = [(r.event.id, r.event.stream, r.stream_version) for r in group.rows]
+        self.sent.append((commit, rows))
+        if not commit and len(self.sent) == 1:
+            await asyncio.sleep(self._delay_s)
+        await _write_group(driver, after, group, commit=commit)
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+async def test_a_group_that_reaches_the_head_first_waits_for_the_one_before(
+    appender: Appender, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch, first_fails: bool
+) -> None:
+    late = _Late(monkeypatch, delay_s=0.2)
+    bad: dict[str, Any] = {"has_data": True, "data": "nul\x00"} if first_fails else {}
+    first = asyncio.ensure_future(appender.append("acme", [new("r1", stream="x", **bad)]))
+    await asyncio.sleep(0.02)
+    second = asyncio.ensure_future(appender.append("acme", [new("r2", stream="x")]))
+    answers = await asyncio.gather(first, second, return_exceptions=True)
+    rows = {i: (p, v) for p, i, _, v in await stored(engine)}
+    if first_fails:  # the second's plan rested on it: written again under the lock
+        assert isinstance(answers[0], psycopg.DataError)
+        assert "r1" not in rows
+    else:
+        assert rows["r1"] == (answers[0][0].position, 1)  # type: ignore[index]
+    [r2] = answers[1]  # type: ignore[misc]
+    assert rows["r2"] == (r2.position, r2.stream_version) == ((5, 2) if not first_fails else (4, 1))
+    if not first_fails:  # the second went again as it was planned, once the first was in
+        assert [rows for _, rows in late.sent] == [
+            [("r1", "x", 1)],
+            [("r2", "x", 2)],
+            [("r2", "x", 2)],
+        ]
+    await assert_intact(engine)
+
+
+async def test_facts_dropped_while_a_group_was_looked_up_are_looked_up_again(
+    appender: Appender, engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stream "old" is at version 3, written by another writer before the appender
+    # started. While the appender looks it up for the next group, the group before that
+    # fails (a NUL only PostgreSQL refuses), and the tail drops what it knew.
+    async with engine.begin() as conn:
+        await EventLog(conn).append("acme", [new(f"old-{n}", stream="old") for n in range(3)])
+    late = _Late(monkeypatch, delay_s=0.1)
+    good = asyncio.ensure_future(appender.append("acme", [new("good")]))
+    bad = asyncio.ensure_future(appender.append("acme", [new("bad", has_data=True, data="\x00")]))
+    await asyncio.sleep(0.02)
+    following = asyncio.ensure_future(appender.append("acme", [new("next", stream="old")]))
+    answers = await asyncio.gather(good, bad, following, return_exceptions=True)
+    assert isinstance(answers[1], psycopg.DataError)
+    [written] = answers[2]  # type: ignore[misc]
+    assert written.stream_version == 4
+    assert not [rows for _, rows in late.sent if ("next", "old", 1) in rows]
+    await assert_intact(engine)
+
+
+async def test_a_stop_during_a_lookup_gives_the_connection_back(
+    appender: Appender, engine: AsyncEngine, database_url: URL
+) -> None:
+    libpq = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    async with await psycopg.AsyncConnection.connect(libpq) as holder:
+        await holder.execute("LOCK TABLE events IN ACCESS EXCLUSIVE MODE")  # lookups wait
+        waiting = asyncio.ensure_future(appender.append("acme", [new("e1", stream="unseen")]))
+        await asyncio.sleep(0.3)
+        assert appender._writer is not None
+        appender._writer.cancel()
+        await asyncio.wait([waiting], timeout=5)
+        await holder.rollback()
+    assert isinstance(waiting.exception(), Unavailable)
+    await appender.close()
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]

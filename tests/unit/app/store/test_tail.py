@@ -28,6 +28,11 @@ def written_under_lock(
     return Head(group.position, group.prev_hash)
 
 
+def knows(tail: Tail, *streams: str) -> None:
+    """What the appender's lookup would tell of new ``streams``: version 0."""
+    tail.learn(Facts(versions={("acme", stream): 0 for stream in streams}))
+
+
 def alone(tail: Tail) -> Head:
     """A tail that has written twice under the lock with no one else between."""
     first = written_under_lock(tail, Head(0, GENESIS_HASH), new("w1", "warm"))
@@ -59,6 +64,7 @@ class TestPlanning:
     def test_groups_chain_on_the_one_before_before_it_is_written(self) -> None:
         tail = Tail()
         head = alone(tail)
+        knows(tail, "other")
         first = tail.plan([("acme", [new("a", "warm"), new("b", "other")])])
         second = tail.plan([("acme", [new("c", "warm", causes=("a",))])])
         assert first is not None
@@ -67,6 +73,12 @@ class TestPlanning:
         assert second.after == Head(first.group.position, first.group.prev_hash)
         assert [a.stream_version for a in second.outcomes[0]] == [4]
         assert second.group.edges == [(head.position + 3, head.position + 1)]
+
+    def test_a_stream_it_does_not_know_goes_under_the_lock(self) -> None:
+        tail = Tail()
+        head = alone(tail)
+        assert tail.plan([("acme", [new("a", "unheard-of")])]) is None
+        assert tail.head == head
 
     def test_an_id_it_wrote_goes_under_the_lock_and_nothing_is_forgotten(self) -> None:
         tail = Tail()
@@ -78,6 +90,7 @@ class TestPlanning:
     def test_a_refused_request_makes_it_forget(self) -> None:
         tail = Tail()
         alone(tail)
+        knows(tail, "s")
         planned = tail.plan([("acme", [new("a")]), ("acme", [new("b", causes=("nowhere",))])])
         assert planned is None
         assert tail.head is None
@@ -86,6 +99,7 @@ class TestPlanning:
     def test_a_plan_from_before_a_forget_no_longer_holds(self) -> None:
         tail = Tail()
         alone(tail)
+        knows(tail, "s")
         planned = tail.plan([("acme", [new("a")])])
         assert planned is not None
         assert tail.still_holds(planned)
