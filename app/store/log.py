@@ -173,7 +173,8 @@ async def write_group(
         after.hash,
         group.position,
         group.prev_hash,
-        _event_rows(group.rows, group.recorded_at),
+        group.recorded_at,
+        _event_rows(group.rows),
         orjson.dumps(group.edges).decode(),
         wake_hint(group.position, {row.event.type for row in group.rows}),
     )
@@ -259,45 +260,42 @@ def _registration_keys(requests: Sequence[tuple[str, Sequence[NewEvent]]]) -> se
     }
 
 
-def _event_rows(rows: list[Row], recorded_at: datetime) -> str:
-    """``rows`` as ``causeway_append`` reads them: a JSON array of objects named as the
-    columns of ``events`` (JSON data nested as it is; bytea in hex)."""
-    at = recorded_at.isoformat()
-    return orjson.dumps([_event_row(row, at) for row in rows]).decode()
+def _event_rows(rows: list[Row]) -> str:
+    """``rows`` as ``causeway_append`` reads them (migration 0008): a JSON array with
+    one array of values per event, JSON data nested as ``[data]`` (``[]`` for none),
+    bytes in hex."""
+    return orjson.dumps([_event_row(row) for row in rows]).decode()
 
 
-def _event_row(row: Row, recorded_at: str) -> dict[str, Any]:
+def _event_row(row: Row) -> list[Any]:
     event = row.event
     binary = event.data_binary
-    has_json = binary is None and event.has_data
-    return {
-        "position": row.position,
-        "tenant": row.tenant,
-        "id": event.id,
-        "source": event.source,
-        "type": event.type,
-        "subject": event.subject,
+    return [
+        row.position,
+        row.tenant,
+        event.id,
+        event.source,
+        event.type,
+        event.subject,
         # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
-        "time": _time_column(event),
-        "time_rfc3339": event.time,
-        "recorded_at": recorded_at,
-        "stream": event.stream,
-        "stream_version": row.stream_version,
-        "datacontenttype": event.datacontenttype,
-        "dataschema": event.dataschema,
-        "data": event.data if has_json else None,
-        # JSON null reads as SQL NULL, the form for "no data": flagged to be kept.
-        "json_null": has_json and event.data is None,
-        "data_binary": None if binary is None else "\\x" + binary.hex(),
-        "extensions": event.extensions,
-        "causes": event.causes,
-        "correlation_id": event.correlation_id,
-        "model_name": event.model_name,
-        "model_version": event.model_version,
-        "model_signature": event.model_signature,
-        "prev_hash": "\\x" + row.prev_hash.hex(),
-        "hash": "\\x" + row.hash.hex(),
-    }
+        _time_column(event),
+        event.time,
+        event.stream,
+        row.stream_version,
+        event.datacontenttype,
+        event.dataschema,
+        # Wrapped: [null] is JSON null data, [] no data.
+        [event.data] if binary is None and event.has_data else [],
+        None if binary is None else binary.hex(),
+        event.extensions,
+        event.causes,
+        event.correlation_id,
+        event.model_name,
+        event.model_version,
+        event.model_signature,
+        row.prev_hash.hex(),
+        row.hash.hex(),
+    ]
 
 
 def _time_column(event: NewEvent) -> str | None:
@@ -371,8 +369,8 @@ def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
 
 _LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
 _APPEND = (
-    "SELECT causeway_append(%s::bigint, %s::bytea, %s::bigint, %s::bytea, %s::json, %s::json,"
-    " %s::text)"
+    "SELECT causeway_append(%s::bigint, %s::bytea, %s::bigint, %s::bytea, %s::timestamptz,"
+    " %s::jsonb, %s::json, %s::text)"
 )  # the function sends the NOTIFY_CHANNEL hint
 _FETCH_KNOWN = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data

@@ -14,11 +14,16 @@ and no client round trip happen under the lock. Each statement in the function t
 its snapshot after the lock is held (PL/pgSQL, READ COMMITTED), so nothing is read from
 before the wait.
 
-``new_events`` is a JSON array of objects named as the columns of ``events``; ``data``
-is the event's JSON data, with ``json_null`` true for an explicit JSON ``null`` (which
-``json_to_recordset`` reads as SQL NULL, the form for "no data"); ``data_binary``,
-``prev_hash`` and ``hash`` are bytea in hex (``\\x...``). ``new_edges`` is a JSON array of
-``[effect, cause]`` positions.
+``new_events`` is a JSON array with one array per event, its values in this order:
+position, tenant, id, source, type, subject, time (the instant, UTC), time_rfc3339,
+stream, stream_version, datacontenttype, dataschema, data, data_binary, extensions,
+causes, correlation_id, model_name, model_version, model_signature, prev_hash, hash.
+``data`` is ``[value]`` for JSON data and ``[]`` for none (so that a JSON ``null`` is kept
+apart from no data); ``data_binary``, ``prev_hash`` and ``hash`` are hex. Arrays rather than
+objects: PostgreSQL reads the whole of it once, as ``jsonb`` (a fifth less of its time
+per event than ``json_to_recordset`` over objects, which also read each event's data a
+second time), and the names are not sent again for every event. ``recorded_at`` is one
+for the group. ``new_edges`` is a JSON array of ``[effect, cause]`` positions.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ CREATE FUNCTION causeway_append(
     after_hash bytea,
     head_position bigint,
     head_hash bytea,
-    new_events json,
+    recorded_at timestamptz,
+    new_events jsonb,
     new_edges json,
     hint text
 ) RETURNS void LANGUAGE plpgsql AS $$
@@ -59,19 +65,13 @@ BEGIN
         prev_hash, hash
     )
     SELECT
-        e.position, e.tenant, e.id, e.source, e.type, e.subject, e.time, e.time_rfc3339,
-        e.recorded_at, e.stream, e.stream_version, e.datacontenttype, e.dataschema,
-        CASE WHEN e.json_null THEN 'null'::jsonb ELSE e.data END, e.data_binary,
-        e.extensions, e.causes, e.correlation_id, e.model_name, e.model_version,
-        e.model_signature, e.prev_hash, e.hash
-    FROM json_to_recordset(new_events) AS e (
-        position bigint, tenant text, id text, source text, type text, subject text,
-        time timestamptz, time_rfc3339 text, recorded_at timestamptz, stream text,
-        stream_version bigint, datacontenttype text, dataschema text, data jsonb,
-        json_null boolean, data_binary bytea, extensions jsonb, causes text[],
-        correlation_id text, model_name text, model_version text, model_signature text,
-        prev_hash bytea, hash bytea
-    );
+        (e->>0)::bigint, e->>1, e->>2, e->>3, e->>4, e->>5, (e->>6)::timestamptz, e->>7,
+        causeway_append.recorded_at, e->>8, (e->>9)::bigint, e->>10, e->>11, e->12->0,
+        decode(e->>13, 'hex'), e->14,
+        CASE WHEN jsonb_array_length(e->15) = 0 THEN '{}'::text[]
+             ELSE ARRAY(SELECT jsonb_array_elements_text(e->15)) END,
+        e->>16, e->>17, e->>18, e->>19, decode(e->>20, 'hex'), decode(e->>21, 'hex')
+    FROM jsonb_array_elements(new_events) AS e;
     IF json_array_length(new_edges) > 0 THEN
         INSERT INTO event_causes (effect, cause)
         SELECT (edge->>0)::bigint, (edge->>1)::bigint FROM json_array_elements(new_edges) edge;
@@ -88,4 +88,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute("DROP FUNCTION causeway_append(bigint, bytea, bigint, bytea, json, json, text)")
+    op.execute(
+        "DROP FUNCTION causeway_append(bigint, bytea, bigint, bytea, timestamptz, jsonb, json, text)"
+    )

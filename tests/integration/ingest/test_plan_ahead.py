@@ -350,3 +350,51 @@ async def test_a_stop_during_a_lookup_gives_the_connection_back(
     assert isinstance(waiting.exception(), Unavailable)
     await appender.close()
     assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+_CONTENT: dict[str, dict[str, Any]] = {
+    "json-null": {"has_data": True, "data": None},
+    "no-data": {},
+    "awkward-text": {"has_data": True, "data": 'a"b\\c\nd\te\u2028\U0001f600 \\u0041 \\x00'},
+    "nested-nulls": {"has_data": True, "data": {"a": None, "b": [None, 1, "x"]}},
+    "false": {"has_data": True, "data": False},
+    "empty-object": {"has_data": True, "data": {}},
+    "big-integer": {"has_data": True, "data": 2**53 - 1},
+    "bytes": {"has_data": True, "data_binary": bytes(range(256))},
+    "no-bytes": {"has_data": True, "data_binary": b""},
+    "text": {"has_data": True, "data": "plain", "datacontenttype": "text/plain"},
+    "extensions": {"extensions": {"k": 'v\\"', "n": 5, "b": True}},
+    "far-offset": {"subject": 's"\\{},NULL', "time": "2026-01-01T00:00:00+23:59"},
+    "odd-causes": {"causes": ('ca"use', "c\\d", "NULL", "{x,y}")},
+}
+
+
+@pytest.mark.parametrize("plan_ahead", [True, False])
+async def test_every_form_of_content_is_stored_as_hashed(
+    engine: AsyncEngine, plan_ahead: bool
+) -> None:
+    appender = Appender(engine, plan_ahead=plan_ahead)
+    try:
+        for n in range(3):
+            await appender.append("acme", [new(f"warm-{n}")])
+        for cause in _CONTENT["odd-causes"]["causes"]:
+            await appender.append("acme", [new(cause, stream="causes")])
+        for name, fields in _CONTENT.items():
+            await appender.append("acme", [new(name, stream=name, **fields)])
+        assert (appender.groups_planned_ahead > 0) is plan_ahead
+    finally:
+        await appender.close()
+    async with engine.connect() as conn:
+        forms = {
+            r.id: (r.typed, r.data_binary)
+            for r in await conn.execute(
+                text("SELECT id, jsonb_typeof(data) AS typed, data_binary FROM events")
+            )
+        }
+        edges = (await conn.execute(text("SELECT count(*) FROM event_causes"))).scalar()
+    assert forms["json-null"] == ("null", None)
+    assert forms["no-data"] == (None, None)
+    assert forms["bytes"] == (None, bytes(range(256)))
+    assert forms["no-bytes"] == (None, b"")
+    assert edges == 4
+    await assert_intact(engine)  # every stored value is what was hashed
