@@ -277,7 +277,6 @@ def _event_row(row: Row) -> list[Any]:
         event.source,
         event.type,
         event.subject,
-        # In UTC: PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows.
         _time_column(event),
         event.time,
         event.stream,
@@ -298,14 +297,17 @@ def _event_row(row: Row) -> list[Any]:
     ]
 
 
-def _time_column(event: NewEvent) -> str | None:
+def _time_column(event: NewEvent) -> datetime | None:
     """The ``time`` column: the instant of the ``time`` text (``causeway verify`` holds
     the two together), from ``time_value`` as ingest parsed it, or parsed here for an
-    event built in code with the text only."""
+    event built in code with the text only. In UTC (orjson writes it, with its offset):
+    PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows."""
     value = event.time_value
     if value is None and event.time is not None:
         value, _ = parse_rfc3339(event.time)
-    return None if value is None else value.astimezone(UTC).isoformat()
+    if value is None or value.tzinfo is UTC:
+        return value
+    return value.astimezone(UTC)
 
 
 def _unsendable(exc: UnicodeEncodeError, encoding: str) -> psycopg.DataError:
