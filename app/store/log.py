@@ -10,7 +10,7 @@ transaction it does not own.
 A group of requests is planned in memory (``_plan``: every request atomic on its own,
 the hash chain computed in the same pass) on facts read from the log: here, under the
 lock (``append_on``, for any caller and any transaction), or before it, from what an
-appender knows of the tail (``tail.Tail`` and ``write_planned``, one round trip and no
+appender knows of the tail (``tail.Tail`` and ``write_group``, one round trip and no
 planning under the lock). An event's id is unique in its tenant: a re-sent event (same
 source, id and content) is reported as a duplicate with its stored position; the same id
 with other content, or from another source, is an ``IdConflict``.
@@ -100,8 +100,8 @@ async def append_on(
     first statement to the commit, so every statement goes straight to the driver.
 
     ``commit``: the transaction is this call's, on a connection in autocommit mode. It
-    begins in the round trip that locks the head and commits in its own round trip
-    after the write (or at once, when nothing was written). It is READ COMMITTED
+    begins in the round trip that locks the head and commits in the one that writes (or
+    at once, when nothing was written). It is READ COMMITTED
     whatever the database's default: the lookups must see what the group before
     committed."""
     if commit and not driver.autocommit:

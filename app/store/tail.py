@@ -155,7 +155,7 @@ class Tail:
             found = Head(group.position, group.prev_hash)
         self._left = found
         self.head = found if alone else None
-        if len(self._positions) > self._capacity or len(self._versions) > self._capacity:
+        if self.is_full():
             self._drop_facts()
 
     def forget(self) -> None:

@@ -7,8 +7,8 @@ Create Date: 2026-12-02
 The appender plans a group in Python (positions, stream versions, the hash chain) on the
 head it believes the log is at, and this function writes it: it locks the ``log_head``
 row, refuses (SQLSTATE 40001, the head's position as DETAIL) unless the head is the one
-planned on, inserts the
-events and their causal edges, moves the head and sends the projections' wake-up hint.
+planned on, inserts the events and their causal edges, moves the head and sends the
+projections' wake-up hint.
 One round trip, and the head is held only while PostgreSQL itself works: no planning
 and no client round trip happen under the lock. Each statement in the function takes
 its snapshot after the lock is held (PL/pgSQL, READ COMMITTED), so nothing is read from
