@@ -150,6 +150,15 @@ class ProjectionRunner:
 
     async def step(self, projection: Projection, *, until: int | None = None) -> int:
         """Apply one batch (up to position ``until``); how far the checkpoint moved."""
+        moved, _ = await self._step(projection, until)
+        return moved
+
+    async def _step(self, projection: Projection, until: int | None) -> tuple[int, bool]:
+        """``step``, and whether another batch should follow at once: this one was
+        full, or ended at an event that may change what a Selective projection reads.
+        Otherwise the projection has read all it reads up to the head, even when the
+        checkpoint moved past events of no interest to it, and waits to be woken (an
+        append sends the hint; polling covers a lost one)."""
         async with self._engine.begin() as conn:
             checkpoint, failing = await _lock_checkpoint(conn, projection.name)
             head = int((await conn.execute(_READ_HEAD)).scalar_one())
@@ -167,6 +176,8 @@ class ProjectionRunner:
                     self._wake[projection.name].set()
             found = await _read_events(conn, projection, checkpoint, head, size, selection)
             reached = found[-1].position if len(found) == size else head
+            # A full batch, or one that may have changed what the projection reads.
+            more = len(found) == size
             for event in found:
                 try:
                     await projection.apply(conn, event)
@@ -174,16 +185,17 @@ class ProjectionRunner:
                     raise ProjectionFailed(event.position, exc) from exc
                 if selection is not None and event.record.type in selection.types:
                     reached = event.position  # what the projection reads may have changed
+                    more = True
                     break
             if not found and reached - checkpoint < size and not (failing and until is None):
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
                 # A failed projection's retry moves on at once, which clears its error:
                 # the event it failed on is no longer read (it was skipped).
-                return 0
+                return 0, False
             if reached > checkpoint:
                 await _advance(conn, projection.name, reached)
-            return int(reached - checkpoint)
+            return int(reached - checkpoint), more
 
     async def rebuild(self, projection: Projection) -> int:
         """Empty the read model and apply the log again from position 0, atomically."""
@@ -248,7 +260,7 @@ class ProjectionRunner:
                 if await self.is_rebuild_requested(projection):
                     count = await self.rebuild(projection)
                     logger.info("projection %s rebuilt from %d events", projection.name, count)
-                moved = await self.step(projection)
+                _, more = await self._step(projection, None)
                 failures = 0
             except ProjectionFailed as failed:
                 failures += 1
@@ -267,7 +279,7 @@ class ProjectionRunner:
                 )
                 await asyncio.sleep(delay)
                 continue
-            if not moved:
+            if not more:
                 await self._wait(projection)
                 # Idle: check the lock's connection still lives, or another runner may
                 # have taken the lead (the error ends this lead, and the loop starts over).
