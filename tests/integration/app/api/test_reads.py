@@ -226,6 +226,10 @@ class TestHealthAndProblems:
         assert ready.status_code == 200
         assert ready.json()["status"] == "ready"
 
+    async def test_load_balancers_may_probe_with_head(self, client: httpx2.AsyncClient) -> None:
+        assert (await client.head("/healthz")).status_code == 200
+        assert (await client.head("/readyz")).status_code == 200
+
     async def test_every_problem_type_is_described(self, client: httpx2.AsyncClient) -> None:
         response = await client.get("/problems/version-conflict")
         assert response.json()["status"] == 409
