@@ -43,5 +43,5 @@ async def readyz(
 # HEAD too: load balancers and uptime checks probe with it, and a FastAPI route answers
 # only the methods it names (the server sends no body to a HEAD). Undocumented, as HEAD
 # of a GET goes without saying.
-for _path, _probe in (("/healthz", healthz), ("/readyz", readyz)):
-    router.add_api_route(_path, _probe, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
 from app.errors import Conflict, NotFound
+from app.projections import runner as runner_module
 from app.projections.catalogue import all_projections
 from app.projections.deployments import Deployments
 from app.projections.models import ModelRegistry
@@ -424,3 +425,38 @@ async def _snapshot(engine: AsyncEngine, projection: Any) -> list[list[tuple[Any
 
 def test_the_catalogue_names_every_projection() -> None:
     assert [type(p) for p in all_projections()] == [ModelRegistry, Deployments]
+
+
+async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch(
+    engine: AsyncEngine, counter_table: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While others' events stream in, a projection that reads none of them moves its
+    checkpoint when it is woken or polls, not again and again: each move is a commit."""
+    others = itertools.count()
+
+    async def append_others(count: int) -> None:
+        batch = [
+            NewEvent(id=f"x{next(others)}", source="/s", type="t.other", stream="o")
+            for _ in range(count)
+        ]
+        async with engine.begin() as conn:
+            await EventLog(conn).append("acme", batch)
+
+    moves = 0
+    advance = runner_module._advance
+
+    async def advance_as_more_arrive(*args: Any, **kwargs: Any) -> None:
+        nonlocal moves
+        moves += 1
+        await advance(*args, **kwargs)
+        if moves < 20:  # a batch's worth more by its next step: a steady stream
+            await append_others(60)
+
+    monkeypatch.setattr(runner_module, "_advance", advance_as_more_arrive)
+    await append_others(100)
+    runner = ProjectionRunner(engine, [Counter()], batch_size=50, poll_interval_s=30)
+    task = asyncio.create_task(runner.run())
+    await asyncio.sleep(1.0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert moves == 1
