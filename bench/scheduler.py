@@ -86,8 +86,12 @@ async def seed(url: URL, count: int, dispatched: int) -> tuple[str, float]:
             appended = await EventLog(conn).append(TENANT, made)
             for event, where in zip(made, appended, strict=True):
                 await write_task(conn, t.fold(None, event.type, event.data, where.position))
-    # The dispatcher has nothing left to do: every frame has its task.
-    await runner.catch_up(dispatcher)
+    # Every scheduler projection has caught up before the clock starts: the dispatcher
+    # has nothing left to route (every frame has its task), and the task book has read
+    # the decisions written above. A server started on a store whose projections lag
+    # reads that backlog first, and the workers would be timed against its catch-up.
+    for projection in scheduler_projections():
+        await runner.catch_up(runner.projection(projection.name))
     async with engine.connect() as conn:
         found = (await conn.execute(select(func.count()).select_from(tasks))).scalar_one()
     await engine.dispose()
