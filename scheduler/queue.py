@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, any_, bindparam, delete, func, select, text
+from psycopg.types.json import Jsonb
+from sqlalchemy import and_, any_, bindparam, delete, func, literal_column, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
+from app.db.engine import DriverStatement
 from app.db.tables import events, projection_checkpoints, routes, tasks
 from app.errors import AppError, Conflict, IdConflict, LeaseLost, NotFound, VersionConflict
 from app.store import deployments as deployment_commands
@@ -57,7 +59,8 @@ _LEASE = (
     .where(
         _c.tenant == bindparam("tenant"),
         _c.queue == bindparam("queue"),
-        _c.state == "ready",
+        # Written out, not a parameter: a generic plan can use ix_tasks_ready's predicate.
+        _c.state == literal_column("'ready'"),
         _c.available_at <= bindparam("now"),
         _FITS,
         _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
@@ -68,11 +71,16 @@ _LEASE = (
         ),  # not = ANY: an empty list skips none
     )
     .order_by(_c.priority.desc(), _c.seq)
-    .limit(1)
+    .limit(literal_column("1"))  # written out too: a generic plan then reads the index in order
     .with_for_update(skip_locked=True)
 )
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
-_FETCH_LOCKED = _FETCH.with_for_update()
+# What workers' commands (lease, complete, heartbeat, fail) and the task book run for
+# every task, on the driver (``DriverStatement``): a task takes a dozen statements. Task
+# rows come back in TaskState's field order, which is the table's.
+_LEASE_ON_DRIVER = DriverStatement.of(_LEASE)
+_FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
+_FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
 _CREATED = select(events.c.position).where(
     events.c.tenant == bindparam("tenant"), events.c.id == bindparam("id")
 )
@@ -84,8 +92,8 @@ _TASKS_CHECKPOINT = (
     .where(projection_checkpoints.c.name == t.TASKS_PROJECTION)
     .scalar_subquery()
 )
-_FETCH_POSITION = select(_c.position).where(
-    _c.tenant == bindparam("tenant"), _c.id == bindparam("id")
+_FETCH_POSITION = DriverStatement.of(
+    select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
 
 
@@ -127,20 +135,19 @@ class TaskQueue:
     # -- reads -----------------------------------------------------------------------
 
     async def fetch(self, tenant: str, task_id: str, *, lock: bool = False) -> t.TaskState | None:
-        statement = _FETCH_LOCKED if lock else _FETCH
-        key = {"tenant": tenant, "id": task_id}
-        row = (await self._conn.execute(statement, key)).one_or_none()
+        statement = _FETCH_LOCKED_ON_DRIVER if lock else _FETCH_ON_DRIVER
+        row = await statement.first(self._conn, tenant=tenant, id=task_id)
         if row is None and lock:
             # A rebuild of the tasks read model deletes every row and inserts it again in
             # one transaction: a lock that waited for it finds the old row deleted, and
             # only a statement begun after the rebuild committed sees the new one.
-            row = (await self._conn.execute(statement, key)).one_or_none()
-        return _state(row) if row is not None else None
+            row = await statement.first(self._conn, tenant=tenant, id=task_id)
+        return t.TaskState(*row) if row is not None else None
 
     async def fetch_position(self, tenant: str, task_id: str) -> int | None:
         """The position of the last decision written to the task's row."""
-        found = await self._conn.execute(_FETCH_POSITION, {"tenant": tenant, "id": task_id})
-        return found.scalar_one_or_none()
+        row = await _FETCH_POSITION.first(self._conn, tenant=tenant, id=task_id)
+        return None if row is None else int(row[0])
 
     async def read_dead_letters(
         self,
@@ -304,9 +311,9 @@ class TaskQueue:
             "tenant": tenant,
             "queue": queue,
             "now": now,
-            "numbers": profile.numbers,
+            "numbers": Jsonb(profile.numbers),
             "flags": sorted(profile.flags),
-            "labels": profile.labels,
+            "labels": Jsonb(profile.labels),
             "lowest": lowest,
             "highest": highest,
             "skip": skip,
@@ -314,10 +321,10 @@ class TaskQueue:
         # A row can lag the log (its process died after appending, or a rebuild runs):
         # its decision then conflicts on the task's stream, and the next task is tried.
         for _ in range(_LEASE_TRIES):
-            row = (await self._conn.execute(_LEASE, parameters)).one_or_none()
+            row = await _LEASE_ON_DRIVER.first(self._conn, **parameters)
             if row is None:
                 return None
-            state = _state(row)
+            state = t.TaskState(*row)
             lease_id = uuid.uuid4().hex
             expires = now + timedelta(seconds=lease_s)
             decision = {
@@ -631,11 +638,15 @@ def _upsert() -> Any:
     )
 
 
-_UPSERT = _upsert()  # built once: it is on every decision's path
+_UPSERT = DriverStatement.of(_upsert())  # built once: it is on every decision's path
+_FIELDS = tuple(field.name for field in fields(t.TaskState))
 
 
 async def write_task(conn: AsyncConnection, state: t.TaskState) -> None:
-    await conn.execute(_UPSERT, asdict(state))
+    values = {name: getattr(state, name) for name in _FIELDS}
+    values["req_numbers"] = Jsonb(state.req_numbers)
+    values["req_labels"] = Jsonb(state.req_labels)
+    await _UPSERT.run(conn, **values)
 
 
 def _state(row: Any) -> t.TaskState:

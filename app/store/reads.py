@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db.engine import driver_of
+from app.db.engine import DriverStatement, driver_of
 from app.db.tables import events
 from app.store.records import EventFilter
 
@@ -91,8 +91,11 @@ def _json_text() -> ColumnElement[str]:
 
 
 # Built once: constructing the envelope expression costs more than running the query.
-_READ_EVENT = select(_json_text()).where(
-    events.c.tenant == bindparam("tenant"), events.c.id == bindparam("event_id")
+# On the driver: every lease reads its task's trigger with it.
+_READ_EVENT = DriverStatement.of(
+    select(_json_text()).where(
+        events.c.tenant == bindparam("tenant"), events.c.id == bindparam("event_id")
+    )
 )
 
 
@@ -102,8 +105,8 @@ class EventReader:
 
     async def read_event(self, tenant: str, event_id: str) -> str | None:
         """The event as structured CloudEvent JSON text, or None when not in ``tenant``."""
-        found = await self._conn.execute(_READ_EVENT, {"tenant": tenant, "event_id": event_id})
-        return found.scalar_one_or_none()
+        row = await _READ_EVENT.first(self._conn, tenant=tenant, event_id=event_id)
+        return None if row is None else str(row[0])
 
     async def read_stream(
         self, tenant: str, stream: str, *, from_version: int, limit: int
