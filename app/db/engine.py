@@ -6,15 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.conninfo import make_conninfo
+from psycopg.rows import namedtuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from sqlalchemy import URL, make_url
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
 from app.errors import Unavailable
@@ -195,8 +197,13 @@ class DriverStatement:
 
     @classmethod
     def of(cls, statement: ClauseElement) -> DriverStatement:
-        compiled = statement.compile(dialect=_PSYCOPG)
-        fixed = {name: value for name, value in compiled.params.items() if value is not None}
+        compiled = cast(SQLCompiler, statement.compile(dialect=_PSYCOPG))
+        binds = compiled.binds
+        fixed = {
+            name: value
+            for name, value in compiled.params.items()
+            if name in binds and not binds[name].required  # a value, None too, not a slot
+        }
         return cls(str(compiled), fixed)
 
     async def first(self, conn: AsyncConnection, **values: Any) -> tuple[Any, ...] | None:
@@ -205,6 +212,13 @@ class DriverStatement:
             self.sql, {**self.fixed, **values}, prepare=True
         )
         return await cursor.fetchone()
+
+    async def rows(self, conn: AsyncConnection, **values: Any) -> list[Any]:
+        """Every row, as named tuples (``row.position``)."""
+        driver = await driver_of(conn)
+        async with driver.cursor(row_factory=namedtuple_row) as cursor:
+            await cursor.execute(self.sql, {**self.fixed, **values}, prepare=True)
+            return await cursor.fetchall()
 
     async def run(self, conn: AsyncConnection, **values: Any) -> None:
         await (await driver_of(conn)).execute(self.sql, {**self.fixed, **values}, prepare=True)
