@@ -640,6 +640,9 @@ def _upsert() -> Any:
 
 _UPSERT = DriverStatement.of(_upsert())  # built once: it is on every decision's path
 _FIELDS = tuple(field.name for field in fields(t.TaskState))
+if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
+    # Rows on the driver are plain tuples, read into TaskState by position.
+    raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
 
 
 async def write_task(conn: AsyncConnection, state: t.TaskState) -> None:
