@@ -442,7 +442,7 @@ async def _lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]
 
 
 async def _read_head(conn: AsyncConnection) -> int:
-    row = await _READ_HEAD_ON_DRIVER.first(conn)
+    row = await _READ_HEAD.first(conn)
     if row is None:  # pragma: no cover - the migration makes the row
         raise RuntimeError("the log_head row is missing: the schema is not migrated")
     return int(row[0])
@@ -477,8 +477,7 @@ _SELECTED = or_(
     events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
 )
 _READ_SELECTED = DriverStatement.of(_READ.where(_SELECTED))
-_READ_HEAD = select(log_head.c.position)
-_READ_HEAD_ON_DRIVER = DriverStatement.of(_READ_HEAD)
+_READ_HEAD = DriverStatement.of(select(log_head.c.position))
 _ENSURE_CHECKPOINT = DriverStatement.of(
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
 )
@@ -505,7 +504,7 @@ _ADVANCE_ON_DRIVER = DriverStatement.of(_ADVANCE)
 async def fetch_status(
     conn: AsyncConnection, projections: Sequence[Projection]
 ) -> list[ProjectionStatus]:
-    head = int((await conn.execute(_READ_HEAD)).scalar_one())
+    head = await _read_head(conn)
     rows = {
         row.name: row
         for row in await conn.execute(

@@ -106,7 +106,7 @@ class EventReader:
     async def read_event(self, tenant: str, event_id: str) -> str | None:
         """The event as structured CloudEvent JSON text, or None when not in ``tenant``."""
         row = await _READ_EVENT.first(self._conn, tenant=tenant, event_id=event_id)
-        return None if row is None else str(row[0])
+        return None if row is None else row[0]
 
     async def read_stream(
         self, tenant: str, stream: str, *, from_version: int, limit: int
