@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# One pytest worker per core (pytest-xdist); each starts its own embedded PostgreSQL.
+# A test that waits (a server starting, a timeout running out) leaves its core to the
+# other worker. `make test PYTEST_PARALLEL=` runs the suites in one process.
+PYTEST_PARALLEL ?= -n auto --dist worksteal
 
 .PHONY: install run fmt lint test migrate schema bench bench-quick clean
 
@@ -27,8 +31,8 @@ lint: install  ## exactly what CI checks, in the same order
 	$(BIN)/lint-imports
 
 test: lint  ## .ci/run calls this and nothing else
-	$(BIN)/pytest tests/unit
-	$(BIN)/pytest tests/integration
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
+	$(BIN)/pytest $(PYTEST_PARALLEL) tests/integration
 	$(MAKE) bench-quick
 
 migrate: install

@@ -200,10 +200,10 @@ def main() -> None:
         print(bare_worker(args.bare, args.name, args.ops))
         return
 
-    count = args.tasks or (2_000 if args.quick else 100_000)
-    workers = args.workers or (4 if args.quick else 8)
-    ops = args.ops or (400 if args.quick else 10_000)
-    dispatched = min(count, 200 if args.quick else 2_000)
+    count = args.tasks or (500 if args.quick else 100_000)
+    workers = args.workers or (2 if args.quick else 8)
+    ops = args.ops or (100 if args.quick else 10_000)
+    dispatched = min(count, 100 if args.quick else 2_000)
     rows: list[Row] = []
     with bench_server() as server:
         url, _ = ensure_database(server, "causeway_bench_scheduler", fresh=True)
