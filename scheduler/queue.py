@@ -76,8 +76,8 @@ _LEASE = (
 )
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 # What workers' commands (lease, complete, heartbeat, fail) and the task book run for
-# every task, on the driver (``DriverStatement``): a task takes a dozen statements. Task
-# rows come back in TaskState's field order, which is the table's.
+# every task, on the driver (``DriverStatement``): a task takes a dozen statements. Every
+# task row, these and SQLAlchemy's, comes in TaskState's field order, which is the table's.
 _LEASE_ON_DRIVER = DriverStatement.of(_LEASE)
 _FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
 _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
@@ -166,7 +166,7 @@ class TaskQueue:
         if since is not None:
             statement = statement.where(_c.finished_at >= since)
         rows = await self._conn.execute(statement.order_by(_c.finished_at, _c.id).limit(limit))
-        return [_state(r) for r in rows]
+        return [t.TaskState(*r) for r in rows]
 
     async def read_depths(self, tenant: str, *, now: datetime) -> list[QueueDepth]:
         ready = and_(_c.state == "ready", _c.available_at <= now)
@@ -253,7 +253,7 @@ class TaskQueue:
                 .with_for_update(skip_locked=True)
             )
             for row in pending.all():
-                other = _state(row)
+                other = t.TaskState(*row)
                 if other.trigger_time > trigger_time:
                     newer = other  # this event came late: the pending one is newer
                     continue
@@ -403,7 +403,7 @@ class TaskQueue:
             )
         ).all()
         for row in rows:
-            state = _state(row)
+            state = t.TaskState(*row)
             await self._after_failure(
                 state.tenant,
                 state,
@@ -641,7 +641,7 @@ def _upsert() -> Any:
 _UPSERT = DriverStatement.of(_upsert())  # built once: it is on every decision's path
 _FIELDS = tuple(field.name for field in fields(t.TaskState))
 if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
-    # Rows on the driver are plain tuples, read into TaskState by position.
+    # Task rows (on the driver or through SQLAlchemy) are read into TaskState by position.
     raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
 
 
@@ -650,12 +650,6 @@ async def write_task(conn: AsyncConnection, state: t.TaskState) -> None:
     values["req_numbers"] = Jsonb(state.req_numbers)
     values["req_labels"] = Jsonb(state.req_labels)
     await _UPSERT.run(conn, **values)
-
-
-def _state(row: Any) -> t.TaskState:
-    values = row._asdict()
-    values["req_flags"] = list(values["req_flags"])
-    return t.TaskState(**values)
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)

@@ -188,9 +188,10 @@ class DriverStatement:
     many times a second: through SQLAlchemy, a simple statement costs this service two
     and a half times the CPU it costs on the driver (its execution context, the hop
     through a greenlet, the result's row processing). ``fixed`` are the values of the
-    parameters the statement sets itself (SQLAlchemy sends literals as parameters). Rows
-    come back as plain tuples, values as psycopg reads them (``jsonb`` as SQLAlchemy's
-    engine configured it); ``jsonb`` parameters go as ``psycopg.types.json.Jsonb``."""
+    parameters the statement sets itself (SQLAlchemy sends literals as parameters). Values
+    come back as psycopg reads them (``jsonb`` as SQLAlchemy's engine configured it), in
+    plain tuples from ``first`` and named tuples from ``rows``; ``jsonb`` parameters go as
+    ``psycopg.types.json.Jsonb``."""
 
     sql: str
     fixed: Mapping[str, Any]
