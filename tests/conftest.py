@@ -22,6 +22,21 @@ from sqlalchemy import URL, make_url
 from app.db.schema import upgrade_to_head
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Run as root, pgserver runs its server as the system user ``pgserver``, and creates
+    that user the first time. Each pytest-xdist worker starts a server of its own: on a
+    machine without the user, two workers running ``useradd`` at once leave one worker's
+    data folder owned by a user id that the other's ``useradd`` replaced, and that
+    worker's ``initdb`` is refused ("Permission denied"). So the user is made here, once,
+    before any worker starts (this hook runs in the controlling process first)."""
+    if os.environ.get("CAUSEWAY_TEST_DATABASE_URL") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if os.name == "posix" and os.geteuid() == 0:
+        from pgserver.utils import ensure_user_exists
+
+        ensure_user_exists("pgserver")
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[URL]:
     configured = os.environ.get("CAUSEWAY_TEST_DATABASE_URL")
