@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
-from app.store.records import EXACT_LIMIT, RESERVED_TYPE_PREFIX, NewEvent
+from app.store.records import RESERVED_TYPE_PREFIX, NewEvent
 from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
 
@@ -306,48 +306,3 @@ def _new_event(
         attrs.get("modelsig"),
         expected_version,
     )
-
-
-_EXACT = EXACT_LIMIT
-
-
-def normalise_numbers(value: Any) -> Any:
-    """``value`` with integral numbers as ints; raises ``ValueError`` for a number outside
-    the interoperable range. Stored this way, a number reads back from ``jsonb`` as the
-    same Python value, which the hash chain relies on (``1.0`` and ``-0.0`` would not)."""
-    if not _needs_normalising(value):
-        return value  # the usual case, found without rebuilding anything
-    return _normalised(value)
-
-
-def _needs_normalising(value: Any) -> bool:
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        kind = type(item)
-        if kind is dict:
-            pending.extend(item.values())
-        elif kind is list:
-            pending.extend(item)
-        elif kind is float:
-            if item.is_integer() or not -_EXACT < item < _EXACT:
-                return True
-        elif kind is int and not -_EXACT < item < _EXACT:
-            return True
-    return False
-
-
-def _normalised(value: Any) -> Any:
-    if isinstance(value, float):
-        if not (-_EXACT < value < _EXACT):
-            raise ValueError(f"number {value!r} is outside the I-JSON range ±(2**53 - 1)")
-        return int(value) if value.is_integer() else value
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        if not -_EXACT < value < _EXACT:
-            raise ValueError(f"number {value} is outside the I-JSON range ±(2**53 - 1)")
-        return value
-    if isinstance(value, dict):
-        return {k: _normalised(v) for k, v in value.items()}
-    return [_normalised(v) for v in value]

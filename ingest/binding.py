@@ -29,13 +29,18 @@ from app.errors import (
     PayloadTooLarge,
     UnsupportedMediaType,
 )
-from app.store.records import MAX_DATA_DEPTH, NewEvent, is_json_media_type, nests_deeper
+from app.store.records import (
+    MAX_DATA_DEPTH,
+    NewEvent,
+    is_json_media_type,
+    nests_deeper,
+    normalise_numbers,
+)
 from ingest.attributes import (
     EventProblems,
     Payload,
     Problem,
     build_event,
-    normalise_numbers,
 )
 from ingest.limits import Limits
 

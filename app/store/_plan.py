@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -22,7 +22,14 @@ import orjson
 from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
 from app.store.chain import Content, encode
 from app.store.models import REGISTERED, Registration, output_violation, registration_from
-from app.store.records import RESERVED_TYPE_PREFIX, Appended, NewEvent, is_json_media_type
+from app.store.records import (
+    RESERVED_TYPE_PREFIX,
+    Appended,
+    NewEvent,
+    is_json_media_type,
+    needs_normalising,
+    normalise_numbers,
+)
 
 Key = tuple[str, str]  # (tenant, id or stream)
 ModelKey = tuple[str, str, str]  # (tenant, model name, version)
@@ -169,6 +176,13 @@ class GroupPlan:
                     actual=actual,
                     index=index,
                 )
+            if event.has_data and event.data_binary is None and needs_normalising(event.data):
+                # Built in code rather than ingested (a registration, a route): numbers
+                # that jsonb would read back otherwise (-0.0, 1e16) would break the chain.
+                try:
+                    event = replace(event, data=normalise_numbers(event.data))
+                except ValueError as exc:
+                    return InvalidEvent(f"event {index}: {exc}", index=index, attribute="data")
             position += 1
             version = actual + 1
             canonical = encode(event, tenant, position, version, self.recorded_at)

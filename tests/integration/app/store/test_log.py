@@ -4,6 +4,7 @@ under concurrent writers, and a hash chain that names the row someone tampered w
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -13,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import async_url, create_engine
+from app.errors import InvalidEvent
 from app.store.graph import GraphReader
 from app.store.log import EventLog
 from app.store.records import NewEvent
@@ -129,6 +131,20 @@ class TestHashChain:
         report = await verified(engine)
         assert report.is_intact
         assert report.count == 3
+
+    async def test_numbers_of_events_built_in_code_are_stored_so_the_chain_verifies(
+        self, engine: AsyncEngine
+    ) -> None:
+        # A registration or a route is built in code, past ingest's normalising: jsonb
+        # reads -0.0 back as 0.0 and 1.0 as 1, and the chain broke at that event.
+        numbers = NewEvent(id="a", source="/s", type="t", stream="s", has_data=True,
+                           data={"d": -0.0, "one": 1.0, "l": [{"x": 2.0}]})  # fmt: skip
+        await append(engine, "acme", numbers)
+        report = await verified(engine)
+        assert report.is_intact, report
+        with pytest.raises(InvalidEvent, match="outside the I-JSON range"):
+            await append(engine, "acme", replace(numbers, id="b", data={"gpu": 1e16}))
+        assert (await verified(engine)).count == 1
 
     async def test_awkward_text_is_stored_exactly_and_verifies(self, engine: AsyncEngine) -> None:
         # Rows go in as COPY text written by hand: backslashes, tabs, newlines, quotes,
