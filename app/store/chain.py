@@ -5,9 +5,10 @@ first event. ``docs/hash-chain.md`` specifies the encoding for auditors; this mo
 the reference implementation and must stay in step with that page.
 
 The encoding must survive a JSONB round trip, and PostgreSQL rewrites numbers (``1e16``
-comes back as ``10000000000000000``, ``-0.0`` as ``0.0``). So ingest stores numbers in
-a normal form (``app.store.records.normalise_numbers``: integral values as integers,
-magnitudes within the I-JSON range) that reads back as the same Python value, and the
+comes back as ``10000000000000000``, ``-0.0`` as ``0.0``). So every event's numbers are
+put in a normal form before it is hashed (``app.store.records.normalise_numbers``, by
+ingest and again by the group planner, for events built in code: integral values as
+integers, magnitudes within the I-JSON range) that reads back as the same Python value, and the
 encoding is plain ``orjson`` with sorted keys: numbers as in RFC 8785.
 """
 
