@@ -31,7 +31,7 @@ from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
 
 from app.api.replay import replay_filter
-from app.api.wire import CappedHttpToolsProtocol
+from app.api.wire import SERVER_PROTOCOLS
 from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
@@ -152,7 +152,7 @@ def serve(
                     access_log=settings.access_log,
                     host=bind_host,
                     port=bind_port,
-                    http=CappedHttpToolsProtocol,
+                    **SERVER_PROTOCOLS,
                 )
             finally:
                 db.close()
@@ -166,7 +166,7 @@ def serve(
             access_log=settings.access_log,
             host=bind_host,
             port=bind_port,
-            http=CappedHttpToolsProtocol,
+            **SERVER_PROTOCOLS,
         )
 
 

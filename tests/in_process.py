@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from app.api.wire import CappedHttpToolsProtocol
+from app.api.wire import SERVER_PROTOCOLS
 
 
 @asynccontextmanager
@@ -19,7 +19,7 @@ async def serving(app: Any) -> AsyncIterator[int]:
     """``app`` served on 127.0.0.1 until the block ends; yields its port."""
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
-    config = uvicorn.Config(app, http=CappedHttpToolsProtocol, log_level="error")
+    config = uvicorn.Config(app, log_level="error", **SERVER_PROTOCOLS)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listening]))
     try:

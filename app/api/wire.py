@@ -32,6 +32,14 @@ the end of the server's side, and what the client still sends read and dropped f
 answer instead of a reset. A chunked body's trailers are dropped: uvicorn added
 them to the request's headers after the app had read those, and no ASGI app sees them.
 Bodies are capped where they are read (``ingest.bodies``).
+
+The server speaks no WebSocket (``ws="none"``: the GraphQL schema has nothing to subscribe
+to), so a request asking to upgrade is answered as the plain HTTP request it also is, which
+RFC 9110 (7.8) allows, and its errors are problems like any other's; uvicorn's websocket
+protocol refused upgrades to paths without a websocket route with an empty text/plain 403.
+httptools stops parsing at the end of such a request's head, so its answer ends the
+connection, and one that has a body is refused with a 400 problem: its body would have
+been lost, and the request run without it.
 """
 
 from __future__ import annotations
@@ -161,6 +169,28 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._in_body = False
         self._disarm_body()
         super().on_message_complete()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """A request asked to upgrade the connection, which this server does not do (uvicorn's
+        own warning here blamed a missing WebSocket library). httptools parses nothing after
+        its head: one without a body is answered as HTTP, and the answer closes the
+        connection; one with a body, which nothing could read, is refused."""
+        cycle = self.cycle  # httptools raises the upgrade once the head is complete
+        if not any(
+            name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0")
+            for name, value in self.headers
+        ):
+            cycle.keep_alive = False
+            return
+        # The app's request ends as if the client had left, before it has read anything.
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._refuse(
+            BadRequest(
+                "this server does not upgrade connections, so a request with a body must not "
+                "ask to: send it without 'Connection: upgrade'"
+            )
+        )
 
     def send_400_response(self, msg: str) -> None:  # noqa: ARG002  (uvicorn's fixed text)
         refusal, self._refusal = self._refusal, None
@@ -295,3 +325,7 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
+
+
+# What ``causeway serve`` hands uvicorn: this protocol, and no WebSocket.
+SERVER_PROTOCOLS: dict[str, Any] = {"http": CappedHttpToolsProtocol, "ws": "none"}

@@ -124,7 +124,7 @@ def _raw(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(status_line.split()[1]), headers, body
 
 
-def test_a_request_head_past_its_cap_or_not_http_is_refused_as_a_problem(
+def test_a_head_past_its_cap_not_http_or_asking_for_a_websocket_gets_a_problem(
     database_url: URL, tmp_path: Path
 ) -> None:
     # httptools reads a request line and headers of any size; the server stops at 64 KiB.
@@ -138,6 +138,12 @@ def test_a_request_head_past_its_cap_or_not_http_is_refused_as_a_problem(
             (long_url, 431, "head-too-large"),
             (many_headers + b"\r\n", 431, "head-too-large"),
             (b"NOT HTTP AT ALL\r\n\r\n", 400, "bad-request"),
+            # No WebSocket spoken: answered as HTTP (was uvicorn's empty text/plain 403).
+            (
+                b"GET /nope HTTP/1.1\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+                404,
+                "http-error",
+            ),
         ]:
             found, headers, body = _raw(base, request)
             assert (found, headers["content-type"]) == (status, "application/problem+json")

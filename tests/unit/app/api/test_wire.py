@@ -16,7 +16,7 @@ from starlette.responses import StreamingResponse
 from app.api import wire
 from tests.in_process import serving
 
-seen: list[list[tuple[bytes, bytes]]] = []
+seen: list[list[tuple[bytes, bytes]]] = []  # the headers of each request read to its end
 streams: list[str] = []  # how each /stream answer ended: "whole" or "disconnected"
 CHUNK = b"x" * 65_536
 
@@ -50,8 +50,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     delay = dict(scope["headers"]).get(b"x-delay-s")
     if delay:  # the app's own work before it reads the body (a key check, say)
         await asyncio.sleep(float(delay))
-    while (await receive()).get("more_body"):
-        pass
+    while (message := await receive())["type"] != "http.disconnect":
+        if not message.get("more_body"):
+            break
+    else:
+        return  # the client left, or the server ended the request as if it had
     seen.append(list(scope["headers"]))
     await send(
         {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
@@ -174,6 +177,40 @@ async def test_trailers_of_a_chunked_body_never_join_the_headers(port: int) -> N
 async def test_what_is_not_http_is_a_400_problem(port: int) -> None:
     status, body = await exchange(port, b"NOT HTTP AT ALL\r\n\r\n")
     assert (status, problem_type(body)) == (400, "/problems/bad-request")
+
+
+UPGRADE = b"connection: upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\n"
+
+
+async def test_an_upgrade_without_a_body_is_answered_as_http_and_ends_the_connection(
+    port: int,
+) -> None:
+    # No WebSocket here: the request is answered as the HTTP request it also is. httptools
+    # parses nothing after it, so a request pipelined behind it is not left waiting.
+    asking = b"GET / HTTP/1.1\r\nhost: x\r\n" + UPGRADE + b"\r\n"
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(asking + b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+    answers = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    assert answers.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert b"connection: close\r\n" in answers.lower()
+    assert answers.endswith(b"\r\n\r\nok")
+    assert len(seen) == 1
+
+
+async def test_an_upgrade_with_a_body_is_refused_before_the_app_reads_it(port: int) -> None:
+    # httptools takes what follows the head as the upgraded protocol's: the app would have
+    # read an empty body.
+    for framing, body in [
+        (b"content-length: 5\r\n", b"hello"),
+        (b"transfer-encoding: chunked\r\n", b"5\r\nhello\r\n0\r\n\r\n"),
+    ]:
+        asking = b"POST / HTTP/1.1\r\nhost: x\r\n" + UPGRADE + framing + b"\r\n"
+        status, answer = await exchange(port, asking, body, pause_s=0.05)
+        assert (status, problem_type(answer)) == (400, "/problems/bad-request")
+        assert "Connection: upgrade" in orjson.loads(answer)["detail"]
+    await asyncio.sleep(0.1)
+    assert seen == []  # each request ended as if its client had left, its body unread
 
 
 async def reading(port: int, path: bytes) -> socket.socket:
