@@ -117,7 +117,7 @@ def _plainly_valid(attrs: dict[str, Any], payload: Payload, limits: Limits) -> N
     if not joined.isprintable() or "" in values or attrs.get("specversion") != "1.0":
         return None
     event_id, source, event_type = attrs.get("id"), attrs.get("source"), attrs.get("type")
-    if event_id is None or source is None or event_type is None:
+    if event_id is None or source is None or event_type is None or not _nameable(event_id):
         return None
     stream = attrs.get("stream") or attrs.get("subject") or source
     if (
@@ -189,6 +189,12 @@ def _checked(
     for name in _STRING_ATTRIBUTES:
         if name in attrs and not isinstance(attrs[name], str):
             bad(name, f"attribute {name!r} must be a string")
+    if isinstance(attrs.get("id"), str) and attrs["id"] and not _nameable(attrs["id"]):
+        bad(
+            "id",
+            "id must not contain a comma or begin or end with whitespace: "
+            "no causationid could name it",
+        )
     if attrs.get("subject") == "":
         bad("subject", "subject must not be empty when present")
     for name, (pattern, what) in _FORMATS.items():
@@ -273,6 +279,11 @@ def _checked(
 
     stream = str(attrs.get("stream") or attrs.get("subject") or attrs["source"])
     return _new_event(attrs, payload, stream, time_value, causes, expected)
+
+
+def _nameable(event_id: str) -> bool:
+    """Whether a causationid can name ``event_id``: it splits on commas and strips each id."""
+    return "," not in event_id and event_id == event_id.strip()
 
 
 def _new_event(

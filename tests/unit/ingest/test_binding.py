@@ -239,6 +239,14 @@ class TestValidation:
         [event] = parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
         assert (event.dataschema or event.datacontenttype) in members.values()
 
+    @pytest.mark.parametrize("event_id", ["a,b", " a", "a\u00a0", "a\u3000"])
+    def test_an_id_that_no_causationid_could_name_is_refused(self, event_id: str) -> None:
+        # causationid splits on commas and strips each id: such an event could be stored
+        # but never named as anything's cause.
+        with pytest.raises(InvalidCloudEvent, match="no causationid could name it") as refused:
+            parse_request("application/cloudevents+json", [], structured(id=event_id), LIMITS)
+        assert [e["attribute"] for e in refused.value.extensions["errors"]] == ["id"]
+
     def test_integers_beyond_32_bits_are_refused(self) -> None:
         with pytest.raises(InvalidCloudEvent):
             parse_request("application/cloudevents+json", [], structured(big=2**31), LIMITS)
