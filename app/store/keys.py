@@ -46,9 +46,9 @@ class IssuedKey:
 
 
 def parse_scopes(text: str) -> frozenset[Scope]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [n for n in names if n not in Scope.__members__.values()]
-    if unknown or not names:
+    names = [part.strip() for part in text.split(",")]
+    # An empty part ("read,,ingest", a trailing comma) is a slip, not a scope to skip.
+    if not all(n in Scope.__members__.values() for n in names):
         raise BadRequest(
             f"scopes must be a comma-separated subset of {', '.join(Scope)}; got {text!r}"
         )

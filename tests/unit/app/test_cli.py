@@ -11,6 +11,10 @@ from app.cli import main
     ("argv", "message"),
     [
         (["keys", "create", "--tenant", "x"], "error: Missing option '--scopes'.\n"),
+        (["keys", "create", "--tenant", "x", "--scopes", "root"], "error: scopes must be"),
+        (["keys", "create", "--tenant", "x", "--scopes", "read,,ingest"], "error: scopes must be"),
+        (["keys", "create", "--tenant", "x", "--scopes", "read,"], "error: scopes must be"),
+        (["keys", "create", "--tenant", "x", "--scopes", ""], "error: scopes must be"),
         (["serve", "--workers", "0"], "error: Invalid value for '--workers'"),
         (["nosuch"], "error: No such command 'nosuch'.\n"),
         (["serve", "--port", "99999"], "error: Invalid value for '--port'"),
