@@ -20,6 +20,7 @@ from app.db.tables import log_head, tasks
 from app.main import create_app, dispose
 from app.settings import Settings
 from app.store.log import EventLog
+from app.store.verify import verify_chain
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.service import SchedulerLoop, SchedulerTimers
@@ -455,6 +456,33 @@ class TestBadInput:
         )
         assert done.status_code == 422, done.text  # a problem naming the number, never a 500
         assert "I-JSON" in done.json()["detail"]
+
+    async def test_route_numbers_are_stored_as_the_chain_hashes_them(
+        self, app: FastAPI, admin: Client, engine: AsyncEngine
+    ) -> None:
+        # jsonb reads -0.0 and 2.0 back as 0 and 2: stored as they came, they broke the
+        # chain (`causeway verify`) of the route's causeway.route.defined event.
+        body = (
+            b'{"id": "r", "types": ["job"], "kind": "k", "queue": "q",'
+            b' "backoff_base_s": -0.0, "requires": {"gpu_memory_gb": 2.0}}'
+        )
+        defined = await admin.post("/routes", content=body, headers=JSON)
+        assert defined.status_code == 201, defined.text
+        huge = body.replace(b'"r"', b'"r2"').replace(b"2.0}", b"1e16}")
+        refused = await admin.post("/routes", content=huge, headers=JSON)
+        assert refused.status_code == 422, refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+        assert "I-JSON" in refused.json()["detail"]
+        async with engine.connect() as conn:
+            report = await verify_chain(conn)
+        assert report.is_intact, report
+        await catch_up(app)
+        [route] = (await admin.get("/routes")).json()["routes"]
+        assert (route["id"], route["backoff_base_s"], route["requires"]) == (
+            "r",
+            0,
+            {"gpu_memory_gb": 2},
+        )
 
     async def test_a_completion_over_the_request_limit_is_413(
         self, database_url: URL, make_key: MakeKey

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.projections import WITHHELD
 from app.db.tables import projection_checkpoints
+from app.store.verify import verify_chain
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import (
     JSON,
@@ -88,6 +89,18 @@ class TestRegister:
         response = await admin.post("/models/m/versions", content=body, headers=JSON)
         assert response.status_code == 422, response.text
         assert response.headers["content-type"].startswith("application/problem+json")
+
+    async def test_numbers_jsonb_reads_back_otherwise_keep_the_chain(
+        self, admin: httpx2.AsyncClient, engine: AsyncEngine
+    ) -> None:
+        # -0.0 and 1.0 read back from jsonb as 0 and 1: the registration event is hashed
+        # as it is stored, and `causeway verify` finds the chain intact.
+        signature = b'{"inputs": [], "outputs": [], "params": [{"name": "p", "type": "double", "default": -0.0}, {"name": "q", "type": "double", "default": 1.0}]}'
+        body = b'{"version": "1", "signature": ' + signature + b"}"
+        response = await admin.post("/models/m/versions", content=body, headers=JSON)
+        assert response.status_code == 201, response.text
+        async with engine.connect() as conn:
+            assert (await verify_chain(conn)).is_intact
 
     async def test_registering_needs_the_admin_scope(self, client: httpx2.AsyncClient) -> None:
         response = await client.post(
