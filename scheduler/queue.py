@@ -244,6 +244,7 @@ class TaskQueue:
                 .where(
                     _c.tenant == tenant,
                     _c.route_id == route.id,
+                    func.md5(_c.debounce_key) == func.md5(key),  # what the index holds
                     _c.debounce_key == key,
                     _c.state == "ready",
                     _c.trigger_time > _shifted(trigger_time, -window),

@@ -276,11 +276,12 @@ tasks = Table(
         postgresql_where=text("state = 'ready'"),
     ),
     Index("ix_tasks_leased", "lease_expires_at", postgresql_where=text("state = 'leased'")),
+    # A digest of the key: a key is event content of any length, a btree entry is not.
     Index(
-        "ix_tasks_debounce",
+        "ix_tasks_debounce_digest",
         "tenant",
         "route_id",
-        "debounce_key",
+        text("md5(debounce_key)"),
         postgresql_where=text("state = 'ready' AND debounce_key IS NOT NULL"),
     ),
     Index("ix_tasks_dead", "tenant", "finished_at", postgresql_where=text("state = 'dead'")),
