@@ -31,7 +31,9 @@ class Settings(BaseSettings):
     access_log: bool = False  # one log line per request costs a measurable share of a small POST
     db_pool_size: int = Field(default=5, ge=1)
     key_cache_ttl_s: float = Field(default=5.0, ge=0)
-    max_attributes_bytes: int = Field(default=1024, ge=128)
+    # At most 2048: an attribute is indexed (id, stream, source, type, ...), and a btree
+    # entry holds 2704 bytes; past it PostgreSQL refuses the row, not the request.
+    max_attributes_bytes: int = Field(default=1024, ge=128, le=2048)
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)

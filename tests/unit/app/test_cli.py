@@ -73,3 +73,18 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(message), err
     assert err.count("\n") == 1
+
+
+def test_a_setting_out_of_its_range_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Attributes are indexed, and a btree entry holds 2704 bytes: past 2048, an event with
+    # one long attribute would be refused by PostgreSQL as a 503 rather than as a 422.
+    monkeypatch.setenv("CAUSEWAY_MAX_ATTRIBUTES_BYTES", "100000")
+    monkeypatch.setattr("sys.argv", ["causeway", "serve"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: setting CAUSEWAY_MAX_ATTRIBUTES_BYTES: Input should be less than or equal to 2048\n"
+    )
