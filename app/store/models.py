@@ -27,7 +27,13 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.store.records import EXACT_LIMIT, MAX_DATA_DEPTH, NewEvent, nests_deeper
+from app.store.records import (
+    EXACT_LIMIT,
+    MAX_DATA_DEPTH,
+    NewEvent,
+    nests_deeper,
+    normalise_numbers,
+)
 from app.store.timestamps import parse_rfc3339
 
 REGISTERED = "causeway.model.registered"
@@ -45,24 +51,16 @@ def _json_list(value: Any) -> Any:
 
 
 def _interoperable(value: Any) -> Any:
-    """``value`` if every number in it is finite and within the I-JSON range, and it
-    nests no deeper than event data may: the digest is taken over its JSON, which has no
-    infinity, orjson writes no integer past 64 bits (an infinite default would become
-    null, the same as no default), and the registration event carries the signature."""
+    """``value`` with its numbers as jsonb gives them back (an integral float as an int, so
+    ``1.0`` and ``-0.0`` become ``1`` and ``0``), if every number is finite and within the
+    I-JSON range and it nests no deeper than event data may. The digest is taken over its
+    JSON, so it must be the JSON that is stored and read back: ``GET /models/{name}``
+    shows the signature that has the digest, and registering that again is a re-send.
+    JSON has no infinity, orjson writes no integer past 64 bits (an infinite default would
+    become null, the same as no default), and the registration event carries it."""
     if nests_deeper(value):
         raise ValueError(f"a default nests arrays and objects more than {MAX_DATA_DEPTH} levels")
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, float) and not abs(item) < EXACT_LIMIT:  # inf and nan too
-            raise ValueError(f"number {item!r} is not finite within ±2**53")
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= EXACT_LIMIT:
-            raise ValueError(f"number {item} is outside ±2**53")
-    return value
+    return normalise_numbers(value)
 
 
 Dimension = Annotated[int, Field(gt=-EXACT_LIMIT, lt=EXACT_LIMIT)]  # -1: any size

@@ -90,17 +90,26 @@ class TestRegister:
         assert response.status_code == 422, response.text
         assert response.headers["content-type"].startswith("application/problem+json")
 
-    async def test_numbers_jsonb_reads_back_otherwise_keep_the_chain(
-        self, admin: httpx2.AsyncClient, engine: AsyncEngine
+    async def test_numbers_jsonb_reads_back_otherwise_keep_chain_and_digest(
+        self, admin: httpx2.AsyncClient, engine: AsyncEngine, app: FastAPI
     ) -> None:
         # -0.0 and 1.0 read back from jsonb as 0 and 1: the registration event is hashed
-        # as it is stored, and `causeway verify` finds the chain intact.
+        # as it is stored, and `causeway verify` finds the chain intact; the digest is the
+        # stored signature's, so registering what GET shows is a re-send, not a conflict.
         signature = b'{"inputs": [], "outputs": [], "params": [{"name": "p", "type": "double", "default": -0.0}, {"name": "q", "type": "double", "default": 1.0}]}'
         body = b'{"version": "1", "signature": ' + signature + b"}"
         response = await admin.post("/models/m/versions", content=body, headers=JSON)
         assert response.status_code == 201, response.text
         async with engine.connect() as conn:
             assert (await verify_chain(conn)).is_intact
+        await catch_up(app)
+        [shown] = (await admin.get("/models/m")).json()["versions"]
+        assert [p["default"] for p in shown["signature"]["params"]] == [0, 1]
+        assert response.json()["signature_digest"] == digest_of(shown["signature"])
+        again = await admin.post(
+            "/models/m/versions", content=registration("1", shown["signature"]), headers=JSON
+        )
+        assert again.status_code == 200, again.text
 
     async def test_registering_needs_the_admin_scope(self, client: httpx2.AsyncClient) -> None:
         response = await client.post(
