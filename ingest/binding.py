@@ -32,6 +32,7 @@ from app.errors import (
 from app.store.records import (
     MAX_DATA_DEPTH,
     NewEvent,
+    contains_nul,
     is_json_media_type,
     nests_deeper,
     normalise_numbers,
@@ -282,7 +283,7 @@ def _storable(index: int, value: Any, may_have_nul: bool, may_be_deep: bool) -> 
     """JSON data as it will be stored, or the problem that keeps it out of ``jsonb``."""
     if may_be_deep and nests_deeper(value):
         raise EventProblems([_too_deep(index)])
-    if may_have_nul and _contains_nul(value):
+    if may_have_nul and contains_nul(value):
         raise EventProblems(
             [Problem(InvalidEvent, index, "data", "data contains U+0000, which cannot be stored")]
         )
@@ -295,13 +296,3 @@ def _storable(index: int, value: Any, may_have_nul: bool, may_be_deep: bool) -> 
 def _too_deep(index: int) -> Problem:
     detail = f"data nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
     return Problem(InvalidEvent, index, "data", detail)
-
-
-def _contains_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any("\x00" in k or _contains_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_contains_nul(v) for v in value)
-    return False

@@ -26,7 +26,6 @@ from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -40,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.errors import BadRequest, InvalidCloudEvent, NotFound
 from app.store.keys import Principal
 from app.store.reads import EventReader
-from app.store.records import EXACT_LIMIT
+from app.store.records import EXACT_LIMIT, Text
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 from ingest.binding import BATCH, parse_request
@@ -57,13 +56,6 @@ from scheduler.route_reads import RouteReader
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
 
 
-def _without_nul(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("the character U+0000 cannot be stored")
-    return value
-
-
-Text = Annotated[str, AfterValidator(_without_nul)]
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
 Capability = (
     StrictBool

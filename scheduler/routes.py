@@ -30,7 +30,7 @@ import orjson
 
 from app.errors import BadRequest
 from app.store.chain import ChainRecord
-from app.store.records import NewEvent
+from app.store.records import NewEvent, contains_nul
 from app.store.timestamps import parse_rfc3339
 
 PREFIX = "causeway.route."
@@ -208,7 +208,7 @@ def parse_route(spec: dict[str, Any]) -> Route:
     unknown = sorted(set(spec) - _KEYS)
     if unknown:
         raise BadRequest(f"unknown route field(s): {', '.join(unknown)}")
-    if _has_nul(spec):
+    if contains_nul(spec):
         raise BadRequest("a route cannot hold the character U+0000")
     route_id = _name(spec, "id", required=True)
     types = spec.get("types", spec.get("type"))
@@ -393,16 +393,6 @@ def _is_finite(value: float) -> bool:
         return math.isfinite(float(value))
     except OverflowError:  # an integer past any float
         return False
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 def _requirements(raw: Any) -> Requirements:

@@ -26,7 +26,7 @@ from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState, incompatibility
 from app.store.keys import Principal, Scope
 from app.store.models import is_valid_name
-from app.store.records import MAX_POSITION, NewEvent, parse_position
+from app.store.records import MAX_POSITION, NewEvent, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from ingest.appender import Appender
 from ingest.bodies import JSONRoute
@@ -40,28 +40,28 @@ _KEEPALIVE_S = 15.0
 
 class Rollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: str = Field(min_length=1, max_length=128)
-    version: str = Field(min_length=1, max_length=128)
+    model: Text = Field(min_length=1, max_length=128)
+    version: Text = Field(min_length=1, max_length=128)
     percent: int = Field(default=10, ge=0, le=100)
     strategy: Literal["canary", "rolling"] = "canary"
     force: bool = False
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class Traffic(BaseModel):
     model_config = ConfigDict(extra="forbid")
     percent: int = Field(ge=0, le=100)
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class Promote(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str | None = Field(default=None, max_length=500)
+    reason: Text | None = Field(default=None, max_length=500)
 
 
 class Rollback(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(min_length=1, max_length=500)
+    reason: Text = Field(min_length=1, max_length=500)
 
 
 Admin = Annotated[Principal, Depends(_admin)]

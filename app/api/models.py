@@ -20,6 +20,7 @@ from app.api.deps import engine_of, require
 from app.errors import BadRequest, Conflict, NotFound
 from app.store.keys import Principal, Scope
 from app.store.models import Signature, alias_event, is_valid_name, registration_event
+from app.store.records import Text
 from app.store.registry import Model, RegistryReader, fetch_alias_target, fetch_registered_digest
 from ingest.appender import Appender
 from ingest.bodies import JSONRoute
@@ -33,7 +34,7 @@ class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=128)
     signature: Signature
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[Text, Text] = Field(default_factory=dict)
     enforce_outputs: bool = False
 
 

@@ -31,6 +31,8 @@ from app.store.records import (
     EXACT_LIMIT,
     MAX_DATA_DEPTH,
     NewEvent,
+    Text,
+    contains_nul,
     nests_deeper,
     normalise_numbers,
 )
@@ -60,6 +62,8 @@ def _interoperable(value: Any) -> Any:
     become null, the same as no default), and the registration event carries it."""
     if nests_deeper(value):
         raise ValueError(f"a default nests arrays and objects more than {MAX_DATA_DEPTH} levels")
+    if contains_nul(value):
+        raise ValueError("the character U+0000 cannot be stored")
     return normalise_numbers(value)
 
 
@@ -68,28 +72,28 @@ Dimension = Annotated[int, Field(gt=-EXACT_LIMIT, lt=EXACT_LIMIT)]  # -1: any si
 
 class ColumnSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str | None = None
+    name: Text | None = None
     type: ColumnType
     required: bool = True
 
 
 class TensorInfo(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    dtype: str
+    dtype: Text
     shape: list[Dimension]
 
 
 class TensorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-    name: str | None = None
+    name: Text | None = None
     type: Literal["tensor"]
     tensor_spec: TensorInfo = Field(alias="tensor-spec")
 
 
 class ParamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str
-    type: str
+    name: Text
+    type: Text
     default: Annotated[Any, AfterValidator(_interoperable)] = None
     shape: list[Dimension] | None = None
 

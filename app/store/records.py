@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
 RESERVED_TYPE_PREFIX = "causeway."  # the types of the events Causeway writes itself
@@ -46,6 +48,29 @@ def nests_deeper(value: Any, levels: int = MAX_DATA_DEPTH) -> bool:
             below += [c for c in children if type(c) is dict or type(c) is list]
         level = below
     return False
+
+
+def contains_nul(value: Any) -> bool:
+    """Whether a string in JSON ``value`` (a key too) holds U+0000, which neither ``text``
+    nor ``jsonb`` can store. Recursive: check the depth (``nests_deeper``) first."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any("\x00" in k or contains_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(contains_nul(v) for v in value)
+    return False
+
+
+def _without_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("the character U+0000 cannot be stored")
+    return value
+
+
+# A string field of a request body that is stored: refused (422, naming the field) when it
+# holds U+0000, rather than by PostgreSQL as it is written.
+Text = Annotated[str, AfterValidator(_without_nul)]
 
 
 def is_json_media_type(media_type: str | None) -> bool:

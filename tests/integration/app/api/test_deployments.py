@@ -121,6 +121,13 @@ class TestCommands:
                 "/problems/conflict",
             ),
             ([("traffic", {"percent": 101})], 422, "/problems/invalid-request"),
+            # U+0000 cannot be stored: refused naming the field, not by PostgreSQL (400).
+            ([("rollback", {"reason": "x\u0000"})], 422, "/problems/invalid-request"),
+            (
+                [("rollouts", {"model": "faces", "version": "1", "reason": "\u0000"})],
+                422,
+                "/problems/invalid-request",
+            ),
         ],
     )
     async def test_invalid_transitions_are_refused(

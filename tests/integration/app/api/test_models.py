@@ -111,6 +111,26 @@ class TestRegister:
         )
         assert again.status_code == 200, again.text
 
+    @pytest.mark.parametrize(
+        ("registered", "pointer"),
+        [
+            ({"signature": {**SIGNATURE, "inputs": [{"name": "a\u0000", "type": "string"}]}},
+             "#/body/signature/inputs/0/"),
+            ({"signature": {**SIGNATURE, "params": [{"name": "p", "type": "string",
+                                                     "default": {"k": ["\u0000"]}}]}},
+             "#/body/signature/params/0/default"),
+            ({"signature": SIGNATURE, "tags": {"team": "vi\u0000sion"}}, "#/body/tags/team"),
+        ],
+    )  # fmt: skip
+    async def test_a_nul_that_cannot_be_stored_is_422_naming_its_field(
+        self, admin: httpx2.AsyncClient, registered: dict[str, Any], pointer: str
+    ) -> None:
+        body = dumps({"version": "1", **registered})
+        response = await admin.post("/models/m/versions", content=body, headers=JSON)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"].startswith(pointer)
+        assert "U+0000" in response.json()["detail"]
+
     async def test_registering_needs_the_admin_scope(self, client: httpx2.AsyncClient) -> None:
         response = await client.post(
             "/models/faces/versions", content=registration("3"), headers=JSON
