@@ -30,7 +30,7 @@ import orjson
 
 from app.errors import BadRequest
 from app.store.chain import ChainRecord
-from app.store.records import NewEvent, contains_nul
+from app.store.records import EXACT_LIMIT, NewEvent, contains_nul
 from app.store.timestamps import parse_rfc3339
 
 PREFIX = "causeway.route."
@@ -409,10 +409,12 @@ def _requirements(raw: Any) -> Requirements:
         elif isinstance(value, bool):
             if value:
                 flags.append(key)
-        elif isinstance(value, int | float) and _is_finite(value) and value >= 0:
-            numbers[key] = float(value)
+        elif isinstance(value, int | float) and _is_finite(value) and 0 <= value < EXACT_LIMIT:
+            numbers[key] = float(value)  # capabilities are within ±2**53, as stored JSON is
         else:
-            raise BadRequest(f"requires.{key} must be true/false or a non-negative number")
+            raise BadRequest(
+                f"requires.{key} must be true/false or a non-negative number below 2**53"
+            )
     # The model has to fit in the free GPU memory a worker reports.
     if "model_size_gb" in numbers:
         size = numbers.pop("model_size_gb")
