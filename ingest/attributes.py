@@ -216,7 +216,9 @@ def _checked(
     if expected is not None:
         # ASCII digits only: isdigit() alone takes "²" and other scripts' digits.
         if binary and isinstance(expected, str) and expected.isascii() and expected.isdigit():
-            expected = int(expected) if len(expected) <= 10 else _INT32[1] + 1
+            # By length first (int() refuses past 4,300 digits), leading zeros aside.
+            digits = expected.lstrip("0") or "0"
+            expected = int(digits) if len(digits) <= 10 else _INT32[1] + 1
         if isinstance(expected, bool) or not isinstance(expected, int) or expected < 0:
             bad("expectedversion", "expectedversion must be a non-negative integer")
             expected = None

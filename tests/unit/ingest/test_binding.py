@@ -107,6 +107,13 @@ class TestBinaryMode:
             parse_request("text/plain", headers, b"x", LIMITS)
         assert refused.value.extensions["errors"][0]["attribute"] == "expectedversion"
 
+    @pytest.mark.parametrize(("sent", "expected"), [("0" * 21 + "1", 1), ("0" * 900, 0)])
+    def test_expectedversion_may_have_leading_zeros(self, sent: str, expected: int) -> None:
+        headers = [(b"ce-specversion", b"1.0"), (b"ce-id", b"1"), (b"ce-source", b"/s"),
+                   (b"ce-type", b"t"), (b"ce-expectedversion", sent.encode())]  # fmt: skip
+        [event] = parse_request("text/plain", headers, b"x", LIMITS)
+        assert event.expected_version == expected
+
     def test_a_content_type_that_is_no_media_type_is_refused(self) -> None:
         headers = [(b"ce-specversion", b"1.0"), (b"ce-id", b"1"), (b"ce-source", b"/s"),
                    (b"ce-type", b"t")]  # fmt: skip
