@@ -116,6 +116,7 @@ class GroupPlan:
         id_errors: list[dict[str, Any]] = []
         cause_errors: list[dict[str, Any]] = []
         model_errors: list[dict[str, Any]] = []
+        refused: set[str] = set()  # ids of this batch's events refused so far
         for index, event in enumerate(batch):
             key = (tenant, event.id)
             earlier = known.get(key) or self.known.get(key)
@@ -123,6 +124,7 @@ class GroupPlan:
                 problem = _compare(event, tenant, earlier.content)
                 if problem is not None:
                     id_errors.append({"index": index, "attribute": "id", "detail": problem})
+                    refused.add(event.id)
                     continue
                 outcomes.append(
                     Appended(
@@ -139,19 +141,21 @@ class GroupPlan:
             missing = []
             for cause in event.causes:
                 found = positions.get((tenant, cause)) or self.positions.get((tenant, cause))
-                if found is None:
-                    missing.append(cause)
-                else:
+                if found is not None:
                     cause_positions.append(found)
-            if missing:
-                cause_errors.append(
-                    {
-                        "index": index,
-                        "attribute": "causationid",
-                        "detail": f"unknown cause ids: {', '.join(missing)}",
-                        "missing": missing,
-                    }
-                )
+                elif cause not in refused:  # a cause refused above is that event's problem
+                    missing.append(cause)
+            if missing or len(cause_positions) < len(event.causes):
+                if missing:
+                    cause_errors.append(
+                        {
+                            "index": index,
+                            "attribute": "causationid",
+                            "detail": f"unknown cause ids: {', '.join(missing)}",
+                            "missing": missing,
+                        }
+                    )
+                refused.add(event.id)
                 continue
             if event.model_name is not None and event.model_version is not None:
                 model = (tenant, event.model_name, event.model_version)
@@ -160,11 +164,12 @@ class GroupPlan:
                         event.data, event.model_signature or ""
                     )
                 else:
-                    refused = _model_problem(
+                    unfit = _model_problem(
                         event, registrations.get(model) or self.registrations.get(model)
                     )
-                    if refused is not None:
-                        model_errors.append({"index": index, **refused})
+                    if unfit is not None:
+                        model_errors.append({"index": index, **unfit})
+                        refused.add(event.id)
                         continue
             stream = (tenant, event.stream)
             actual = versions.get(stream) or self.versions.get(stream, 0)
@@ -197,8 +202,9 @@ class GroupPlan:
             outcomes.append(
                 Appended(event.id, event.source, event.stream, version, position, False)
             )
-        # Unknown causes last: an event refused for its id or its model is not there to
-        # be a cause, so a later event naming it is refused only because of that.
+        # An event refused is not there to be a cause: a later event naming it is refused
+        # only because of that, and its own entry would name no mistake of its own. Unknown
+        # causes come last too, for the same reason.
         if id_errors:
             return IdConflict(_summary(id_errors), errors=id_errors)
         if model_errors:

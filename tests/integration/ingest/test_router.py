@@ -429,6 +429,21 @@ class TestCauses:
         assert response.status_code == 422
         assert response.json()["errors"][0]["index"] == 0
 
+    async def test_an_event_whose_cause_in_the_batch_was_refused_is_not_blamed(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        # Its cause is there, in the batch: refused for its own mistake, which is the one
+        # entry the answer names.
+        a = event(causationid="nope")
+        b = event(causationid=a["id"])
+        c = event(causationid=f"{a['id']},also-nope")
+        response = await client.post("/events", content=dumps([a, b, c]), headers=BATCH)
+        assert response.status_code == 422
+        assert [(e["index"], e["missing"]) for e in response.json()["errors"]] == [
+            (0, ["nope"]),
+            (2, ["also-nope"]),
+        ]
+
 
 class TestKeys:
     async def test_no_key_is_401(self, app: Any) -> None:

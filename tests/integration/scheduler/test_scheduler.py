@@ -623,15 +623,17 @@ class TestResults:
         await queued(app, admin)
         leased = await lease(worker, "q")
         assert leased is not None
-        bad = event(type="result", causationid="no-such-event")
+        good, bad = event(type="result"), event(type="result", causationid="no-such-event")
         response = await worker.post(
             f"/tasks/{leased['task']['id']}/complete",
-            content=dumps({"lease": leased["lease"], "events": [bad]}),
+            content=dumps({"lease": leased["lease"], "events": [good, bad]}),
             headers=JSON,
         )
         assert response.status_code == 422
+        # The one mistake sent, not the completion the server adds (it names the result).
+        assert [e["index"] for e in response.json()["errors"]] == [1]
         assert (await admin.get(f"/tasks/{leased['task']['id']}")).json()["state"] == "leased"
-        assert (await admin.get(f"/events/{bad['id']}")).status_code == 404
+        assert (await admin.get(f"/events/{good['id']}")).status_code == 404
 
 
 class TestRetriesAndDeadLetters:
