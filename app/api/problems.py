@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from app.errors import AppError, NotFound, Unavailable, error_classes
 
@@ -139,9 +140,26 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI turns any error while it reads a body into a 400 "error parsing the
         # body", raised from ours: the capped body's PayloadTooLarge is the answer.
         return _app_error(exc.__cause__)
-    return problem(
-        exc.status_code, "http-error", "HTTP error", str(exc.detail), dict(exc.headers or {})
-    )
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(_allowed(request))
+    return problem(exc.status_code, "http-error", "HTTP error", str(exc.detail), headers)
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method some route takes at this path. Starlette's 405 names only the methods
+    of the first route whose path matched, where RFC 9110 (15.5.6) asks for all of them:
+    ``GET`` and ``DELETE /routes/{id}`` are two routes. Each method is asked of the
+    routes as the router would (an included router answers for its own routes)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
 async def on_database_unavailable(request: Request, exc: Exception) -> JSONResponse:
