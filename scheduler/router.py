@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -63,6 +63,9 @@ Capability = (
     | Annotated[StrictFloat, Field(allow_inf_nan=False)]
 )
 _NAME = r"^[A-Za-z0-9_.\-]{1,128}$"
+# A queue is named by a route, whose names are these: any other name is a typo, not a queue
+# that happens to be empty (a lease would wait and answer 204 for ever).
+QueueName = Annotated[str, Path(pattern=_NAME)]
 _POLL_S = (0.05, 0.5)  # long-poll: first and longest pause between lease attempts
 
 
@@ -188,7 +191,7 @@ def create_router(
         responses={204: {"description": "no task this worker can run"}},
     )
     async def lease(
-        queue: str, body: LeaseRequest, principal: Worker, request: Request
+        queue: QueueName, body: LeaseRequest, principal: Worker, request: Request
     ) -> Response:
         profile = WorkerProfile.parse(
             body.worker, body.capabilities, spot=body.spot, labels=body.labels
@@ -294,7 +297,7 @@ def create_router(
         return {"queues": [_depth_json(d) for d in depths]}
 
     @router.get("/queues/{queue}/autoscale", summary="Recommended worker count (PID advice)")
-    async def autoscale(queue: str, principal: Reader) -> dict[str, Any]:
+    async def autoscale(queue: QueueName, principal: Reader) -> dict[str, Any]:
         async with engine.connect() as conn:
             advice = await AutoscaleAdvisor(conn, controller).read(principal.tenant, queue)
         return {
@@ -319,7 +322,7 @@ def create_router(
     @router.get("/dead-letters", summary="Dead-lettered tasks (filters: queue, class, since)")
     async def list_dead_letters(
         principal: Reader,
-        queue: str | None = None,
+        queue: Annotated[str | None, Query(pattern=_NAME)] = None,
         error_class: Annotated[str | None, Query(alias="class")] = None,
         since: Annotated[str | None, Query(description="RFC 3339")] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,

@@ -447,6 +447,17 @@ class TestBadInput:
         assert refused.status_code == 422
         assert accepted.status_code == 200
 
+    async def test_a_queue_no_route_could_name_is_422_not_an_empty_queue(
+        self, admin: Client, worker: Client
+    ) -> None:
+        leased = await worker.post(
+            "/queues/gpu%20queue/lease", content=dumps({"worker": "w1"}), headers=JSON
+        )
+        assert leased.status_code == 422, leased.text  # was 204, after waiting, for ever
+        assert leased.json()["detail"].startswith("#/path/queue:")
+        assert (await admin.get("/queues/gpu%20queue/autoscale")).status_code == 422
+        assert (await admin.get("/dead-letters", params={"queue": "gpu queue"})).status_code == 422
+
     async def test_results_with_huge_integers_are_refused_as_ingest_refuses_them(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
