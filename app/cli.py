@@ -77,6 +77,8 @@ def load_settings() -> Settings:
     except ValidationError as exc:
         first = exc.errors()[0]
         fail(f"setting CAUSEWAY_{str(first['loc'][0]).upper()}: {first['msg']}")
+    except UnicodeDecodeError as exc:  # the .env file in the working directory
+        fail(f".env is not UTF-8: {exc.reason} at byte {exc.start}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,15 +312,14 @@ async def _replay(
             sink, partial = _open_for_writing(out)
             try:
                 count = await _write_replay(conn, sink, tenant, selection, fetch_rows, form)
+                _finish(sink)
             except BaseException:
+                if sink is not sys.stdout.buffer:
+                    with contextlib.suppress(OSError):  # what is left unwritten goes too
+                        sink.close()
                 if partial is not None:
                     partial.unlink(missing_ok=True)
                 raise
-            finally:
-                if sink is sys.stdout.buffer:
-                    sink.flush()
-                else:
-                    sink.close()
             if partial is not None:
                 partial.replace(out)
     finally:
@@ -355,6 +356,19 @@ def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
         fail(f"--out {out}: {exc.strerror or exc}")
 
 
+def _finish(sink: IO[bytes]) -> None:
+    """Write out what the sink still buffers: a full disk may refuse that last part."""
+    try:
+        if sink is sys.stdout.buffer:
+            sink.flush()
+        else:
+            sink.close()
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        fail(f"writing the replay: {exc.strerror or exc}", 1)
+
+
 async def _write_replay(
     conn: Any, sink: IO[bytes], tenant: str, selection: EventFilter, fetch_rows: int, form: str
 ) -> int:
@@ -366,6 +380,7 @@ async def _write_replay(
             TimeElapsedColumn(),
             console=_err,
             transient=True,
+            disable=not _err.is_terminal,  # else it ends with a blank line of its own
         ) as progress:
             task = progress.add_task("replay", total=None)
             reader = EventReader(conn)

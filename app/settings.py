@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
@@ -37,11 +39,11 @@ class Settings(BaseSettings):
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
-    replay_fetch_rows: int = Field(default=1000, ge=1)
+    replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits
     replay_max_streams: int = Field(default=8, ge=1)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
-    statement_timeout_ms: int = Field(default=30_000, ge=0)
+    statement_timeout_ms: int = Field(default=30_000, ge=0, le=2**31 - 1)  # PostgreSQL's int
     graphql_max_request_bytes: int = Field(default=1 << 20, ge=1024)
     graphql_max_query_depth: int = Field(default=12, ge=1)
     graphql_max_tokens: int = Field(default=2000, ge=10)
@@ -105,4 +107,16 @@ class Settings(BaseSettings):
             raise ValueError(f"not a database URL: {exc}") from exc
         if url.get_backend_name() != "postgresql":
             raise ValueError("must be a postgresql:// URL")
+        # What libpq would refuse only when a command connects (an unknown option, a port
+        # that is no number), refused here: every command then says so in one line.
+        try:
+            options = conninfo_to_dict(
+                url.set(drivername="postgresql").render_as_string(hide_password=False)
+            )
+        except psycopg.ProgrammingError as exc:
+            raise ValueError(f"not a libpq connection URL: {str(exc).strip()}") from exc
+        for name in ("port", "connect_timeout"):
+            given = options.get(name)
+            if given is not None and not all(p.strip().isdigit() for p in str(given).split(",")):
+                raise ValueError(f"{name} must be a whole number, got {given!r}")
         return value

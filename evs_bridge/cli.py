@@ -149,6 +149,7 @@ def replay(
             TimeElapsedColumn(),
             console=_err,
             transient=True,
+            disable=not _err.is_terminal,  # else it ends with a blank line of its own
         ) as progress:
             task = progress.add_task(file.name, total=None, rate="")
 

@@ -213,6 +213,16 @@ class TestReplayOutput:
         assert out.read_bytes() == exported
         assert sorted(p.name for p in tmp_path.iterdir()) == ["acme.ndjson"]
 
+    @pytest.mark.parametrize("form", ["ndjson", "parquet"])
+    def test_a_full_disk_is_one_line(self, run: CliRunner, database_url: URL, form: str) -> None:
+        # What is buffered is written at the close, which a full disk refuses too: that
+        # was a traceback.
+        store(database_url, "acme", 1)
+        argv = ["replay", "--tenant", "acme", "--out", "/dev/full", "--format", form]
+        failed = run.invoke(cli, argv)
+        assert failed.exit_code == 1
+        assert failed.stderr == "error: writing the replay: No space left on device\n"
+
     def test_a_file_keeps_its_permissions(
         self, run: CliRunner, database_url: URL, tmp_path: Any
     ) -> None:

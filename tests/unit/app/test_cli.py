@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from app.cli import main
@@ -75,16 +77,47 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
     assert err.count("\n") == 1
 
 
+_URL = "postgresql://postgres@127.0.0.1:1/x"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        # Attributes are indexed, and a btree entry holds 2704 bytes: past 2048, an event
+        # with one long attribute would be refused by PostgreSQL as a 503, not a 422.
+        ("MAX_ATTRIBUTES_BYTES", "100000", "Input should be less than or equal to 2048"),
+        ("REPLAY_FETCH_ROWS", "2147483648", "Input should be less than or equal to 1000000"),
+        # libpq would refuse these only when connecting, with a traceback.
+        ("DATABASE_URL", f"{_URL}?foo=bar", 'invalid URI query parameter: "foo"'),
+        ("DATABASE_URL", f"{_URL}?connect_timeout=abc", "connect_timeout must be a whole number"),
+        ("DATABASE_URL", f"{_URL}?port=abc", "port must be a whole number"),
+    ],
+)
 def test_a_setting_out_of_its_range_is_one_line_and_exit_2(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    name: str,
+    value: str,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Attributes are indexed, and a btree entry holds 2704 bytes: past 2048, an event with
-    # one long attribute would be refused by PostgreSQL as a 503 rather than as a 422.
-    monkeypatch.setenv("CAUSEWAY_MAX_ATTRIBUTES_BYTES", "100000")
-    monkeypatch.setattr("sys.argv", ["causeway", "serve"])
+    monkeypatch.setenv(f"CAUSEWAY_{name}", value)
+    monkeypatch.setattr("sys.argv", ["causeway", "verify"])
     with pytest.raises(SystemExit) as exited:
         main()
     assert exited.value.code == 2
-    assert capsys.readouterr().err == (
-        "error: setting CAUSEWAY_MAX_ATTRIBUTES_BYTES: Input should be less than or equal to 2048\n"
-    )
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: setting CAUSEWAY_{name}: ")
+    assert message in err
+    assert err.count("\n") == 1
+
+
+def test_a_dot_env_that_is_not_utf8_is_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / ".env").write_bytes(b"\xff\xfe x\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["causeway", "verify"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == "error: .env is not UTF-8: invalid start byte at byte 0\n"
