@@ -51,6 +51,7 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, parse_position
 from app.store.verify import ChainReport, verify_chain
 from evs_bridge.cli import cli as evs_cli
+from evs_bridge.cli import run_commands
 
 T = TypeVar("T")
 
@@ -590,25 +591,13 @@ def main() -> None:
     """Run the CLI; a usage error, or a database the command cannot use (unreachable,
     refusing the login, not migrated), is one line on stderr and exit code 2."""
     try:
-        code = cli(standalone_mode=False)
-    except typer.Abort:
-        raise SystemExit(1) from None
+        run_commands(cli)
     except (DBAPIError, psycopg.Error) as exc:
         detail = _database_problem(exc)
         if detail is None:
             raise
         typer.echo(f"error: {detail}", err=True)
         raise SystemExit(2) from None
-    except Exception as exc:
-        # Typer vendors click, so its UsageError is matched by shape: exit code 2 and a
-        # message, as click's own is.
-        if getattr(exc, "exit_code", None) != 2 or not hasattr(exc, "format_message"):
-            raise
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            raise SystemExit(cli(["--help"], standalone_mode=False)) from None
-        typer.echo(f"error: {exc.format_message()}", err=True)
-        raise SystemExit(2) from None
-    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 def _database_problem(exc: DBAPIError | psycopg.Error) -> str | None:

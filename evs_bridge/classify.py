@@ -96,7 +96,8 @@ def load_classifier(path: str) -> Classifier:
     module_name, sep, attribute = path.partition(":")
     if not sep:
         module_name, _, attribute = path.rpartition(".")
-    if not module_name or not attribute:
+    if not module_name or not attribute or module_name.startswith("."):
+        # A leading dot asks for a relative import, which has no package to be relative to.
         raise ClassifierNotFound(f"{path!r} is not a dotted path like 'package.module:Name'")
     try:
         found: object = getattr(importlib.import_module(module_name), attribute)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, NoReturn
+from typing import Annotated, NoReturn, TextIO
 
 import httpx2
 import typer
@@ -64,10 +64,14 @@ SpoolDir = Annotated[
         "store is down)"
     ),
 ]
-SpoolMb = Annotated[int, typer.Option(help="Spool size limit, MiB")]
+SpoolMb = Annotated[int, typer.Option(min=1, help="Spool size limit, MiB")]
 WindowMs = Annotated[int, typer.Option(help="Window length, ms (aligned to sensor time)")]
-SegmentWindows = Annotated[int, typer.Option(help="Windows per evs.segment.recorded event")]
-CellPx = Annotated[int, typer.Option(help="Grid cell of the per-window count map, px")]
+SegmentWindows = Annotated[
+    int, typer.Option(min=1, max=100_000, help="Windows per evs.segment.recorded event")
+]
+CellPx = Annotated[
+    int, typer.Option(min=1, max=MAX_SIDE_PX, help="Grid cell of the per-window count map, px")
+]
 MinCell = Annotated[int, typer.Option(help="Events for a cell to count as active")]
 MinRegion = Annotated[int, typer.Option(help="Events for a connected component to be a region")]
 DtUs = Annotated[int, typer.Option(help="Background-activity filter support time, µs")]
@@ -84,8 +88,8 @@ Backend = Annotated[
     str, typer.Option(help="Background filter backend: numpy, or numba (needs numba installed)")
 ]
 Neighbourhood = Annotated[int, typer.Option(help="Background filter neighbourhood: 4 or 8")]
-LazyS = Annotated[float, typer.Option(help="Longest wait before green events are sent, s")]
-DrainS = Annotated[float, typer.Option(help="At the end, how long to retry a spool, s")]
+LazyS = Annotated[float, typer.Option(min=0.0, help="Longest wait before green events are sent, s")]
+DrainS = Annotated[float, typer.Option(min=0.0, help="At the end, how long to retry a spool, s")]
 
 
 _MAX_WINDOW_MS = 3_600_000
@@ -94,6 +98,26 @@ _MAX_WINDOW_MS = 3_600_000
 def fail(detail: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {detail}", err=True)
     raise typer.Exit(code)
+
+
+def run_commands(commands: typer.Typer) -> NoReturn:
+    """Run ``commands`` as a program: a usage error (a missing argument, an option's value
+    out of its range) is one line on stderr and exit code 2, not click's framed box. Any
+    other error propagates. ``causeway`` runs this way, and ``python -m evs_bridge``."""
+    try:
+        code = commands(standalone_mode=False)
+    except typer.Abort:
+        raise SystemExit(1) from None
+    except Exception as exc:
+        # Typer vendors click, so its UsageError is matched by shape: exit code 2 and a
+        # message, as click's own is.
+        if getattr(exc, "exit_code", None) != 2 or not hasattr(exc, "format_message"):
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            raise SystemExit(commands(["--help"], standalone_mode=False)) from None
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 @cli.command()
@@ -366,6 +390,8 @@ def _settings(
         fail(f"--dt-us must be positive, not {dt_us}")
     if window_ms > _MAX_WINDOW_MS:
         fail(f"--window-ms must be at most {_MAX_WINDOW_MS} (an hour), not {window_ms}")
+    if run is not None and not SENSOR_ID.match(run):  # before any output is opened
+        fail(f"--run {run!r} must be 1-64 of A-Z a-z 0-9 . _ -")
     try:
         check_backend(backend)
     except BackendUnavailable as exc:
@@ -404,15 +430,13 @@ def _output(
     if out is not None:
         if target is not None or key is not None:
             fail("give either --out or --target/--key, not both")
-        try:
-            file = out.open("w", encoding="utf-8")
-        except OSError as exc:
-            fail(f"{out}: {exc.strerror}")
-        with file:
+        with _written(out) as file:
             yield Output(NdjsonSink(file), None, config)
         return
     if target is None or key is None:
         fail("give --target and --key (or --out FILE)")
+    if not key or not key.isascii() or not key.isprintable() or " " in key:
+        fail("--key must be an API key: printable ASCII, no spaces")
     status = _fetch_health(target)
     if status is None and spool is None:
         fail(f"cannot reach {target} (give --spool DIR to keep events until it answers)")
@@ -435,6 +459,34 @@ def _output(
             fail(str(exc))
         finally:
             opened.close()
+
+
+@contextmanager
+def _written(out: Path) -> Iterator[TextIO]:
+    """``out`` opened for the events. A regular file (or a new one) is written beside
+    itself and renamed onto ``out`` only when the command succeeds: a replay that fails
+    (a recording that cannot be decoded, a full disk) leaves what ``out`` held as it was.
+    Anything else (a pipe, ``/dev/stdout``, a device) is written through."""
+    if out.is_dir():
+        fail(f"{out}: is a directory")
+    through = out.exists() and not out.is_file()
+    target = out if through else out.with_name(f".{out.name}.partial")
+    try:
+        file = target.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"{out}: {exc.strerror or exc}")
+    try:
+        try:
+            with file:
+                yield file
+            if not through:
+                target.replace(out)
+        except OSError as exc:  # a full disk, as the file is written or closed
+            fail(f"writing {out}: {exc.strerror or exc}", 1)
+    except BaseException:
+        if not through:
+            target.unlink(missing_ok=True)
+        raise
 
 
 def _fetch_health(target: str) -> int | None:

@@ -12,6 +12,7 @@ epoch µs (after 2001), else sensor time. Offsets are array indexes.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,13 +44,17 @@ def _read_npy_header(stream: IO[bytes]) -> tuple[np.dtype[Any], int]:
     return dtype, int(shape[0])
 
 
+def _is_integral(dtype: np.dtype[Any]) -> bool:
+    return bool(np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.bool_))
+
+
 class ArrayRecording:
     def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
         self.path = path
         self.chunk_events = chunk_events
         try:
             self._open(path)
-        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
             if isinstance(exc, UnsupportedArray):
                 raise
             raise UnsupportedArray(f"{path}: not a readable .npz/.npy array: {exc}") from exc
@@ -87,6 +92,9 @@ class ArrayRecording:
         polarity = next((n for n in _POLARITY_NAMES if n in fields), None)
         if polarity is None or not {"x", "y", "t"} <= set(fields):
             raise UnsupportedArray(f"{path}: fields {fields} lack x, y, p and t")
+        inexact = [n for n in ("x", "y", polarity, "t") if not _is_integral(dtype[n])]
+        if inexact:  # a float may be infinite, or past what the event fields hold
+            raise UnsupportedArray(f"{path}: fields {', '.join(inexact)} must be integers")
         self._polarity = polarity
         first_t: int | None = None
         if width is None or height is None:
@@ -114,7 +122,7 @@ class ArrayRecording:
     def chunks(self) -> Iterator[EventChunk]:
         try:
             yield from self._chunks()
-        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
             raise UnsupportedArray(f"{self.path}: not a readable .npz/.npy array: {exc}") from exc
 
     def _chunks(self) -> Iterator[EventChunk]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import struct
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +117,25 @@ def wide_npz(tmp_path: Path) -> Path:
     return path
 
 
+def float_npz(tmp_path: Path) -> Path:
+    path = tmp_path / "floats.npz"
+    events = np.zeros(2, dtype=[("x", "f8"), ("y", "f8"), ("p", "f8"), ("t", "f8")])
+    events["x"][0], events["t"][1] = np.inf, np.nan
+    np.savez(path, events=events, width=640, height=480)
+    return path
+
+
+def bad_deflate(tmp_path: Path) -> Path:
+    path = tmp_path / "deflate.npz"
+    events = np.zeros(50_000, dtype=EVENT_DTYPE)
+    events["t"] = np.arange(50_000)
+    np.savez_compressed(path, events=events)
+    data = bytearray(path.read_bytes())
+    data[100:400] = bytes(b ^ 0x5A for b in data[100:400])  # inside the deflate stream
+    path.write_bytes(data)
+    return path
+
+
 BAD_FILES = {
     "truncated CDR blob": (truncated_blob, "message 3: truncated"),
     "events longer than the blob": (overlong_events, "message 5: events length"),
@@ -126,6 +146,8 @@ BAD_FILES = {
     "a header past the largest sensor": (huge_header, "outside 0-8192 pixels a side"),
     "a header line with no end": (endless_header, "over 64 KiB"),
     "a width that is no number": (wide_npz, "width and height must each be one integer"),
+    "float coordinates": (float_npz, "fields x, y, p, t must be integers"),
+    "a deflate stream that does not inflate": (bad_deflate, "Error -3 while decompressing"),
 }
 
 
@@ -156,6 +178,10 @@ class TestReplay:
             ([str(NPZ), "--sensor", "a", "--out", "x", "--window-ms", "0"], "positive"),
             ([str(NPZ), "--sensor", "a", "--out", "x", "--window-ms", str(10**12)], "an hour"),
             ([str(NPZ), "--sensor", "a", "--out", "x", "--dt-us", "0"], "--dt-us must be positive"),
+            ([str(NPZ), "--sensor", "a", "--out", "x", "--run", "a/b"], "--run 'a/b' must be"),
+            ([str(NPZ), "--sensor", "a", "--out", "x", "--classifier", "..:X"], "dotted path"),
+            ([str(NPZ), "--sensor", "a", "--target", "http://h", "--key", "\u00e9"], "--key must"),
+            ([str(NPZ), "--sensor", "a", "--target", "http://h", "--key", ""], "--key must"),
         ],
     )
     def test_bad_input_is_one_line_and_exit_2(
@@ -183,6 +209,23 @@ class TestReplay:
         assert "error: " in result.output
         assert message in result.output
         assert "Traceback" not in result.output
+
+    @pytest.mark.parametrize(
+        "failing",
+        [
+            ["--run", "a/b"],  # refused before the replay starts
+            ["--classifier", f"{__name__}:OverconfidentClassifier"],  # half way through
+        ],
+    )
+    def test_a_failed_replay_leaves_what_out_held(self, failing: list[str], tmp_path: Path) -> None:
+        recording = save_npz(tmp_path / "face.npz", scene([FACE]))
+        out = tmp_path / "events.ndjson"
+        out.write_bytes(b'{"kept": true}\n')
+        argv = ["replay", str(recording), "--sensor", "a", "--out", str(out), *failing]
+        result = runner.invoke(cli, argv)
+        assert result.exit_code == 2, result.output
+        assert out.read_bytes() == b'{"kept": true}\n'
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["events.ndjson", "face.npz"]
 
     def test_a_classifier_answering_out_of_range_is_exit_2(self, tmp_path: Path) -> None:
         recording = save_npz(tmp_path / "face.npz", scene([FACE]))
@@ -322,3 +365,11 @@ def test_mqtt_refuses_a_queue_of_no_packets() -> None:
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "--queue-packets must be at least 1" in result.output
+
+
+def test_a_usage_error_of_python_m_evs_bridge_is_one_line() -> None:
+    # As under `causeway evs`: click's framed box took six lines.
+    done = subprocess.run(
+        [sys.executable, "-m", "evs_bridge", "inspect"], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stderr) == (2, "error: Missing argument 'file'.\n")
