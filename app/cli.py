@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import stat
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -131,6 +132,9 @@ def serve(
 ) -> None:
     """Start the HTTP service (the embedded PostgreSQL unless CAUSEWAY_DATABASE_URL is set)."""
     settings = load_settings()
+    bind_host = settings.host if host is None else host
+    bind_port = settings.port if port is None else port
+    _check_bind(bind_host, bind_port)  # before a database is started for nothing
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with database(settings) as db:
         url, embedded = db.url, db.embedded is not None
@@ -140,8 +144,6 @@ def serve(
             _require_head(url, "run `causeway migrate` or pass --migrate")
         if embedded:
             _bootstrap_admin_key(settings, url)
-        bind_host = host or settings.host
-        bind_port = settings.port if port is None else port
         processes = workers or settings.workers
         if processes > 1:
             # Each worker builds its own app (and engine) from the environment.
@@ -171,6 +173,20 @@ def serve(
             port=bind_port,
             **SERVER_PROTOCOLS,
         )
+
+
+def _check_bind(host: str, port: int) -> None:
+    """Exit 2 with one line when ``host:port`` cannot be listened on (taken, no such host,
+    not this machine's address): uvicorn logs it and exits 3."""
+    if not host:
+        fail("--host must name an address or a host, e.g. 127.0.0.1 or 0.0.0.0")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            probe.bind(address)
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
 def _url_text(url: URL | str) -> str:
@@ -223,7 +239,10 @@ def verify(
 ) -> None:
     """Re-check the whole hash chain; exit 1 at the first event that does not match."""
     settings = load_settings()
-    anchors = dict(_parse_anchor(text) for text in anchor or [])
+    anchors: dict[int, bytes] = {}
+    for position, digest in (_parse_anchor(text) for text in anchor or []):
+        if anchors.setdefault(position, digest) != digest:
+            fail(f"--anchor gives two hashes for position {position}")
     with database(settings) as db:
         report = asyncio.run(_verify(db.url, anchors))
     if not report.is_intact:

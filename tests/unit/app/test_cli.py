@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,11 @@ from app.cli import main
     [
         (["keys", "create", "--tenant", "x"], "error: Missing option '--scopes'.\n"),
         (["keys", "create", "--tenant", "x", "--scopes", "root"], "error: scopes must be"),
+        (["serve", "--host", ""], "error: --host must name an address"),
+        (
+            ["verify", "--anchor", f"7:{'0' * 64}", "--anchor", f"7:{'1' * 64}"],
+            "error: --anchor gives two hashes for position 7\n",
+        ),
         (["keys", "create", "--tenant", "x", "--scopes", "read,,ingest"], "error: scopes must be"),
         (["keys", "create", "--tenant", "x", "--scopes", "read,"], "error: scopes must be"),
         (["keys", "create", "--tenant", "x", "--scopes", ""], "error: scopes must be"),
@@ -121,3 +127,20 @@ def test_a_dot_env_that_is_not_utf8_is_one_line_and_exit_2(
         main()
     assert exited.value.code == 2
     assert capsys.readouterr().err == "error: .env is not UTF-8: invalid start byte at byte 0\n"
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Checked before any database is started; uvicorn logged it and exited 3.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr("sys.argv", ["causeway", "serve", "--port", str(port)])
+        with pytest.raises(SystemExit) as exited:
+            main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    )
