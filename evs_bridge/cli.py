@@ -15,6 +15,7 @@ or ``--filter-backend numba`` without numba installed.
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import sys
 import threading
@@ -88,8 +89,22 @@ Backend = Annotated[
     str, typer.Option(help="Background filter backend: numpy, or numba (needs numba installed)")
 ]
 Neighbourhood = Annotated[int, typer.Option(help="Background filter neighbourhood: 4 or 8")]
-LazyS = Annotated[float, typer.Option(min=0.0, help="Longest wait before green events are sent, s")]
-DrainS = Annotated[float, typer.Option(min=0.0, help="At the end, how long to retry a spool, s")]
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):  # a range lets nan through, and inf waits for ever
+        raise typer.BadParameter(f"must be a finite number of seconds, not {value}")
+    return value
+
+
+LazyS = Annotated[
+    float,
+    typer.Option(min=0.0, callback=_finite, help="Longest wait before green events are sent, s"),
+]
+DrainS = Annotated[
+    float,
+    typer.Option(min=0.0, callback=_finite, help="At the end, how long to retry a spool, s"),
+]
 
 
 _MAX_WINDOW_MS = 3_600_000
@@ -331,7 +346,9 @@ def drain(
     spool: Annotated[Path, typer.Option(help="Spool directory to send")],
     target: Target = None,
     key: Key = None,
-    timeout_s: Annotated[float, typer.Option(help="Give up after this long, s")] = 60.0,
+    timeout_s: Annotated[
+        float, typer.Option(min=0.0, callback=_finite, help="Give up after this long, s")
+    ] = 60.0,
 ) -> None:
     """Send what a spool holds (oldest first), e.g. after a replay ended with the store down."""
     _configure_logging()

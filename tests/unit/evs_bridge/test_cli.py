@@ -373,3 +373,11 @@ def test_a_usage_error_of_python_m_evs_bridge_is_one_line() -> None:
         [sys.executable, "-m", "evs_bridge", "inspect"], capture_output=True, text=True, check=False
     )
     assert (done.returncode, done.stderr) == (2, "error: Missing argument 'file'.\n")
+
+
+@pytest.mark.parametrize("seconds", ["inf", "nan", "-1"])
+def test_drain_gives_up_after_a_finite_time(seconds: str, tmp_path: Path) -> None:
+    argv = ["drain", "--timeout-s", seconds, "--spool", str(tmp_path), "--target", "http://h"]
+    result = runner.invoke(cli, [*argv, "--key", "k"])  # inf waited for ever
+    assert result.exit_code == 2, result.output
+    assert "--timeout-s" in result.output
