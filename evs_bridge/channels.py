@@ -63,8 +63,12 @@ class ChannelMap:
         """The defaults, overridden by ``label=name:priority`` options (``*`` = fallback)."""
         by_label = dict(DEFAULT_CHANNELS)
         fallback = GREEN
+        given: set[str] = set()
         for option in options:
             label, channel = parse_channel(option)
+            if label in given:  # the last would win quietly: a slip, most likely
+                raise ValueError(f"channel {label!r} is given twice")
+            given.add(label)
             if label == "*":
                 fallback = channel
             else:
