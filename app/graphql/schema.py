@@ -152,6 +152,8 @@ class Query:
         first: int = 50,
         after: str | None = None,
     ) -> EventConnection:
+        if from_version is not None and from_version < 1:  # as GET /streams/{stream} says
+            raise BadRequest(f"fromVersion counts from 1, not {from_version}")
         selection = StoreFilter(after=decode_cursor(after), stream=id, from_version=from_version)
         return await _page(info, selection, first)
 

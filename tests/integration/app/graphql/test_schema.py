@@ -467,6 +467,8 @@ class TestPagination:
         query = '{ stream(id: "s", fromVersion: 3) { edges { node { streamVersion } } } }'
         edges = (await ask(client, query))["data"]["stream"]["edges"]
         assert [e["node"]["streamVersion"] for e in edges] == [3, 4]
+        refused = await ask(client, '{ stream(id: "s", fromVersion: 0) { edges { cursor } } }')
+        assert refused["errors"][0]["extensions"]["code"] == "BAD_REQUEST"  # as REST says
 
     @pytest.mark.parametrize("sent", ['"\u00b2"', '"\u0664"', '"99999999999999999999999"'])
     async def test_a_position_is_ascii_digits_within_64_bits(
