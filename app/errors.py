@@ -224,8 +224,9 @@ class Timeout(Unavailable):
     code = "timeout"
     title = "Query took too long"
     about = (
-        "A lineage or audit query ran past its time budget (graphql_timeout_ms) and was "
-        "stopped. Ask for less: a lower maxDepth or limit."
+        "A lineage or audit walk, or a GraphQL request still starting work, ran past its "
+        "time budget (graphql_timeout_ms) and was stopped. Ask for less: a lower maxDepth "
+        "or limit, fewer walks, aliases or nested pages."
     )
 
 

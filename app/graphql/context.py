@@ -5,6 +5,7 @@ fields concurrently, and one connection cannot serve two queries at once.
 """
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
@@ -13,7 +14,7 @@ from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
 from app.db.engine import DriverPool
-from app.errors import AnswerTooLarge
+from app.errors import AnswerTooLarge, AppError, Timeout
 from app.graphql.limits import GraphQLLimits
 from app.store.graph import GraphReader, Page, StoredEvent
 from app.store.keys import Principal
@@ -40,12 +41,20 @@ class AnswerBudget:
     completes field by field counts ``SYNC_ITEM_COST``, and ``GENERIC_ITEM_COST`` when a
     field under it awaits a resolver of its own. Counting all as one let four levels of
     60 causes each complete 100,000 resolver-backed items before the budget ran out: 7 s
-    of the event loop, stalls of 3 s for every other request. Counted by cost, 0.5 s."""
+    of the event loop, stalls of 3 s for every other request. Counted by cost, 0.5 s.
 
-    def __init__(self, items: int) -> None:
+    And how long the request may go on starting work: each walk stops within the time
+    budget (its connection's statement timeout), but a request of many walks, or of many
+    pages of effects (aliases with other cursors: one query each, one after another),
+    once ran 11 to 31 s. Past ``timeout_ms`` from its start, no further walk or load
+    starts, and the request answers TIMEOUT."""
+
+    def __init__(self, items: int, timeout_ms: int) -> None:
         self.items = items
         self.left = items
-        self.refusal: AnswerTooLarge | None = None  # what ProblemErrors answers, alone
+        self.timeout_ms = timeout_ms
+        self._deadline = time.monotonic() + timeout_ms / 1000
+        self.refusal: AppError | None = None  # what ProblemErrors answers, alone
 
     @property
     def spent(self) -> bool:
@@ -69,6 +78,18 @@ class AnswerBudget:
             )
             self.refusal = self.refusal or refusal
             raise refusal
+
+    def check_time(self) -> None:
+        """Raise TIMEOUT once the request is past its time budget (see above)."""
+        if time.monotonic() <= self._deadline:
+            return
+        refusal = Timeout(
+            f"the request took longer than {self.timeout_ms} ms; ask for less (fewer walks, "
+            "aliases or nested pages, a lower maxDepth or limit)",
+            timeout_ms=self.timeout_ms,
+        )
+        self.refusal = self.refusal or refusal
+        raise refusal
 
 
 K = TypeVar("K", bound=Hashable)
@@ -114,6 +135,7 @@ class Loaders:
     async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
         if self._budget.spent:
             return [[] for _ in positions]
+        self._budget.check_time()
         async with self._engine.connect() as conn:
             found = await GraphReader(conn).fetch_causes(
                 self._tenant, positions, limit=max(self._budget.left, 0) + 1
@@ -132,6 +154,7 @@ class Loaders:
         async with self._engine.connect() as conn:
             reader = GraphReader(conn)
             for (first, after), positions in by_page.items():
+                self._budget.check_time()
                 found = await reader.fetch_effects(
                     self._tenant,
                     positions,
@@ -162,7 +185,7 @@ class Context(BaseContext):
         self.walks = walks  # its sessions' statement_timeout is the walk's time budget
         self.principal = principal
         self.limits = limits
-        self.budget = AnswerBudget(limits.max_answer_items)
+        self.budget = AnswerBudget(limits.max_answer_items, limits.timeout_ms)
         self.loaders = Loaders(engine, principal.tenant, self.budget)
 
     @property

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DataError, OperationalError
 from strawberry.extensions import SchemaExtension
 
 from app.api.problems import BAD_VALUE, UNREACHABLE
-from app.errors import AnswerTooLarge, AppError, BadRequest, Unavailable
+from app.errors import AppError, BadRequest, Unavailable
 
 logger = logging.getLogger(__name__)
 _UNAVAILABLE = (OperationalError, psycopg.OperationalError)
@@ -88,9 +88,10 @@ class ProblemErrors(SchemaExtension):
         if result is None:
             return
         refusal = getattr(getattr(self.execution_context.context, "budget", None), "refusal", None)
-        if isinstance(refusal, AnswerTooLarge):
-            # Past the budget, lists failed or came back empty (AnswerBudget.spent): the
-            # partial answer is not what was asked for, so the request answers that alone.
+        if refusal is not None:
+            # Past the budget (items or time), lists failed or came back empty
+            # (AnswerBudget.spent): the partial answer is not what was asked for, so the
+            # request answers that alone.
             result.data = None
             result.errors = [_render(GraphQLError(refusal.detail, original_error=refusal))]
             return

@@ -14,7 +14,7 @@ class GraphQLLimits:
     max_page_size: int = 500  # ``first`` is cut to this
     max_lineage_depth: int = 100  # ``maxDepth`` is cut to this
     max_lineage_nodes: int = 10_000  # ``limit`` is cut to this
-    timeout_ms: int = 5000  # one lineage or audit walk; past it, a TIMEOUT error
+    timeout_ms: int = 5000  # a walk, and a request starting more work; past it, TIMEOUT
     # List items in one answer, and events loaded to build it: nested effects and causes
     # multiply each other's page sizes, which no cap above bounds.
     max_answer_items: int = 100_000

@@ -109,7 +109,9 @@ async def _walk(info: Info, run: Callable[[PsycopgConnection[Any]], Awaitable[T]
     (graphql-core cancels sibling fields when one fails) makes psycopg drop the
     connection, possibly before the server heard of it; the pool then replaces it."""
     budget_ms = info.context.limits.timeout_ms
+    info.context.budget.check_time()  # no walk starts past the request's budget
     async with info.context.walks.connect() as conn:
+        info.context.budget.check_time()  # nor after waiting that long for a connection
         try:
             async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
                 return await run(conn)

@@ -755,6 +755,21 @@ class TestLimits:
         small = await ask(tight, "query ($pad: ID!) { event(id: $pad) { id } }", pad=pad[:1000])
         assert small == {"data": {"event": None}}
 
+    async def test_no_load_starts_past_the_requests_time_budget(
+        self, tight: httpx2.AsyncClient
+    ) -> None:
+        # Pages of effects (one query per cursor asked, one after another) are no walk:
+        # a request of many ran far past the budget. 1 ms has passed once the event is read.
+        cause = cloudevent()
+        await tight.post(
+            "/events", content=dumps([cause, cloudevent(causationid=cause["id"])]), headers=BATCH
+        )
+        query = "query ($id: ID!) { event(id: $id) { effects(first: 1) { edges { cursor } } } }"
+        body = await ask(tight, query, id=cause["id"])
+        assert body["data"] is None
+        assert [e["extensions"]["code"] for e in body["errors"]] == ["TIMEOUT"]
+        assert "the request took longer than 1 ms" in body["errors"][0]["message"]
+
     async def test_a_walk_past_its_time_budget_is_a_timeout_error(
         self, tight: httpx2.AsyncClient
     ) -> None:
