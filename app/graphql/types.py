@@ -2,6 +2,7 @@
 
 import base64
 import enum
+import json
 from collections.abc import Callable
 from typing import Annotated, NewType
 
@@ -15,7 +16,7 @@ from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
 from app.store.graph import Direction, Page, StoredEvent
 from app.store.lineage import Audit, Trace
-from app.store.records import parse_position
+from app.store.records import MAX_POSITION, parse_position
 from app.store.registry import Model as StoredModel
 from app.store.registry import ModelVersion as StoredVersion
 
@@ -31,7 +32,8 @@ def _parse_big_int(value: object) -> int:
         else None
     )
     if found is None:
-        raise BadRequest(f"{value!r} is not a non-negative integer of at most 64 bits")
+        shown = json.dumps(value, default=str)  # as it was sent: true, 1e+30, "x"
+        raise BadRequest(f"{shown} is not a position: an integer from 0 to {MAX_POSITION}")
     return found
 
 

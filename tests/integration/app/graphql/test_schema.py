@@ -470,7 +470,9 @@ class TestPagination:
         refused = await ask(client, '{ stream(id: "s", fromVersion: 0) { edges { cursor } } }')
         assert refused["errors"][0]["extensions"]["code"] == "BAD_REQUEST"  # as REST says
 
-    @pytest.mark.parametrize("sent", ['"\u00b2"', '"\u0664"', '"99999999999999999999999"'])
+    @pytest.mark.parametrize(
+        "sent", ['"\u00b2"', '"\u0664"', '"99999999999999999999999"', '"9223372036854775808"']
+    )
     async def test_a_position_is_ascii_digits_within_64_bits(
         self, client: httpx2.AsyncClient, sent: str
     ) -> None:
@@ -480,10 +482,8 @@ class TestPagination:
         assert literal["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
         query = "query ($p: BigInt) { events(filter: {positionFrom: $p}) { edges { cursor } } }"
         variable = await ask(client, query, p=orjson.loads(sent))
-        assert (
-            "integer" in variable["errors"][0]["message"]
-            or "64 bits" in variable["errors"][0]["message"]
-        )
+        message = variable["errors"][0]["message"]
+        assert "is not a position: an integer from 0 to 9223372036854775807" in message
 
     async def test_a_forged_cursor_is_a_clear_error(self, client: httpx2.AsyncClient) -> None:
         body = await ask(client, '{ events(after: "bm90LWEtY3Vyc29y") { edges { cursor } } }')
