@@ -141,18 +141,20 @@ class GroupPlan:
             missing = []
             for cause in event.causes:
                 found = positions.get((tenant, cause)) or self.positions.get((tenant, cause))
-                if found is not None:
-                    cause_positions.append(found)
-                elif cause not in refused:  # a cause refused above is that event's problem
+                if found is None:
                     missing.append(cause)
-            if missing or len(cause_positions) < len(event.causes):
-                if missing:
+                else:
+                    cause_positions.append(found)
+            if missing:
+                # A cause refused above is that event's problem, not this one's.
+                unknown = [cause for cause in missing if cause not in refused]
+                if unknown:
                     cause_errors.append(
                         {
                             "index": index,
                             "attribute": "causationid",
-                            "detail": f"unknown cause ids: {', '.join(missing)}",
-                            "missing": missing,
+                            "detail": f"unknown cause ids: {', '.join(unknown)}",
+                            "missing": unknown,
                         }
                     )
                 refused.add(event.id)
