@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -481,12 +483,21 @@ def _output(
 @contextmanager
 def _written(out: Path) -> Iterator[TextIO]:
     """``out`` opened for the events. A regular file (or a new one) is written beside
-    itself and renamed onto ``out`` only when the command succeeds: a replay that fails
-    (a recording that cannot be decoded, a full disk) leaves what ``out`` held as it was.
-    Anything else (a pipe, ``/dev/stdout``, a device) is written through."""
+    itself, with its permissions, and renamed onto ``out`` only when the command
+    succeeds: a replay that fails (a recording that cannot be decoded, a full disk) leaves
+    what ``out`` held as it was. Anything else is written through: a symlink (``/dev/stdout``
+    is one, to what the shell redirected), a pipe, a device. The same rules as ``causeway
+    replay --out`` (``app.cli``), which the bridge, an HTTP client of the store, does not
+    import."""
     if out.is_dir():
         fail(f"{out}: is a directory")
-    through = out.exists() and not out.is_file()
+    try:
+        found = os.lstat(out)
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        fail(f"{out}: {exc.strerror or exc}")
+    through = found is not None and not stat.S_ISREG(found.st_mode)
     target = out if through else out.with_name(f".{out.name}.partial")
     try:
         file = target.open("w", encoding="utf-8")
@@ -495,6 +506,8 @@ def _written(out: Path) -> Iterator[TextIO]:
     try:
         try:
             with file:
+                if found is not None and not through:
+                    os.chmod(target, stat.S_IMODE(found.st_mode))
                 yield file
             if not through:
                 target.replace(out)

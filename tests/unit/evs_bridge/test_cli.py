@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import stat
 import struct
 import subprocess
 import sys
@@ -240,6 +241,20 @@ class TestReplay:
         assert result.exit_code == 2, result.output
         assert out.read_bytes() == b'{"kept": true}\n'
         assert sorted(p.name for p in tmp_path.iterdir()) == ["events.ndjson", "face.npz"]
+
+    def test_out_keeps_a_files_permissions_and_writes_through_a_symlink(
+        self, tmp_path: Path
+    ) -> None:
+        private = tmp_path / "private.ndjson"
+        private.write_bytes(b"old\n")
+        private.chmod(0o600)
+        link = tmp_path / "link.ndjson"
+        link.symlink_to(private)
+        for out in (private, link):
+            result = runner.invoke(cli, ["replay", str(NPZ), "--sensor", "a", "--out", str(out)])
+            assert result.exit_code == 0, result.output
+            assert b"evs.segment.recorded" in private.read_bytes()
+        assert (stat.S_IMODE(private.stat().st_mode), link.is_symlink()) == (0o600, True)
 
     def test_a_classifier_answering_out_of_range_is_exit_2(self, tmp_path: Path) -> None:
         recording = save_npz(tmp_path / "face.npz", scene([FACE]))
