@@ -131,6 +131,13 @@ def create_app(
         generic_plans=True,
         name="walks",
     )
+    # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
+    # at the time budget: on sessions of their own, whose statement timeout it is.
+    graphql_reads = create_engine(
+        database_url,
+        pool_size=settings.db_pool_size,
+        statement_timeout_ms=settings.graphql_timeout_ms,
+    )
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)
     timers = timers_from(settings)
@@ -169,6 +176,7 @@ def create_app(
     app.state.scheduler_controller = controller
     app.state.decisions_engine = decisions_engine
     app.state.walks = walks
+    app.state.graphql_reads = graphql_reads
     app.state.decisions = decisions
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
@@ -176,7 +184,9 @@ def create_app(
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
-    graphql = create_graphql(engine, walks, app.state.authenticator, graphql_limits_from(settings))
+    graphql = create_graphql(
+        graphql_reads, walks, app.state.authenticator, graphql_limits_from(settings)
+    )
     app.graphql = graphql.app
     app.include_router(graphql.router, prefix="/graphql")
     app.include_router(events.router)
@@ -294,6 +304,7 @@ async def dispose(app: FastAPI) -> None:
     await app.state.runner.dispose()
     await app.state.decisions_engine.dispose()
     await app.state.walks.close()
+    await app.state.graphql_reads.dispose()
     await app.state.engine.dispose()
 
 

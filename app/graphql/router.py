@@ -146,8 +146,9 @@ class GraphQLFaces:
 def create_graphql(
     engine: AsyncEngine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
 ) -> GraphQLFaces:
-    """``walks`` serves the lineage and audit walks: its sessions' ``statement_timeout`` is
-    the walks' time budget, so PostgreSQL itself stops a walk past it."""
+    """``walks`` serves the lineage and audit walks, ``engine`` every other read: the
+    ``statement_timeout`` of both's sessions is the request's time budget, so PostgreSQL
+    itself stops a read past it."""
     # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
     # each had a snapshot of its own anyway): without a transaction, a read is one round
     # trip instead of three (BEGIN, the read, ROLLBACK).

@@ -80,7 +80,7 @@ async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) 
     position lower bound without the cursor), so that ``hasPreviousPage`` says whether
     a matching event lies between it and the cursor."""
     size = page_size(first, info.context.limits.max_page_size)
-    async with info.context.engine.connect() as conn:
+    async with info.context.reading() as conn:
         reader = GraphReader(conn)
         page = await reader.fetch_page(info.context.tenant, selection, first=size)
         earlier = False
@@ -128,7 +128,7 @@ async def _walk(info: Info, run: Callable[[PsycopgConnection[Any]], Awaitable[T]
 class Query:
     @strawberry.field(description="One event by id; null when your tenant has none.")
     async def event(self, info: Info, id: strawberry.ID) -> Event | None:
-        async with info.context.engine.connect() as conn:
+        async with info.context.reading() as conn:
             found = await GraphReader(conn).fetch_by_ids(info.context.tenant, [str(id)])
         stored = found.get(str(id))
         return None if stored is None else Event.of(stored)
@@ -168,19 +168,19 @@ class Query:
 
     @strawberry.field(description="Registered models, with versions and aliases.")
     async def models(self, info: Info) -> list[Model]:
-        async with info.context.engine.connect() as conn:
+        async with info.context.reading() as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant)
         return [Model.from_store(m) for m in found]
 
     @strawberry.field(description="One registered model; null when there is none.")
     async def model(self, info: Info, name: str) -> Model | None:
-        async with info.context.engine.connect() as conn:
+        async with info.context.reading() as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant, name)
         return Model.from_store(found[0]) if found else None
 
     @strawberry.field(description="Every service's deployment, now.")
     async def deployments(self, info: Info) -> list[Deployment]:
-        async with info.context.engine.connect() as conn:
+        async with info.context.reading() as conn:
             reader = DeploymentReader(conn)
             found = await reader.read_deployments(info.context.tenant)
             return [
@@ -195,7 +195,7 @@ class Query:
         self, info: Info, service: str, at: str | None = None
     ) -> Deployment | None:
         when = parse_time_parameter("at", at)
-        async with info.context.engine.connect() as conn:
+        async with info.context.reading() as conn:
             history = await DeploymentReader(conn).read_history(
                 info.context.tenant,
                 service,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -561,9 +563,12 @@ class TestCost:
             def count(*args: Any, seen: list[str] = statements) -> None:
                 seen.append(args[2])
 
-            event.listen(app.state.engine.sync_engine, "before_cursor_execute", count)
+            engines = [app.state.engine.sync_engine, app.state.graphql_reads.sync_engine]
+            for engine in engines:
+                event.listen(engine, "before_cursor_execute", count)
             body = await ask(client, query)
-            event.remove(app.state.engine.sync_engine, "before_cursor_execute", count)
+            for engine in engines:
+                event.remove(engine, "before_cursor_execute", count)
             assert "errors" not in body
             counts.append(len(statements))
         # At most: the key lookup, the page, causes, causes of causes, effects; here the
@@ -667,22 +672,37 @@ class TestAnswerBudget:
         assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE"
 
 
+@asynccontextmanager
+async def limited(
+    database_url: URL, make_key: MakeKey, **limits: Any
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of an app with ``limits`` (GraphQL settings)."""
+    app = create_app(Settings(_env_file=None, **limits), database_url=database_url)
+    try:
+        async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
+            yield client
+    finally:
+        await dispose(app)
+
+
 class TestLimits:
     @pytest.fixture
     async def tight(self, database_url: URL, make_key: MakeKey) -> Any:
-        settings = Settings(
-            _env_file=None,
+        async with limited(
+            database_url,
+            make_key,
             graphql_max_query_depth=4,
             graphql_max_aliases=2,
             graphql_max_tokens=200,
             graphql_max_page_size=3,
-            graphql_timeout_ms=1,
             graphql_max_request_bytes=2048,
-        )
-        app = create_app(settings, database_url=database_url)
-        async with asgi_client(app, await make_key("acme", "ingest,read")) as client:
+        ) as client:
             yield client
-        await dispose(app)
+
+    @pytest.fixture
+    async def hurried(self, database_url: URL, make_key: MakeKey) -> Any:
+        async with limited(database_url, make_key, graphql_timeout_ms=1) as client:
+            yield client
 
     async def test_first_is_capped(self, tight: httpx2.AsyncClient) -> None:
         await tight.post("/events", content=dumps([cloudevent() for _ in range(5)]), headers=BATCH)
@@ -756,29 +776,60 @@ class TestLimits:
         assert small == {"data": {"event": None}}
 
     async def test_no_load_starts_past_the_requests_time_budget(
-        self, tight: httpx2.AsyncClient
+        self, hurried: httpx2.AsyncClient
     ) -> None:
         # Pages of effects (one query per cursor asked, one after another) are no walk:
         # a request of many ran far past the budget. 1 ms has passed once the event is read.
         cause = cloudevent()
-        await tight.post(
+        await hurried.post(
             "/events", content=dumps([cause, cloudevent(causationid=cause["id"])]), headers=BATCH
         )
         query = "query ($id: ID!) { event(id: $id) { effects(first: 1) { edges { cursor } } } }"
-        body = await ask(tight, query, id=cause["id"])
+        body = await ask(hurried, query, id=cause["id"])
         assert body["data"] is None
         assert [e["extensions"]["code"] for e in body["errors"]] == ["TIMEOUT"]
         assert "the request took longer than 1 ms" in body["errors"][0]["message"]
 
     async def test_a_walk_past_its_time_budget_is_a_timeout_error(
-        self, tight: httpx2.AsyncClient
+        self, hurried: httpx2.AsyncClient
     ) -> None:
         chain = [cloudevent()]
         for _ in range(60):
             chain.append(cloudevent(causationid=chain[-1]["id"]))
-        await tight.post("/events", content=dumps(chain), headers=BATCH)
-        body = await ask(tight, LINEAGE, id=chain[-1]["id"], dir="UPSTREAM", depth=100, limit=100)
+        await hurried.post("/events", content=dumps(chain), headers=BATCH)
+        body = await ask(hurried, LINEAGE, id=chain[-1]["id"], dir="UPSTREAM", depth=100, limit=100)
         assert body["errors"][0]["extensions"]["code"] == "TIMEOUT"
+
+
+async def test_a_read_past_the_time_budget_is_stopped_by_postgresql(
+    database_url: URL, make_key: MakeKey, engine: AsyncEngine
+) -> None:
+    """A read that is no walk (here, one event by id) stops at the request's time budget
+    too, rather than at the main pool's 30 s statement timeout: PostgreSQL cancels it
+    (here while it waits for a lock), the answer is TIMEOUT, and the connection serves
+    the next request."""
+    async with limited(database_url, make_key, graphql_timeout_ms=300) as client:
+        stored = cloudevent()
+        await client.post("/events", content=dumps([stored]), headers=BATCH)
+        query = "query ($id: ID!) { event(id: $id) { id } }"
+        async with engine.connect() as blocker:
+            await blocker.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+            started = time.monotonic()
+            body = await ask(client, query, id=stored["id"])
+            took = time.monotonic() - started
+            waiting = await blocker.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+            )
+            await blocker.rollback()
+        assert [e["extensions"]["code"] for e in body["errors"]] == ["TIMEOUT"], body
+        assert took < 5, took
+        assert waiting == 0
+        assert await ask(client, query, id=stored["id"]) == {
+            "data": {"event": {"id": stored["id"]}}
+        }
 
 
 async def test_walks_past_their_budget_stop_in_the_server_too(
