@@ -19,6 +19,7 @@ different row, and none waits for another.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -48,11 +49,12 @@ from scheduler.routes import Route, event_time
 _c = tasks.c
 _LEASE_TRIES = 5
 # The hot statements, built once. A task fits a worker when each numeric requirement is at
-# most the worker's capability of that name, its flags are among the worker's true flags,
-# and its labels among the worker's labels (see scheduler.placement).
+# most the worker's capability of that name (0 when it reports none: a requirement of 0
+# asks for nothing), its flags are among the worker's true flags, and its labels among the
+# worker's labels (see scheduler.placement).
 _FITS = text(
     "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
-    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, -1) < need.value::float8)"
+    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, 0) < need.value::float8)"
 ).bindparams(bindparam("numbers", type_=JSONB))
 _LEASE = (
     select(tasks)
@@ -351,11 +353,18 @@ class TaskQueue:
         return None
 
     async def extend(
-        self, tenant: str, task_id: str, lease_id: str, *, lease_s: float
+        self, tenant: str, task_id: str, lease_id: str, *, lease_s: float | None, max_lease_s: float
     ) -> t.TaskState:
+        """Extend the lease to ``lease_s`` from now (by default, as long as it was last
+        granted for), ``max_lease_s`` at most; never to end sooner than it does already,
+        so a heartbeat cannot hand a running task back to the queue."""
         state = await self._held(tenant, task_id, lease_id)
         now = datetime.now(UTC)
-        expires = now + timedelta(seconds=lease_s)
+        if lease_s is None:
+            lease_s = await self._granted_s(tenant, state)
+        expires = now + timedelta(seconds=min(lease_s, max_lease_s))
+        if state.lease_expires_at is not None:
+            expires = max(expires, state.lease_expires_at)
         return await self._decide(
             tenant,
             state,
@@ -551,6 +560,17 @@ class TaskQueue:
             reason = f"service {service!r} changed since the task ran; it runs again on that"
             requeue = t.decision(dead, t.REQUEUED, {"reason": reason, "actor": "scheduler"}, at=now)
             return t.DEPLOYMENT_CHANGED, [requeue]
+        if await self._rolled_back_before(tenant, state):
+            # It failed again on the deployment its own rollback left: rolling back once
+            # more would walk the service back through every stable version it had.
+            detail = {
+                "class": "model_version_mismatch",
+                "message": message,
+                "attempts": state.attempts,
+                "why": f"the task rolled service {service!r} back once already; "
+                "it is not rolled back again",
+            }
+            return t.FLAGGED, [t.alert(state, "dead_letter", detail, at=now, cause=dead_letter)]
         try:
             rollback = deployment_commands.rollback(
                 deployment,
@@ -586,17 +606,63 @@ class TaskQueue:
         )
         return found.scalar_one_or_none()
 
+    async def _granted_s(self, tenant: str, state: t.TaskState) -> float:
+        """How long the task's lease was last granted for: by its lease, or its last
+        extension (each decision records when it was made and when the lease ends)."""
+        found = (
+            await self._conn.execute(
+                select(events.c.data["at"].astext, events.c.data["expires_at"].astext)
+                .where(
+                    events.c.tenant == tenant,
+                    events.c.stream == state.stream,
+                    events.c.type.in_((t.LEASED, t.LEASE_EXTENDED)),
+                )
+                .order_by(events.c.stream_version.desc())
+                .limit(1)
+            )
+        ).one()
+        granted = datetime.fromisoformat(found[1]) - datetime.fromisoformat(found[0])
+        return granted.total_seconds()
+
+    async def _rolled_back_before(self, tenant: str, state: t.TaskState) -> bool:
+        """Whether a dead letter of this task rolled its service back already."""
+        found = await self._conn.execute(
+            select(events.c.position)
+            .where(
+                events.c.tenant == tenant,
+                events.c.stream == state.stream,
+                events.c.type == t.DEAD_LETTERED,
+                events.c.data["disposition"].astext == t.ROLLED_BACK,
+            )
+            .limit(1)
+        )
+        return found.first() is not None
+
     async def _input_of(self, tenant: str, event_id: str) -> dict[str, Any] | None:
+        """The trigger as a dead letter keeps it: its id, type, source, content type and
+        data; binary data as ``data_base64``, as CloudEvents' JSON format writes it."""
         row = (
             await self._conn.execute(
-                select(events.c.type, events.c.source, events.c.data).where(
-                    events.c.tenant == tenant, events.c.id == event_id
-                )
+                select(
+                    events.c.type,
+                    events.c.source,
+                    events.c.datacontenttype,
+                    events.c.data,
+                    events.c.data_binary,
+                ).where(events.c.tenant == tenant, events.c.id == event_id)
             )
         ).one_or_none()
         if row is None:
             return None
-        return {"id": event_id, "type": row.type, "source": row.source, "data": row.data}
+        found = {
+            "id": event_id,
+            "type": row.type,
+            "source": row.source,
+            "datacontenttype": row.datacontenttype,
+        }
+        if row.data_binary is not None:
+            return {**found, "data_base64": base64.b64encode(row.data_binary).decode("ascii")}
+        return {**found, "data": row.data}
 
     async def _decide(
         self,

@@ -226,10 +226,13 @@ def create_router(
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
     async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
-        lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).extend(
-                principal.tenant, task_id, body.lease, lease_s=lease_s
+                principal.tenant,
+                task_id,
+                body.lease,
+                lease_s=body.lease_s,
+                max_lease_s=policy.max_lease_s,
             )
         return _task_json(state)
 
@@ -345,7 +348,8 @@ def create_router(
                 raise NotFound(f"no dead letter {task_id!r}", task=task_id)
             history = await queue.read_history(principal.tenant, state)
             trigger = await EventReader(conn).read_event(principal.tenant, state.trigger_id)
-        attempts = [
+        # Named apart from "attempts", which is the count here as in every task answer.
+        failures = [
             {
                 "attempt": h["data"].get("attempt"),
                 "outcome": h["type"].removeprefix(t.PREFIX),
@@ -358,7 +362,7 @@ def create_router(
         ]
         document = {
             **_task_json(state),
-            "attempts": attempts,
+            "failures": failures,
             "history": history,
             "trigger_event": orjson.Fragment(trigger or "null"),
         }

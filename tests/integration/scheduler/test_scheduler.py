@@ -7,7 +7,7 @@ import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from hashlib import sha256
 from typing import Any
 
@@ -63,6 +63,21 @@ async def post(client: Client, **attributes: Any) -> dict[str, Any]:
     return body
 
 
+async def three_stable_versions_and_a_rollback_route(admin: Client) -> None:
+    """Service ``gate`` promoted through versions 1, 2 and 3 of ``faces``, and a route of
+    ``frame`` events whose model mismatches roll it back."""
+    for version in ("1", "2", "3"):
+        await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
+    for version in ("1", "2", "3"):
+        body = {"model": "faces", "version": version, "percent": 100}
+        await admin.post("/deployments/gate/rollouts", content=dumps(body), headers=JSON)
+        await admin.post("/deployments/gate/promote", content=b"{}", headers=JSON)
+    await define(
+        admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+        service="gate", on_model_mismatch="rollback",
+    )  # fmt: skip
+
+
 async def lease(client: Client, queue: str, **profile: Any) -> dict[str, Any] | None:
     body = {"worker": "w1", **profile}
     response = await client.post(f"/queues/{queue}/lease", content=dumps(body), headers=JSON)
@@ -70,6 +85,14 @@ async def lease(client: Client, queue: str, **profile: Any) -> dict[str, Any] | 
         return None
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+async def heartbeat(client: Client, leased: dict[str, Any], **body: Any) -> httpx2.Response:
+    return await client.post(
+        f"/tasks/{leased['task']['id']}/heartbeat",
+        content=dumps({"lease": leased["lease"], **body}),
+        headers=JSON,
+    )
 
 
 async def fail(client: Client, leased: dict[str, Any], error_class: str) -> dict[str, Any]:
@@ -339,6 +362,14 @@ class TestLeasing:
         assert got["trigger"]["id"] == big["id"]
         assert got["task"]["guaranteed"] is True
 
+    async def test_a_requirement_of_zero_asks_for_nothing(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q", requires={"cpu": 0})
+        await post(admin, type="job")
+        await catch_up(app)
+        assert await lease(worker, "q") is not None  # a worker that reports no cpu at all
+
     async def test_guaranteed_work_never_goes_to_spot_workers(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -513,6 +544,32 @@ class TestBadInput:
         finally:
             await dispose(app)
 
+    async def test_a_heartbeat_extends_a_lease_and_never_shortens_it(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await queued(app, admin)
+        leased = await lease(worker, "q", lease_s=600)
+        assert leased is not None
+        granted = datetime.fromisoformat(leased["task"]["lease_expires_at"])
+
+        async def beat(**body: Any) -> datetime:
+            response = await heartbeat(worker, leased, **body)
+            assert response.status_code == 200, response.text
+            return datetime.fromisoformat(response.json()["lease_expires_at"])
+
+        # Without lease_s: as long again as the lease was granted for (not the 30 s default).
+        extended = await beat()
+        assert granted <= extended <= datetime.now(UTC) + timedelta(seconds=600)
+        assert extended > datetime.now(UTC) + timedelta(seconds=590)
+        assert await beat(lease_s=1) == extended  # shorter than what is left: kept
+        await asyncio.sleep(1.2)
+        sweeper = SchedulerLoop(
+            app.state.engine, app.state.scheduler_controller, SchedulerTimers(), app.state.decisions
+        )
+        assert await sweeper.expire_leases() == 0
+        task = (await admin.get(f"/tasks/{leased['task']['id']}")).json()
+        assert (task["state"], task["attempts"]) == ("leased", 1)
+
     async def test_an_expired_lease_is_lost_even_before_the_sweeper_runs(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -520,11 +577,7 @@ class TestBadInput:
         leased = await lease(worker, "q", lease_s=0.1)
         assert leased is not None
         await asyncio.sleep(0.2)
-        beat = await worker.post(
-            f"/tasks/{leased['task']['id']}/heartbeat",
-            content=dumps({"lease": leased["lease"]}),
-            headers=JSON,
-        )
+        beat = await heartbeat(worker, leased)
         assert beat.status_code == 409
         assert "expired" in beat.json()["detail"]
 
@@ -681,9 +734,10 @@ class TestRetriesAndDeadLetters:
             "dead_letters"
         ] == []
         one = (await admin.get(f"/dead-letters/{last['task']['id']}")).json()
-        assert [(a["attempt"], a["outcome"], a["class"]) for a in one["attempts"]] == [
+        assert [(a["attempt"], a["outcome"], a["class"]) for a in one["failures"]] == [
             (1, "retried", "transient"), (2, "retried", "transient"), (3, "dead_lettered", "transient"),
         ]  # fmt: skip
+        assert one["attempts"] == 3  # a count, as GET /dead-letters says it
         assert one["trigger_event"]["type"] == "job"
         assert (await queues(admin))["q"]["dead_letters"] == 1
         metrics = (await admin.get("/metrics")).text
@@ -726,6 +780,27 @@ class TestRetriesAndDeadLetters:
         )
         assert again.status_code == 409
 
+    async def test_binary_data_is_archived_too(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        png = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\xff").decode()
+        await define(admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0)
+        trigger = await post(
+            admin, type="frame", datacontenttype="image/png", data=..., data_base64=png
+        )
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        assert (await fail(worker, leased, "data_invalid"))["disposition"] == "archived"
+        [archived] = await events_of_type(admin, "causeway.task.dead_lettered")
+        assert archived["data"]["input"] == {
+            "id": trigger["id"],
+            "type": "frame",
+            "source": trigger["source"],
+            "datacontenttype": "image/png",
+            "data_base64": png,
+        }
+
     async def test_a_model_mismatch_rolls_the_service_back_and_requeues(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -761,16 +836,7 @@ class TestRetriesAndDeadLetters:
     async def test_mismatches_roll_a_service_back_once_not_once_each(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        for version in ("1", "2", "3"):
-            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
-        for version in ("1", "2", "3"):
-            body = {"model": "faces", "version": version, "percent": 100}
-            await admin.post("/deployments/gate/rollouts", content=dumps(body), headers=JSON)
-            await admin.post("/deployments/gate/promote", content=b"{}", headers=JSON)
-        await define(
-            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
-            service="gate", on_model_mismatch="rollback",
-        )  # fmt: skip
+        await three_stable_versions_and_a_rollback_route(admin)
         for _ in range(2):
             await post(admin, type="frame")
         await catch_up(app)
@@ -784,6 +850,29 @@ class TestRetriesAndDeadLetters:
         assert history[-2]["data"]["disposition"] == "deployment_changed"
         await catch_up(app)
         assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
+
+    async def test_a_task_rolls_its_service_back_once_however_often_it_fails(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        """A task that fails again on the deployment its own rollback left is flagged:
+        it does not walk the service back through every stable version it had."""
+        await three_stable_versions_and_a_rollback_route(admin)
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        assert (await fail(worker, leased, "model_version_mismatch"))["state"] == "ready"
+        again = await lease(worker, "q")
+        assert again is not None
+        dead = await fail(worker, again, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "flagged")
+        await catch_up(app)
+        assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
+        rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
+        assert len(rollbacks) == 1
+        alerts = await events_of_type(admin, "causeway.alert.raised")
+        assert "rolled service 'gate' back once already" in alerts[-1]["data"]["why"]
+        assert (await queues(admin))["q"]["alerts"] == 1
 
     async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
         self, app: FastAPI, admin: Client, worker: Client
