@@ -73,6 +73,18 @@ def fail(detail: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def _utf8(value: str | list[str] | None) -> str | list[str] | None:
+    """A text option or argument that goes to the database (or each of a repeated one):
+    bytes that are not UTF-8 (which Python keeps as lone surrogates) are a usage error
+    here, not a traceback from the driver later."""
+    for text in [value] if isinstance(value, str) else value or []:
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise typer.BadParameter("is not valid UTF-8 text") from None
+    return value
+
+
 def load_settings() -> Settings:
     try:
         return Settings()
@@ -278,16 +290,19 @@ async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
 @cli.command()
 def replay(
     out: Annotated[Path, typer.Option("--out", help="file to write ('-' for stdout)")],
-    tenant: Annotated[str, typer.Option(help="tenant to replay")] = "default",
+    tenant: Annotated[str, typer.Option(help="tenant to replay", callback=_utf8)] = "default",
     after: Annotated[
         int, typer.Option(min=0, max=MAX_POSITION, help="resume after this position")
     ] = 0,
-    types: Annotated[str | None, typer.Option(help="comma-separated event types")] = None,
-    stream: Annotated[str | None, typer.Option()] = None,
-    source: Annotated[str | None, typer.Option()] = None,
-    correlationid: Annotated[str | None, typer.Option()] = None,
-    modelname: Annotated[str | None, typer.Option()] = None,
-    modelversion: Annotated[str | None, typer.Option()] = None,
+    types: Annotated[
+        list[str] | None,
+        typer.Option(help="event types, comma-separated; may be repeated", callback=_utf8),
+    ] = None,
+    stream: Annotated[str | None, typer.Option(callback=_utf8)] = None,
+    source: Annotated[str | None, typer.Option(callback=_utf8)] = None,
+    correlationid: Annotated[str | None, typer.Option(callback=_utf8)] = None,
+    modelname: Annotated[str | None, typer.Option(callback=_utf8)] = None,
+    modelversion: Annotated[str | None, typer.Option(callback=_utf8)] = None,
     since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
     until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
     limit: Annotated[int | None, typer.Option(min=1, max=MAX_POSITION)] = None,
@@ -303,7 +318,7 @@ def replay(
     try:
         selection = replay_filter(
             after,
-            types,
+            ",".join(types) if types else None,
             stream,
             source,
             correlationid,
@@ -521,7 +536,9 @@ def _position_argument(text: str) -> int:
 def projections_skip(
     name: Annotated[str, typer.Argument(help="the projection that is stopped, failing")],
     position: Annotated[str, typer.Argument(help="the position it is stopped at")],
-    reason: Annotated[str, typer.Option(help="why it may pass over the event (kept)")],
+    reason: Annotated[
+        str, typer.Option(help="why it may pass over the event (kept)", callback=_utf8)
+    ],
 ) -> None:
     """Let a projection pass over the event it keeps failing on, now and in every rebuild.
     Its read model will not reflect that event: the reason and the error are kept."""
@@ -569,7 +586,9 @@ async def _on_projection(
 def keys_create(
     tenant: Annotated[str, typer.Option(help="the tenant the key belongs to")],
     scopes: Annotated[str, typer.Option(help="comma-separated: ingest, read, worker, admin")],
-    description: Annotated[str | None, typer.Option(help="what the key is for")] = None,
+    description: Annotated[
+        str | None, typer.Option(help="what the key is for", callback=_utf8)
+    ] = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
     settings = load_settings()
@@ -586,7 +605,9 @@ def keys_create(
 
 
 @keys_cli.command("revoke")
-def keys_revoke(key_id: Annotated[str, typer.Argument(help="the id in cw_<id>_...")]) -> None:
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="the id in cw_<id>_...", callback=_utf8)],
+) -> None:
     """Revoke a key: requests with it get 401 from now on."""
     settings = load_settings()
     with database(settings) as db:

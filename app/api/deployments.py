@@ -91,6 +91,17 @@ async def start_rollout(
     service: str, body: Rollout, principal: Admin, engine: Engine, appender: Writer
 ) -> dict[str, Any]:
     state = await _state(engine, principal.tenant, service)
+    # The service's own rules first (the model it serves, a rollout under way): a version
+    # of another model is refused for that, not for a signature nobody compares it with.
+    event = commands.start_rollout(
+        state,
+        model=body.model,
+        version=body.version,
+        percent=body.percent,
+        strategy=body.strategy,
+        reason=body.reason,
+        actor=principal.key_id,
+    )
     async with engine.connect() as conn:
         reader = DeploymentReader(conn)
         candidate = await reader.fetch_signature(principal.tenant, body.model, body.version)
@@ -111,15 +122,6 @@ async def start_rollout(
                     "send force: true to roll out anyway",
                     reason=why,
                 )
-    event = commands.start_rollout(
-        state,
-        model=body.model,
-        version=body.version,
-        percent=body.percent,
-        strategy=body.strategy,
-        reason=body.reason,
-        actor=principal.key_id,
-    )
     return await _apply(appender, principal.tenant, state, event)
 
 

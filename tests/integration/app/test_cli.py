@@ -198,6 +198,32 @@ class TestProjectionSkips:
         assert "skips" not in run.invoke(cli, ["projections", "status"]).stdout
 
 
+class TestReplayFilters:
+    def test_types_may_be_repeated(self, run: CliRunner, database_url: URL, tmp_path: Any) -> None:
+        store(database_url, "acme", 4)
+        out = tmp_path / "both.ndjson"
+        argv = ["replay", "--tenant", "acme", "--out", str(out), "--types", "t0", "--types", "t1"]
+        assert run.invoke(cli, argv).exit_code == 0
+        assert out.read_bytes().count(b"\n") == 4  # both types, not the last one given
+
+    @pytest.mark.parametrize(
+        "argv",
+        [
+            ["replay", "--out", "-", "--types", "\udcff"],
+            ["replay", "--out", "-", "--tenant", "\udcff"],
+            ["replay", "--out", "-", "--correlationid", "a\udcff"],
+            ["keys", "revoke", "\udcff"],
+            ["keys", "create", "--tenant", "acme", "--scopes", "read", "--description", "\udcff"],
+        ],
+    )
+    def test_text_that_is_not_utf8_is_a_usage_error(self, run: CliRunner, argv: list[str]) -> None:
+        """Bytes that are not UTF-8 on the command line (kept by Python as lone
+        surrogates) were a traceback from the driver."""
+        refused = run.invoke(cli, argv)
+        assert refused.exit_code == 2
+        assert "is not valid UTF-8 text" in refused.stderr
+
+
 class TestReplayOutput:
     def test_a_failed_replay_leaves_an_earlier_export_as_it_was(
         self, run: CliRunner, database_url: URL, tmp_path: Any, monkeypatch: pytest.MonkeyPatch

@@ -153,6 +153,19 @@ class TestCommands:
         forced = await command(admin, "rollouts", model="faces", version="3", force=True)
         assert forced.status_code == 200
 
+    async def test_another_models_version_is_refused_for_the_model_not_its_signature(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        # Its signature would not take faces' inputs either: that was a 422 that offered
+        # force, and force then got this 409.
+        body = registration("1", NEW_REQUIRED)
+        assert (await admin.post("/models/plates/versions", content=body, headers=JSON)).is_success
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        refused = await command(admin, "rollouts", model="plates", version="1")
+        assert refused.status_code == 409, refused.text
+        assert "serves model 'faces', not 'plates'" in refused.json()["detail"]
+
     async def test_concurrent_commands_on_one_service_cannot_both_win(
         self, admin: httpx2.AsyncClient
     ) -> None:
