@@ -92,15 +92,24 @@ async def parquet_file(
     try:
         yield spool.take()
         async for chunk in chunks:
+            if not chunk:
+                continue
             batch = _batch(chunk)
-            pending.append(batch)
-            rows += batch.num_rows
-            size += batch.nbytes
-            if rows >= row_group_rows or size >= row_group_bytes:
-                writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
-                pending.clear()
-                rows = size = 0
-                yield spool.take()
+            per_row = batch.nbytes / batch.num_rows
+            while batch.num_rows:
+                # What fits in the group still (a chunk can be larger than a group),
+                # taking a row's size as the chunk's average.
+                room = min(row_group_rows - rows, int((row_group_bytes - size) / per_row))
+                part = batch.slice(0, max(room, 1))
+                batch = batch.slice(part.num_rows)
+                pending.append(part)
+                rows += part.num_rows
+                size += round(part.num_rows * per_row)
+                if rows >= row_group_rows or size >= row_group_bytes or room < 1:
+                    writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
+                    pending.clear()
+                    rows = size = 0
+                    yield spool.take()
         if pending:
             writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
     finally:

@@ -9,7 +9,7 @@ carries ``position``, ``stream``, ``stream_version``, ``recordedtime``, ``prev_h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,7 +141,7 @@ class EventReader:
         renders each line, and building a Row object per line cost a third of the rate.
         """
         statement = apply_filter(select(_json_text()), tenant, selection)
-        async for rows in self._stream(statement, fetch_rows):
+        async for rows in self._stream(statement, fetch_rows, _line_bytes):
             yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
 
     async def replay_rows(
@@ -150,22 +150,45 @@ class EventReader:
         """Matching events in position order, ``fetch_rows`` at a time, as tuples of
         ``parquet.SCHEMA``'s columns."""
         async for rows in self._stream(
-            apply_filter(select(*_COLUMNS), tenant, selection), fetch_rows
+            apply_filter(select(*_COLUMNS), tenant, selection), fetch_rows, _column_bytes
         ):
             yield rows
 
     async def _stream(
-        self, statement: Select[Any], fetch_rows: int
+        self,
+        statement: Select[Any],
+        fetch_rows: int,
+        measure: Callable[[list[tuple[Any, ...]]], int],
     ) -> AsyncIterator[list[tuple[Any, ...]]]:
-        """The rows of ``statement``, ``fetch_rows`` at a time, from a named cursor."""
+        """The rows of ``statement`` from a named cursor, ``fetch_rows`` at a time at
+        most, and about ``FETCH_BYTES`` (as ``measure`` counts them): a fetch of 1,000
+        events of a megabyte each held a gigabyte. Each fetch is sized by the rows of the
+        one before; the first takes ``FIRST_FETCH_ROWS``."""
         compiled = statement.compile(
             dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
         )
         driver = await driver_of(self._conn)
+        size = min(fetch_rows, FIRST_FETCH_ROWS)
         async with driver.cursor(name="causeway_replay") as cursor:
             await cursor.execute(str(compiled), compiled.params)
-            while rows := await cursor.fetchmany(fetch_rows):
+            while rows := await cursor.fetchmany(size):
                 yield rows
+                per_row = max(measure(rows) / len(rows), 1.0)
+                size = max(1, min(fetch_rows, int(FETCH_BYTES / per_row)))
+
+
+FIRST_FETCH_ROWS = 100
+FETCH_BYTES = 8 << 20
+
+
+def _line_bytes(rows: list[tuple[Any, ...]]) -> int:
+    return sum(len(row[0]) for row in rows)
+
+
+def _column_bytes(rows: list[tuple[Any, ...]]) -> int:
+    """About what the rows of ``_COLUMNS`` hold: their data, and a few hundred bytes of
+    attributes each."""
+    return sum(len(row[_DATA] or "") + len(row[_DATA_BINARY] or b"") + 512 for row in rows)
 
 
 _e = events.c
@@ -194,6 +217,7 @@ _COLUMNS = (
     _e.prev_hash,
     _e.hash,
 )
+_DATA, _DATA_BINARY = 12, 13  # where _COLUMNS has them
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,27 @@ async def test_big_rows_make_smaller_row_groups() -> None:
     assert [len(r["data"]) for r in whole.read().to_pylist()] == [1000] * 6
 
 
+@pytest.mark.parametrize(
+    ("limits", "sizes"),
+    [({"row_group_rows": 5}, [5, 5, 2]), ({"row_group_bytes": 2500}, [3, 3, 3, 3])],
+    ids=["rows", "bytes"],
+)
+async def test_a_chunk_larger_than_a_row_group_is_split(
+    limits: dict[str, int], sizes: list[int]
+) -> None:
+    """A fetch can hold more than a row group: the group still keeps to its limits (one
+    fetch of large events was one row group of 80 MB)."""
+
+    async def chunks() -> AsyncIterator[Sequence[tuple[Any, ...]]]:
+        yield [_row(position, data="x" * 1000) for position in range(1, 13)]
+
+    pieces = [piece async for piece in parquet_file(chunks(), **limits)]
+    whole = pq.ParquetFile(io.BytesIO(b"".join(pieces)))
+    groups = [whole.metadata.row_group(i).num_rows for i in range(whole.metadata.num_row_groups)]
+    assert groups == sizes
+    assert [r["position"] for r in whole.read().to_pylist()] == list(range(1, 13))
+
+
 def _row(position: int, data: str = "{}") -> tuple[Any, ...]:
     when = datetime.fromisoformat("2026-11-30T12:00:00+00:00")
     return (
