@@ -137,6 +137,7 @@ def create_app(
         database_url,
         pool_size=settings.db_pool_size,
         statement_timeout_ms=settings.graphql_timeout_ms,
+        pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait
     )
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     graphql_max_page_size: int = Field(default=500, ge=1)
     graphql_max_lineage_depth: int = Field(default=100, ge=1)
     graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
-    graphql_timeout_ms: int = Field(default=5000, ge=1)
+    graphql_timeout_ms: int = Field(default=5000, ge=1, le=2**31 - 1)  # a statement_timeout
     graphql_max_answer_items: int = Field(default=100_000, ge=1)
     run_scheduler: bool = True  # serve expires leases and refreshes autoscale advice
     scheduler_lease_s: float = Field(default=30.0, gt=0, le=86_400)

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
-from app.db.tables import events, projection_checkpoints, routes, tasks
+from app.db.tables import event_causes, events, projection_checkpoints, routes, tasks
 from app.errors import AppError, Conflict, IdConflict, LeaseLost, NotFound, VersionConflict
 from app.store import deployments as deployment_commands
 from app.store.chain import ChainRecord
@@ -353,15 +353,22 @@ class TaskQueue:
         return None
 
     async def extend(
-        self, tenant: str, task_id: str, lease_id: str, *, lease_s: float | None, max_lease_s: float
+        self,
+        tenant: str,
+        task_id: str,
+        lease_id: str,
+        *,
+        lease_s: float | None,
+        default_lease_s: float,
+        max_lease_s: float,
     ) -> t.TaskState:
         """Extend the lease to ``lease_s`` from now (by default, as long as it was last
-        granted for), ``max_lease_s`` at most; never to end sooner than it does already,
-        so a heartbeat cannot hand a running task back to the queue."""
+        granted for, else ``default_lease_s``), ``max_lease_s`` at most; never to end
+        sooner than it does already, so a heartbeat cannot hand a running task back."""
         state = await self._held(tenant, task_id, lease_id)
         now = datetime.now(UTC)
         if lease_s is None:
-            lease_s = await self._granted_s(tenant, state)
+            lease_s = await self._granted_s(tenant, state) or default_lease_s
         expires = now + timedelta(seconds=min(lease_s, max_lease_s))
         if state.lease_expires_at is not None:
             expires = max(expires, state.lease_expires_at)
@@ -560,7 +567,7 @@ class TaskQueue:
             reason = f"service {service!r} changed since the task ran; it runs again on that"
             requeue = t.decision(dead, t.REQUEUED, {"reason": reason, "actor": "scheduler"}, at=now)
             return t.DEPLOYMENT_CHANGED, [requeue]
-        if await self._rolled_back_before(tenant, state):
+        if await self._own_rollback(tenant, state) == deployment.stream_version:
             # It failed again on the deployment its own rollback left: rolling back once
             # more would walk the service back through every stable version it had.
             detail = {
@@ -606,7 +613,7 @@ class TaskQueue:
         )
         return found.scalar_one_or_none()
 
-    async def _granted_s(self, tenant: str, state: t.TaskState) -> float:
+    async def _granted_s(self, tenant: str, state: t.TaskState) -> float | None:
         """How long the task's lease was last granted for: by its lease, or its last
         extension (each decision records when it was made and when the lease ends)."""
         found = (
@@ -620,23 +627,32 @@ class TaskQueue:
                 .order_by(events.c.stream_version.desc())
                 .limit(1)
             )
-        ).one()
+        ).one_or_none()
+        if found is None or None in found:
+            return None
         granted = datetime.fromisoformat(found[1]) - datetime.fromisoformat(found[0])
-        return granted.total_seconds()
+        return granted.total_seconds() if granted.total_seconds() > 0 else None
 
-    async def _rolled_back_before(self, tenant: str, state: t.TaskState) -> bool:
-        """Whether a dead letter of this task rolled its service back already."""
+    async def _own_rollback(self, tenant: str, state: t.TaskState) -> int | None:
+        """The deployment version the task's last rollback left (the stream version of
+        the rollback its dead letter caused), or None when it rolled nothing back."""
+        dead = events.alias("dead")
+        rollback = events.alias("rollback")
         found = await self._conn.execute(
-            select(events.c.position)
+            select(func.max(rollback.c.stream_version))
+            .select_from(dead)
+            .join(event_causes, event_causes.c.cause == dead.c.position)
+            .join(rollback, rollback.c.position == event_causes.c.effect)
             .where(
-                events.c.tenant == tenant,
-                events.c.stream == state.stream,
-                events.c.type == t.DEAD_LETTERED,
-                events.c.data["disposition"].astext == t.ROLLED_BACK,
+                dead.c.tenant == tenant,
+                dead.c.stream == state.stream,
+                dead.c.type == t.DEAD_LETTERED,
+                dead.c.data["disposition"].astext == t.ROLLED_BACK,
+                rollback.c.type == deployment_commands.ROLLED_BACK,
             )
-            .limit(1)
         )
-        return found.first() is not None
+        version = found.scalar_one()
+        return None if version is None else int(version)
 
     async def _input_of(self, tenant: str, event_id: str) -> dict[str, Any] | None:
         """The trigger as a dead letter keeps it: its id, type, source, content type and

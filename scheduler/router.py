@@ -232,6 +232,7 @@ def create_router(
                 task_id,
                 body.lease,
                 lease_s=body.lease_s,
+                default_lease_s=policy.lease_s,
                 max_lease_s=policy.max_lease_s,
             )
         return _task_json(state)

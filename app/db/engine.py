@@ -37,11 +37,14 @@ def create_engine(
     *,
     pool_size: int = 5,
     statement_timeout_ms: int = 30_000,
+    pool_timeout_s: float = 30.0,
 ) -> AsyncEngine:
+    """``pool_timeout_s``: how long a checkout waits for a connection to come free."""
     options = _session_options(statement_timeout_ms, generic_plans=False)
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
+        pool_timeout=pool_timeout_s,
         json_serializer=_json_text,
         # orjson reads integers past 64 bits as floats; the chain hashes numbers as doubles,
         # so nothing that matters changes, and it decodes jsonb several times faster.

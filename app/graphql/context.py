@@ -12,12 +12,13 @@ from typing import Any, TypeVar
 
 from psycopg.errors import QueryCanceled
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
 from app.db.engine import DriverPool
-from app.errors import AnswerTooLarge, AppError, Timeout
+from app.errors import AnswerTooLarge, AppError, Timeout, Unavailable
 from app.graphql.limits import GraphQLLimits
 from app.store.graph import GraphReader, Page, StoredEvent
 from app.store.keys import Principal
@@ -106,14 +107,20 @@ async def reading(engine: AsyncEngine, budget: AnswerBudget) -> AsyncIterator[As
     the main pool's 30 s, a page of effects on a dense graph once took 8 s. A read that is
     stopped answers TIMEOUT, and no read starts past the budget."""
     budget.check_time()
-    async with engine.connect() as conn:
+    conn = engine.connect()
+    try:
+        await conn.start()
+    except PoolTimeout as exc:  # none came free: as a walk answers when its pool has none
+        raise Unavailable("no database connection came free for this GraphQL read") from exc
+    try:
         budget.check_time()  # nor after waiting that long for a connection
-        try:
-            yield conn
-        except DBAPIError as exc:
-            if isinstance(exc.orig, QueryCanceled):
-                raise budget.timed_out() from exc
-            raise
+        yield conn
+    except DBAPIError as exc:
+        if isinstance(exc.orig, QueryCanceled):
+            raise budget.timed_out() from exc
+        raise
+    finally:
+        await conn.close()
 
 
 K = TypeVar("K", bound=Hashable)

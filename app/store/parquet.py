@@ -98,14 +98,15 @@ async def parquet_file(
             per_row = batch.nbytes / batch.num_rows
             while batch.num_rows:
                 # What fits in the group still (a chunk can be larger than a group),
-                # taking a row's size as the chunk's average.
+                # taking a row's size as the chunk's average; a group takes one row
+                # however large, and goes out once one more would not fit.
                 room = min(row_group_rows - rows, int((row_group_bytes - size) / per_row))
                 part = batch.slice(0, max(room, 1))
                 batch = batch.slice(part.num_rows)
                 pending.append(part)
                 rows += part.num_rows
                 size += round(part.num_rows * per_row)
-                if rows >= row_group_rows or size >= row_group_bytes or room < 1:
+                if rows >= row_group_rows or size + per_row > row_group_bytes:
                     writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
                     pending.clear()
                     rows = size = 0

@@ -873,6 +873,17 @@ class TestRetriesAndDeadLetters:
         alerts = await events_of_type(admin, "causeway.alert.raised")
         assert "rolled service 'gate' back once already" in alerts[-1]["data"]["why"]
         assert (await queues(admin))["q"]["alerts"] == 1
+        # Once the service has changed since (an operator rolled a version out), the
+        # task's next mismatch is about that deployment: it may roll back again.
+        body = {"model": "faces", "version": "3", "percent": 100}
+        await admin.post("/deployments/gate/rollouts", content=dumps(body), headers=JSON)
+        await admin.post("/deployments/gate/promote", content=b"{}", headers=JSON)
+        task = leased["task"]["id"]
+        await admin.post(f"/dead-letters/{task}/requeue", content=b"{}", headers=JSON)
+        third = await lease(worker, "q")
+        assert third is not None
+        assert (await fail(worker, third, "model_version_mismatch"))["state"] == "ready"
+        assert len(await events_of_type(admin, "causeway.deployment.rolled_back")) == 2
 
     async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
         self, app: FastAPI, admin: Client, worker: Client

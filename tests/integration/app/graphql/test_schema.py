@@ -832,6 +832,30 @@ async def test_a_read_past_the_time_budget_is_stopped_by_postgresql(
         }
 
 
+async def test_a_read_that_finds_no_connection_free_is_unavailable(
+    database_url: URL, make_key: MakeKey
+) -> None:
+    """It waits as long as a walk would (the budget, a second at least), not 30 s, and
+    the answer says so, where SQLAlchemy's pool timeout was masked as INTERNAL."""
+    app = create_app(
+        Settings(_env_file=None, db_pool_size=1, graphql_timeout_ms=300), database_url=database_url
+    )
+    engine = app.state.graphql_reads
+    try:
+        async with asgi_client(app, await make_key("acme", "read")) as client:
+            held = [await engine.connect().start() for _ in range(11)]  # 1 and 10 more
+            started = time.monotonic()
+            body = await ask(client, '{ event(id: "x") { id } }')
+            took = time.monotonic() - started
+            for conn in held:
+                await conn.close()
+            assert [e["extensions"]["code"] for e in body["errors"]] == ["UNAVAILABLE"], body
+            assert 0.9 < took < 5, took
+            assert await ask(client, '{ event(id: "x") { id } }') == {"data": {"event": None}}
+    finally:
+        await dispose(app)
+
+
 async def test_walks_past_their_budget_stop_in_the_server_too(
     database_url: URL, make_key: MakeKey, engine: AsyncEngine, caplog: pytest.LogCaptureFixture
 ) -> None:
