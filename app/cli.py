@@ -40,6 +40,7 @@ from app.errors import AppError
 from app.main import create_app, create_runner, every_projection
 from app.projections.base import Projection
 from app.projections.runner import (
+    ProjectionFailed,
     ProjectionRunner,
     ProjectionStatus,
     Skip,
@@ -509,20 +510,41 @@ def projections_rebuild(
 
 
 async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: float) -> int:
-    """Rebuild here if no runner leads the projection; else ask the leader and wait."""
+    """Rebuild here if no runner leads the projection; else ask the leader and wait. An
+    event the rebuild fails on is recorded as a leader records it (so ``skip`` can pass
+    over it), and ends the command with one line."""
     try:
         async with runner.leadership(projection) as lead:
             if lead is not None:
-                return await runner.rebuild(projection)
+                try:
+                    return await runner.rebuild(projection)
+                except ProjectionFailed as failed:
+                    await runner.record_failure(projection, failed)
+                    fail(_failed_at(projection.name, failed.position, str(failed)), 1)
+        failures, _, _ = await runner.failure_of(projection)
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s
         while await runner.is_rebuild_requested(projection):
+            # A leader tries a requested rebuild before anything else: a failure recorded
+            # while the request stands is the rebuild's.
+            count, position, error = await runner.failure_of(projection)
+            if count > failures and position is not None:
+                fail(_failed_at(projection.name, position, error or ""), 1)
             if asyncio.get_running_loop().time() > deadline:
                 fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
             await asyncio.sleep(0.2)
         return -1
     finally:
         await runner.dispose()
+
+
+def _failed_at(name: str, position: int, error: str) -> str:
+    first = error.strip().splitlines()[0] if error.strip() else "an error"
+    return (
+        f"rebuilding {name} failed at position {position} ({first}); the read model is as "
+        f"it was. `causeway projections skip {name} {position} --reason ...` passes over "
+        "that event, then rebuild again"
+    )
 
 
 def _position_argument(text: str) -> int:

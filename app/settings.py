@@ -19,8 +19,10 @@ from sqlalchemy.exc import ArgumentError
 
 
 class Settings(BaseSettings):
+    # No setting is infinite or NaN: an infinite key cache TTL kept a revoked key working
+    # for the life of the process, and an infinite interval stopped what waits on it.
     model_config = SettingsConfigDict(
-        env_prefix="CAUSEWAY_", env_file=".env", extra="ignore", frozen=True
+        env_prefix="CAUSEWAY_", env_file=".env", extra="ignore", frozen=True, allow_inf_nan=False
     )
 
     # None: start the embedded PostgreSQL. A plain string, not PostgresDsn: libpq URLs may

@@ -269,7 +269,7 @@ class ProjectionRunner:
                 # at it (the failed batch was rolled back whole).
                 while await self.step(projection, until=failed.position - 1):
                     pass
-                await self._record_failure(projection, failed)
+                await self.record_failure(projection, failed)
                 delay = min(self._poll_interval_s * 2**failures, self._max_backoff_s)
                 logger.error(
                     "projection %s stopped at position %d (%s); retrying in %.1f s",
@@ -374,8 +374,25 @@ class ProjectionRunner:
             row = await _REBUILD_REQUESTED.first(conn, which=projection.name)
             return row is not None and bool(row[0])
 
-    async def _record_failure(self, projection: Projection, failed: ProjectionFailed) -> None:
+    async def failure_of(self, projection: Projection) -> tuple[int, int | None, str | None]:
+        """How many times ``projection`` failed since it last moved on, and where and how
+        it failed last (None when it is healthy)."""
+        async with self._engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(_c.failures, _c.error_position, _c.last_error).where(
+                        _c.name == projection.name
+                    )
+                )
+            ).first()
+        if row is None:
+            return 0, None, None
+        return int(row.failures or 0), row.error_position, row.last_error
+
+    async def record_failure(self, projection: Projection, failed: ProjectionFailed) -> None:
+        """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs)."""
         async with self._engine.begin() as conn:
+            await _ENSURE_CHECKPOINT.run(conn, which=projection.name)  # a first rebuild's
             await conn.execute(
                 update(projection_checkpoints)
                 .where(_c.name == projection.name)

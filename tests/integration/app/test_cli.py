@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
+import subprocess
+import sys
 import threading
+import time
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import URL
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from app.cli import cli
 from app.db.engine import create_engine
 from app.store.keys import KeyStore
 from app.store.log import EventLog
+from app.store.models import Signature, registration_event
 from app.store.records import NewEvent
 from tests.integration.forgery import rewrite
+from tests.integration.process import environment
 
 
 @pytest.fixture
@@ -196,6 +202,80 @@ class TestProjectionSkips:
         taken_back = run.invoke(cli, ["projections", "unskip", "model-registry", "2"])
         assert taken_back.exit_code == 0, taken_back.output
         assert "skips" not in run.invoke(cli, ["projections", "status"]).stdout
+
+
+def register_and_refuse(database_url: URL, *, projected: bool = False) -> None:
+    """A model registration in the log, then a trigger that refuses every row of
+    ``model_versions`` (code that now refuses an event it once applied); ``projected``:
+    once the registration is in the read model."""
+    signature = Signature.model_validate({"inputs": [{"type": "binary"}], "outputs": []})
+    registration = registration_event("faces", "3", signature, {}, enforce_outputs=False)
+
+    async def register() -> None:
+        engine = create_engine(database_url, pool_size=1)
+        async with engine.begin() as conn:
+            await EventLog(conn).append("acme", [registration])
+        await engine.dispose()
+
+    asyncio.run(register())
+    with psycopg.connect(libpq(database_url), autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while projected and not conn.execute("SELECT 1 FROM model_versions").fetchone():
+            assert time.monotonic() < deadline, "the runner did not apply the registration"
+            time.sleep(0.1)
+        conn.execute(
+            "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse BEFORE INSERT ON model_versions"
+            " FOR EACH ROW EXECUTE FUNCTION refuse()"
+        )
+
+
+def failed_position(failed: Result) -> str:
+    """The position a failed rebuild names, checking it said so in one line."""
+    assert failed.exit_code == 1
+    assert failed.stderr.count("\n") == 1, failed.stderr
+    found = re.search(r"failed at position (\d+) \(", failed.stderr)
+    assert found is not None, failed.stderr
+    assert f"causeway projections skip model-registry {found.group(1)}" in failed.stderr
+    return found.group(1)
+
+
+class TestProjectionRebuild:
+    def test_an_event_the_rebuild_fails_on_is_one_line_and_can_be_skipped(
+        self, run: CliRunner, database_url: URL
+    ) -> None:
+        """With no runner leading, the command rebuilds itself: a failure was a traceback
+        and was not recorded, so ``skip`` refused the event too."""
+        register_and_refuse(database_url)
+        at = failed_position(run.invoke(cli, ["projections", "rebuild", "model-registry"]))
+        skip = ["projections", "skip", "model-registry", at, "--reason", "refused"]
+        assert run.invoke(cli, skip).exit_code == 0
+        rebuilt = run.invoke(cli, ["projections", "rebuild", "model-registry"])
+        assert rebuilt.exit_code == 0, rebuilt.output
+
+    def test_a_leaders_failed_rebuild_ends_the_wait(
+        self, run: CliRunner, database_url: URL
+    ) -> None:
+        """The command used to wait out its whole timeout (600 s) in silence."""
+        url = database_url.render_as_string(hide_password=False)
+        leader = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "project"],
+            env=environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_PROJECTION_POLL_INTERVAL_S="0.1"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            register_and_refuse(database_url, projected=True)
+            started = time.monotonic()
+            argv = ["projections", "rebuild", "model-registry", "--timeout-s", "60"]
+            failed_position(run.invoke(cli, argv))
+            assert time.monotonic() - started < 30
+        finally:
+            leader.terminate()
+            leader.wait(timeout=30)
 
 
 class TestReplayFilters:

@@ -93,6 +93,9 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         # with one long attribute would be refused by PostgreSQL as a 503, not a 422.
         ("MAX_ATTRIBUTES_BYTES", "100000", "Input should be less than or equal to 2048"),
         ("REPLAY_FETCH_ROWS", "2147483648", "Input should be less than or equal to 1000000"),
+        # An infinite TTL kept a revoked key working for the life of the process.
+        ("KEY_CACHE_TTL_S", "inf", "Input should be a finite number"),
+        ("PROJECTION_POLL_INTERVAL_S", "nan", "Input should be a finite number"),
         # libpq would refuse these only when connecting, with a traceback.
         ("DATABASE_URL", f"{_URL}?foo=bar", 'invalid URI query parameter: "foo"'),
         ("DATABASE_URL", f"{_URL}?connect_timeout=abc", "connect_timeout must be a whole number"),
