@@ -521,15 +521,14 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
                 except ProjectionFailed as failed:
                     await runner.record_failure(projection, failed)
                     fail(_failed_at(projection.name, failed.position, str(failed)), 1)
-        failures, _, _ = await runner.failure_of(projection)
+        failures = (await runner.status(projection)).failures
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while await runner.is_rebuild_requested(projection):
+        while (now := await runner.status(projection)).rebuild_requested:
             # A leader tries a requested rebuild before anything else: a failure recorded
             # while the request stands is the rebuild's.
-            count, position, error = await runner.failure_of(projection)
-            if count > failures and position is not None:
-                fail(_failed_at(projection.name, position, error or ""), 1)
+            if now.failures > failures and now.error_position is not None:
+                fail(_failed_at(projection.name, now.error_position, now.last_error or ""), 1)
             if asyncio.get_running_loop().time() > deadline:
                 fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
             await asyncio.sleep(0.2)

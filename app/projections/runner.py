@@ -374,20 +374,10 @@ class ProjectionRunner:
             row = await _REBUILD_REQUESTED.first(conn, which=projection.name)
             return row is not None and bool(row[0])
 
-    async def failure_of(self, projection: Projection) -> tuple[int, int | None, str | None]:
-        """How many times ``projection`` failed since it last moved on, and where and how
-        it failed last (None when it is healthy)."""
+    async def status(self, projection: Projection) -> ProjectionStatus:
         async with self._engine.connect() as conn:
-            row = (
-                await conn.execute(
-                    select(_c.failures, _c.error_position, _c.last_error).where(
-                        _c.name == projection.name
-                    )
-                )
-            ).first()
-        if row is None:
-            return 0, None, None
-        return int(row.failures or 0), row.error_position, row.last_error
+            [found] = await fetch_status(conn, [projection])
+        return found
 
     async def record_failure(self, projection: Projection, failed: ProjectionFailed) -> None:
         """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs)."""
