@@ -384,11 +384,18 @@ class TaskQueue:
         self, tenant: str, task_id: str, lease_id: str, results: Sequence[NewEvent]
     ) -> tuple[t.TaskState, list[int]]:
         """Append ``results`` (each caused by the trigger, besides its own causes) and the
-        completion, atomically; the positions of the results."""
-        state = await self._held(tenant, task_id, lease_id)
-        caused = [
-            replace(e, causes=tuple(dict.fromkeys((*e.causes, state.trigger_id)))) for e in results
-        ]
+        completion, atomically; the positions of the results.
+
+        A retry of a completion that went through (the same lease: its answer was lost on
+        the way back) gets the same answer and writes nothing, provided it sends the same
+        results; other results under that lease are a ``Conflict``."""
+        state = await self.fetch(tenant, task_id, lock=True)
+        if state is not None and state.state == "completed":
+            first = await self._completion(tenant, state)
+            if first is not None and first.get("lease") == lease_id:
+                return state, await self._complete_again(tenant, state, first, results)
+        state = _holding(state, task_id, lease_id)
+        caused = _caused_by_trigger(state, results)
         now = datetime.now(UTC)
         done = t.decision(
             state,
@@ -399,6 +406,45 @@ class TaskQueue:
         )
         _, appended = await self._commit(tenant, state, [*caused, done])
         return state, [a.position for a in appended[:-1]]
+
+    async def _completion(self, tenant: str, state: t.TaskState) -> dict[str, Any] | None:
+        """The data of the decision that completed the task (its last one)."""
+        row = (
+            await self._conn.execute(
+                select(events.c.type, events.c.data).where(
+                    events.c.tenant == tenant, events.c.id == state.last_decision_id
+                )
+            )
+        ).first()
+        if row is None or row.type != t.COMPLETED or not isinstance(row.data, dict):
+            return None
+        return row.data
+
+    async def _complete_again(
+        self,
+        tenant: str,
+        state: t.TaskState,
+        first: dict[str, Any],
+        results: Sequence[NewEvent],
+    ) -> list[int]:
+        """The positions of the results of the completion ``first``, which ``results``
+        repeat: the same ids in the same order, each with the content stored (the log
+        answers a re-send with where it is, and refuses other content under its id)."""
+        caused = _caused_by_trigger(state, results)
+        stored = first.get("results")
+        if [e.id for e in caused] != stored:
+            named = ", ".join(repr(i) for i in stored or []) or "none"
+            raise Conflict(
+                f"task {state.id!r} was completed under this lease with other results "
+                f"({named}); a retry must send the same results",
+                task=state.id,
+            )
+        if not caused:
+            return []
+        appended = await self._append(tenant, caused)
+        if not all(a.duplicate for a in appended):  # pragma: no cover - stored together
+            raise RuntimeError(f"task {state.id!r}: a result of its completion was not stored")
+        return [a.position for a in appended]
 
     async def fail(
         self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str
@@ -464,25 +510,7 @@ class TaskQueue:
     # -- internals -------------------------------------------------------------------
 
     async def _held(self, tenant: str, task_id: str, lease_id: str) -> t.TaskState:
-        state = await self.fetch(tenant, task_id, lock=True)
-        if state is None:
-            raise NotFound(f"no task {task_id!r}", task=task_id)
-        expired = state.lease_expires_at is not None and state.lease_expires_at < datetime.now(UTC)
-        if state.state != "leased" or state.lease_id != lease_id or expired:
-            raise LeaseLost(
-                f"task {task_id!r} is {state.state}"
-                # A task that left "leased" holds no lease at all, not another one.
-                + (
-                    " under another lease"
-                    if state.state == "leased" and state.lease_id != lease_id
-                    else ""
-                )
-                + ("; the lease expired" if expired and state.lease_id == lease_id else "")
-                + "; this lease is no longer held",
-                task=task_id,
-                state=state.state,
-            )
-        return state
+        return _holding(await self.fetch(tenant, task_id, lock=True), task_id, lease_id)
 
     async def _dead(self, tenant: str, task_id: str) -> t.TaskState:
         state = await self.fetch(tenant, task_id, lock=True)
@@ -708,6 +736,33 @@ class TaskQueue:
 
     async def _write(self, state: t.TaskState) -> None:
         await write_task(self._conn, state)
+
+
+def _holding(state: t.TaskState | None, task_id: str, lease_id: str) -> t.TaskState:
+    """``state``, when the task is leased under ``lease_id`` and the lease has not run out."""
+    if state is None:
+        raise NotFound(f"no task {task_id!r}", task=task_id)
+    expired = state.lease_expires_at is not None and state.lease_expires_at < datetime.now(UTC)
+    if state.state != "leased" or state.lease_id != lease_id or expired:
+        raise LeaseLost(
+            f"task {task_id!r} is {state.state}"
+            # A task that left "leased" holds no lease at all, not another one.
+            + (
+                " under another lease"
+                if state.state == "leased" and state.lease_id != lease_id
+                else ""
+            )
+            + ("; the lease expired" if expired and state.lease_id == lease_id else "")
+            + "; this lease is no longer held",
+            task=task_id,
+            state=state.state,
+        )
+    return state
+
+
+def _caused_by_trigger(state: t.TaskState, results: Sequence[NewEvent]) -> list[NewEvent]:
+    """``results``, each caused by the task's trigger besides its own causes."""
+    return [replace(e, causes=tuple(dict.fromkeys((*e.causes, state.trigger_id)))) for e in results]
 
 
 def _upsert() -> Any:

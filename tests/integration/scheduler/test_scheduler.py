@@ -649,17 +649,61 @@ class TestResults:
         assert response.status_code == 400
         assert "infinite" in response.json()["detail"]
 
-    async def test_the_lease_that_completed_a_task_is_not_another_lease(
-        self, app: FastAPI, admin: Client, worker: Client
-    ) -> None:
+    @staticmethod
+    async def completed(
+        app: FastAPI, admin: Client, worker: Client, results: list[dict[str, Any]]
+    ) -> tuple[str, str, httpx2.Response]:
+        """A task leased and completed with ``results``: its path to complete, the lease
+        and the first answer."""
         await queued(app, admin)
         leased = await lease(worker, "q")
         assert leased is not None
-        done = dumps({"lease": leased["lease"], "events": []})
         path = f"/tasks/{leased['task']['id']}/complete"
-        assert (await worker.post(path, content=done, headers=JSON)).status_code == 200
+        done = dumps({"lease": leased["lease"], "events": results})
+        first = await worker.post(path, content=done, headers=JSON)
+        assert first.status_code == 200, first.text
+        return path, leased["lease"], first
+
+    async def test_a_completion_retried_under_its_lease_gets_the_first_answer(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        result = event(type="result", data={"n": 1})
+        path, held, first = await self.completed(app, admin, worker, [result])
+        # The answer was lost on its way back: the worker sends the completion again.
+        done = dumps({"lease": held, "events": [result]})
         again = await worker.post(path, content=done, headers=JSON)
+        assert again.status_code == 200, again.text
+        assert again.json() == first.json()
+        history = (await admin.get(path.removesuffix("/complete"))).json()["history"]
+        assert [h["type"] for h in history].count("causeway.task.completed") == 1
+        assert len((await admin.get("/replay?types=result")).text.splitlines()) == 1
+
+    async def test_a_retry_that_sends_other_results_is_refused(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        result = event(type="result", data={"n": 1})
+        path, held, first = await self.completed(app, admin, worker, [result])
+        other = dumps({"lease": held, "events": [event(type="result")]})
+        refused = await worker.post(path, content=other, headers=JSON)
+        assert refused.status_code == 409
+        assert refused.json()["detail"] == (
+            f"task {first.json()['task']!r} was completed under this lease with other results "
+            f"({result['id']!r}); a retry must send the same results"
+        )
+        changed = dumps({"lease": held, "events": [{**result, "data": {"n": 2}}]})
+        conflict = await worker.post(path, content=changed, headers=JSON)
+        assert conflict.status_code == 409
+        assert conflict.json()["type"] == "/problems/id-conflict"
+        assert len((await admin.get("/replay?types=result")).text.splitlines()) == 1
+
+    async def test_another_lease_on_a_completed_task_is_not_held(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        path, _, _ = await self.completed(app, admin, worker, [])
+        stale = dumps({"lease": "an-older-lease", "events": []})
+        again = await worker.post(path, content=stale, headers=JSON)
         assert again.status_code == 409
+        assert again.json()["type"].endswith("/lease-lost")
         assert "another lease" not in again.json()["detail"]
         assert "is completed" in again.json()["detail"]
 
