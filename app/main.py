@@ -7,6 +7,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
 from sqlalchemy import URL
@@ -18,6 +19,7 @@ from app.api.deps import authorize, require
 from app.api.replay import ReplaySlots
 from app.db.engine import DriverPool, create_engine, libpq_conninfo
 from app.db.schema import head_revision
+from app.errors import BadRequest
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
@@ -237,6 +239,11 @@ class Causeway(FastAPI):
             await super().__call__(scope, receive, send)
             return
         path, method = scope["path"], scope["method"]
+        undecodable = _undecodable(scope)
+        if undecodable is not None:
+            malformed = BadRequest(f"the {undecodable}'s percent-encoding does not decode as UTF-8")
+            await problems.response_for(malformed, method, path)(scope, receive, send)
+            return
         if path == "/events" and method == "POST":
             await self._post_events(scope, receive, send)
             return
@@ -288,6 +295,19 @@ class Causeway(FastAPI):
 
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _undecodable(scope: Scope) -> str | None:
+    """``"path"`` or ``"query"`` when its percent-encoding is not UTF-8. uvicorn and
+    Starlette decode it with U+FFFD for the bytes, which would name another resource (an
+    event whose id holds U+FFFD, say) rather than refuse the request."""
+    for part, raw in (("path", scope.get("raw_path")), ("query", scope.get("query_string"))):
+        if raw and b"%" in raw:
+            try:
+                unquote_to_bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                return part
+    return None
 
 
 def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str:

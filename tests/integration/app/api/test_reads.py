@@ -252,6 +252,10 @@ class TestOddParameters:
             ("/streams/a%00b", 400),
             ("/events/a%00b", 400),
             ("/replay?source=a%00b", 400),
+            ("/events/%ff", 400),  # not UTF-8: not the id U+FFFD, which is %EF%BF%BD
+            ("/events/%EF%BF%BD", 404),
+            ("/streams/a%C3", 400),
+            ("/replay?types=%ff", 400),
         ],
     )
     async def test_rest(self, client: httpx2.AsyncClient, path: str, status: int) -> None:
