@@ -903,9 +903,15 @@ async def test_walks_past_their_budget_stop_in_the_server_too(
             logged = [r.getMessage() for r in caplog.records if r.name == "app.graphql.errors"]
             assert logged  # a 503 of the server's
             assert all(m.startswith("timeout: ") for m in logged)
-            after = await ask(
-                client, "query ($id: ID!) { event(id: $id) { id } }", id=chain[0]["id"]
-            )
+            # Reads have the same 20 ms: on a busy machine one may run out of it too, which
+            # is no broken connection. One that answers shows the pool works.
+            for _ in range(20):
+                after = await ask(
+                    client, "query ($id: ID!) { event(id: $id) { id } }", id=chain[0]["id"]
+                )
+                if not after.get("errors"):
+                    break
+                assert after["errors"][0]["extensions"]["code"] == "TIMEOUT"
             assert after["data"]["event"]["id"] == chain[0]["id"]
     finally:
         await dispose(app)
