@@ -92,30 +92,42 @@ async def parquet_file(
     try:
         yield spool.take()
         async for chunk in chunks:
-            if not chunk:
-                continue
-            batch = _batch(chunk)
-            per_row = batch.nbytes / batch.num_rows
-            while batch.num_rows:
-                # What fits in the group still (a chunk can be larger than a group),
-                # taking a row's size as the chunk's average; a group takes one row
-                # however large, and goes out once one more would not fit.
-                room = min(row_group_rows - rows, int((row_group_bytes - size) / per_row))
-                part = batch.slice(0, max(room, 1))
-                batch = batch.slice(part.num_rows)
-                pending.append(part)
-                rows += part.num_rows
-                size += round(part.num_rows * per_row)
-                if rows >= row_group_rows or size + per_row > row_group_bytes:
-                    writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
-                    pending.clear()
-                    rows = size = 0
-                    yield spool.take()
+            batch = _batch(chunk) if chunk else None
+            while batch is not None and batch.num_rows:
+                # As many of the chunk's next rows as the group has room for, measured
+                # (a chunk can be larger than a group, and its rows of any sizes); one
+                # row however large, alone in its group.
+                fitting = _fitting(batch, row_group_rows - rows, row_group_bytes - size)
+                if fitting or not rows:
+                    part = batch.slice(0, max(fitting, 1))
+                    batch = batch.slice(part.num_rows)
+                    pending.append(part)
+                    rows += part.num_rows
+                    size += part.nbytes
+                    if rows < row_group_rows and size < row_group_bytes and not batch.num_rows:
+                        break  # room left: the next chunk may fill it
+                writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
+                pending.clear()
+                rows = size = 0
+                yield spool.take()
         if pending:
             writer.write_table(pa.Table.from_batches(pending), row_group_size=rows)
     finally:
         writer.close()
     yield spool.take()
+
+
+def _fitting(batch: pa.RecordBatch, rows: int, room_bytes: int) -> int:
+    """How many of ``batch``'s first rows, ``rows`` at most, take ``room_bytes`` or less
+    of column data (a slice's ``nbytes`` counts the rows it holds)."""
+    low, high = 0, min(rows, batch.num_rows)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if batch.slice(0, middle).nbytes <= room_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _batch(rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:

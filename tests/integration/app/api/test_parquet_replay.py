@@ -200,3 +200,32 @@ async def test_times_read_back_in_utc_whatever_the_servers_time_zone(
         datetime(1, 1, 1, tzinfo=UTC),
         datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC),
     ]
+
+
+@pytest.mark.parametrize(
+    "chunk_sizes",
+    [[[100] * 90 + [30_000] * 10], [[700] * 90, [30_000] * 5]],
+    ids=["mixed-in-one-fetch", "larger-in-the-next-fetch"],
+)
+async def test_rows_of_any_sizes_keep_a_group_within_its_bytes(
+    chunk_sizes: list[list[int]],
+) -> None:
+    """Rows are measured, not taken at their fetch's average: a fetch of small rows with
+    a few large ones among them made a row group of 95 MB under a 64 MB limit."""
+    limit = 100_000
+
+    async def chunks() -> AsyncIterator[Sequence[tuple[Any, ...]]]:
+        position = 0
+        for sizes in chunk_sizes:
+            chunk = []
+            for size in sizes:
+                position += 1
+                chunk.append(_row(position, data="x" * size))
+            yield chunk
+
+    pieces = [piece async for piece in parquet_file(chunks(), row_group_bytes=limit)]
+    whole = pq.ParquetFile(io.BytesIO(b"".join(pieces)))
+    groups = [whole.read_row_group(i) for i in range(whole.metadata.num_row_groups)]
+    assert all(group.nbytes <= limit for group in groups)
+    assert sum(group.num_rows for group in groups) == sum(map(len, chunk_sizes))
+    assert groups[0].num_rows > 50  # small rows still share a group
