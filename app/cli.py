@@ -524,15 +524,17 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
         failures = (await runner.status(projection)).failures
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while (now := await runner.status(projection)).rebuild_requested:
-            # A leader tries a requested rebuild before anything else: a failure recorded
-            # while the request stands is the rebuild's.
+        while True:
+            now = await runner.status(projection)
+            # A leader tries a requested rebuild before anything else, and withdraws one
+            # that failed as it records the failure: one more failure is the rebuild's.
             if now.failures > failures and now.error_position is not None:
                 fail(_failed_at(projection.name, now.error_position, now.last_error or ""), 1)
+            if not now.rebuild_requested:
+                return -1
             if asyncio.get_running_loop().time() > deadline:
                 fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
             await asyncio.sleep(0.2)
-        return -1
     finally:
         await runner.dispose()
 

@@ -15,7 +15,8 @@ projection is stopped at (with a reason, kept with the error): the projection, a
 rebuild of it, passes over that event from then on; ``unskip`` takes it back (for the
 next rebuild). A rebuild, when requested, replays the projection from
 position 0 in one transaction, so readers see the old read model until the new one
-commits, never a half-built one.
+commits, never a half-built one. One that fails is withdrawn, and its error stays (at a
+position the checkpoint passed, so the projection goes on) until a rebuild succeeds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import any_, bindparam, delete, func, literal, or_, select, update
+from sqlalchemy import any_, bindparam, case, delete, func, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -214,7 +215,15 @@ class ProjectionRunner:
                         raise ProjectionFailed(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
-            await _advance(conn, projection.name, head, rebuild_requested=False)
+            await _advance(
+                conn,
+                projection.name,
+                head,
+                rebuild_requested=False,
+                last_error=None,
+                error_position=None,
+                failures=0,
+            )
         return applied
 
     @contextlib.asynccontextmanager
@@ -257,10 +266,9 @@ class ProjectionRunner:
     async def _lead(self, projection: Projection, lead: Leadership) -> None:
         failures = 0
         while True:
+            if await self.is_rebuild_requested(projection):
+                await self._rebuild_as_asked(projection)
             try:
-                if await self.is_rebuild_requested(projection):
-                    count = await self.rebuild(projection)
-                    logger.info("projection %s rebuilt from %d events", projection.name, count)
                 _, more = await self._step(projection, None)
                 failures = 0
             except ProjectionFailed as failed:
@@ -285,6 +293,25 @@ class ProjectionRunner:
                 # Idle: check the lock's connection still lives, or another runner may
                 # have taken the lead (the error ends this lead, and the loop starts over).
                 await lead.confirm()
+
+    async def _rebuild_as_asked(self, projection: Projection) -> None:
+        """The rebuild an operator asked for. One that fails is withdrawn: the event it
+        failed on is recorded (until a rebuild succeeds: what ``skip`` takes), and the read
+        model, as it was, goes on following the log. Retried, it would replay the whole
+        log again and again, and hold back every event after it."""
+        try:
+            count = await self.rebuild(projection)
+        except ProjectionFailed as failed:
+            await self.record_failure(projection, failed, withdraw=True)
+            logger.error(
+                "projection %s: the rebuild failed at position %d (%s); the read model is as "
+                "it was and goes on",
+                projection.name,
+                failed.position,
+                failed,
+            )
+            return
+        logger.info("projection %s rebuilt from %d events", projection.name, count)
 
     async def _wait(self, projection: Projection) -> None:
         wake = self._wake[projection.name]
@@ -379,19 +406,27 @@ class ProjectionRunner:
             [found] = await fetch_status(conn, [projection])
         return found
 
-    async def record_failure(self, projection: Projection, failed: ProjectionFailed) -> None:
-        """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs)."""
+    async def record_failure(
+        self, projection: Projection, failed: ProjectionFailed, *, withdraw: bool = False
+    ) -> None:
+        """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs);
+        ``withdraw``: a rebuild failed, and its request is withdrawn in the same breath.
+
+        An error at or below the checkpoint (a rebuild's: the read model passed that event
+        long ago) stays while the projection follows the log, until a rebuild succeeds;
+        one past it (the projection stopped there) clears once it is passed."""
+        values: dict[str, Any] = {
+            "last_error": str(failed)[:2000],
+            "error_position": failed.position,
+            "failures": _c.failures + 1,
+            "updated_at": datetime.now(UTC),
+        }
+        if withdraw:
+            values["rebuild_requested"] = False
         async with self._engine.begin() as conn:
             await _ENSURE_CHECKPOINT.run(conn, which=projection.name)  # a first rebuild's
             await conn.execute(
-                update(projection_checkpoints)
-                .where(_c.name == projection.name)
-                .values(
-                    last_error=str(failed)[:2000],
-                    error_position=failed.position,
-                    failures=_c.failures + 1,
-                    updated_at=datetime.now(UTC),
-                )
+                update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
 
 
@@ -439,13 +474,14 @@ async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any)
 
 
 async def _lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]:
-    """The checkpoint, locked, and whether the projection has failed since it moved."""
+    """The checkpoint, locked, and whether the projection is stopped at an event past it
+    (a failed rebuild's event is behind it: the projection goes on)."""
     await _ENSURE_CHECKPOINT.run(conn, which=name)
     row = await _LOCK_CHECKPOINT.first(conn, which=name)
     if row is None:  # pragma: no cover - ensured by the statement before
         raise RuntimeError(f"projection {name!r} has no checkpoint row")
     position, error_position = row
-    return int(position), error_position is not None
+    return int(position), error_position is not None and error_position > position
 
 
 async def _read_head(conn: AsyncConnection) -> int:
@@ -494,15 +530,18 @@ _LOCK_CHECKPOINT = DriverStatement.of(
 _REBUILD_REQUESTED = DriverStatement.of(
     select(_c.rebuild_requested).where(_c.name == bindparam("which"))
 )
+# Having passed the event it stopped at, the projection is healthy; the error of a failed
+# rebuild (at or below the checkpoint) stays until a rebuild succeeds (``rebuild``).
+_STOPPED = _c.error_position > _c.position  # the old row's values, in an UPDATE
 _ADVANCE = (
     update(projection_checkpoints)
     .where(_c.name == bindparam("which"))
     .values(
         position=bindparam("to"),
         updated_at=bindparam("at"),
-        last_error=None,
-        error_position=None,
-        failures=0,
+        last_error=case((_STOPPED, None), else_=_c.last_error),
+        error_position=case((_STOPPED, None), else_=_c.error_position),
+        failures=case((_STOPPED, 0), else_=_c.failures),
     )
 )
 _ADVANCE_ON_DRIVER = DriverStatement.of(_ADVANCE)

@@ -244,13 +244,60 @@ class TestRunning:
         await asyncio.gather(task, return_exceptions=True)
         assert await applied_positions(engine) == [1, 3, 5, 7, 9]
 
+    async def test_a_failed_rebuild_is_withdrawn_and_the_read_model_goes_on(
+        self, engine: AsyncEngine
+    ) -> None:
+        """The leader tried the rebuild again before every step, so the projection
+        applied nothing new until an operator stepped in (the dispatcher: no new tasks)."""
+        await append_counts(engine, 3)  # t.count at positions 1, 3 and 5
+        first = ProjectionRunner(engine, [Counter()])
+        while await first.step(first.projection("test-counter")):
+            pass
+        leader = ProjectionRunner(engine, [Counter(fail_at=3)], poll_interval_s=0.05)
+        projection = leader.projection("test-counter")
+        task = asyncio.create_task(leader.run())
+        await leader.request_rebuild(projection)
+
+        async def withdrawn() -> bool:
+            return not (await _status(engine, projection)).rebuild_requested
+
+        await _until(withdrawn)
+        await append_counts(engine, 1, "beta")  # position 7, after the failed rebuild
+        await _until(lambda: _caught_up(engine, "test-counter"))
+        assert await applied_positions(engine) == [1, 3, 5, 7]  # the old model, following
+        found = await _status(engine, projection)
+        assert (found.error_position, found.last_error, found.failures) == (
+            3,
+            "RuntimeError: cannot apply 3",
+            1,
+        )  # kept while it follows: what skip takes
+        await leader.skip(projection, 3, "bad input")
+        await leader.request_rebuild(projection)
+        await _until(withdrawn)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await applied_positions(engine) == [1, 5, 7]
+        found = await _status(engine, projection)
+        assert (found.error_position, found.last_error, found.failures) == (None, None, 0)
+
     async def test_notify_wakes_a_runner_long_before_its_poll(
         self, engine: AsyncEngine, database_url: URL
     ) -> None:
         dsn = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
         runner = ProjectionRunner(engine, [Counter()], listen_dsn=dsn, poll_interval_s=60)
         task = asyncio.create_task(runner.run())
-        await asyncio.sleep(0.5)  # leading and listening
+
+        async def listening() -> bool:  # else the NOTIFY goes to nobody (a busy machine)
+            async with engine.connect() as conn:
+                found = await conn.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                    )
+                )
+            return bool(found)
+
+        await _until(listening)
         await append_counts(engine, 1)
         await _until(lambda: _caught_up(engine, "test-counter"), timeout_s=10)
         task.cancel()
