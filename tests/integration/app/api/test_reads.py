@@ -256,6 +256,10 @@ class TestOddParameters:
             ("/events/%EF%BF%BD", 404),
             ("/streams/a%C3", 400),
             ("/replay?types=%ff", 400),
+            ("/replay?types=", 400),  # matched every type
+            ("/replay?types=,%20", 400),
+            ("/replay?modelversion=", 400),  # matched nothing: no event has one empty
+            ("/replay?correlationid=&format=parquet", 400),
         ],
     )
     async def test_rest(self, client: httpx2.AsyncClient, path: str, status: int) -> None:
