@@ -468,7 +468,7 @@ def projections_status() -> None:
         rows, skips = asyncio.run(_status(db.url))
     typer.echo(f"{'name':<20} {'checkpoint':>10} {'head':>10} {'lag':>8} {'lag_s':>8}  error")
     for row in rows:
-        error = f"at {row.error_position}: {row.last_error}" if row.last_error else "-"
+        error = f"at {row.error_position}: {_one_line(row.last_error)}" if row.last_error else "-"
         typer.echo(
             f"{row.name:<20} {row.checkpoint:>10} {row.head:>10} {row.lag_events:>8} "
             f"{row.lag_seconds:>8.1f}  {error}"
@@ -477,7 +477,7 @@ def projections_status() -> None:
         since = skip.skipped_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         typer.echo(
             f"{skip.name} skips {skip.position} since {since}: {skip.reason} "
-            f"(it failed with {skip.error or 'no recorded error'})"
+            f"(it failed with {_one_line(skip.error) if skip.error else 'no recorded error'})"
         )
 
 
@@ -537,6 +537,11 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
             await asyncio.sleep(0.2)
     finally:
         await runner.dispose()
+
+
+def _one_line(text: str) -> str:
+    """An error of several lines (PostgreSQL's ``CONTEXT:``, say) on one row of a table."""
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def _failed_at(name: str, position: int, error: str) -> str:

@@ -251,6 +251,12 @@ class TestProjectionRebuild:
         and was not recorded, so ``skip`` refused the event too."""
         register_and_refuse(database_url)
         at = failed_position(run.invoke(cli, ["projections", "rebuild", "model-registry"]))
+        # PostgreSQL's error has a CONTEXT line: the table keeps a row to a projection.
+        status = run.invoke(cli, ["projections", "status"]).stdout.splitlines()
+        assert all(line.split()[1].isdigit() for line in status[1:])  # each a projection's
+        [row] = [line for line in status if line.startswith("model-registry ")]
+        assert f"at {at}: " in row
+        assert "refused" in row
         skip = ["projections", "skip", "model-registry", at, "--reason", "refused"]
         assert run.invoke(cli, skip).exit_code == 0
         rebuilt = run.invoke(cli, ["projections", "rebuild", "model-registry"])
