@@ -31,7 +31,7 @@ from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
-from app.store.records import MAX_POSITION, EventFilter
+from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
 
 T = TypeVar("T")
@@ -58,21 +58,17 @@ def replay_filter(
     if any(text is not None and "\x00" in text for text in texts):
         # Checked here, not left to PostgreSQL: a replay's response has begun by then.
         raise BadRequest("parameters cannot contain a NUL character")
-    # No stored event has an empty one of these (ingest refuses it): an empty filter would
-    # match nothing, and empty types everything. Most likely a value went missing.
-    named = {
-        "stream": stream,
-        "source": source,
-        "correlationid": correlationid,
-        "modelname": modelname,
-        "modelversion": modelversion,
-    }
-    empty = [name for name, text in named.items() if text == ""]
     selected_types = split_types(types)
-    if types is not None and not selected_types:
-        empty.insert(0, "types")
-    if empty:
-        raise BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
+    refuse_empty_filters(
+        {
+            "types": None if types is None else selected_types,
+            "stream": stream,
+            "source": source,
+            "correlationid": correlationid,
+            "modelname": modelname,
+            "modelversion": modelversion,
+        }
+    )
     return EventFilter(
         after=after,
         types=selected_types,

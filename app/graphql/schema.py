@@ -49,6 +49,7 @@ from app.store.deployments import DeploymentState
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.records import EventFilter as StoreFilter
+from app.store.records import refuse_empty_filters
 from app.store.registry import RegistryReader
 from app.store.timestamps import parse_time_parameter
 
@@ -59,6 +60,16 @@ T = TypeVar("T")
 def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
     if selection is None:
         return StoreFilter(after=after)
+    refuse_empty_filters(
+        {
+            "types": selection.types,
+            "stream": selection.stream,
+            "source": selection.source,
+            "correlationId": selection.correlation_id,
+            "modelName": selection.model_name,
+            "modelVersion": selection.model_version,
+        }
+    )
     start = selection.position_from
     lower = after if start is None else max(after, int(start) - 1)
     return StoreFilter(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator
+
+from app.errors import BadRequest
 
 MAX_POSITION = 2**63 - 1  # positions and versions are PostgreSQL bigints
 RESERVED_TYPE_PREFIX = "causeway."  # the types of the events Causeway writes itself
@@ -142,6 +145,21 @@ class EventFilter:
     position_to: int | None = None
     from_version: int | None = None
     limit: int | None = None
+
+
+def refuse_empty_filters(given: Mapping[str, str | Sequence[str] | None]) -> None:
+    """Raise ``BadRequest`` naming the filters of ``given`` (by the names the caller
+    knows them by) that are there but empty: no stored event has an empty type, stream,
+    source, correlation id or model (ingest refuses them), so such a filter would match
+    nothing (empty types: everything). Most likely a value went missing."""
+    empty = [
+        name
+        for name, value in given.items()
+        if value is not None
+        and (value == "" if isinstance(value, str) else not value or "" in value)
+    ]
+    if empty:
+        raise BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
 
 
 def normalise_numbers(value: Any) -> Any:

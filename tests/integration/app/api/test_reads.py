@@ -273,6 +273,8 @@ class TestOddParameters:
             '{ event(id: "a\\u0000b") { id } }',
             "{ events(filter: {positionFrom: 99999999999999999999}) { edges { cursor } } }",
             '{ events(after: "cG9zaXRpb246OTk5OTk5OTk5OTk5OTk5OTk5OTk5") { edges { cursor } } }',
+            '{ events(filter: {modelVersion: ""}) { edges { cursor } } }',  # as REST's
+            "{ events(filter: {types: []}) { edges { cursor } } }",
         ],
     )
     async def test_graphql(self, client: httpx2.AsyncClient, query: str) -> None:
