@@ -109,6 +109,10 @@ def _plainly_valid(attrs: dict[str, Any], payload: Payload, limits: Limits) -> N
     full check: most producers send the same few string attributes again and again."""
     if not _GOOD_NAMES.issuperset(attrs) or "expectedversion" in attrs:
         return None
+    if ("modelname" in attrs) is not ("modelversion" in attrs) or (
+        "modelsig" in attrs and "modelname" not in attrs
+    ):
+        return None  # a model named in part
     values = attrs.values()
     try:
         joined = "".join(values)  # a TypeError when an attribute is not a string
@@ -240,6 +244,16 @@ def _checked(
     for name in ("stream", "correlationid", "modelname", "modelversion", "modelsig"):
         if name in attrs and (not isinstance(attrs[name], str) or attrs[name] == ""):
             bad(name, f"{name} must be a non-empty string")
+    given = [name for name in ("modelname", "modelversion", "modelsig") if name in attrs]
+    lacking = [name for name in ("modelname", "modelversion") if name not in attrs]
+    if given and lacking:
+        # The registry checks a name and version together: half of the pair would be
+        # stored unchecked, and read as no model at all.
+        bad(
+            lacking[0],
+            f"{' and '.join(given)} without {' and '.join(lacking)}: a model version is "
+            "named by modelname and modelversion together",
+        )
 
     # The stream may come from ``stream``, else ``subject``, else ``source``.
     chosen = {

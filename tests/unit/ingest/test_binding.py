@@ -414,3 +414,21 @@ def test_system_ids_are_reserved() -> None:
 def test_system_streams_are_reserved(members: dict[str, str]) -> None:
     with pytest.raises(ReservedType, match="streams starting with 'causeway:'"):
         parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "detail"),
+    [
+        ({"modelversion": "77"}, "modelversion without modelname: "),
+        ({"modelname": "m"}, "modelname without modelversion: "),
+        ({"modelsig": "sha256:ab"}, "modelsig without modelname and modelversion: "),
+        (
+            {"modelname": "m", "modelsig": "sha256:ab"},
+            "modelname and modelsig without modelversion",
+        ),
+    ],
+)
+def test_a_model_named_in_part_is_refused(attributes: dict[str, str], detail: str) -> None:
+    """Half of the pair was stored unchecked, and GraphQL read it as no model at all."""
+    with pytest.raises(InvalidCloudEvent, match=detail):
+        parse_request("application/cloudevents+json", [], structured(**attributes), LIMITS)
