@@ -170,19 +170,26 @@ def rollback(state: DeploymentState, *, reason: str, actor: str) -> NewEvent:
 def incompatibility(current: dict[str, Any], candidate: dict[str, Any]) -> str | None:
     """Why ``candidate`` cannot take the requests ``current`` accepts, or None.
 
-    Every input the candidate requires must be one the current version is given, with the
-    same type or one that widens to it losslessly (integer -> long -> float -> double);
-    tensor inputs need the same dtype and shape (-1 matches any size).
+    Every input the candidate requires must be one the current version requires too (an
+    optional one, callers may leave out), with the same type or one that widens to it
+    losslessly (integer -> long -> float -> double); tensor inputs need the same dtype, and
+    a shape that takes every shape the current one takes (-1, any size, takes only -1).
     """
     given = {spec.get("name"): spec for spec in current.get("inputs", [])}
     for position, spec in enumerate(candidate.get("inputs", [])):
         name = spec.get("name")
         label = name if name is not None else f"#{position}"
         old = given.get(name) if name is not None else _at(current.get("inputs", []), position)
+        required = spec.get("required", True)
         if old is None:
-            if spec.get("required", True):
+            if required:
                 return f"the candidate requires input {label!r}, which callers do not send"
             continue
+        if required and not old.get("required", True):
+            return (
+                f"the candidate requires input {label!r}, which is optional now: callers may "
+                "leave it out"
+            )
         if spec.get("type") == "tensor" or old.get("type") == "tensor":
             if spec.get("tensor-spec", {}).get("dtype") != old.get("tensor-spec", {}).get("dtype"):
                 return f"input {label!r} changes tensor dtype"
@@ -208,9 +215,9 @@ def _widens(old: str, new: str) -> bool:
 
 
 def _shapes_fit(old: list[int], new: list[int]) -> bool:
-    return len(old) == len(new) and all(
-        a == b or -1 in (a, b) for a, b in zip(old, new, strict=True)
-    )
+    """Whether a tensor of shape ``new`` takes every tensor ``old`` takes: each size the
+    same, or any (-1) in ``new``; where ``old`` takes any size, so must ``new``."""
+    return len(old) == len(new) and all(b in (a, -1) for a, b in zip(old, new, strict=True))
 
 
 def _event(
