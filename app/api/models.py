@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require
-from app.errors import BadRequest, Conflict, NotFound
+from app.errors import BadRequest, Conflict, IdConflict, NotFound
 from app.store.keys import Principal, Scope
 from app.store.models import Signature, alias_event, is_valid_name, registration_event
 from app.store.records import Text
@@ -69,16 +69,18 @@ async def register_version(
     async with engine.connect() as conn:
         stored = await fetch_registered_digest(conn, principal.tenant, name, body.version)
     if stored is not None and stored != digest:
-        raise Conflict(
-            f"model {name!r} version {body.version!r} is registered with signature {stored}; "
-            f"this one is {digest}. Register a new version instead.",
-            registered=stored,
-            sent=digest,
-        )
+        raise _registered_otherwise(name, body.version, stored, digest)
     event = registration_event(
         name, body.version, body.signature, body.tags, enforce_outputs=body.enforce_outputs
     )
-    [appended] = await appender.append(principal.tenant, [event])
+    try:
+        [appended] = await appender.append(principal.tenant, [event])
+    except IdConflict:
+        # Registered before with the same signature and other tags or enforce_outputs, or
+        # meanwhile (a concurrent registration): the log refuses it in its own terms.
+        async with engine.connect() as conn:
+            stored = await fetch_registered_digest(conn, principal.tenant, name, body.version)
+        raise _registered_otherwise(name, body.version, stored or digest, digest) from None
     answer = {
         "name": name,
         "version": body.version,
@@ -87,6 +89,19 @@ async def register_version(
         "duplicate": appended.duplicate,
     }
     return JSONResponse(answer, status_code=200 if appended.duplicate else 201)
+
+
+def _registered_otherwise(name: str, version: str, stored: str, digest: str) -> Conflict:
+    if stored != digest:
+        what = f"with signature {stored}; this one is {digest}"
+    else:
+        what = "with the same signature but other tags or enforce_outputs"
+    return Conflict(
+        f"model {name!r} version {version!r} is registered {what}. A registration does not "
+        "change: register a new version instead.",
+        registered=stored,
+        sent=digest,
+    )
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias at a registered version")

@@ -54,6 +54,19 @@ class TestRegister:
         assert response.json()["registered"] == digest_of()
         assert response.json()["sent"] == digest_of(OTHER_SIGNATURE)
 
+    async def test_other_tags_for_a_version_are_409_in_the_registrys_terms(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        tagged = registration("3", tags={"team": "vision"})
+        response = await admin.post("/models/faces/versions", content=tagged, headers=JSON)
+        assert response.status_code == 409
+        assert response.json()["type"] == "/problems/conflict"
+        assert response.json()["detail"] == (
+            "model 'faces' version '3' is registered with the same signature but other tags "
+            "or enforce_outputs. A registration does not change: register a new version instead."
+        )
+
     async def test_mlflow_string_specs_give_the_same_digest(
         self, admin: httpx2.AsyncClient
     ) -> None:
