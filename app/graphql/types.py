@@ -67,9 +67,13 @@ def decode_cursor(cursor: str | None) -> int:
 
 @strawberry.enum
 class LineageDirection(enum.Enum):
-    UPSTREAM = "upstream"
-    DOWNSTREAM = "downstream"
-    BOTH = "both"
+    UPSTREAM = strawberry.enum_value("upstream", description="its causes, and theirs")
+    DOWNSTREAM = strawberry.enum_value("downstream", description="its effects, and theirs")
+    BOTH = strawberry.enum_value(
+        "both",
+        description="its causes upward and its effects downward, each followed its own way "
+        "(not a cause's other effects)",
+    )
 
     def to_store(self) -> Direction:
         return Direction(self.value)

@@ -268,6 +268,9 @@ class TestLineage:
                 False,
             ),
             ("pre-1", "BOTH", 1, {"pre-1": 0, "img-1": 1, "tumor-1": 1, "fracture-1": 1}, True),
+            # Causes and effects, each followed its own way: not fracture-1 (tumor-1's
+            # sibling, through pre-1 or dx-1), nor img-2 (dx-1's other cause).
+            ("tumor-1", "BOTH", 10, {"tumor-1": 0, "pre-1": 1, "dx-1": 1, "img-1": 2}, False),
             ("img-2", "UPSTREAM", 5, {"img-2": 0}, False),
         ],
     )
