@@ -236,9 +236,9 @@ class Query:
     ) -> Lineage:
         caps = info.context.limits
         depth, nodes = (
-            _bound(max_depth, caps.max_lineage_depth),
+            _bound(max_depth, caps.max_lineage_depth, "maxDepth"),
             # The root is always in the answer: a limit of 0 still shows it, truncated.
-            max(1, _bound(limit, caps.max_lineage_nodes)),
+            max(1, _bound(limit, caps.max_lineage_nodes, "limit")),
         )
 
         answer = await _walk(
@@ -261,7 +261,7 @@ class Query:
         self, info: Info, decision_id: strawberry.ID, max_depth: int = 50
     ) -> DecisionAudit:
         caps = info.context.limits
-        depth = _bound(max_depth, caps.max_lineage_depth)
+        depth = _bound(max_depth, caps.max_lineage_depth, "maxDepth")
 
         answer = await _walk(
             info,
@@ -287,9 +287,9 @@ def _as_state(view: DeploymentView) -> DeploymentState:
     )
 
 
-def _bound(value: int, cap: int) -> int:
+def _bound(value: int, cap: int, argument: str) -> int:
     if value < 0:
-        raise BadRequest("maxDepth and limit must not be negative")
+        raise BadRequest(f"{argument} must not be negative", argument=argument)
     return min(value, cap)
 
 

@@ -1070,3 +1070,20 @@ async def test_a_clients_error_is_answered_not_logged(
     assert missing["errors"][0]["extensions"]["code"] == "NOT_FOUND"
     assert refused["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+@pytest.mark.parametrize(
+    ("query", "argument"),
+    [
+        ('{ audit(decisionId: "x", maxDepth: -1) { truncated } }', "maxDepth"),
+        ('{ lineage(id: "x", maxDepth: -1) { truncated } }', "maxDepth"),
+        ('{ lineage(id: "x", limit: -1) { truncated } }', "limit"),
+    ],
+)
+async def test_a_negative_bound_names_its_argument(
+    client: httpx2.AsyncClient, query: str, argument: str
+) -> None:
+    """audit has no limit, yet was told "maxDepth and limit must not be negative"."""
+    [error] = (await ask(client, query))["errors"]
+    assert error["message"] == f"{argument} must not be negative"
+    assert error["extensions"]["code"] == "BAD_REQUEST"
