@@ -255,16 +255,17 @@ def _checked(
             "named by modelname and modelversion together",
         )
 
-    # The stream may come from ``stream``, else ``subject``, else ``source``.
-    chosen = {
-        "id": attrs.get("id"),
-        "stream": attrs.get("stream") or attrs.get("subject") or attrs.get("source"),
-    }
-    for name, value in chosen.items():
+    # The stream may come from ``stream``, else ``subject``, else ``source``: a problem
+    # with it is the problem of the attribute it came from.
+    streamed = next((n for n in ("stream", "subject", "source") if attrs.get(n)), "stream")
+    for name, what in (("id", "id"), (streamed, "stream")):
+        value = attrs.get(name)
         if isinstance(value, str) and value.startswith(RESERVED_ID_PREFIX):
+            came = "" if name == what else f" (the stream is the {name})"
             bad(
                 name,
-                f"{name}s starting with {RESERVED_ID_PREFIX!r} belong to Causeway's own events",
+                f"{what}s starting with {RESERVED_ID_PREFIX!r} belong to Causeway's own "
+                f"events{came}",
                 kind=ReservedType,
             )
     event_type = attrs.get("type")

@@ -409,11 +409,17 @@ def test_system_ids_are_reserved() -> None:
 
 
 @pytest.mark.parametrize(
-    "members", [{"stream": "causeway:deployment:x"}, {"subject": "causeway:model:m"}]
+    ("members", "attribute"),
+    [
+        ({"stream": "causeway:deployment:x"}, "stream"),
+        ({"subject": "causeway:model:m"}, "subject"),  # the stream, when none is named
+        ({"source": "causeway:x"}, "source"),
+    ],
 )
-def test_system_streams_are_reserved(members: dict[str, str]) -> None:
-    with pytest.raises(ReservedType, match="streams starting with 'causeway:'"):
+def test_system_streams_are_reserved(members: dict[str, str], attribute: str) -> None:
+    with pytest.raises(ReservedType, match="streams starting with 'causeway:'") as refused:
         parse_request("application/cloudevents+json", [], structured(**members), LIMITS)
+    assert [e["attribute"] for e in refused.value.extensions["errors"]] == [attribute]
 
 
 @pytest.mark.parametrize(
