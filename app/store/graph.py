@@ -234,7 +234,7 @@ async def walk(
     max_nodes: int,
 ) -> Walk | None:
     """Breadth-first from the event ``event_id``, in one statement: the walk itself is
-    ``causeway_walk`` (migration 0002), and each node comes with its full row and the
+    ``causeway_walk`` (migrations 0002 and 0010), and each node comes with its full row and the
     hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events
     of one tenant only (causes are checked at append), so the walk stays in the root's
     tenant. None when there is no such event.
