@@ -92,8 +92,10 @@ async def parquet_file(
     try:
         yield spool.take()
         async for chunk in chunks:
-            batch = _batch(chunk) if chunk else None
-            while batch is not None and batch.num_rows:
+            if not chunk:
+                continue
+            batch = _batch(chunk)
+            while batch.num_rows:
                 # As many of the chunk's next rows as the group has room for, measured
                 # (a chunk can be larger than a group, and its rows of any sizes); one
                 # row however large, alone in its group.
