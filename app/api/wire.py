@@ -33,6 +33,9 @@ answer instead of a reset. A chunked body's trailers are dropped: uvicorn added
 them to the request's headers after the app had read those, and no ASGI app sees them.
 Bodies are capped where they are read (``ingest.bodies``).
 
+An answer's head and body leave in one write (``_Coalescing``): uvicorn writes them one
+after the other, which cost a send and a wake-up of the client each.
+
 The server speaks no WebSocket (``ws="none"``: the GraphQL schema has nothing to subscribe
 to), so a request asking to upgrade is answered as the plain HTTP request it also is, which
 RFC 9110 (7.8) allows, and its errors are problems like any other's; uvicorn's websocket
@@ -100,6 +103,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # The answers' writes go through _Coalescing; flow control stays on the socket's.
+        self.transport = _Coalescing(transport, self.loop)
         self._arm()  # a connection that never sends a whole head does not stay
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -325,6 +330,78 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
+
+
+class _Coalescing(asyncio.Transport):
+    """A connection's transport that sends an answer's head and body in one write.
+
+    uvicorn writes the status line and headers, then the body: two sends, two TCP
+    segments, and a client woken twice, for every answer. Here a small write waits until
+    the next write, which goes out with it at once, or until the end of the loop's turn
+    (a streamed answer's head before its first chunk is sent then). Everything else is
+    the socket's transport."""
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._transport = transport
+        self._loop = loop
+        self._held = b""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif len(data) <= _HOLD_BYTES and not self._transport.is_closing():
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        held, self._held = self._held, b""
+        if held and not self._transport.is_closing():  # else the client is gone
+            self._transport.write(held)
+
+    def write_eof(self) -> None:
+        self._flush()
+        self._transport.write_eof()
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._held = b""
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return len(self._held) + self._transport.get_write_buffer_size()
+
+    def can_write_eof(self) -> bool:
+        return self._transport.can_write_eof()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
+
+    def is_reading(self) -> bool:
+        return self._transport.is_reading()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._transport.set_protocol(protocol)
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._transport.get_protocol()
+
+
+_HOLD_BYTES = 4096  # an answer's head; a larger write is a body, and goes at once
 
 
 # What ``causeway serve`` hands uvicorn: this protocol, and no WebSocket.

@@ -284,3 +284,66 @@ def dechunked(body: bytes) -> bytes:
             return b"".join(parts)
         parts.append(body[end + 2 : end + 2 + size])
         at = end + 2 + size + 2
+
+
+class Recording(asyncio.Transport):
+    """A socket's transport that records each write, as the segments it would send."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+class TestCoalescing:
+    async def test_an_answers_head_and_body_go_out_in_one_write(self) -> None:
+        socket_side = Recording()
+        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
+        transport.write(b"ok")
+        assert socket_side.writes == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok"]
+        await asyncio.sleep(0)
+        assert len(socket_side.writes) == 1
+
+    async def test_a_head_whose_body_comes_later_goes_at_the_end_of_the_loops_turn(
+        self,
+    ) -> None:
+        socket_side = Recording()
+        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        assert socket_side.writes == []
+        await asyncio.sleep(0)
+        assert socket_side.writes == [b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"]
+
+    async def test_a_large_write_goes_at_once(self) -> None:
+        socket_side = Recording()
+        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport.write(CHUNK)
+        assert socket_side.writes == [CHUNK]
+
+    async def test_closing_sends_what_is_held_first_and_aborting_drops_it(self) -> None:
+        loop = asyncio.get_running_loop()
+        head = b"HTTP/1.1 204 No Content\r\n\r\n"
+        closed, aborted = Recording(), Recording()
+        closing = wire._Coalescing(closed, loop)
+        closing.write(head)
+        closing.close()
+        assert closed.writes == [head]
+        assert closed.closed
+        aborting = wire._Coalescing(aborted, loop)
+        aborting.write(head)
+        aborting.abort()
+        await asyncio.sleep(0)
+        assert aborted.writes == []
