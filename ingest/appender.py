@@ -23,6 +23,9 @@ make), or planning one request raises, the group is written again under the lock
 request at a time, so only that request fails. If the transaction itself fails (a lost
 connection, a timeout), every request in it gets that error.
 
+Groups are written without a wake-up hint: ``ingest.hints`` sends one for them once
+they are committed, at most one every few milliseconds.
+
 The appender drives its transactions on psycopg directly: checking a connection out and
 in, and SQLAlchemy's transaction, cost a small group more CPU than its statements did.
 It keeps its connections; one that broke, or was left inside a transaction (a cancelled
@@ -46,9 +49,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
 from app.errors import Unavailable
-from app.store.log import HeadMoved, append_on, fetch_facts, write_group
+from app.store.log import HeadMoved, append_on, appended_types, fetch_facts, write_group
 from app.store.records import Appended, NewEvent
 from app.store.tail import Planned, Tail
+from ingest.hints import WakeHints
 
 logger = logging.getLogger(__name__)
 _READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
@@ -91,11 +95,13 @@ class Appender:
         plan_ahead: bool = True,
         max_in_flight: int = 2,
         tail_capacity: int = 100_000,
+        hint_window_s: float = 0.02,
     ) -> None:
         """``plan_ahead``: False for an appender that shares the log with a busier one in
         the same process (the scheduler's decisions): its groups are written under the
         lock, and the busier one's tail meets them as another writer's.
-        ``tail_capacity``: the streams and the event positions the tail keeps, each."""
+        ``tail_capacity``: the streams and the event positions the tail keeps, each.
+        ``hint_window_s``: the least time between two of its wake-up hints."""
         self._engine = engine
         self._max_events = max_group_events
         self._max_bytes = max_group_bytes
@@ -106,6 +112,7 @@ class Appender:
         self._writer: asyncio.Task[None] | None = None
         self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
         self._idle: list[_Held] = []  # free for the next group
+        self._hints = WakeHints(engine, window_s=hint_window_s)
         self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
         self.groups_planned_ahead = 0  # of those, the ones planned before the lock
@@ -197,9 +204,10 @@ class Appender:
 
     async def _fly(self, held: _Held, group: list[_Request], planned: Planned) -> Exception | None:
         try:
-            await write_group(held.driver, planned.after, planned.group)
+            await write_group(held.driver, planned.after, planned.group, notify=False)
         except Exception as exc:  # the writer decides what follows, in order
             return exc
+        self._hints.landed(planned.group.position, appended_types(planned.group))
         self.groups_committed += 1
         self.groups_planned_ahead += 1
         self.requests_committed += len(group)
@@ -289,7 +297,8 @@ class Appender:
         held = await self._connection()
         driver = held.driver
         try:
-            landed = await append_on(driver, [(r.tenant, r.events) for r in group], commit=True)
+            requests = [(r.tenant, r.events) for r in group]
+            landed = await append_on(driver, requests, commit=True, notify=False)
         except BaseException:
             if not driver.broken and not driver.closed:
                 await driver.rollback()
@@ -299,6 +308,7 @@ class Appender:
         if self._tail is not None:
             self._tail.restart(landed.found, landed.group)
         if landed.group is not None:
+            self._hints.landed(landed.group.position, appended_types(landed.group))
             self.groups_committed += 1
             self.requests_committed += len(group)
         for request, outcome in zip(group, landed.outcomes, strict=True):
@@ -341,6 +351,7 @@ class Appender:
         self._closed = True
         if self._writer is not None and not self._writer.done():
             await asyncio.wait([self._writer])
+        await self._hints.close()
         await self._release_idle()
 
     async def _release_idle(self) -> None:

@@ -1,11 +1,12 @@
 """The event log: the only code that writes ``events`` and ``event_causes``.
 
 Rows are never updated or deleted (triggers from the first migration refuse it). Every
-write goes through ``causeway_append`` (migration 0008), which locks the single
+write goes through ``causeway_append`` (migrations 0008 and 0011), which locks the single
 ``log_head`` row, checks that the head is where the group was planned on, inserts the
-rows and moves the head: appends are serialised in the database, so positions are dense
-and commit order equals position order, across processes too. Nothing here commits a
-transaction it does not own.
+rows, moves the head and sends the wake-up hint (unless the caller sends it later:
+``notify=False`` and ``send_wake_hint``): appends are serialised in the database, so
+positions are dense and commit order equals position order, across processes too.
+Nothing here commits a transaction it does not own.
 
 A group of requests is planned in memory (``_plan``: every request atomic on its own,
 the hash chain computed in the same pass) on facts read from the log: here, under the
@@ -94,6 +95,7 @@ async def append_on(
     requests: Sequence[tuple[str, Sequence[NewEvent]]],
     *,
     commit: bool = False,
+    notify: bool = True,
 ) -> Landed:
     """``EventLog.append_many`` on a psycopg connection in a transaction the caller owns:
     lock the head, read what planning needs, plan, write. The head stays locked from the
@@ -155,19 +157,25 @@ async def append_on(
     )
     outcomes: list[Outcome] = [group.plan(tenant, batch) for tenant, batch in requests]
     if group.rows:
-        await write_group(driver, locked, group, commit=commit)
+        await write_group(driver, locked, group, commit=commit, notify=notify)
     elif commit:
         await driver.commit()  # nothing to keep; the head is free again
     return Landed(outcomes, locked, group if group.rows else None)
 
 
 async def write_group(
-    driver: PsycopgConnection[Any], after: Head, group: GroupPlan, *, commit: bool = False
+    driver: PsycopgConnection[Any],
+    after: Head,
+    group: GroupPlan,
+    *,
+    commit: bool = False,
+    notify: bool = True,
 ) -> None:
     """Write ``group``, planned on the head ``after``, with ``causeway_append``: in the
     caller's transaction (``commit``: and commit it, in the same round trip), or in its
     own on a connection in autocommit mode. Raises ``HeadMoved`` when the head is
-    elsewhere (nothing is written then)."""
+    elsewhere (nothing is written then). ``notify=False``: without the wake-up hint, for
+    a caller that sends it once the group is committed (``send_wake_hint``)."""
     params = (
         after.position,
         after.hash,
@@ -176,7 +184,7 @@ async def write_group(
         group.recorded_at,
         _event_rows(group.rows),
         orjson.dumps(group.edges).decode(),
-        wake_hint(group.position, {row.event.type for row in group.rows}),
+        wake_hint(group.position, appended_types(group)) if notify else None,
     )
     try:
         if commit:
@@ -326,6 +334,17 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
+def appended_types(group: GroupPlan) -> set[str]:
+    """The types of the events ``group`` writes: what its wake-up hint names."""
+    return {row.event.type for row in group.rows}
+
+
+async def send_wake_hint(driver: PsycopgConnection[Any], hint: str) -> None:
+    """Send a ``wake_hint`` on its own, for events already committed (in autocommit mode:
+    it goes out as the statement commits)."""
+    await driver.execute(_NOTIFY, (NOTIFY_CHANNEL, hint), prepare=True)
+
+
 def wake_hint(position: int, types: set[str]) -> str:
     """The NOTIFY payload: ``<head> <type> <type> ...``, or just the head when the types
     would not fit PostgreSQL's 8,000-byte payload (then every projection wakes)."""
@@ -370,10 +389,11 @@ def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
 
 
 _LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
+_NOTIFY = "SELECT pg_notify(%s, %s)"
 _APPEND = (
     "SELECT causeway_append(%s::bigint, %s::bytea, %s::bigint, %s::bytea, %s::timestamptz,"
     " %s::jsonb, %s::json, %s::text)"
-)  # the function sends the NOTIFY_CHANNEL hint
+)  # the function sends the NOTIFY_CHANNEL hint, when it is given one
 _FETCH_KNOWN = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data
     FROM events

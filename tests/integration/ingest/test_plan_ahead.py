@@ -278,13 +278,19 @@ class _Late:
         monkeypatch.setattr(log, "write_group", self)
 
     async def __call__(
-        self, driver: Any, after: Head, group: GroupPlan, *, commit: bool = False
+        self,
+        driver: Any,
+        after: Head,
+        group: GroupPlan,
+        *,
+        commit: bool = False,
+        notify: bool = True,
     ) -> None:
         rows = [(r.event.id, r.event.stream, r.stream_version) for r in group.rows]
         self.sent.append((commit, rows))
         if not commit and len(self.sent) == 1:
             await asyncio.sleep(self._delay_s)
-        await _write_group(driver, after, group, commit=commit)
+        await _write_group(driver, after, group, commit=commit, notify=notify)
 
 
 @pytest.mark.parametrize("first_fails", [False, True])
