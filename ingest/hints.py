@@ -11,7 +11,8 @@ land within ``window_s`` of the last hint sent go out together at the end of tha
 as one hint that names the head and every type appended since. So every append is still
 followed by a hint, never one that comes before its commit, and at most ``window_s`` late.
 
-A hint that cannot be sent (the database went away) is dropped: readers poll.
+A hint that cannot be sent (the database went away) is not sent again on its own: its
+types go with the next append's hint, and readers poll meanwhile.
 """
 
 from __future__ import annotations
@@ -67,21 +68,28 @@ class WakeHints:
         )
 
     async def _send(self) -> None:
+        # What has landed so far; what lands while this is on its way goes with the next.
         hint = wake_hint(self._position, self._types)
-        self._types, self._is_pending = set(), False
+        types, self._types, self._is_pending = self._types, set(), False
         self._sent_at = asyncio.get_running_loop().time()
+        sent = False
         try:
             if self._connection is None:
                 connection = await self._engine.connect()
                 await connection.execution_options(isolation_level="AUTOCOMMIT")
                 self._connection = connection
             await send_wake_hint(await driver_of(self._connection), hint)
+            sent = True
         except (psycopg.Error, SQLAlchemyError, OSError) as exc:
             logger.warning("a wake-up hint was not sent (readers poll meanwhile): %r", exc)
             await self._drop()
+            # Its types go with the next hint, which the next append sends: no retries
+            # while the database is away.
+            self._types |= types
+            self._is_pending = True
         finally:
             self._sending = None
-            if not self._closed:
+            if sent and not self._closed:
                 self._schedule()  # what landed while this one was on its way
 
     async def close(self) -> None:

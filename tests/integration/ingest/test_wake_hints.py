@@ -83,3 +83,30 @@ async def test_closing_sends_the_hint_still_due(
     await appender.append("acme", [event(2, "second")])
     await appender.close()
     assert await hints_until(listener, engine, 2) == ["1 first", "2 second"]
+
+
+async def test_hints_go_on_after_the_database_drops_their_connection(
+    engine: AsyncEngine,
+    listener: psycopg.AsyncConnection[object],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hint that cannot be sent is dropped with a warning (readers poll); the appends go
+    on, and the next hint goes out on a new connection, naming its types too."""
+    appender = Appender(engine, hint_window_s=0)
+    try:
+        await appender.append("acme", [event(1, "first")])
+        assert await hints_until(listener, engine, 1) == ["1 first"]
+        async with engine.connect() as conn:
+            await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND query LIKE 'SELECT pg_notify%'"
+                )
+            )
+        await appender.append("acme", [event(2, "second")])
+        await appender.append("acme", [event(3, "third")])
+        found = await hints_until(listener, engine, 3)
+    finally:
+        await appender.close()
+    assert found[-1] == "3 second third"
+    assert "a wake-up hint was not sent" in caplog.text
