@@ -8,11 +8,14 @@ Readers take a hint only as a reason to look (they poll anyway, and a woken proj
 waits 50 ms for more before it reads), so the appender writes its groups without one
 and hands them here once they are committed. The first goes out at once; those that
 land within ``window_s`` of the last hint sent go out together at the end of that window,
-as one hint that names the head and every type appended since. So every append is still
-followed by a hint, never one that comes before its commit, and at most ``window_s`` late.
+as one hint that names the head and every type appended since. No hint comes before the
+commit of what it names.
 
-A hint that cannot be sent (the database went away) is not sent again on its own: its
-types go with the next append's hint, and readers poll meanwhile.
+A hint goes on a connection of its own, kept; one the database dropped (a restart, an
+idle timeout) is replaced at once. When no connection can be had, the hint waits, with
+whatever lands meanwhile, and is tried again every ``retry_s`` (readers poll meanwhile).
+Once the appender closes, what is still due is sent, within ``close_timeout_s``, and
+what lands after that gets no hint.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import asyncio
 import logging
 import math
 
-import psycopg
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
@@ -32,13 +33,23 @@ logger = logging.getLogger(__name__)
 
 
 class WakeHints:
-    def __init__(self, engine: AsyncEngine, *, window_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        window_s: float = 0.02,
+        retry_s: float = 1.0,
+        close_timeout_s: float = 5.0,
+    ) -> None:
         self._engine = engine
         self._window_s = window_s
+        self._retry_s = retry_s
+        self._close_timeout_s = close_timeout_s
         self._position = 0  # the head the next hint names
         self._types: set[str] = set()
         self._is_pending = False  # something landed that no hint has named yet
         self._sent_at = -math.inf  # the loop's time when the last hint went out
+        self._is_failing = False  # the last try found no connection that works
         self._timer: asyncio.TimerHandle | None = None
         self._sending: asyncio.Task[None] | None = None
         self._connection: AsyncConnection | None = None
@@ -46,16 +57,20 @@ class WakeHints:
 
     def landed(self, position: int, types: set[str]) -> None:
         """Events of ``types``, up to ``position``, are committed."""
+        if self._closed:
+            return
         self._position = max(self._position, position)
         self._types |= types
         self._is_pending = True
         self._schedule()
 
     def _schedule(self) -> None:
-        if not self._is_pending or self._timer is not None or self._sending is not None:
+        if self._closed or not self._is_pending:
             return
+        if self._timer is not None or self._sending is not None:
+            return  # it goes when they do
         loop = asyncio.get_running_loop()
-        wait_s = self._sent_at + self._window_s - loop.time()
+        wait_s = self._retry_s if self._is_failing else self._sent_at + self._window_s - loop.time()
         if wait_s > 0:
             self._timer = loop.call_later(wait_s, self._start)
         else:
@@ -72,42 +87,66 @@ class WakeHints:
         hint = wake_hint(self._position, self._types)
         types, self._types, self._is_pending = self._types, set(), False
         self._sent_at = asyncio.get_running_loop().time()
-        sent = False
         try:
-            if self._connection is None:
-                connection = await self._engine.connect()
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
-                self._connection = connection
-            await send_wake_hint(await driver_of(self._connection), hint)
-            sent = True
-        except (psycopg.Error, SQLAlchemyError, OSError) as exc:
-            logger.warning("a wake-up hint was not sent (readers poll meanwhile): %r", exc)
-            await self._drop()
-            # Its types go with the next hint, which the next append sends: no retries
-            # while the database is away.
-            self._types |= types
+            await self._notify(hint)
+        except Exception as exc:
+            if not self._is_failing:
+                logger.warning("a wake-up hint was not sent (readers poll meanwhile): %r", exc)
+            self._is_failing = True
+            self._types |= types  # they go with the next try
             self._is_pending = True
+        else:
+            if self._is_failing:
+                logger.info("wake-up hints are sent again")
+            self._is_failing = False
         finally:
             self._sending = None
-            if sent and not self._closed:
-                self._schedule()  # what landed while this one was on its way
+            self._schedule()  # what landed meanwhile, or the next try
+
+    async def _notify(self, hint: str) -> None:
+        """Send ``hint`` on the kept connection; on a new one at once when the database
+        dropped that one."""
+        for attempt in range(2):
+            try:
+                if self._connection is None:
+                    self._connection = await self._engine.connect()
+                    await self._connection.execution_options(isolation_level="AUTOCOMMIT")
+                await send_wake_hint(await driver_of(self._connection), hint)
+                return
+            except Exception:
+                await self._drop()
+                if attempt == 1:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self) -> None:
-        """Send what no hint has named yet, and give the connection back."""
+        """Send what is still due (within ``close_timeout_s``) and give the connection
+        back. A group that lands afterwards gets no hint."""
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._sending is not None:
-            await asyncio.wait([self._sending])
-        if self._is_pending:
-            await self._send()
+        try:
+            async with asyncio.timeout(self._close_timeout_s):
+                if self._sending is not None:
+                    await asyncio.wait([self._sending])
+                if self._is_pending:
+                    await self._notify(wake_hint(self._position, self._types))
+        except Exception as exc:
+            logger.warning("the last wake-up hint was not sent: %r", exc)
+            if self._sending is not None:
+                self._sending.cancel()
+                await asyncio.wait([self._sending])
+            await self._drop()
         if self._connection is not None:
-            await self._connection.close()
-            self._connection = None
+            connection, self._connection = self._connection, None
+            await connection.close()
 
     async def _drop(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            await connection.invalidate()
-            await connection.close()
+            try:
+                await connection.invalidate()
+                await connection.close()
+            except Exception:  # it is gone already; nothing of it is kept
+                logger.debug("a wake-up hint connection did not close cleanly", exc_info=True)

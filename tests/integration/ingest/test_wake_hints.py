@@ -4,17 +4,21 @@ a few."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import libpq_conninfo
-from app.store.log import NOTIFY_CHANNEL
+import ingest.hints as hints_module
+from app.db.engine import create_engine, libpq_conninfo
+from app.store.log import NOTIFY_CHANNEL, send_wake_hint
 from app.store.records import NewEvent
 from ingest.appender import Appender
+from ingest.hints import WakeHints
 
 
 @pytest.fixture
@@ -40,6 +44,22 @@ async def hints_until(
         if named >= position:
             return found
     raise AssertionError(f"no hint named position {position}; got {found}")
+
+
+async def hints_within(
+    listener: psycopg.AsyncConnection[object], seconds: float, *, until: int | None = None
+) -> list[str]:
+    """The hints that arrive within ``seconds`` (or until one names ``until``)."""
+    found: list[str] = []
+    try:
+        async with asyncio.timeout(seconds):
+            async for notice in listener.notifies():
+                found.append(notice.payload)
+                if until is not None and int(notice.payload.split()[0]) >= until:
+                    break
+    except TimeoutError:
+        pass
+    return found
 
 
 def event(n: int, kind: str) -> NewEvent:
@@ -85,13 +105,31 @@ async def test_closing_sends_the_hint_still_due(
     assert await hints_until(listener, engine, 2) == ["1 first", "2 second"]
 
 
-async def test_hints_go_on_after_the_database_drops_their_connection(
-    engine: AsyncEngine,
-    listener: psycopg.AsyncConnection[object],
-    caplog: pytest.LogCaptureFixture,
+async def test_a_hint_waits_for_the_commit_of_what_it_names(
+    engine: AsyncEngine, database_url: URL, listener: psycopg.AsyncConnection[object]
 ) -> None:
-    """A hint that cannot be sent is dropped with a warning (readers poll); the appends go
-    on, and the next hint goes out on a new connection, naming its types too."""
+    """A group held at the head (another transaction has it locked) sends no hint until
+    it is committed."""
+    appender = Appender(engine, hint_window_s=0)
+    conninfo = libpq_conninfo(database_url)
+    try:
+        async with await psycopg.AsyncConnection.connect(conninfo) as blocker:
+            await blocker.execute("SELECT position FROM log_head FOR UPDATE")
+            held = asyncio.ensure_future(appender.append("acme", [event(1, "held")]))
+            assert await hints_within(listener, 0.3) == []
+            assert not held.done()
+            await blocker.rollback()
+        await held
+        assert await hints_until(listener, engine, 1) == ["1 held"]
+    finally:
+        await appender.close()
+
+
+async def test_hints_go_on_after_the_database_drops_their_connection(
+    engine: AsyncEngine, listener: psycopg.AsyncConnection[object]
+) -> None:
+    """The kept connection is gone (a restart, an idle timeout): the next hint goes on a
+    new one, at once."""
     appender = Appender(engine, hint_window_s=0)
     try:
         await appender.append("acme", [event(1, "first")])
@@ -104,9 +142,61 @@ async def test_hints_go_on_after_the_database_drops_their_connection(
                 )
             )
         await appender.append("acme", [event(2, "second")])
-        await appender.append("acme", [event(3, "third")])
-        found = await hints_until(listener, engine, 3)
+        assert await hints_until(listener, engine, 2) == ["2 second"]
     finally:
         await appender.close()
-    assert found[-1] == "3 second third"
-    assert "a wake-up hint was not sent" in caplog.text
+
+
+async def test_a_hint_that_cannot_be_sent_is_tried_again_with_what_landed_meanwhile(
+    engine: AsyncEngine,
+    listener: psycopg.AsyncConnection[object],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database is away for three tries (a fresh connection each time): one warning,
+    and once it is back the hint goes, naming what landed meanwhile too."""
+    real = send_wake_hint
+    failures = 3
+
+    async def away_for_a_while(driver: Any, hint: str) -> None:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise psycopg.OperationalError("the server closed the connection unexpectedly")
+        await real(driver, hint)
+
+    monkeypatch.setattr(hints_module, "send_wake_hint", away_for_a_while)
+    hints = WakeHints(engine, window_s=0, retry_s=0.05)
+    try:
+        hints.landed(1, {"a"})
+        await asyncio.sleep(0)  # on its way, to fail
+        hints.landed(2, {"b"})
+        assert await hints_within(listener, 2.0, until=2) == ["2 a b"]
+    finally:
+        await hints.close()
+    assert failures == 0
+    assert caplog.text.count("a wake-up hint was not sent") == 1
+
+
+async def test_closing_without_a_database_gives_up_in_its_time() -> None:
+    nowhere = create_engine("postgresql://causeway@127.0.0.1:1/none", pool_size=1)
+    hints = WakeHints(nowhere, window_s=0, retry_s=0.05, close_timeout_s=1)
+    try:
+        hints.landed(1, {"a"})
+        await asyncio.sleep(0.2)
+        async with asyncio.timeout(5):
+            await hints.close()
+        assert nowhere.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's
+    finally:
+        await nowhere.dispose()
+
+
+async def test_a_group_that_lands_after_close_gets_no_hint_and_holds_no_connection(
+    engine: AsyncEngine,
+) -> None:
+    hints = WakeHints(engine, window_s=0)
+    hints.landed(1, {"a"})
+    await hints.close()
+    hints.landed(2, {"b"})
+    await asyncio.sleep(0.05)
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # QueuePool's count

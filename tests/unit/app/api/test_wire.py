@@ -11,7 +11,9 @@ from typing import Any
 
 import orjson
 import pytest
+import uvicorn
 from starlette.responses import StreamingResponse
+from uvicorn.server import ServerState
 
 from app.api import wire
 from tests.in_process import serving
@@ -306,8 +308,41 @@ class Recording(asyncio.Transport):
     def abort(self) -> None:
         self.closed = True
 
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 8000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
 
 class TestCoalescing:
+    async def test_the_servers_protocol_sends_each_answer_in_one_write(self) -> None:
+        """Two pipelined requests through the protocol ``causeway serve`` runs: each answer,
+        head and body, is one write to the socket."""
+        config = uvicorn.Config(app, log_level="error", **wire.SERVER_PROTOCOLS)
+        config.load()
+        protocol = wire.CappedHttpToolsProtocol(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        socket_side = Recording()
+        protocol.connection_made(socket_side)
+        request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+        protocol.data_received(request + request)
+        async with asyncio.timeout(5):
+            while len(socket_side.writes) < 2:
+                await asyncio.sleep(0)
+        protocol.connection_lost(None)
+        assert [write.partition(b"\r\n")[0] for write in socket_side.writes] == [
+            b"HTTP/1.1 200 OK",
+            b"HTTP/1.1 200 OK",
+        ]
+        assert all(write.endswith(b"\r\n\r\nok") for write in socket_side.writes)
+
     async def test_an_answers_head_and_body_go_out_in_one_write(self) -> None:
         socket_side = Recording()
         transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
