@@ -106,18 +106,21 @@ class WakeHints:
     async def _notify(self, hint: str) -> None:
         """Send ``hint`` on the kept connection; on a new one at once when the database
         dropped that one."""
-        for attempt in range(2):
+        try:
+            await self._notify_on_connection(hint)
+        except Exception:
+            await self._drop()
             try:
-                if self._connection is None:
-                    self._connection = await self._engine.connect()
-                    await self._connection.execution_options(isolation_level="AUTOCOMMIT")
-                await send_wake_hint(await driver_of(self._connection), hint)
-                return
+                await self._notify_on_connection(hint)
             except Exception:
                 await self._drop()
-                if attempt == 1:
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+                raise
+
+    async def _notify_on_connection(self, hint: str) -> None:
+        if self._connection is None:
+            self._connection = await self._engine.connect()
+            await self._connection.execution_options(isolation_level="AUTOCOMMIT")
+        await send_wake_hint(await driver_of(self._connection), hint)
 
     async def close(self) -> None:
         """Send what is still due (within ``close_timeout_s``) and give the connection

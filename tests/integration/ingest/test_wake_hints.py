@@ -1,6 +1,5 @@
 """The wake-up hints that follow an appender's groups (``ingest.hints``): every group is
-followed by one, none comes before its events can be read, and a burst of groups shares
-a few."""
+followed by one, none comes before its group commits, and a burst of groups shares a few."""
 
 from __future__ import annotations
 
@@ -29,36 +28,21 @@ async def listener(database_url: URL) -> AsyncIterator[psycopg.AsyncConnection[o
         yield conn
 
 
-async def hints_until(
-    listener: psycopg.AsyncConnection[object], engine: AsyncEngine, position: int
+async def hints_heard(
+    listener: psycopg.AsyncConnection[object], *, until: int | None = None, within_s: float = 10
 ) -> list[str]:
-    """The hints that arrive until one names ``position``; each checked against the log:
-    the events it names are there to read when it arrives."""
-    found: list[str] = []
-    async for notice in listener.notifies(timeout=10):
-        found.append(notice.payload)
-        named = int(notice.payload.split()[0])
-        async with engine.connect() as conn:
-            head = await conn.scalar(text("SELECT coalesce(max(position), 0) FROM events"))
-        assert head >= named, f"hint {notice.payload!r} came before its events"
-        if named >= position:
-            return found
-    raise AssertionError(f"no hint named position {position}; got {found}")
-
-
-async def hints_within(
-    listener: psycopg.AsyncConnection[object], seconds: float, *, until: int | None = None
-) -> list[str]:
-    """The hints that arrive within ``seconds`` (or until one names ``until``)."""
+    """The hints that arrive within ``within_s``; with ``until``, up to the one naming that
+    position, which must come."""
     found: list[str] = []
     try:
-        async with asyncio.timeout(seconds):
+        async with asyncio.timeout(within_s):
             async for notice in listener.notifies():
                 found.append(notice.payload)
                 if until is not None and int(notice.payload.split()[0]) >= until:
-                    break
+                    return found
     except TimeoutError:
         pass
+    assert until is None, f"no hint named position {until}; got {found}"
     return found
 
 
@@ -72,7 +56,7 @@ async def test_a_lone_append_is_followed_by_its_hint(
     appender = Appender(engine, hint_window_s=60)
     try:
         await appender.append("acme", [event(1, "com.example.one")])
-        assert await hints_until(listener, engine, 1) == ["1 com.example.one"]
+        assert await hints_heard(listener, until=1) == ["1 com.example.one"]
     finally:
         await appender.close()
 
@@ -86,7 +70,7 @@ async def test_a_burst_of_groups_shares_one_hint_after_the_first(
     try:
         for n in range(1, 21):
             await appender.append("acme", [event(n, f"com.example.t{n:02d}")])
-        found = await hints_until(listener, engine, 20)
+        found = await hints_heard(listener, until=20)
     finally:
         await appender.close()
     assert found == [
@@ -102,7 +86,7 @@ async def test_closing_sends_the_hint_still_due(
     await appender.append("acme", [event(1, "first")])
     await appender.append("acme", [event(2, "second")])
     await appender.close()
-    assert await hints_until(listener, engine, 2) == ["1 first", "2 second"]
+    assert await hints_heard(listener, until=2) == ["1 first", "2 second"]
 
 
 async def test_a_hint_waits_for_the_commit_of_what_it_names(
@@ -116,11 +100,11 @@ async def test_a_hint_waits_for_the_commit_of_what_it_names(
         async with await psycopg.AsyncConnection.connect(conninfo) as blocker:
             await blocker.execute("SELECT position FROM log_head FOR UPDATE")
             held = asyncio.ensure_future(appender.append("acme", [event(1, "held")]))
-            assert await hints_within(listener, 0.3) == []
+            assert await hints_heard(listener, within_s=0.3) == []
             assert not held.done()
             await blocker.rollback()
         await held
-        assert await hints_until(listener, engine, 1) == ["1 held"]
+        assert await hints_heard(listener, until=1) == ["1 held"]
     finally:
         await appender.close()
 
@@ -133,7 +117,7 @@ async def test_hints_go_on_after_the_database_drops_their_connection(
     appender = Appender(engine, hint_window_s=0)
     try:
         await appender.append("acme", [event(1, "first")])
-        assert await hints_until(listener, engine, 1) == ["1 first"]
+        assert await hints_heard(listener, until=1) == ["1 first"]
         async with engine.connect() as conn:
             await conn.execute(
                 text(
@@ -142,7 +126,7 @@ async def test_hints_go_on_after_the_database_drops_their_connection(
                 )
             )
         await appender.append("acme", [event(2, "second")])
-        assert await hints_until(listener, engine, 2) == ["2 second"]
+        assert await hints_heard(listener, until=2) == ["2 second"]
     finally:
         await appender.close()
 
@@ -171,7 +155,7 @@ async def test_a_hint_that_cannot_be_sent_is_tried_again_with_what_landed_meanwh
         hints.landed(1, {"a"})
         await asyncio.sleep(0)  # on its way, to fail
         hints.landed(2, {"b"})
-        assert await hints_within(listener, 2.0, until=2) == ["2 a b"]
+        assert await hints_heard(listener, until=2, within_s=2.0) == ["2 a b"]
     finally:
         await hints.close()
     assert failures == 0
