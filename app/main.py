@@ -7,6 +7,8 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
@@ -15,8 +17,9 @@ from starlette.types import Receive, Scope, Send
 
 from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
-from app.api.deps import authorize, require
+from app.api.deps import authorize, authorize_cached, require
 from app.api.replay import ReplaySlots
+from app.api.wire import DirectHandler, Respond
 from app.db.engine import DriverPool, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.errors import BadRequest
@@ -27,10 +30,11 @@ from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.keys import Scope as KeyScope
+from app.store.records import Appended
 from ingest.appender import Appender
 from ingest.bodies import CappedRequest, declared_too_large
 from ingest.limits import Limits
-from ingest.router import Ingest
+from ingest.router import Ingest, answer_of
 from ingest.router import create_router as create_ingest_router
 from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
@@ -226,6 +230,12 @@ class Causeway(FastAPI):
     ``POST /graphql`` goes the same way, to Strawberry's ASGI face of the GraphQL view
     (``app.graphql.router``).
 
+    Under ``causeway serve`` a plain ``POST /events`` does not even become an ASGI
+    request: the connection hands it over whole (``direct_handler``, ``app.api.wire``).
+    An event whose key the authenticator has cached is then parsed at once and queued,
+    and its answer is written when its group lands, without a task of its own; a batch,
+    or a key the store must be asked about, takes the same steps in a task.
+
     The body of every other POST, PUT, PATCH or DELETE is capped at ``max_request_bytes``
     here too: FastAPI reads a route's body before it runs the route's dependencies, the
     key check among them, so without the cap anyone could make the service hold any body
@@ -233,6 +243,55 @@ class Causeway(FastAPI):
 
     ingest: Ingest
     graphql: GraphQLApp
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._later: set[asyncio.Task[None]] = set()  # direct requests' tasks, held until done
+
+    def direct_handler(self, method: bytes, url: bytes, length: int) -> DirectHandler | None:
+        # Past the cap, the ASGI path refuses it before its body is read.
+        if (
+            method == b"POST"
+            and url == b"/events"
+            and length <= self.ingest.limits.max_request_bytes
+        ):
+            return self._answer_events
+        return None
+
+    def _answer_events(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: Respond
+    ) -> None:
+        try:
+            principal = authorize_cached(
+                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
+            )
+            if principal is not None:
+                content_type = _header(headers, b"content-type") or None
+                landing = self.ingest.submit(principal, content_type, headers, body)
+                if landing is not None:
+                    landing.add_done_callback(partial(_answer_landed, respond))
+                    return
+        except Exception as exc:
+            respond(*problems.answer_for(exc, "POST", "/events"))
+            return
+        later = self._answer_events_later(headers, body, respond)
+        task = asyncio.get_running_loop().create_task(later)
+        self._later.add(task)
+        task.add_done_callback(self._later.discard)
+
+    async def _answer_events_later(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: Respond
+    ) -> None:
+        try:
+            principal = await authorize(
+                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
+            )
+            content_type = _header(headers, b"content-type") or None
+            status, answer = await self.ingest.answer(principal, content_type, headers, body)
+        except Exception as exc:
+            respond(*problems.answer_for(exc, "POST", "/events"))
+            return
+        respond(status, _json_headers(answer), answer)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -282,19 +341,26 @@ class Causeway(FastAPI):
             await problems.response_for(exc, "POST", "/events")(scope, receive, send)
             return
         await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(answer)).encode()),
-                ],
-            }
+            {"type": "http.response.start", "status": status, "headers": _json_headers(answer)}
         )
         await send({"type": "http.response.body", "body": answer})
 
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+
+
+def _answer_landed(respond: Respond, landing: asyncio.Future[list[Appended]]) -> None:
+    """Answer a direct request once its group has landed, or failed."""
+    try:
+        status, answer = answer_of(landing.result())
+    except Exception as exc:
+        respond(*problems.answer_for(exc, "POST", "/events"))
+        return
+    respond(status, _json_headers(answer), answer)
 
 
 def _undecodable(scope: Scope) -> str | None:

@@ -122,15 +122,24 @@ class Appender:
         self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
     ) -> list[Appended]:
         """Append ``batch`` atomically; raises the ``AppError`` that refused it."""
-        if not batch:
-            return []
+        return await self.submit(tenant, batch, size_bytes=size_bytes)
+
+    def submit(
+        self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
+    ) -> asyncio.Future[list[Appended]]:
+        """``append`` for a caller that does not wait in a task of its own: ``batch`` is
+        queued for the next group, and the future gets its outcome (the ``AppError``
+        that refused it, as its exception)."""
         answer: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        if not batch:
+            answer.set_result([])
+            return answer
         self._queue.append(_Request(tenant, batch, size_bytes, answer))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
         elif self._arrived is not None and not self._arrived.done():
             self._arrived.set_result(None)
-        return await answer
+        return answer
 
     async def _drain(self) -> None:
         try:

@@ -70,6 +70,15 @@ def parse_request(
     return [e for part in parse_in_parts(content_type, headers, body, limits) for e in part]
 
 
+def is_batch(content_type: str | None) -> bool:
+    """Whether a request of this Content-Type is a batch (or meant to be one)."""
+    return _essence(content_type).startswith("application/cloudevents-batch")
+
+
+def _essence(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
 def parse_in_parts(
     content_type: str | None,
     headers: Sequence[tuple[bytes, bytes]],
@@ -80,7 +89,7 @@ def parse_in_parts(
     for, so that a server can run other tasks between parts: the events of a large batch
     take milliseconds to build, and an append holding the log head should not wait for
     them. An ``AppError`` may come after some parts; it refuses the whole request."""
-    essence = (content_type or "").split(";", 1)[0].strip().lower()
+    essence = _essence(content_type)
     if essence.startswith("application/cloudevents-batch"):
         if essence != BATCH:
             raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")

@@ -18,9 +18,9 @@ from pydantic import BaseModel
 from starlette.types import Receive
 
 from app.store.keys import Principal
-from app.store.records import NewEvent
+from app.store.records import Appended, NewEvent
 from ingest.appender import Appender
-from ingest.binding import parse_in_parts
+from ingest.binding import is_batch, parse_in_parts, parse_request
 from ingest.bodies import receive_body
 from ingest.limits import Limits
 
@@ -60,26 +60,48 @@ class Ingest:
                 await asyncio.sleep(0)  # a group holding the log head goes on meanwhile
             events += part
         appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
-        # Built directly (AppendResponse documents the shape): a model per event would
-        # cost more than planning the event did.
-        answer = {
-            "events": [
-                {
-                    "id": a.id,
-                    "source": a.source,
-                    "stream": a.stream,
-                    "stream_version": a.stream_version,
-                    "position": a.position,
-                    "duplicate": a.duplicate,
-                }
-                for a in appended
-            ]
-        }
-        status = 201 if any(not a.duplicate for a in appended) else 200
-        return status, orjson.dumps(answer)
+        return answer_of(appended)
+
+    def submit(
+        self,
+        principal: Principal,
+        content_type: str | None,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> asyncio.Future[list[Appended]] | None:
+        """``answer``'s first half for a request of one event (structured or binary mode),
+        without a task: parsed now (raising the ``AppError`` that refuses it) and queued
+        for the next group, whose landing settles the future (``answer_of`` gives the
+        answer). None for a batch, which ``answer`` parses in parts."""
+        if is_batch(content_type):
+            return None
+        events = parse_request(content_type, headers, body, self.limits)
+        return self._appender.submit(principal.tenant, events, size_bytes=len(body))
 
     async def read_body(self, receive: Receive, declared: str | None) -> bytes:
         return await receive_body(receive, declared, self.limits.max_request_bytes)
+
+
+def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
+    """The status and JSON body that answer an append: 201 when anything was appended,
+    200 when every event was stored before."""
+    # Built directly (AppendResponse documents the shape): a model per event would
+    # cost more than planning the event did.
+    answer = {
+        "events": [
+            {
+                "id": a.id,
+                "source": a.source,
+                "stream": a.stream,
+                "stream_version": a.stream_version,
+                "position": a.position,
+                "duplicate": a.duplicate,
+            }
+            for a in appended
+        ]
+    }
+    status = 201 if any(not a.duplicate for a in appended) else 200
+    return status, orjson.dumps(answer)
 
 
 async def read_body(request: Request, max_bytes: int) -> bytes:

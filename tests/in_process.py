@@ -10,16 +10,20 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import uvicorn
+from uvicorn.config import LifespanType
 
 from app.api.wire import SERVER_PROTOCOLS
 
 
 @asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[int]:
-    """``app`` served on 127.0.0.1 until the block ends; yields its port."""
+async def serving(app: Any, *, lifespan: LifespanType = "auto") -> AsyncIterator[int]:
+    """``app`` served on 127.0.0.1 until the block ends; yields its port. ``lifespan="off"``:
+    the app's startup and shutdown are the test's (as with an ASGI client)."""
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
-    config = uvicorn.Config(app, log_level="error", **SERVER_PROTOCOLS)
+    config = uvicorn.Config(
+        app, log_level="error", access_log=False, lifespan=lifespan, **SERVER_PROTOCOLS
+    )  # as ``causeway serve`` runs by default (CAUSEWAY_ACCESS_LOG)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listening]))
     try:

@@ -24,12 +24,20 @@ class Authenticator:
         self._max_entries = max_entries
         self._cache: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
 
+    def cached(self, key: str) -> Principal | None:
+        """The principal of ``key`` if the cache holds it and may still be trusted; None
+        means only that the store must be asked (``authenticate``)."""
+        hit = self._cache.get(hashlib.sha256(key.encode()).digest())
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        return None
+
     async def authenticate(self, key: str) -> Principal | None:
+        found = self.cached(key)
+        if found is not None:
+            return found
         digest = hashlib.sha256(key.encode()).digest()
         now = time.monotonic()
-        hit = self._cache.get(digest)
-        if hit is not None and hit[0] > now:
-            return hit[1]
         async with self._engine.connect() as conn:
             found = await KeyStore(conn).authenticate(key)
         if found is None:

@@ -39,10 +39,25 @@ def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]
 
 async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:
     """The principal of an ``Authorization`` header's Bearer key, if it has ``scope``."""
+    return _permitted(await authenticator.authenticate(_bearer_key(header)), scope)
+
+
+def authorize_cached(authenticator: Authenticator, header: str, scope: Scope) -> Principal | None:
+    """``authorize`` without I/O: the principal when the key is in the authenticator's
+    cache, None when only the store can tell (then ``authorize``). Raises what
+    ``authorize`` raises for a header that names no key, or a key without ``scope``."""
+    found = authenticator.cached(_bearer_key(header))
+    return None if found is None else _permitted(found, scope)
+
+
+def _bearer_key(header: str) -> str:
     kind, _, key = header.partition(" ")
     if kind.lower() != "bearer" or not key.strip():
         raise Unauthenticated("send 'Authorization: Bearer <key>'", headers=_CHALLENGE)
-    found = await authenticator.authenticate(key.strip())
+    return key.strip()
+
+
+def _permitted(found: Principal | None, scope: Scope) -> Principal:
     if found is None:
         raise Unauthenticated("the API key is unknown or revoked", headers=_CHALLENGE)
     if scope not in found.scopes and Scope.ADMIN not in found.scopes:

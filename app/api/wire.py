@@ -43,6 +43,18 @@ protocol refused upgrades to paths without a websocket route with an empty text/
 httptools stops parsing at the end of such a request's head, so its answer ends the
 connection, and one that has a body is refused with a 400 problem: its body would have
 been lost, and the request run without it.
+
+Some requests are answered without ASGI (``DirectRoutes``): the app names, by method,
+URL and declared length, the ones it takes whole from the connection, and the connection
+hands over the headers and the body once it has read them, and writes the answer the app
+gives back. uvicorn's request cycle (the ASGI scope, a task, the receive and send
+messages) cost more CPU than appending one event does, on the path every producer takes.
+Only a plain request goes this way: its body framed by ``Content-Length``, no ``Expect``
+or upgrade, no request before it still unanswered, no access log and no concurrency
+limit to keep; every other request goes through ASGI as before. Its answer is written as
+uvicorn writes one (the same status line and default headers, ``connection: close`` when
+the connection ends with it), and then the connection goes on as after any answer:
+requests pipelined behind it start, or the keep-alive timer runs.
 """
 
 from __future__ import annotations
@@ -53,11 +65,13 @@ import fcntl
 import logging
 import sys
 import termios
+from collections.abc import Callable, Sequence
+from functools import partial
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from app.api.problems import MEDIA_TYPE
 from app.errors import AppError, BadRequest, BodyTimeout, HeadTimeout, HeadTooLarge
@@ -77,6 +91,37 @@ _OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 
 def _send_poll_s() -> float:
     return min(1.0, SEND_TIMEOUT_S / 10)
+
+
+Headers = Sequence[tuple[bytes, bytes]]
+# Writes a direct request's answer: its status, its headers and its whole body. Called
+# once, from any callback of the connection's event loop.
+Respond = Callable[[int, Headers, bytes], None]
+# Takes a direct request's headers (names in lower case, as ASGI has them) and its body,
+# and answers through ``Respond``, now or later; it never raises.
+DirectHandler = Callable[[list[tuple[bytes, bytes]], bytes, Respond], None]
+
+
+@runtime_checkable
+class DirectRoutes(Protocol):
+    """An app that answers some requests without ASGI (see the module's docstring)."""
+
+    def direct_handler(self, method: bytes, url: bytes, length: int) -> DirectHandler | None:
+        """The handler of a request with this method, URL (as sent: path and query) and
+        ``Content-Length``, or None to have it go through ASGI."""
+        ...
+
+
+def direct_routes_of(app: Any) -> DirectRoutes | None:
+    """The ``DirectRoutes`` app that uvicorn serves as ``app``, under the wrappers it adds
+    (``ProxyHeadersMiddleware``, its message logger), each of which keeps the app it wraps
+    as ``app``. A direct request has no use for theirs: they read and rewrite the ASGI
+    scope, which it does not have."""
+    for _ in range(4):
+        if isinstance(app, DirectRoutes):
+            return app
+        app = getattr(app, "app", None)
+    return None
 
 
 class _HeadOverCap(Exception):
@@ -100,11 +145,16 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._unsent = 0  # what the client had yet to take when the send timer last looked
         self._taken_at = 0.0  # the loop's time when the client was last seen taking some
         self._lingering = False
+        # A concurrency limit is counted in uvicorn's tasks, which direct requests are not,
+        # and uvicorn's request cycle writes the access log's lines.
+        plain = self.limit_concurrency is None and not self.config.access_log
+        self._direct_routes = direct_routes_of(self.app) if plain else None
+        self._reading: _DirectRequest | None = None  # the direct request whose body comes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         # The answers' writes go through _Coalescing; flow control stays on the socket's.
-        self.transport = _Coalescing(transport, self.loop)
+        self.transport = self._coalescing = _Coalescing(transport, self.loop)
         self._arm()  # a connection that never sends a whole head does not stay
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -167,13 +217,72 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm()
-        super().on_headers_complete()
+        # A request is on its way: no keep-alive timer runs under it (a direct answer
+        # written at once arms one, and a request pipelined behind it may be in this read).
+        self._unset_keepalive_if_required()
+        handler = self._direct_handler()
+        if handler is None:
+            super().on_headers_complete()
+        else:
+            keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
+            cycle = _DirectCycle(keep_alive)
+            self.cycle = cycle  # type: ignore[assignment]  # read by uvicorn as its own cycle
+            self._reading = _DirectRequest(handler, cycle, self.headers)
         self._in_body = True  # until on_message_complete, in this read or a later one
+
+    def on_body(self, body: bytes) -> None:
+        if self._reading is None:
+            super().on_body(body)
+        else:  # no more than its Content-Length, which its handler accepted
+            self._reading.body.append(body)
 
     def on_message_complete(self) -> None:
         self._in_body = False
         self._disarm_body()
-        super().on_message_complete()
+        request, self._reading = self._reading, None
+        if request is None:
+            super().on_message_complete()
+        else:
+            respond = partial(self._respond, request.cycle)
+            request.handler(request.headers, b"".join(request.body), respond)
+
+    def _direct_handler(self) -> DirectHandler | None:
+        """The handler of the request whose head just ended, if it is answered directly."""
+        routes = self._direct_routes
+        cycle: Any = self.cycle  # None before the connection's first request
+        if (
+            routes is None
+            or self.expect_100_continue
+            or (cycle is not None and not cycle.response_complete)  # uvicorn queues it
+            or self.parser.should_upgrade()
+        ):
+            return None
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length" and length is None and value.isdigit():
+                length = int(value)
+            elif name in (b"content-length", b"transfer-encoding"):
+                return None  # framed otherwise, or ambiguously: uvicorn's way decides
+        if length is None:
+            return None
+        return routes.direct_handler(self.parser.get_method(), self.url, length)
+
+    def _respond(self, cycle: _DirectCycle, status: int, headers: Headers, body: bytes) -> None:
+        """Write a direct request's answer, as uvicorn writes an app's, and go on."""
+        if cycle.response_complete:
+            return
+        cycle.response_started = cycle.response_complete = True
+        if not cycle.disconnected and not self.transport.is_closing():
+            content = [STATUS_LINE[status]]
+            for name, value in (*self.server_state.default_headers, *headers):
+                content += [name, b": ", value, b"\r\n"]
+            if not cycle.keep_alive:
+                content.append(b"connection: close\r\n")
+            content += [b"\r\n", body]
+            self._coalescing.write_whole(b"".join(content))
+            if not cycle.keep_alive:
+                self.transport.close()
+        self.on_response_complete()
 
     def _unsupported_upgrade_warning(self) -> None:
         """A request asked to upgrade the connection, which this server does not do (uvicorn's
@@ -332,6 +441,48 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self.loop.call_later(LINGER_S, self.transport.close)
 
 
+class _NoWaiters:
+    """An event nobody waits on: uvicorn sets its cycle's when the client leaves."""
+
+    def set(self) -> None:
+        return None
+
+
+_NO_WAITERS = _NoWaiters()
+
+
+class _DirectCycle:
+    """A direct request being answered, as uvicorn's protocol reads its request cycle
+    (``self.cycle``): whether its answer is complete (a request pipelined behind it waits
+    until it is), whether the connection ends after it (a graceful shutdown sets
+    ``keep_alive``), and whether the client left. Nothing waits on ``message_event``."""
+
+    __slots__ = ("disconnected", "keep_alive", "response_complete", "response_started")
+
+    waiting_for_100_continue = False
+    message_event = _NO_WAITERS
+
+    def __init__(self, keep_alive: bool) -> None:
+        self.keep_alive = keep_alive
+        self.response_started = False
+        self.response_complete = False
+        self.disconnected = False
+
+
+class _DirectRequest:
+    """A direct request whose body is being read: its handler, cycle, headers and body."""
+
+    __slots__ = ("body", "cycle", "handler", "headers")
+
+    def __init__(
+        self, handler: DirectHandler, cycle: _DirectCycle, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self.handler = handler
+        self.cycle = cycle
+        self.headers = headers
+        self.body: list[bytes] = []
+
+
 class _Coalescing(asyncio.Transport):
     """A connection's transport that sends an answer's head and body in one write.
 
@@ -354,6 +505,12 @@ class _Coalescing(asyncio.Transport):
             self._held = bytes(data)
             self._loop.call_soon(self._flush)
             return
+        self._transport.write(data)
+
+    def write_whole(self, data: bytes) -> None:
+        """A whole answer: it goes at once, after anything held."""
+        if self._held:
+            data, self._held = self._held + data, b""
         self._transport.write(data)
 
     def _flush(self) -> None:

@@ -1,7 +1,14 @@
-"""POST /events in each binding mode, and every way it refuses bad input."""
+"""POST /events in each binding mode, and every way it refuses bad input.
+
+Each test that takes ``client`` runs on two faces of the app: through ASGI, and over a
+real connection to ``causeway serve``'s protocol, which hands a plain ``POST /events`` to
+the app without ASGI (``app.api.wire``'s direct requests). The answers must not differ.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -11,9 +18,46 @@ from sqlalchemy import text
 
 from app.main import create_app, dispose
 from app.settings import Settings
+from tests.in_process import serving
 from tests.integration import asgi
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
+
+Connect = Callable[[str | None], AbstractAsyncContextManager[httpx2.AsyncClient]]
+
+
+@pytest.fixture(params=["asgi", "wire"])
+async def connect(request: pytest.FixtureRequest, app: FastAPI) -> AsyncIterator[Connect]:
+    """Clients of ``app`` with a key (or none), on the face the test runs on."""
+    if request.param == "asgi":
+
+        def through_asgi(key: str | None) -> AbstractAsyncContextManager[httpx2.AsyncClient]:
+            return _client(httpx2.ASGITransport(app=app), "http://causeway", key)
+
+        yield through_asgi
+        return
+    async with serving(app, lifespan="off") as port:
+
+        def over_a_socket(key: str | None) -> AbstractAsyncContextManager[httpx2.AsyncClient]:
+            return _client(None, f"http://127.0.0.1:{port}", key)
+
+        yield over_a_socket
+
+
+@asynccontextmanager
+async def _client(
+    transport: httpx2.AsyncBaseTransport | None, base: str, key: str | None
+) -> AsyncIterator[httpx2.AsyncClient]:
+    headers = {} if key is None else {"Authorization": f"Bearer {key}"}
+    async with httpx2.AsyncClient(transport=transport, base_url=base, headers=headers) as client:
+        yield client
+
+
+@pytest.fixture
+async def client(connect: Connect, make_key: MakeKey) -> AsyncIterator[httpx2.AsyncClient]:
+    """A client of tenant ``acme`` with the ingest and read scopes, on the test's face."""
+    async with connect(await make_key("acme", "ingest,read")) as client:
+        yield client
 
 
 def problem_type(response: httpx2.Response) -> str:
@@ -446,9 +490,8 @@ class TestCauses:
 
 
 class TestKeys:
-    async def test_no_key_is_401(self, app: Any) -> None:
-        transport = httpx2.ASGITransport(app=app)
-        async with httpx2.AsyncClient(transport=transport, base_url="http://c") as anonymous:
+    async def test_no_key_is_401(self, connect: Connect) -> None:
+        async with connect(None) as anonymous:
             response = await anonymous.post("/events", content=dumps(event()), headers=STRUCTURED)
         assert response.status_code == 401
         assert response.headers["www-authenticate"] == "Bearer"
@@ -471,6 +514,32 @@ class TestKeys:
         )
         assert response.status_code == 403
         assert problem_type(response) == "/problems/forbidden"
+
+
+class TestOverTheWire:
+    async def test_a_plain_post_is_answered_without_asgi(
+        self, app: FastAPI, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first request's key is looked up in the store (in a task), the next ones'
+        in the cache (answered as their group lands): none of them reaches ASGI."""
+
+        async def not_here(*args: Any) -> None:
+            raise AssertionError("a plain POST /events went through ASGI")
+
+        monkeypatch.setattr(app, "_post_events", not_here)
+        key = await make_key("acme", "ingest")
+        async with (
+            serving(app, lifespan="off") as port,
+            _client(None, f"http://127.0.0.1:{port}", key) as client,
+        ):
+            sent = [event(subject="s") for _ in range(3)]
+            answers = [
+                await client.post("/events", content=dumps(e), headers=STRUCTURED) for e in sent
+            ]
+            batch = await client.post("/events", content=dumps([event()]), headers=BATCH)
+        assert [a.status_code for a in answers] == [201, 201, 201]
+        assert [a.json()["events"][0]["stream_version"] for a in answers] == [1, 2, 3]
+        assert batch.json()["events"][0]["position"] == 4
 
 
 class TestUnavailable:
@@ -543,10 +612,10 @@ class TestUnexpected:
     async def test_a_failure_nobody_foresaw_is_a_500_problem_that_leaks_nothing(
         self, app: FastAPI, client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        async def broken(*args: Any, **kwargs: Any) -> Any:
+        def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("SELECT secret FROM internals")
 
-        monkeypatch.setattr(app.state.appender, "append", broken)
+        monkeypatch.setattr(app.state.appender, "submit", broken)
         response = await client.post("/events", content=dumps(event()), headers=STRUCTURED)
         assert response.status_code == 500
         assert problem_type(response) == "/problems/internal"

@@ -382,3 +382,153 @@ class TestCoalescing:
         aborting.abort()
         await asyncio.sleep(0)
         assert aborted.writes == []
+
+
+class Direct:
+    """``app`` above, answering ``POST /direct`` itself (``wire.DirectRoutes``) with the
+    body it was sent: at once, or ``x-delay-s`` later."""
+
+    def __init__(self) -> None:
+        self.handled: list[bytes] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await app(scope, receive, send)
+
+    def direct_handler(self, method: bytes, url: bytes, length: int) -> wire.DirectHandler | None:
+        if method == b"POST" and url == b"/direct" and length <= 100:
+            return self.answer
+        return None
+
+    def answer(
+        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: wire.Respond
+    ) -> None:
+        self.handled.append(body)
+        echo = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))]
+        delay = dict(headers).get(b"x-delay-s")
+        if delay:
+            asyncio.get_running_loop().call_later(float(delay), respond, 201, echo, body)
+        else:
+            respond(201, echo, body)
+
+
+def direct(body: bytes, *more: bytes) -> bytes:
+    head = b"POST /direct HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n" % len(body)
+    return head + b"".join(more) + b"\r\n" + body
+
+
+CLOSE = b"connection: close\r\n"
+
+
+async def answers_to(port: int, *requests: bytes) -> list[tuple[bytes, bytes]]:
+    """Write ``requests`` in one write; each answer's head and body, to the connection's end."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"".join(requests))
+    received = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    found = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        length = int(
+            next(line for line in head.split(b"\r\n") if line.startswith(b"content-length")).split(
+                b":"
+            )[1]
+        )
+        found.append((head, rest[:length]))
+        received = rest[length:]
+    return found
+
+
+class TestDirectRequests:
+    @pytest.fixture
+    async def served(self, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Direct, int]]:
+        monkeypatch.setattr(wire, "BODY_TIMEOUT_S", 0.5)
+        answering = Direct()
+        async with serving(answering) as free:
+            seen.clear()
+            yield answering, free
+
+    async def test_the_handler_answers_and_the_connection_goes_on(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        answering, port = served
+        answers = await answers_to(port, direct(b"one"), direct(b"two", CLOSE))
+        assert [body for _, body in answers] == [b"one", b"two"]
+        first, last = (head.lower() for head, _ in answers)
+        assert first.startswith(b"http/1.1 201 created\r\n")
+        assert b"\r\nserver: uvicorn" in first  # the default headers, as uvicorn's own
+        assert b"\r\ndate: " in first
+        assert b"connection: close" not in first
+        assert b"connection: close" in last
+        assert answering.handled == [b"one", b"two"]
+        assert seen == []  # the ASGI app saw neither
+
+    async def test_pipelined_answers_keep_the_order_of_their_requests(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        # The first is answered last. The requests behind it were read while it was still
+        # unanswered, so they go through ASGI (as uvicorn queues them), after it.
+        answering, port = served
+        answers = await answers_to(
+            port,
+            direct(b"first", b"x-delay-s: 0.3\r\n"),
+            b"GET / HTTP/1.1\r\nhost: x\r\n\r\n",
+            direct(b"third", CLOSE),
+        )
+        assert [body for _, body in answers] == [b"first", b"ok", b"ok"]
+        assert answering.handled == [b"first"]
+
+    async def test_a_request_framed_otherwise_goes_through_asgi(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        answering, port = served
+        chunked = b"POST /direct HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\n"
+        answers = await answers_to(
+            port,
+            chunked + b"2\r\nhi\r\n0\r\n\r\n",
+            direct(b"x" * 101),  # past what the app takes directly
+            b"POST /direct?q HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n" + CLOSE + b"\r\nhi",
+        )
+        assert [body for _, body in answers] == [b"ok", b"ok", b"ok"]
+        assert answering.handled == []
+        assert len(seen) == 3
+
+    async def test_http_1_0_ends_the_connection_after_the_answer(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        request = b"POST /direct HTTP/1.0\r\ncontent-length: 2\r\n\r\nhi"
+        [(head, body)] = await answers_to(served[1], request)  # read to the connection's end
+        assert (b"connection: close" in head.lower(), body) == (True, b"hi")
+
+    async def test_a_client_gone_before_its_answer_leaves_the_server_serving(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        answering, port = served
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(direct(b"gone", b"x-delay-s: 0.2\r\n"))
+        await writer.drain()
+        writer.close()
+        await asyncio.sleep(0.4)  # its answer came meanwhile, with nobody to take it
+        [(_, body)] = await answers_to(port, direct(b"next", CLOSE))
+        assert (answering.handled, body) == ([b"gone", b"next"], b"next")
+
+    async def test_a_direct_body_that_stops_arriving_is_refused(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        answering, port = served
+        head = b"POST /direct HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\n"
+        status, body = await exchange(port, head + b"part", b"", pause_s=0.8)
+        assert (status, problem_type(body)) == (408, "/problems/body-timeout")
+        assert answering.handled == []
+
+    async def test_a_graceful_shutdown_still_writes_the_answer_due_and_then_closes(self) -> None:
+        answering = Direct()
+        async with serving(answering) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(direct(b"late", b"x-delay-s: 0.3\r\n"))
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the request is in: the server stops as it waits
+        answer = await asyncio.wait_for(reader.read(), 10)  # to the connection's end
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 201 Created\r\n")
+        assert b"\r\nconnection: close\r\n" in answer
+        assert answer.endswith(b"\r\n\r\nlate")
