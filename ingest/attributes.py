@@ -333,4 +333,5 @@ def _new_event(
         attrs.get("modelversion"),
         attrs.get("modelsig"),
         expected_version,
+        True,  # the payload's numbers are normalised (ingest.binding's _storable)
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -67,6 +67,8 @@ def parse_request(
     limits: Limits,
 ) -> list[NewEvent]:
     """The events of one request, in order. Raises an ``AppError``."""
+    if not is_batch(content_type):
+        return [parse_event(content_type, headers, body, limits)]
     return [e for part in parse_in_parts(content_type, headers, body, limits) for e in part]
 
 
@@ -89,13 +91,26 @@ def parse_in_parts(
     for, so that a server can run other tasks between parts: the events of a large batch
     take milliseconds to build, and an append holding the log head should not wait for
     them. An ``AppError`` may come after some parts; it refuses the whole request."""
-    essence = _essence(content_type)
-    if essence.startswith("application/cloudevents-batch"):
-        if essence != BATCH:
-            raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")
-        yield from _parse_batch(body, limits)
+    if not is_batch(content_type):
+        yield [parse_event(content_type, headers, body, limits)]
         return
-    if essence.startswith("application/cloudevents"):
+    essence = _essence(content_type)
+    if essence != BATCH:
+        raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")
+    yield from _parse_batch(body, limits)
+
+
+def parse_event(
+    content_type: str | None,
+    headers: Sequence[tuple[bytes, bytes]],
+    body: bytes,
+    limits: Limits,
+) -> NewEvent:
+    """The event of a request in structured or binary mode (``is_batch`` is False)."""
+    essence = _essence(content_type)
+    try:
+        if not essence.startswith("application/cloudevents"):
+            return _from_binary(content_type, headers, body, limits)
         if essence != STRUCTURED:
             raise UnsupportedMediaType(
                 f"event format {essence!r} is not supported; use {STRUCTURED}"
@@ -103,10 +118,9 @@ def parse_in_parts(
         document = _load_json(body, "the body")
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
-        may_have_nul = _NUL_ESCAPE in body
-        yield [_single(lambda: _from_json(0, document, may_have_nul, limits))]
-        return
-    yield [_single(lambda: _from_binary(content_type, headers, body, limits))]
+        return _from_json(0, document, _NUL_ESCAPE in body, limits)
+    except EventProblems as exc:
+        raise _as_error(exc.problems, batch=False) from None
 
 
 def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
@@ -137,13 +151,6 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
         yield part
     if problems:
         raise _as_error(problems, batch=True)
-
-
-def _single(build: Callable[[], NewEvent]) -> NewEvent:
-    try:
-        return build()
-    except EventProblems as exc:
-        raise _as_error(exc.problems, batch=False) from None
 
 
 def _as_error(problems: list[Problem], *, batch: bool) -> AppError:

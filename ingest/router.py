@@ -20,7 +20,7 @@ from starlette.types import Receive
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
 from ingest.appender import Appender
-from ingest.binding import is_batch, parse_in_parts, parse_request
+from ingest.binding import is_batch, parse_event, parse_in_parts
 from ingest.bodies import receive_body
 from ingest.limits import Limits
 
@@ -75,8 +75,8 @@ class Ingest:
         answer). None for a batch, which ``answer`` parses in parts."""
         if is_batch(content_type):
             return None
-        events = parse_request(content_type, headers, body, self.limits)
-        return self._appender.submit(principal.tenant, events, size_bytes=len(body))
+        event = parse_event(content_type, headers, body, self.limits)
+        return self._appender.submit(principal.tenant, [event], size_bytes=len(body))
 
     async def read_body(self, receive: Receive, declared: str | None) -> bytes:
         return await receive_body(receive, declared, self.limits.max_request_bytes)

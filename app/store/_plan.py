@@ -104,6 +104,10 @@ class GroupPlan:
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
+        if len(batch) == 1:
+            alone = self._accept_alone(tenant, batch[0])
+            if alone is not None:
+                return alone
         # This request's additions, consulted before the group's and merged only on success.
         known: dict[Key, Known] = {}
         positions: dict[Key, int] = {}
@@ -183,7 +187,12 @@ class GroupPlan:
                     actual=actual,
                     index=index,
                 )
-            if event.has_data and event.data_binary is None and needs_normalising(event.data):
+            if (
+                event.has_data
+                and event.data_binary is None
+                and not event.numbers_normalised
+                and needs_normalising(event.data)
+            ):
                 # Built in code rather than ingested (a registration, a route): numbers
                 # that jsonb would read back otherwise (-0.0, 1e16) would break the chain.
                 try:
@@ -192,12 +201,11 @@ class GroupPlan:
                     return InvalidEvent(f"event {index}: {exc}", index=index, attribute="data")
             position += 1
             version = actual + 1
-            canonical = encode(event, tenant, position, version, self.recorded_at)
-            this_hash = hashlib.sha256(prev_hash + canonical).digest()
-            rows.append(Row(event, tenant, position, version, prev_hash, this_hash))
+            row = self._chained(event, tenant, position, version, prev_hash)
+            rows.append(row)
             # One edge per cause, however often an event built in code names it.
             edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
-            prev_hash = this_hash
+            prev_hash = row.hash
             versions[stream] = version
             known[key] = Known(position, version, event)
             positions[key] = position
@@ -221,6 +229,67 @@ class GroupPlan:
         self.edges.extend(edges)
         self.position, self.prev_hash = position, prev_hash
         return outcomes
+
+    def _accept_alone(self, tenant: str, event: NewEvent) -> list[Appended] | None:
+        """``plan`` for a request of one event that breaks no rule: the usual request,
+        planned without the overlay a request of several events needs (with one event,
+        nothing is added before every check has passed). None, having added nothing,
+        when ``plan``'s full path must decide: the id is known (a re-send, or a
+        conflict), or the event is refused, which that path explains."""
+        key = (tenant, event.id)
+        if key in self.known:
+            return None
+        positions = self.positions
+        cause_positions = []
+        for cause in event.causes:
+            found = positions.get((tenant, cause))
+            if found is None:
+                return None
+            cause_positions.append(found)
+        registered: tuple[ModelKey, Registration] | None = None
+        if event.model_name is not None and event.model_version is not None:
+            model = (tenant, event.model_name, event.model_version)
+            if event.type == REGISTERED:
+                registered = (model, registration_from(event.data, event.model_signature or ""))
+            elif _model_problem(event, self.registrations.get(model)) is not None:
+                return None
+        stream = (tenant, event.stream)
+        actual = self.versions.get(stream, 0)
+        if event.expected_version is not None and event.expected_version != actual:
+            return None
+        if (
+            event.has_data
+            and event.data_binary is None
+            and not event.numbers_normalised
+            and needs_normalising(event.data)
+        ):
+            return None
+        position, version = self.position + 1, actual + 1
+        row = self._chained(event, tenant, position, version, self.prev_hash)
+        self.rows.append(row)
+        if cause_positions:
+            self.edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
+        self.versions[stream] = version
+        self.known[key] = Known(position, version, event)
+        positions[key] = position
+        if registered is not None:
+            self.registrations[registered[0]] = registered[1]
+        self.position, self.prev_hash = position, row.hash
+        return [Appended(event.id, event.source, event.stream, version, position, False)]
+
+    def _chained(
+        self, event: NewEvent, tenant: str, position: int, version: int, prev_hash: bytes
+    ) -> Row:
+        """``event`` at ``position``, its hash linked to ``prev_hash``."""
+        canonical = encode(event, tenant, position, version, self.recorded_at)
+        return Row(
+            event,
+            tenant,
+            position,
+            version,
+            prev_hash,
+            hashlib.sha256(prev_hash + canonical).digest(),
+        )
 
 
 def _compare(event: NewEvent, tenant: str, stored: Content) -> str | None:

@@ -93,7 +93,9 @@ class NewEvent:
     ``has_data`` tells an absent ``data`` from an explicit JSON ``null``. ``time`` is the
     RFC 3339 text as sent; ``time_value`` the same instant to the microsecond, for filters.
     ``expected_version`` is an append condition, not content: 0 means the stream must not
-    exist yet, N that it is at version N.
+    exist yet, N that it is at version N. ``numbers_normalised``: ``data`` went through
+    ``normalise_numbers`` already (ingest does it as it reads the data), so the planner
+    need not walk it again; an event built in code leaves it False.
     """
 
     id: str
@@ -115,6 +117,7 @@ class NewEvent:
     model_version: str | None = None
     model_signature: str | None = None
     expected_version: int | None = None
+    numbers_normalised: bool = False
 
 
 @dataclass(slots=True)  # one per appended event, built like NewEvent; treat as immutable
