@@ -30,8 +30,7 @@ from app.projections.catalogue import all_projections
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.keys import Scope as KeyScope
-from app.store.records import Appended
-from ingest.appender import Appender
+from ingest.appender import Appender, Outcome
 from ingest.bodies import CappedRequest, declared_too_large
 from ingest.limits import Limits
 from ingest.router import Ingest, answer_of
@@ -267,9 +266,8 @@ class Causeway(FastAPI):
             )
             if principal is not None:
                 content_type = _header(headers, b"content-type") or None
-                landing = self.ingest.submit(principal, content_type, headers, body)
-                if landing is not None:
-                    landing.add_done_callback(partial(_answer_landed, respond))
+                then = partial(_answer_landed, respond)
+                if self.ingest.submit(principal, content_type, headers, body, then):
                     return
         except Exception as exc:
             respond(*problems.answer_for(exc, "POST", "/events"))
@@ -353,13 +351,12 @@ def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
     return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
 
 
-def _answer_landed(respond: Respond, landing: asyncio.Future[list[Appended]]) -> None:
+def _answer_landed(respond: Respond, outcome: Outcome) -> None:
     """Answer a direct request once its group has landed, or failed."""
-    try:
-        status, answer = answer_of(landing.result())
-    except Exception as exc:
-        respond(*problems.answer_for(exc, "POST", "/events"))
+    if isinstance(outcome, Exception):
+        respond(*problems.answer_for(outcome, "POST", "/events"))
         return
+    status, answer = answer_of(outcome)
     respond(status, _json_headers(answer), answer)
 
 

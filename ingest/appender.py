@@ -37,8 +37,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -58,12 +59,19 @@ logger = logging.getLogger(__name__)
 _READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 
-@dataclass(frozen=True, slots=True)
+# Where an append's outcome goes: where its events landed, or the error that refused it
+# (an ``AppError``) or that failed its group.
+Outcome = list[Appended] | Exception
+Then = Callable[[Outcome], None]
+
+
+@dataclass(slots=True)
 class _Request:
     tenant: str
     events: Sequence[NewEvent]
     size_bytes: int
-    answer: asyncio.Future[list[Appended]]
+    then: Then
+    answered: bool = False  # each request is answered once (a group stopped may try again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,24 +130,25 @@ class Appender:
         self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
     ) -> list[Appended]:
         """Append ``batch`` atomically; raises the ``AppError`` that refused it."""
-        return await self.submit(tenant, batch, size_bytes=size_bytes)
+        answer: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        self.submit(tenant, batch, partial(_resolve, answer), size_bytes=size_bytes)
+        return await answer
 
     def submit(
-        self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
-    ) -> asyncio.Future[list[Appended]]:
+        self, tenant: str, batch: Sequence[NewEvent], then: Then, *, size_bytes: int = 0
+    ) -> None:
         """``append`` for a caller that does not wait in a task of its own: ``batch`` is
-        queued for the next group, and the future gets its outcome (the ``AppError``
-        that refused it, as its exception)."""
-        answer: asyncio.Future[list[Appended]] = asyncio.get_running_loop().create_future()
+        queued for the next group, and ``then`` is called with its outcome once, from the
+        writer (it must not raise, nor wait). A future and its callback per request cost
+        more than a group's planning does per event."""
         if not batch:
-            answer.set_result([])
-            return answer
-        self._queue.append(_Request(tenant, batch, size_bytes, answer))
+            then([])
+            return
+        self._queue.append(_Request(tenant, batch, size_bytes, then))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
         elif self._arrived is not None and not self._arrived.done():
             self._arrived.set_result(None)
-        return answer
 
     async def _drain(self) -> None:
         try:
@@ -425,11 +434,22 @@ def _stopped() -> Unavailable:
     )
 
 
-def _settle(request: _Request, outcome: list[Appended] | BaseException) -> None:
+def _settle(request: _Request, outcome: Outcome) -> None:
     """Answer one request: its positions, or its own error (an ``AppError``)."""
-    if request.answer.done():  # the client went away; its events are written all the same
+    if request.answered:
         return
-    if isinstance(outcome, BaseException):
-        request.answer.set_exception(outcome)
+    request.answered = True
+    try:
+        request.then(outcome)
+    except Exception:  # the others in its group are answered all the same
+        logger.exception("answering an append failed")
+
+
+def _resolve(answer: asyncio.Future[list[Appended]], outcome: Outcome) -> None:
+    """``append``'s ``then``: the outcome into the future its caller awaits."""
+    if answer.done():  # the caller went away; its events are written all the same
+        return
+    if isinstance(outcome, Exception):
+        answer.set_exception(outcome)
     else:
-        request.answer.set_result(outcome)
+        answer.set_result(outcome)

@@ -19,7 +19,7 @@ from starlette.types import Receive
 
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
-from ingest.appender import Appender
+from ingest.appender import Appender, Then
 from ingest.binding import is_batch, parse_event, parse_in_parts
 from ingest.bodies import receive_body
 from ingest.limits import Limits
@@ -68,15 +68,18 @@ class Ingest:
         content_type: str | None,
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
-    ) -> asyncio.Future[list[Appended]] | None:
+        then: Then,
+    ) -> bool:
         """``answer``'s first half for a request of one event (structured or binary mode),
         without a task: parsed now (raising the ``AppError`` that refuses it) and queued
-        for the next group, whose landing settles the future (``answer_of`` gives the
-        answer). None for a batch, which ``answer`` parses in parts."""
+        for the next group, whose landing calls ``then`` with the outcome (``answer_of``
+        makes the answer). False, with nothing queued, for a batch, which ``answer``
+        parses in parts."""
         if is_batch(content_type):
-            return None
+            return False
         event = parse_event(content_type, headers, body, self.limits)
-        return self._appender.submit(principal.tenant, [event], size_bytes=len(body))
+        self._appender.submit(principal.tenant, [event], then, size_bytes=len(body))
+        return True
 
     async def read_body(self, receive: Receive, declared: str | None) -> bytes:
         return await receive_body(receive, declared, self.limits.max_request_bytes)
