@@ -16,14 +16,22 @@ from app.api.wire import SERVER_PROTOCOLS
 
 
 @asynccontextmanager
-async def serving(app: Any, *, lifespan: LifespanType = "auto") -> AsyncIterator[int]:
+async def serving(
+    app: Any, *, lifespan: LifespanType = "auto", **options: Any
+) -> AsyncIterator[int]:
     """``app`` served on 127.0.0.1 until the block ends; yields its port. ``lifespan="off"``:
-    the app's startup and shutdown are the test's (as with an ASGI client)."""
+    the app's startup and shutdown are the test's (as with an ASGI client). ``options``
+    go to ``uvicorn.Config``."""
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
     config = uvicorn.Config(
-        app, log_level="error", access_log=False, lifespan=lifespan, **SERVER_PROTOCOLS
-    )  # as ``causeway serve`` runs by default (CAUSEWAY_ACCESS_LOG)
+        app,
+        log_level="error",
+        access_log=False,  # as ``causeway serve`` runs by default (CAUSEWAY_ACCESS_LOG)
+        lifespan=lifespan,
+        **SERVER_PROTOCOLS,
+        **options,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[listening]))
     try:

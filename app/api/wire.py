@@ -150,6 +150,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         plain = self.limit_concurrency is None and not self.config.access_log
         self._direct_routes = direct_routes_of(self.app) if plain else None
         self._reading: _DirectRequest | None = None  # the direct request whose body comes
+        self._idle_since: float | None = None  # the loop's time of the last answer, if idle
+        self._rendered: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")  # _default_head
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -161,7 +163,43 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._disarm_body()
         self._disarm_send()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, with one keep-alive timer a connection: uvicorn armed a new timer
+        after every answer and cancelled it at the next request's first read. Here the
+        connection notes when it fell idle, and its timer, armed once, looks at that."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_at(
+                self._idle_since + self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+    def _unset_keepalive_if_required(self) -> None:
+        """uvicorn calls this as a request's bytes arrive: the connection is busy now."""
+        self._idle_since = None
+
+    def timeout_keep_alive_handler(self) -> None:
+        self.timeout_keep_alive_task = None
+        idle_since = self._idle_since
+        if idle_since is None:
+            return  # busy: the answer it is on arms the timer again
+        due = idle_since + self.timeout_keep_alive
+        if self.loop.time() < due:  # it was busy, and fell idle again since
+            self.timeout_keep_alive_task = self.loop.call_at(due, self.timeout_keep_alive_handler)
+            return
+        super().timeout_keep_alive_handler()
 
     def pause_writing(self) -> None:
         """The transport holds more than its high-water mark of answer: uvicorn now keeps
@@ -246,6 +284,15 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             respond = partial(self._respond, request.cycle)
             request.handler(request.headers, b"".join(request.body), respond)
 
+    def _default_head(self) -> bytes:
+        """uvicorn's default headers (date, server) as an answer's head carries them,
+        made again only when the server replaces their list (its clock does, each
+        second)."""
+        headers = self.server_state.default_headers
+        if self._rendered[0] is not headers:
+            self._rendered = (headers, b"".join(b"%s: %s\r\n" % pair for pair in headers))
+        return self._rendered[1]
+
     def _direct_handler(self) -> DirectHandler | None:
         """The handler of the request whose head just ended, if it is answered directly."""
         routes = self._direct_routes
@@ -273,8 +320,8 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             return
         cycle.response_started = cycle.response_complete = True
         if not cycle.disconnected and not self.transport.is_closing():
-            content = [STATUS_LINE[status]]
-            for name, value in (*self.server_state.default_headers, *headers):
+            content = [STATUS_LINE[status], self._default_head()]
+            for name, value in headers:
                 content += [name, b": ", value, b"\r\n"]
             if not cycle.keep_alive:
                 content.append(b"connection: close\r\n")

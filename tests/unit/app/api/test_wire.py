@@ -532,3 +532,34 @@ class TestDirectRequests:
         assert answer.startswith(b"HTTP/1.1 201 Created\r\n")
         assert b"\r\nconnection: close\r\n" in answer
         assert answer.endswith(b"\r\n\r\nlate")
+
+
+class TestKeepAlive:
+    """One keep-alive timer a connection, armed at its first answer: it closes a
+    connection idle for the keep-alive time since its last answer, never a busy one."""
+
+    async def test_an_idle_connection_closes_after_the_keep_alive_time(self) -> None:
+        async with serving(Direct(), timeout_keep_alive=1) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            loop = asyncio.get_running_loop()
+            writer.write(direct(b"one"))
+            await asyncio.wait_for(reader.readuntil(b"one"), 5)
+            answered = loop.time()
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # the server closed it
+            writer.close()
+        assert 0.9 < loop.time() - answered < 2.5
+
+    async def test_a_connection_busy_when_the_time_is_up_stays_open(self) -> None:
+        async with serving(Direct(), timeout_keep_alive=1) as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(direct(b"one"))
+            await asyncio.wait_for(reader.readuntil(b"one"), 5)
+            await asyncio.sleep(0.6)
+            # Still being answered when the first answer's second is up, at 1 s.
+            writer.write(direct(b"two", b"x-delay-s: 0.8\r\n"))
+            await asyncio.wait_for(reader.readuntil(b"two"), 5)
+            await asyncio.sleep(0.5)  # 1.9 s after the first answer, 0.5 s after this one
+            writer.write(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")  # through ASGI this time
+            assert (await asyncio.wait_for(reader.readuntil(b"ok"), 5)).startswith(b"HTTP/1.1 200")
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # then idle, and closed
+            writer.close()
