@@ -6,7 +6,7 @@ lone request starts a group at once: nothing waits for a group to fill. Each req
 planned on its own inside the group, so a conflict or an unknown cause in one request
 fails that request only.
 
-A group is written one of two ways:
+A group is written one of three ways:
 
 - **Planned ahead** (the usual way, for the log's only writer): the appender's ``Tail``
   knows where the head is and what planning needs, so the group is planned before the
@@ -14,9 +14,13 @@ A group is written one of two ways:
   before it may still be on their way: up to ``max_in_flight`` groups, each on a
   connection of its own, queue at the head inside PostgreSQL, which hands it from one to
   the next without waiting for this process. Nothing is planned under the lock.
-- **Under the lock** (``append_on``): when the tail does not know (the first group,
-  another writer appends too, a group planned ahead was refused or failed), and for every
-  group in which an event is a re-send or is refused: lock, look up, plan, write, commit.
+- **Shared** (when other writers append too: other processes or machines): planned the
+  same way, one at a time, and moved onto the head and stream versions PostgreSQL finds
+  as it is written (``write_shared``); its answers carry where it went.
+- **Under the lock** (``append_on``): when the tail does not know (the first group, the
+  first after another writer appeared, a group planned ahead was refused or failed), and
+  for every group in which an event is a re-send or is refused: lock, look up, plan,
+  write, commit.
 
 If PostgreSQL refuses a value or a row of one request (a check the planning does not
 make), or planning one request raises, the group is written again under the lock one
@@ -50,9 +54,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
 from app.errors import Unavailable
-from app.store.log import HeadMoved, append_on, appended_types, fetch_facts, write_group
+from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
-from app.store.tail import Planned, Tail
+from app.store.tail import QUIET_GROUPS, Planned, Tail
+from app.store.writes import HeadMoved, Moved, appended_types, write_group, write_shared
 from ingest.hints import WakeHints
 
 logger = logging.getLogger(__name__)
@@ -85,12 +90,13 @@ class _Held:
 @dataclass(frozen=True, slots=True)
 class _Flight:
     """A group planned ahead and on its way, on a connection of its own. Its task
-    answers the requests when the group is written, and returns the error otherwise."""
+    answers the requests when the group is written, and returns how it moved (None: it
+    went where planned), or the error."""
 
     requests: list[_Request]
     planned: Planned
     held: _Held
-    task: asyncio.Task[Exception | None]
+    task: asyncio.Task[Exception | Moved | None]
 
 
 class Appender:
@@ -103,18 +109,21 @@ class Appender:
         plan_ahead: bool = True,
         max_in_flight: int = 2,
         tail_capacity: int = 100_000,
+        quiet_groups: int = QUIET_GROUPS,
         hint_window_s: float = 0.02,
     ) -> None:
         """``plan_ahead``: False for an appender that shares the log with a busier one in
         the same process (the scheduler's decisions): its groups are written under the
         lock, and the busier one's tail meets them as another writer's.
         ``tail_capacity``: the streams and the event positions the tail keeps, each.
+        ``quiet_groups``: groups in a row that no other writer moved, before the appender
+        takes itself for the log's only writer again (``tail.Tail``).
         ``hint_window_s``: the least time between two of its wake-up hints."""
         self._engine = engine
         self._max_events = max_group_events
         self._max_bytes = max_group_bytes
         self._max_in_flight = max_in_flight
-        self._tail = Tail(capacity=tail_capacity) if plan_ahead else None
+        self._tail = Tail(capacity=tail_capacity, quiet_groups=quiet_groups) if plan_ahead else None
         self._queue: deque[_Request] = deque()
         self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
@@ -124,6 +133,8 @@ class Appender:
         self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
         self.groups_planned_ahead = 0  # of those, the ones planned before the lock
+        self.groups_shared = 0  # of those, the ones written onto the head found (shared)
+        self.groups_moved = 0  # of those, the ones that others' appends moved
         self.requests_committed = 0
 
     async def append(
@@ -160,7 +171,7 @@ class Appender:
                 elif self._tail is None or self._tail.head is None:
                     await self._land_all()
                     await self._commit_under_lock(self._take())
-                elif len(self._flights) >= self._max_in_flight:
+                elif len(self._flights) >= (1 if self._tail.shared else self._max_in_flight):
                     await self._land()
                 else:
                     await self._send_ahead(self._take(), self._tail)
@@ -220,18 +231,31 @@ class Appender:
         flight = asyncio.create_task(self._fly(held, group, planned))
         self._flights.append(_Flight(group, planned, held, flight))
 
-    async def _fly(self, held: _Held, group: list[_Request], planned: Planned) -> Exception | None:
+    async def _fly(
+        self, held: _Held, group: list[_Request], planned: Planned
+    ) -> Exception | Moved | None:
+        moved = None
         try:
-            await write_group(held.driver, planned.after, planned.group, notify=False)
+            if planned.shared:
+                moved = await write_shared(held.driver, planned.after, planned.group)
+            else:
+                await write_group(held.driver, planned.after, planned.group, notify=False)
         except Exception as exc:  # the writer decides what follows, in order
             return exc
-        self._hints.landed(planned.group.position, appended_types(planned.group))
+        outcomes = planned.outcomes
+        end = planned.group.position
+        if moved is not None:
+            outcomes = _moved(group, outcomes, moved)
+            end = moved.head.position
+        self._hints.landed(end, appended_types(planned.group))
         self.groups_committed += 1
         self.groups_planned_ahead += 1
+        self.groups_shared += planned.shared
+        self.groups_moved += moved is not None
         self.requests_committed += len(group)
-        for request, outcome in zip(group, planned.outcomes, strict=True):
+        for request, outcome in zip(group, outcomes, strict=True):
             _settle(request, outcome)
-        return None
+        return moved
 
     async def _land(self) -> None:
         """Take the oldest group on its way off the list, once it is done: written, or
@@ -240,23 +264,24 @@ class Appender:
         # Waited for, not awaited: a cancellation of the writer stays the writer's (and
         # the flight, still listed, is _abandon_flights').
         await asyncio.wait([flight.task])
-        error = flight.task.result()
+        result = flight.task.result()
         tail = self._tail
         if tail is None:  # pragma: no cover - only a tail sends groups ahead
             raise RuntimeError("a group was sent ahead without a tail")
-        if isinstance(error, HeadMoved) and error.behind and tail.still_holds(flight.planned):
+        if isinstance(result, HeadMoved) and result.behind and tail.still_holds(flight.planned):
             # It reached the head before the group it was planned on (two connections,
             # two backends: PostgreSQL need not take them in the order sent). That one
             # is written now, as nothing failed since: the same plan goes again.
             again = asyncio.create_task(self._fly(flight.held, flight.requests, flight.planned))
             self._flights[0] = flight = _Flight(flight.requests, flight.planned, flight.held, again)
             await asyncio.wait([again])
-            error = again.result()
+            result = again.result()
         self._flights.popleft()
-        if error is None:
-            tail.written(flight.planned)
+        if not isinstance(result, Exception):
+            tail.written(flight.planned, result)
             self._idle.append(flight.held)
             return
+        error = result
         # Every group planned after this one rests on it and fails the head check too.
         tail.forget()
         if _fails_alone(error):  # HeadMoved among them: another writer, or the one before
@@ -400,6 +425,27 @@ class Appender:
                 break
             group.append(self._queue.popleft())
         return group
+
+
+def _moved(
+    group: list[_Request], outcomes: list[list[Appended]], moved: Moved
+) -> list[list[Appended]]:
+    """Where the events of a group that ``write_shared`` moved went."""
+    shift, versions = moved.shift, moved.versions
+    return [
+        [
+            Appended(
+                a.id,
+                a.source,
+                a.stream,
+                a.stream_version + versions.get((request.tenant, a.stream), 0),
+                a.position + shift,
+                a.duplicate,
+            )
+            for a in outcome
+        ]
+        for request, outcome in zip(group, outcomes, strict=True)
+    ]
 
 
 def _fails_alone(exc: BaseException) -> bool:

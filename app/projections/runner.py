@@ -41,7 +41,8 @@ from app.db.tables import events, log_head, projection_checkpoints, projection_s
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections.base import Projection, Selection, Selective
 from app.store.graph import StoredEvent
-from app.store.log import NOTIFY_CHANNEL, full_row, read_wake_hint, record_from_row
+from app.store.log import full_row, record_from_row
+from app.store.writes import NOTIFY_CHANNEL, read_wake_hint
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c

@@ -64,7 +64,9 @@ class Known(NamedTuple):
 
 class Row(NamedTuple):
     """One event to write, where it goes, and the hashes around it. (Tuples, not
-    dataclasses: one of each is built per event, inside the section that holds the log.)"""
+    dataclasses: one of each is built per event, inside the section that holds the log.)
+    ``canonical``: the encoding ``hash`` covers, kept for a group that may be moved onto
+    another head as it is written (``GroupPlan(keep_canonical=True)``)."""
 
     event: NewEvent
     tenant: str
@@ -72,6 +74,7 @@ class Row(NamedTuple):
     stream_version: int
     prev_hash: bytes
     hash: bytes
+    canonical: bytes | None = None
 
 
 class GroupPlan:
@@ -91,6 +94,8 @@ class GroupPlan:
         versions: dict[Key, int],
         recorded_at: datetime,
         registrations: dict[ModelKey, Registration],
+        *,
+        keep_canonical: bool = False,
     ) -> None:
         self.position = position
         self.prev_hash = prev_hash
@@ -101,6 +106,7 @@ class GroupPlan:
         self.versions = versions
         self.recorded_at = recorded_at
         self.registrations = registrations
+        self.keep_canonical = keep_canonical
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
@@ -289,6 +295,7 @@ class GroupPlan:
             version,
             prev_hash,
             hashlib.sha256(prev_hash + canonical).digest(),
+            canonical if self.keep_canonical else None,
         )
 
 

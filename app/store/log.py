@@ -1,20 +1,19 @@
-"""The event log: the only code that writes ``events`` and ``event_causes``.
+"""The event log: appending under the lock, and what appending looks up.
 
 Rows are never updated or deleted (triggers from the first migration refuse it). Every
-write goes through ``causeway_append`` (migrations 0008 and 0011), which locks the single
-``log_head`` row, checks that the head is where the group was planned on, inserts the
-rows, moves the head and sends the wake-up hint (unless the caller sends it later:
-``notify=False`` and ``send_wake_hint``): appends are serialised in the database, so
-positions are dense and commit order equals position order, across processes too.
-Nothing here commits a transaction it does not own.
+write goes through ``causeway_append`` or ``causeway_append_shared`` (``writes``), which
+lock the single ``log_head`` row, insert the rows, move the head and may send the wake-up
+hint: appends are serialised in the database, so positions are dense and commit order
+equals position order, across processes too. Nothing here commits a transaction it does
+not own.
 
 A group of requests is planned in memory (``_plan``: every request atomic on its own,
 the hash chain computed in the same pass) on facts read from the log: here, under the
 lock (``append_on``, for any caller and any transaction), or before it, from what an
-appender knows of the tail (``tail.Tail`` and ``write_group``, one round trip and no
-planning under the lock). An event's id is unique in its tenant: a re-sent event (same
-source, id and content) is reported as a duplicate with its stored position; the same id
-with other content, or from another source, is an ``IdConflict``.
+appender knows of the tail (``tail.Tail``, ``fetch_facts`` and ``writes``, one round trip
+and no planning under the lock). An event's id is unique in its tenant: a re-sent event
+(same source, id and content) is reported as a duplicate with its stored position; the
+same id with other content, or from another source, is an ``IdConflict``.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-import psycopg
 from psycopg import AsyncClientCursor
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.rows import namedtuple_row
@@ -35,29 +32,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.engine import driver_of
 from app.db.tables import events
 from app.errors import AppError
-from app.store._plan import Facts, GroupPlan, Head, Key, Known, ModelKey, Row
+from app.store._plan import Facts, GroupPlan, Head, Key, Known, ModelKey
 from app.store.chain import ChainRecord
 from app.store.models import REGISTERED, Registration, registration_from, registration_id
 from app.store.records import Appended, NewEvent
-from app.store.timestamps import parse_rfc3339
+from app.store.writes import unsendable, write_group
 
 Outcome = list[Appended] | AppError
-NOTIFY_CHANNEL = "causeway_events"
-
-
-class HeadMoved(Exception):
-    """``causeway_append`` found the head elsewhere than the group was planned on, and
-    wrote nothing. ``behind``: the head had not reached it yet (the groups planned before
-    this one were still on their way, or failed); else another writer appended."""
-
-    def __init__(self, detail: str, *, found: int, planned: int) -> None:
-        super().__init__(detail)
-        self.found = found
-        self.planned = planned
-
-    @property
-    def behind(self) -> bool:
-        return self.found < self.planned
 
 
 class EventLog:
@@ -163,47 +144,6 @@ async def append_on(
     return Landed(outcomes, locked, group if group.rows else None)
 
 
-async def write_group(
-    driver: PsycopgConnection[Any],
-    after: Head,
-    group: GroupPlan,
-    *,
-    commit: bool = False,
-    notify: bool = True,
-) -> None:
-    """Write ``group``, planned on the head ``after``, with ``causeway_append``: in the
-    caller's transaction (``commit``: and commit it, in the same round trip), or in its
-    own on a connection in autocommit mode. Raises ``HeadMoved`` when the head is
-    elsewhere (nothing is written then). ``notify=False``: without the wake-up hint, for
-    a caller that sends it once the group is committed (``send_wake_hint``)."""
-    params = (
-        after.position,
-        after.hash,
-        group.position,
-        group.prev_hash,
-        group.recorded_at,
-        _event_rows(group.rows),
-        orjson.dumps(group.edges).decode(),
-        wake_hint(group.position, appended_types(group)) if notify else None,
-    )
-    try:
-        if commit:
-            async with driver.pipeline():
-                await driver.execute(_APPEND, params, prepare=True)
-                await driver.execute("COMMIT")
-        else:
-            await driver.execute(_APPEND, params, prepare=True)
-    except UnicodeEncodeError as exc:
-        raise _unsendable(exc, driver.info.encoding) from exc
-    except psycopg.errors.SerializationFailure as exc:
-        found = exc.diag.message_detail
-        if found is None or not found.isdigit():  # not causeway_append's own refusal
-            raise
-        raise HeadMoved(
-            exc.diag.message_primary or "", found=int(found), planned=after.position
-        ) from exc
-
-
 async def fetch_facts(
     driver: PsycopgConnection[Any],
     streams: Iterable[Key],
@@ -254,7 +194,7 @@ async def _looked_up(
         try:
             await cursor.execute("; ".join(statements), params)
         except UnicodeEncodeError as exc:
-            raise _unsendable(exc, driver.info.encoding) from exc
+            raise unsendable(exc, driver.info.encoding) from exc
         yield cursor
 
 
@@ -268,94 +208,12 @@ def _registration_keys(requests: Sequence[tuple[str, Sequence[NewEvent]]]) -> se
     }
 
 
-def _event_rows(rows: list[Row]) -> str:
-    """``rows`` as ``causeway_append`` reads them (migration 0008): a JSON array with
-    one array of values per event, JSON data nested as ``[data]`` (``[]`` for none),
-    bytes in hex."""
-    return orjson.dumps([_event_row(row) for row in rows]).decode()
-
-
-def _event_row(row: Row) -> list[Any]:
-    event = row.event
-    binary = event.data_binary
-    return [
-        row.position,
-        row.tenant,
-        event.id,
-        event.source,
-        event.type,
-        event.subject,
-        _time_column(event),
-        event.time,
-        event.stream,
-        row.stream_version,
-        event.datacontenttype,
-        event.dataschema,
-        # Wrapped: [null] is JSON null data, [] no data.
-        [event.data] if binary is None and event.has_data else [],
-        None if binary is None else binary.hex(),
-        event.extensions,
-        event.causes,
-        event.correlation_id,
-        event.model_name,
-        event.model_version,
-        event.model_signature,
-        row.prev_hash.hex(),
-        row.hash.hex(),
-    ]
-
-
-def _time_column(event: NewEvent) -> datetime | None:
-    """The ``time`` column: the instant of the ``time`` text (``causeway verify`` holds
-    the two together), from ``time_value`` as ingest parsed it, or parsed here for an
-    event built in code with the text only. In UTC (orjson writes it, with its offset):
-    PostgreSQL refuses offsets past ±15:59, which RFC 3339 allows."""
-    value = event.time_value
-    if value is None and event.time is not None:
-        value, _ = parse_rfc3339(event.time)
-    if value is None or value.tzinfo is UTC:
-        return value
-    return value.astimezone(UTC)
-
-
-def _unsendable(exc: UnicodeEncodeError, encoding: str) -> psycopg.DataError:
-    """What a value the connection's encoding cannot carry is: a bad value (SQLSTATE
-    class 22), which fails only the request that sent it."""
-    return psycopg.DataError(
-        f"a character cannot be sent in the connection's encoding {encoding}: {exc.reason}"
-    )
-
-
 def _text_array(values: Sequence[str]) -> str:
     """A ``text[]`` literal: every element double-quoted, so no element needs more."""
     if not values:
         return "{}"
     quoted = (v.replace("\\", "\\\\").replace('"', '\\"') for v in values)
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
-
-
-def appended_types(group: GroupPlan) -> set[str]:
-    """The types of the events ``group`` writes: what its wake-up hint names."""
-    return {row.event.type for row in group.rows}
-
-
-async def send_wake_hint(driver: PsycopgConnection[Any], hint: str) -> None:
-    """Send a ``wake_hint`` on its own, for events already committed (in autocommit mode:
-    it goes out as the statement commits)."""
-    await driver.execute(_NOTIFY, (NOTIFY_CHANNEL, hint), prepare=True)
-
-
-def wake_hint(position: int, types: set[str]) -> str:
-    """The NOTIFY payload: ``<head> <type> <type> ...``, or just the head when the types
-    would not fit PostgreSQL's 8,000-byte payload (then every projection wakes)."""
-    hint = " ".join([str(position), *sorted(types)])
-    return hint if len(hint.encode()) < 7_000 else str(position)
-
-
-def read_wake_hint(payload: str) -> frozenset[str] | None:
-    """The types a ``wake_hint`` names; None when it names none (wake every projection)."""
-    types = frozenset(payload.split()[1:])
-    return types or None
 
 
 def _known_from(rows: list[Any]) -> dict[Key, Known]:
@@ -389,11 +247,6 @@ def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
 
 
 _LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
-_NOTIFY = "SELECT pg_notify(%s, %s)"
-_APPEND = (
-    "SELECT causeway_append(%s::bigint, %s::bytea, %s::bigint, %s::bytea, %s::timestamptz,"
-    " %s::jsonb, %s::json, %s::text)"
-)  # the function sends the NOTIFY_CHANNEL hint, when it is given one
 _FETCH_KNOWN = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data
     FROM events
@@ -408,8 +261,9 @@ _FETCH_POSITIONS = """
 """
 _FETCH_VERSIONS = """
     SELECT wanted.tenant, wanted.stream,
-           (SELECT max(events.stream_version) FROM events
-             WHERE events.tenant = wanted.tenant AND events.stream = wanted.stream) AS version
+           (SELECT events.stream_version FROM events
+             WHERE events.tenant = wanted.tenant AND events.stream = wanted.stream
+             ORDER BY events.stream_version DESC LIMIT 1) AS version
     FROM unnest(%(stream_tenants)s::text[], %(stream_names)s::text[]) AS wanted (tenant, stream)
 """
 

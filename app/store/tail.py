@@ -14,6 +14,21 @@ before that one is written, so that several can be on their way to the database 
 If one of them fails, every later one fails the head check too, and ``forget`` drops what
 they claimed. The tail takes no decision a client would see: a group in which any event
 is a re-send or is refused goes to ``append_on``, which decides under the lock.
+
+When another writer appends too (another ``serve`` process, another machine), planning
+on the head as the tail knows it would fail nearly every time. The tail then turns
+``shared`` (and looks up the streams it knew again: the others may have moved them): each
+group is still planned without the lock, on the head and the stream versions as the tail
+knows them, but keeps its events' canonical encodings, and is written with
+``log.write_shared``, which moves it onto the head PostgreSQL finds, and its streams
+past the versions the others wrote meanwhile (one round trip, whatever they wrote). It
+reports the streams the others wrote to, so that what the tail knows stays what is
+stored as of its head. One group is on its way at a time then: a group planned on
+another still on its way could name that one's events by positions that move. An event
+with an expected version goes under the lock, where the version it expects is checked.
+After ``QUIET_GROUPS`` groups in a row that went in as planned, the others seem to have
+stopped, and the tail plans ahead again (a writer that comes back moves the head, and
+the group planned on it goes under the lock, as the first time).
 """
 
 from __future__ import annotations
@@ -26,8 +41,10 @@ from app.errors import AppError
 from app.store._plan import Facts, GroupPlan, Head, Key, ModelKey
 from app.store.models import Registration
 from app.store.records import Appended, NewEvent
+from app.store.writes import Moved
 
 Requests = Sequence[tuple[str, Sequence[NewEvent]]]
+QUIET_GROUPS = 64  # groups in a row that nobody else's moved: the tail plans ahead again
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +68,21 @@ class Planned:
     group: GroupPlan
     outcomes: list[list[Appended]]
     generation: int  # the tail's, when planned: what it knew then still holds if unchanged
+    shared: bool = False  # planned to be moved onto the head it meets (log.write_shared)
 
 
 class Tail:
-    def __init__(self, *, capacity: int = 100_000) -> None:
+    def __init__(self, *, capacity: int = 100_000, quiet_groups: int = QUIET_GROUPS) -> None:
         self._capacity = capacity  # of each map; past it they are emptied, not the head
+        self._quiet_groups = quiet_groups
         self.head: Head | None = None  # where the next group goes; None: plan under the lock
         self._left: Head | None = None  # where this appender's last written group left it
         self._versions: dict[Key, int] = {}
         self._positions: dict[Key, int] = {}
         self._registrations: dict[ModelKey, Registration] = {}
         self._generation = 0  # counts the times it dropped what it knew
+        self.shared = False  # others append too: groups go one at a time, write_shared
+        self._quiet = 0  # shared groups in a row that went in as planned
 
     def wanted(self, requests: Requests) -> Wanted:
         streams = {(t, e.stream) for t, batch in requests for e in batch}
@@ -103,6 +124,10 @@ class Tail:
             return None  # a re-send, or an id taken: decided under the lock
         if any((tenant, e.stream) not in versions for tenant, batch in requests for e in batch):
             return None  # a stream it does not know (dropped since looked up): the same
+        if self.shared and any(
+            e.expected_version is not None for _, batch in requests for e in batch
+        ):
+            return None  # the version it expects is checked under the lock
         group = GroupPlan(
             after.position,
             after.hash,
@@ -111,6 +136,7 @@ class Tail:
             self._versions,
             datetime.now(UTC),
             self._registrations,
+            keep_canonical=self.shared,
         )
         outcomes: list[list[Appended]] = []
         for tenant, batch in requests:
@@ -120,7 +146,7 @@ class Tail:
                 return None
             outcomes.append(outcome)
         self.head = Head(group.position, group.prev_hash)
-        return Planned(after, group, outcomes, self._generation)
+        return Planned(after, group, outcomes, self._generation, self.shared)
 
     @property
     def generation(self) -> int:
@@ -133,9 +159,32 @@ class Tail:
         rests on is written, or on its way."""
         return planned.generation == self._generation
 
-    def written(self, planned: Planned) -> None:
-        """``planned`` is in the log."""
-        self._left = Head(planned.group.position, planned.group.prev_hash)
+    def written(self, planned: Planned, moved: Moved | None = None) -> None:
+        """``planned`` is in the log: where it was planned to go, or ``moved`` from there
+        (``log.write_shared``)."""
+        group = planned.group
+        planned_end = Head(group.position, group.prev_hash)
+        if moved is None:
+            self._left = planned_end
+            if planned.shared:
+                self._quiet += 1
+                if self._quiet >= self._quiet_groups:
+                    self.shared = False  # plan ahead again, several groups on their way
+            return
+        self._quiet = 0
+        if moved.others is None:  # others wrote too much to say which streams moved
+            self._versions = {}
+            self._generation += 1
+        else:
+            self._versions.update(moved.others)
+        positions, versions = self._positions, self._versions
+        for row in group.rows:
+            stream = (row.tenant, row.event.stream)
+            positions[(row.tenant, row.event.id)] = row.position + moved.shift
+            versions[stream] = row.stream_version + moved.versions.get(stream, 0)
+        self._left = moved.head
+        if self.head == planned_end:  # nothing planned on it since (one group at a time)
+            self.head = moved.head
 
     def restart(self, found: Head | None, group: GroupPlan | None) -> None:
         """``log.append_on`` found the head at ``found`` under the lock and wrote ``group``
@@ -144,8 +193,10 @@ class Tail:
         group is planned under the lock again, which tells whether they still do."""
         if found is None:
             return
-        alone = found == self._left
-        if not alone:
+        if found != self._left:  # someone else appended since this appender's last group
+            # To streams this tail knows, maybe: it looks them up again.
+            self.shared = True
+            self._quiet = 0
             self._versions = {}
             self._generation += 1
         if group is not None:
@@ -153,8 +204,7 @@ class Tail:
             self._positions.update(group.positions)
             self._registrations.update(group.registrations)
             found = Head(group.position, group.prev_hash)
-        self._left = found
-        self.head = found if alone else None
+        self._left = self.head = found
         if self.is_full():
             self._drop_facts()
 

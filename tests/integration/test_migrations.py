@@ -13,4 +13,4 @@ def test_the_tables_match_the_migrations(database_url: URL) -> None:
 
 
 def test_a_migrated_database_is_at_head(database_url: URL) -> None:
-    assert current_revision(database_url) == head_revision() == "0011"
+    assert current_revision(database_url) == head_revision() == "0012"

@@ -21,9 +21,10 @@ from app.errors import IdConflict, Unavailable, UnknownCause, VersionConflict
 from app.store import log
 from app.store._plan import GroupPlan, Head
 from app.store.chain import GENESIS_HASH
-from app.store.log import EventLog, HeadMoved, write_group
+from app.store.log import EventLog
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
+from app.store.writes import HeadMoved, write_group
 from ingest.appender import Appender
 
 _write_group = write_group  # the real one, for _Late
@@ -35,9 +36,10 @@ def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
 
 @pytest.fixture
 async def appender(engine: AsyncEngine) -> AsyncIterator[Appender]:
-    appender = Appender(engine)
-    # The first groups are planned under the lock: they tell the tail where the head is
-    # and that no one else appends.
+    appender = Appender(engine, quiet_groups=2)
+    # The first group is planned under the lock: it tells the tail where the head is. The
+    # two after it find no one else moved the head, so the tail takes itself for the only
+    # writer, and plans ahead.
     for n in range(3):
         await appender.append("acme", [new(f"warm-{n}", stream="warm")])
     yield appender
@@ -160,6 +162,78 @@ async def test_two_appenders_taking_turns_keep_one_chain(engine: AsyncEngine) ->
     rows = await stored(engine)
     assert [p for p, *_ in rows] == list(range(1, 51))
     assert [v for *_, v in rows] == list(range(1, 51))
+    await assert_intact(engine)
+
+
+async def test_appenders_writing_at_once_move_their_groups_onto_each_others(
+    engine: AsyncEngine,
+) -> None:
+    """As two ``serve`` processes would: each group goes in one round trip, onto the
+    head and stream versions the other left, and no more than the first after the other
+    appeared goes under the lock."""
+    first, second = Appender(engine), Appender(engine)
+
+    async def client(n: int) -> list[tuple[str, int, int]]:
+        writer = (first, second)[n % 2]
+        answers = []
+        for m in range(12):
+            [a] = await writer.append("acme", [new(f"c{n}-{m}", stream=f"s{m % 4}")])
+            answers.append((a.id, a.position, a.stream_version))
+        return answers
+
+    try:
+        answered = [a for found in await asyncio.gather(*map(client, range(16))) for a in found]
+    finally:
+        await first.close()
+        await second.close()
+    rows = await stored(engine)
+    assert sorted(answered, key=lambda a: a[1]) == [(i, p, v) for p, i, _, v in rows]
+    assert [p for p, *_ in rows] == list(range(1, 16 * 12 + 1))
+    for stream in ("s0", "s1", "s2", "s3"):
+        versions = [v for _, _, s, v in rows if s == stream]
+        assert versions == list(range(1, len(versions) + 1))
+    await assert_intact(engine)
+    for writer in (first, second):
+        assert writer.groups_moved > 0
+        assert writer.groups_committed - writer.groups_planned_ahead <= 2  # under the lock
+
+
+async def test_once_the_other_writer_stops_it_plans_ahead_again(engine: AsyncEngine) -> None:
+    mine, other = Appender(engine, quiet_groups=3), Appender(engine)
+    try:
+        # Under the lock, then three groups for a shared log that nobody else moved.
+        for n in range(4):
+            await mine.append("acme", [new(f"a{n}")])
+        assert mine.groups_shared == 3
+        await other.append("acme", [new("theirs")])
+        # Planned ahead, the first meets theirs and goes under the lock; three shared again.
+        for n in range(4):
+            await mine.append("acme", [new(f"b{n}")])
+        assert mine.groups_shared == 6
+        answers = await asyncio.gather(*(mine.append("acme", [new(f"c{n}")]) for n in range(6)))
+    finally:
+        await mine.close()
+        await other.close()
+    assert mine.groups_shared == 6  # planned ahead, on the head it left
+    assert sorted(a.stream_version for [a] in answers) == list(range(10, 16))
+    await assert_intact(engine)
+
+
+async def test_in_a_shared_log_an_expected_version_is_checked_under_the_lock(
+    engine: AsyncEngine,
+) -> None:
+    mine, other = Appender(engine), Appender(engine)
+    try:
+        await mine.append("acme", [new("a")])
+        await mine.append("acme", [new("b")])  # planned for a shared log (it cannot tell)
+        await other.append("acme", [new("theirs")])  # "s" is at 3 now
+        with pytest.raises(VersionConflict) as stale:
+            await mine.append("acme", [new("c", expected_version=2)])
+        [c] = await mine.append("acme", [new("c", expected_version=3)])
+    finally:
+        await mine.close()
+        await other.close()
+    assert (stale.value.extensions["actual"], c.stream_version) == (3, 4)
     await assert_intact(engine)
 
 

@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import ingest.hints as hints_module
 from app.db.engine import create_engine, libpq_conninfo
-from app.store.log import NOTIFY_CHANNEL, send_wake_hint
 from app.store.records import NewEvent
+from app.store.writes import NOTIFY_CHANNEL, send_wake_hint
 from ingest.appender import Appender
 from ingest.hints import WakeHints
 

@@ -9,6 +9,7 @@ from app.store._plan import Facts, GroupPlan, Head
 from app.store.chain import GENESIS_HASH
 from app.store.records import NewEvent
 from app.store.tail import Tail
+from app.store.writes import Moved
 
 
 def new(event_id: str, stream: str = "s", **fields: Any) -> NewEvent:
@@ -34,30 +35,90 @@ def knows(tail: Tail, *streams: str) -> None:
 
 
 def alone(tail: Tail) -> Head:
-    """A tail that has written twice under the lock with no one else between."""
+    """A tail that has written twice under the lock with no one else between, and then
+    as many groups as it takes to believe no one else appends."""
     first = written_under_lock(tail, Head(0, GENESIS_HASH), new("w1", "warm"))
-    return written_under_lock(tail, first, new("w2", "warm"), versions={("acme", "warm"): 1})
+    head = written_under_lock(tail, first, new("w2", "warm"), versions={("acme", "warm"): 1})
+    knows(tail, "quiet")
+    while tail.shared:
+        planned = tail.plan([("acme", [new(f"q{head.position}", "quiet")])])
+        assert planned is not None
+        tail.written(planned)  # where it was planned: nobody else moved it
+        head = Head(planned.group.position, planned.group.prev_hash)
+    return head
 
 
 class TestWhereTheNextGroupGoes:
     def test_a_new_tail_plans_under_the_lock(self) -> None:
         assert Tail().head is None
 
-    def test_after_two_groups_with_no_one_between_it_plans_ahead(self) -> None:
-        tail = Tail()
+    def test_after_its_first_group_it_plans_for_a_shared_log_until_that_proves_quiet(
+        self,
+    ) -> None:
+        tail = Tail(quiet_groups=3)
         first = written_under_lock(tail, Head(0, GENESIS_HASH), new("a"))
-        assert tail.head is None  # it cannot tell yet whether someone else appends
-        second = written_under_lock(tail, first, new("b"))
-        assert tail.head == second
+        assert (tail.head, tail.shared) == (first, True)  # it cannot tell who else appends
+        for n in range(3):
+            planned = tail.plan([("acme", [new(f"b{n}")])])
+            assert planned is not None
+            assert planned.shared
+            assert planned.group.rows[0].canonical is not None
+            tail.written(planned)
+        assert not tail.shared
+        planned = tail.plan([("acme", [new("c")])])
+        assert planned is not None
+        assert not planned.shared
+        assert planned.group.rows[0].canonical is None
 
-    def test_someone_else_between_two_groups_sends_the_next_one_under_the_lock(self) -> None:
+    def test_someone_else_between_two_groups_makes_it_plan_for_a_shared_log(self) -> None:
         tail = Tail()
         head = alone(tail)
         elsewhere = Head(head.position + 3, b"\x01" * 32)  # three events of another writer
-        written_under_lock(tail, elsewhere, new("c", "cold"))
-        assert tail.head is None
-        # Their streams may have moved: the tail asks again.
+        after = written_under_lock(tail, elsewhere, new("c", "cold"))
+        assert (tail.head, tail.shared) == (after, True)
+        # Their events may be in streams it knows: it asks again.
         assert tail.wanted([("acme", [new("d", "warm")])]).streams == {("acme", "warm")}
+
+    def test_a_shared_plan_goes_under_the_lock_when_an_event_expects_a_version(self) -> None:
+        tail = Tail()
+        written_under_lock(tail, Head(0, GENESIS_HASH), new("a"))
+        assert tail.plan([("acme", [new("b", expected_version=1)])]) is None
+        assert tail.plan([("acme", [new("b")])]) is not None
+
+
+class TestMoved:
+    def test_what_a_moved_group_claimed_moves_with_it(self) -> None:
+        tail = Tail()
+        written_under_lock(tail, Head(0, GENESIS_HASH), new("a"))
+        knows(tail, "other")
+        planned = tail.plan([("acme", [new("b"), new("c", "other")])])
+        assert planned is not None
+        # Others wrote 5 events meanwhile: 2 to "s" (now at 3), and 3 to "far" (now at 7).
+        head = Head(planned.group.position + 5, b"\x02" * 32)
+        others = {("acme", "s"): 3, ("acme", "far"): 7}
+        tail.written(planned, Moved(5, {("acme", "s"): 2}, head, others))
+        assert tail.head == head
+        assert not tail.wanted([("acme", [new("x", "far")])])  # told by the others' events
+        nxt = tail.plan([("acme", [new("d", causes=("b",)), new("e", "other"), new("f", "far")])])
+        assert nxt is not None
+        assert nxt.after == head
+        assert [(a.position, a.stream_version) for a in nxt.outcomes[0]] == [
+            (head.position + 1, 5),  # "s": a at 1, b planned at 2, moved by 2 to 4
+            (head.position + 2, 2),
+            (head.position + 3, 8),
+        ]
+        assert nxt.group.edges == [(head.position + 1, 2 + 5)]  # b moved from 2 to 7
+
+    def test_others_too_many_to_tell_make_it_look_its_streams_up_again(self) -> None:
+        tail = Tail()
+        written_under_lock(tail, Head(0, GENESIS_HASH), new("a"))
+        knows(tail, "other")
+        planned = tail.plan([("acme", [new("b")])])
+        assert planned is not None
+        head = Head(planned.group.position + 20_000, b"\x02" * 32)
+        tail.written(planned, Moved(20_000, {("acme", "s"): 9}, head, None))
+        # Its own stream is known as written; any other it asks for again.
+        assert tail.wanted([("acme", [new("c"), new("d", "other")])]).streams == {("acme", "other")}
 
 
 class TestPlanning:
