@@ -104,11 +104,17 @@ class Tail:
 
     def learn(self, facts: Facts) -> None:
         """Facts looked up since the last write: known streams stay as the tail has them
-        (a group on its way may have moved them past what the lookup saw)."""
+        (a group on its way may have moved them past what the lookup saw). An event past
+        the head the tail knows was written by someone else since: the head is no longer
+        where it believes (a group planned on it would cite that event by a position it
+        means to give one of its own), so the next group goes under the lock."""
         for key, version in facts.versions.items():
             self._versions.setdefault(key, version)
         self._positions.update(facts.positions)
         self._registrations.update(facts.registrations)
+        head = self.head
+        if head is not None and any(p > head.position for p in facts.positions.values()):
+            self.head = None
 
     def plan(self, requests: Requests) -> Planned | None:
         """``requests`` planned on ``head``, which moves past them; None when the tail

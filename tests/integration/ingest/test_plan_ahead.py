@@ -198,6 +198,26 @@ async def test_appenders_writing_at_once_move_their_groups_onto_each_others(
         assert writer.groups_committed - writer.groups_planned_ahead <= 2  # under the lock
 
 
+async def test_a_cause_another_writer_just_wrote_is_cited_where_it_is(
+    engine: AsyncEngine,
+) -> None:
+    mine, other = Appender(engine), Appender(engine)
+    try:
+        await mine.append("acme", [new("a")])
+        await mine.append("acme", [new("b")])  # planned for a shared log (it cannot tell)
+        [theirs] = await other.append("acme", [new("theirs", stream="t")])
+        [first, citing] = await mine.append("acme", [new("c"), new("d", causes=("theirs", "c"))])
+    finally:
+        await mine.close()
+        await other.close()
+    async with engine.connect() as conn:
+        edges = (await conn.execute(text("SELECT effect, cause FROM event_causes"))).all()
+    assert sorted(tuple(e) for e in edges) == sorted(
+        [(citing.position, theirs.position), (citing.position, first.position)]
+    )
+    await assert_intact(engine)
+
+
 async def test_once_the_other_writer_stops_it_plans_ahead_again(engine: AsyncEngine) -> None:
     mine, other = Appender(engine, quiet_groups=3), Appender(engine)
     try:

@@ -86,6 +86,18 @@ class TestWhereTheNextGroupGoes:
         assert tail.plan([("acme", [new("b")])]) is not None
 
 
+class TestLookups:
+    def test_an_event_looked_up_past_the_head_sends_the_next_group_under_the_lock(
+        self,
+    ) -> None:
+        tail = Tail()
+        head = alone(tail)
+        # Written by someone else since the tail's last group: the head is not where it was.
+        tail.learn(Facts(positions={("acme", "theirs"): head.position + 1}))
+        assert tail.head is None
+        assert tail.plan([("acme", [new("mine", "warm", causes=("theirs",))])]) is None
+
+
 class TestMoved:
     def test_what_a_moved_group_claimed_moves_with_it(self) -> None:
         tail = Tail()
