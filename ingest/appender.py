@@ -200,7 +200,15 @@ class Appender:
             await self._land_all()  # nothing on its way may rest on the facts dropped
             tail.trim()
         requests = [(r.tenant, r.events) for r in group]
-        held = await self._connection()
+        try:
+            held = await self._connection()
+        except Exception as exc:  # none to be had (the server is gone, the pool is full)
+            await self._lost(group, exc)
+            return
+        except BaseException:  # cancelled (the server is stopping): nothing was sent
+            for request in group:
+                _settle(request, _stopped())
+            raise
         planned: Planned | None = None
         try:
             while tail.head is not None:
@@ -299,6 +307,8 @@ class Appender:
         """Stop the groups on their way (PostgreSQL cancels their statements) and answer
         the requests of those not written."""
         flights, self._flights = list(self._flights), deque()
+        if flights and self._tail is not None:
+            self._tail.forget()  # what they claimed may be in the log, or not, or moved
         for flight in flights:
             flight.task.cancel()
         if flights:

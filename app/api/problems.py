@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
@@ -62,7 +63,7 @@ def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
         return _app_error(exc)
     if isinstance(exc, ClientDisconnect):
         return _gone(method, path)
-    if isinstance(exc, OperationalError | psycopg.OperationalError):
+    if isinstance(exc, OperationalError | psycopg.OperationalError | PoolTimeout):
         return _unavailable(method, path, exc)
     if isinstance(exc, DataError | psycopg.DataError):
         return _bad_value()
@@ -212,6 +213,8 @@ def install(app: FastAPI) -> None:
     # on the append path); the transaction was rolled back, so a retry is safe.
     app.add_exception_handler(OperationalError, on_database_unavailable)
     app.add_exception_handler(psycopg.OperationalError, on_database_unavailable)
+    # No pooled connection came free in time: as unavailable as a database that is down.
+    app.add_exception_handler(PoolTimeout, on_database_unavailable)
     app.add_exception_handler(ClientDisconnect, on_client_disconnect)
     # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
     # its values first, so this is a read given a NUL character or an oversized number.

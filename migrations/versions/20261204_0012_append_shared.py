@@ -26,8 +26,9 @@ and model are its own, and ``recorded_at`` stays the group's. What the head's mo
 change otherwise is caught by the unique keys (an id or a stream version another writer
 took) and the caller plans the group again under the lock; the caller sends no event
 with an expected version this way. A head behind the one planned on (a group before this
-one still on its way) is refused as ``causeway_append`` refuses it, with SQLSTATE 40001
-and the head's position as DETAIL.
+one still on its way), or a head planned on that the log does not hold (not that hash at
+that position), is refused as ``causeway_append`` refuses it, with SQLSTATE 40001 and the
+head's position as DETAIL.
 
 It returns NULL when the group was written as planned, else a JSON object: ``shift``,
 the new last ``hash`` (hex), and ``streams``, ``[tenant, stream, shift]`` for each stream
@@ -65,6 +66,7 @@ DECLARE
     locked_hash bytea;
     n integer := jsonb_array_length(new_events);
     shift bigint;
+    planned_on bytea;
     others jsonb;
     moved_streams jsonb := '[]'::jsonb;
     stream_shifts jsonb := '{}'::jsonb;
@@ -86,18 +88,33 @@ BEGIN
     END IF;
     shift := locked_position - after_position;
     IF shift > 0 THEN
-        -- What others wrote since the group was planned: the last version of each stream
-        -- they appended to, read off their events; none when there are too many to read.
-        -- By their positions, which are known: however old the table's statistics (none
-        -- before its first ANALYZE), PostgreSQL then reads these rows, and no others,
-        -- through the primary key. (A range, "position > after_position", can look like a
-        -- third of the table to it, and be read by a scan of all of it.)
-        IF shift <= {near} THEN
-            EXECUTE 'SELECT coalesce(jsonb_agg(jsonb_build_array(tenant, stream, version)), ''[]'')
-                     FROM (SELECT tenant, stream, max(stream_version) AS version
-                           FROM events WHERE position = ANY ($1) GROUP BY 1, 2) o'
-            INTO others
-            USING ARRAY(SELECT generate_series(after_position + 1, locked_position));
+        -- The head the group was planned on must be the log's, at that position: a group
+        -- planned on a head that never was (what an appender that lost track believes)
+        -- is refused, as causeway_append refuses it. And what others wrote since: the
+        -- last version of each stream they appended to, read off their events; none when
+        -- there are too many to read. By position, through EXECUTE: planned for these
+        -- values on the table as it is now, PostgreSQL reads these rows, and no others,
+        -- through the primary key, however old its statistics (none before the table's
+        -- first ANALYZE), where a plan kept from while the table was small, or a range
+        -- ("position > after_position" looks like a third of a table it knows nothing
+        -- of), read the whole table.
+        EXECUTE 'SELECT (SELECT hash FROM events WHERE position = $2),
+                        CASE WHEN $1 IS NOT NULL THEN (
+                            SELECT coalesce(jsonb_agg(jsonb_build_array(tenant, stream, version)), ''[]'')
+                            FROM (SELECT tenant, stream, max(stream_version) AS version
+                                  FROM events WHERE position = ANY ($1) GROUP BY 1, 2) o)
+                        END'
+        INTO planned_on, others
+        USING CASE WHEN shift <= {near}
+                   THEN ARRAY(SELECT generate_series(after_position + 1, locked_position)) END,
+              after_position;
+        IF after_position = 0 THEN
+            planned_on := decode(repeat('00', 32), 'hex');  -- the chain's start
+        END IF;
+        IF planned_on IS DISTINCT FROM after_hash THEN
+            RAISE EXCEPTION 'causeway: the log holds no head % with the hash planned on',
+                after_position
+                USING ERRCODE = 'serialization_failure', DETAIL = locked_position::text;
         END IF;
         -- The streams of the group that moved: the version each was planned on, against
         -- the stored one, as the others left it.

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL, text
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import async_url, driver_of
@@ -327,3 +328,27 @@ async def test_requests_queued_behind_a_cancelled_group_are_answered(
     async with engine.connect() as conn:  # neither was written, and the chain holds
         assert (await conn.execute(text("SELECT id FROM events"))).scalars().all() == ["e0"]
         assert (await verify_chain(conn)).is_intact
+
+
+async def test_a_group_that_finds_no_connection_is_answered(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    appender = Appender(engine, quiet_groups=1)
+    for n in range(3):  # planned ahead from here on
+        await appender.append("acme", [NewEvent(id=f"w{n}", source="/s", type="t", stream="s")])
+
+    async def no_connection() -> None:
+        raise PoolTimeout("no connection came free")
+
+    late = NewEvent(id="x", source="/s", type="t", stream="s")
+    monkeypatch.setattr(appender, "_idle", [])
+    monkeypatch.setattr(appender, "_connection", no_connection)
+    try:
+        with pytest.raises(PoolTimeout):
+            await asyncio.wait_for(appender.append("acme", [late]), timeout=5)
+        monkeypatch.undo()
+        [x] = await appender.append("acme", [late])  # and the appender goes on
+    finally:
+        monkeypatch.undo()
+        await appender.close()
+    assert x.position == 4

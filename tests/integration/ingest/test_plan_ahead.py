@@ -318,6 +318,35 @@ async def test_groups_on_their_way_when_the_server_stops_are_answered_and_not_wr
     await assert_intact(engine)
 
 
+async def test_a_group_stopped_on_its_way_claims_nothing_afterwards(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    """The writer is stopped while a group waits at the head: that group is never
+    written, and what it claimed (its head, its event, its stream's version) is not
+    believed when the appender is used again, though others moved the head meanwhile."""
+    mine, other = Appender(engine), Appender(engine)
+    try:
+        await mine.append("acme", [new("a")])
+        libpq = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        async with await psycopg.AsyncConnection.connect(libpq) as holder:
+            await holder.execute("SELECT 1 FROM log_head FOR UPDATE")
+            stopped = asyncio.ensure_future(mine.append("acme", [new("x1")]))
+            await asyncio.sleep(0.2)
+            mine._writer.cancel()  # type: ignore[union-attr]  # as a stopping server does
+            await asyncio.wait([stopped], timeout=5)
+            await holder.rollback()
+        assert isinstance(stopped.exception(), Unavailable)
+        await other.append("acme", [new("o1", "o"), new("o2", "o")])
+        with pytest.raises(UnknownCause):
+            await mine.append("acme", [new("y", causes=("x1",))])
+        [y] = await mine.append("acme", [new("y")])
+    finally:
+        await mine.close()
+        await other.close()
+    assert (y.position, y.stream_version) == (4, 2)
+    await assert_intact(engine)
+
+
 async def test_a_database_defaulting_to_repeatable_read_still_takes_groups_in_turn(
     database_url: URL,
 ) -> None:

@@ -153,6 +153,18 @@ class TestWriteShared:
         assert (behind.value.found, behind.value.behind) == (0, True)
         assert await stored(engine) == []
 
+    async def test_a_head_the_log_never_had_writes_nothing(self, engine: AsyncEngine) -> None:
+        await append(engine, new("a"))
+        # What an appender that lost track might believe: position 2, some hash.
+        phantom = Head(2, b"\x01" * 32)
+        group = planned_on(phantom, {"s": 2}, new("b", causes=("a",)))
+        await append(engine, new("o1", "o"), new("o2", "o"))  # others move the head to 3
+        async with autocommit(engine) as driver:
+            with pytest.raises(HeadMoved) as moved:
+                await write_shared(driver, phantom, group)
+        assert (moved.value.found, moved.value.behind) == (3, False)
+        assert [i for _, i, *_ in await stored(engine)] == ["a", "o1", "o2"]
+
     async def test_an_id_another_writer_took_meanwhile_writes_nothing(
         self, engine: AsyncEngine
     ) -> None:
