@@ -4,6 +4,8 @@ and the global order stays gap-free with writers in two server processes."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -20,6 +22,8 @@ from app.errors import Unavailable, UnknownCause
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from ingest.appender import Appender
+from tests.in_process import serving as serving_in_process
+from tests.integration.conftest import MakeKey
 from tests.integration.events import BATCH, STRUCTURED, dumps
 from tests.integration.events import event as cloudevent
 from tests.integration.process import create_key, environment, serving
@@ -70,6 +74,53 @@ async def test_64_concurrent_requests_each_get_their_own_answer(
         assert (await verify_chain(conn)).is_intact
 
 
+async def test_64_concurrent_events_over_the_wire_each_get_their_own_answer(
+    app: FastAPI, engine: AsyncEngine, make_key: MakeKey
+) -> None:
+    """The same mix as one event a request, over real connections to ``causeway serve``'s
+    protocol: each is handed to the app without ASGI and answered as its group lands."""
+    key = await make_key("acme", "ingest,read")
+    async with (
+        serving_in_process(app, lifespan="off") as port,
+        httpx2.AsyncClient(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}
+        ) as client,
+    ):
+        seeded = cloudevent(stream="orders")
+        assert (await client.post("/events", content=dumps(seeded), headers=STRUCTURED)).is_success
+        requests: list[tuple[str, bytes, int, str | None]] = []
+        for i in range(64):
+            kind = ("valid", "duplicate", "conflict", "unknown-cause")[i % 4]
+            if kind == "valid":
+                requests.append((kind, dumps(cloudevent(stream=f"s{i}")), 201, None))
+            elif kind == "duplicate":
+                requests.append((kind, dumps(seeded), 200, None))
+            elif kind == "conflict":
+                late = cloudevent(stream="orders", expectedversion=7)
+                requests.append((kind, dumps(late), 409, "/problems/version-conflict"))
+            else:
+                orphan = cloudevent(causationid=f"missing-{i}")
+                requests.append((kind, dumps(orphan), 422, "/problems/unknown-cause"))
+        groups_before = app.state.appender.groups_committed
+        responses = await asyncio.gather(
+            *(client.post("/events", content=body, headers=STRUCTURED) for _, body, *_ in requests)
+        )
+    for (kind, sent_body, status, problem), response in zip(requests, responses, strict=True):
+        assert response.status_code == status, (kind, response.text)
+        if problem:
+            assert response.json()["type"] == problem
+        elif kind == "duplicate":
+            assert response.json()["events"][0]["position"] == 1
+        else:
+            [answer] = response.json()["events"]
+            assert (answer["id"], answer["stream_version"]) == (orjson.loads(sent_body)["id"], 1)
+    assert app.state.appender.groups_committed - groups_before < 16, "requests were not grouped"
+    async with engine.connect() as conn:
+        positions = (await conn.execute(text("SELECT position FROM events ORDER BY 1"))).scalars()
+        assert list(positions) == list(range(1, 1 + 1 + 16))
+        assert (await verify_chain(conn)).is_intact
+
+
 def test_the_reader_never_skips_with_writers_in_two_server_processes(
     database_url: URL, tmp_path: Path
 ) -> None:
@@ -83,8 +134,18 @@ def test_the_reader_never_skips_with_writers_in_two_server_processes(
         seen = asyncio.run(_write_and_follow([first, second], key, libpq))
     with psycopg.connect(libpq) as conn:
         stored = [r[0] for r in conn.execute("SELECT position FROM events ORDER BY position")]
+        common = conn.execute(
+            "SELECT stream_version FROM events WHERE stream = 'common' ORDER BY position"
+        )
+        versions = [r[0] for r in common]
     assert seen == stored == list(range(1, len(stored) + 1))
     assert len(stored) == 8 * 30 * 2
+    # Both processes wrote to one stream: its versions are dense, in position order.
+    assert versions == list(range(1, 8 * 30 + 1))
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "verify"], env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 async def _write_and_follow(servers: list[str], key: str, libpq: str) -> list[int]:
@@ -97,7 +158,7 @@ async def _write_and_follow(servers: list[str], key: str, libpq: str) -> list[in
             base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30
         ) as client:
             for i in range(30):
-                body = [cloudevent(stream=f"w{writer}"), cloudevent(stream=f"w{writer}-{i}")]
+                body = [cloudevent(stream=f"w{writer}-{i}"), cloudevent(stream="common")]
                 response = await client.post("/events", content=dumps(body), headers=BATCH)
                 assert response.status_code == 201, response.text
 
