@@ -18,8 +18,8 @@ from starlette.types import Receive, Scope, Send
 from app.api import deployments, events, health, models, problems, projections, replay
 from app.api.auth import Authenticator
 from app.api.deps import authorize, authorize_cached, require
+from app.api.direct import DirectHandler, Respond
 from app.api.replay import ReplaySlots
-from app.api.wire import DirectHandler, Respond
 from app.db.engine import DriverPool, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.errors import BadRequest

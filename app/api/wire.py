@@ -33,7 +33,7 @@ answer instead of a reset. A chunked body's trailers are dropped: uvicorn added
 them to the request's headers after the app had read those, and no ASGI app sees them.
 Bodies are capped where they are read (``ingest.bodies``).
 
-An answer's head and body leave in one write (``_Coalescing``): uvicorn writes them one
+An answer's head and body leave in one write (``Coalescing``): uvicorn writes them one
 after the other, which cost a send and a wake-up of the client each.
 
 The server speaks no WebSocket (``ws="none"``: the GraphQL schema has nothing to subscribe
@@ -65,14 +65,21 @@ import fcntl
 import logging
 import sys
 import termios
-from collections.abc import Callable, Sequence
 from functools import partial
 from http import HTTPStatus
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from app.api._coalescing import Coalescing
+from app.api.direct import (
+    DirectCycle,
+    DirectHandler,
+    DirectRequest,
+    Headers,
+    direct_routes_of,
+)
 from app.api.problems import MEDIA_TYPE
 from app.errors import AppError, BadRequest, BodyTimeout, HeadTimeout, HeadTooLarge
 
@@ -91,37 +98,6 @@ _OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 
 def _send_poll_s() -> float:
     return min(1.0, SEND_TIMEOUT_S / 10)
-
-
-Headers = Sequence[tuple[bytes, bytes]]
-# Writes a direct request's answer: its status, its headers and its whole body. Called
-# once, from any callback of the connection's event loop.
-Respond = Callable[[int, Headers, bytes], None]
-# Takes a direct request's headers (names in lower case, as ASGI has them) and its body,
-# and answers through ``Respond``, now or later; it never raises.
-DirectHandler = Callable[[list[tuple[bytes, bytes]], bytes, Respond], None]
-
-
-@runtime_checkable
-class DirectRoutes(Protocol):
-    """An app that answers some requests without ASGI (see the module's docstring)."""
-
-    def direct_handler(self, method: bytes, url: bytes, length: int) -> DirectHandler | None:
-        """The handler of a request with this method, URL (as sent: path and query) and
-        ``Content-Length``, or None to have it go through ASGI."""
-        ...
-
-
-def direct_routes_of(app: Any) -> DirectRoutes | None:
-    """The ``DirectRoutes`` app that uvicorn serves as ``app``, under the wrappers it adds
-    (``ProxyHeadersMiddleware``, its message logger), each of which keeps the app it wraps
-    as ``app``. A direct request has no use for theirs: they read and rewrite the ASGI
-    scope, which it does not have."""
-    for _ in range(4):
-        if isinstance(app, DirectRoutes):
-            return app
-        app = getattr(app, "app", None)
-    return None
 
 
 class _HeadOverCap(Exception):
@@ -149,14 +125,14 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         # and uvicorn's request cycle writes the access log's lines.
         plain = self.limit_concurrency is None and not self.config.access_log
         self._direct_routes = direct_routes_of(self.app) if plain else None
-        self._reading: _DirectRequest | None = None  # the direct request whose body comes
+        self._reading: DirectRequest | None = None  # the direct request whose body comes
         self._idle_since: float | None = None  # the loop's time of the last answer, if idle
         self._rendered: tuple[list[tuple[bytes, bytes]], bytes] = ([], b"")  # _default_head
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        # The answers' writes go through _Coalescing; flow control stays on the socket's.
-        self.transport = self._coalescing = _Coalescing(transport, self.loop)
+        # The answers' writes go through Coalescing; flow control stays on the socket's.
+        self.transport = self._coalescing = Coalescing(transport, self.loop)
         self._arm()  # a connection that never sends a whole head does not stay
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -263,9 +239,9 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             super().on_headers_complete()
         else:
             keep_alive = self.parser.get_http_version() != "1.0" and self.parser.should_keep_alive()
-            cycle = _DirectCycle(keep_alive)
+            cycle = DirectCycle(keep_alive)
             self.cycle = cycle  # type: ignore[assignment]  # read by uvicorn as its own cycle
-            self._reading = _DirectRequest(handler, cycle, self.headers)
+            self._reading = DirectRequest(handler, cycle, self.headers)
         self._in_body = True  # until on_message_complete, in this read or a later one
 
     def on_body(self, body: bytes) -> None:
@@ -314,7 +290,7 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             return None
         return routes.direct_handler(self.parser.get_method(), self.url, length)
 
-    def _respond(self, cycle: _DirectCycle, status: int, headers: Headers, body: bytes) -> None:
+    def _respond(self, cycle: DirectCycle, status: int, headers: Headers, body: bytes) -> None:
         """Write a direct request's answer, as uvicorn writes an app's, and go on."""
         if cycle.response_complete:
             return
@@ -486,126 +462,6 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.loop.call_later(LINGER_S, self.transport.close)
-
-
-class _NoWaiters:
-    """An event nobody waits on: uvicorn sets its cycle's when the client leaves."""
-
-    def set(self) -> None:
-        return None
-
-
-_NO_WAITERS = _NoWaiters()
-
-
-class _DirectCycle:
-    """A direct request being answered, as uvicorn's protocol reads its request cycle
-    (``self.cycle``): whether its answer is complete (a request pipelined behind it waits
-    until it is), whether the connection ends after it (a graceful shutdown sets
-    ``keep_alive``), and whether the client left. Nothing waits on ``message_event``."""
-
-    __slots__ = ("disconnected", "keep_alive", "response_complete", "response_started")
-
-    waiting_for_100_continue = False
-    message_event = _NO_WAITERS
-
-    def __init__(self, keep_alive: bool) -> None:
-        self.keep_alive = keep_alive
-        self.response_started = False
-        self.response_complete = False
-        self.disconnected = False
-
-
-class _DirectRequest:
-    """A direct request whose body is being read: its handler, cycle, headers and body."""
-
-    __slots__ = ("body", "cycle", "handler", "headers")
-
-    def __init__(
-        self, handler: DirectHandler, cycle: _DirectCycle, headers: list[tuple[bytes, bytes]]
-    ) -> None:
-        self.handler = handler
-        self.cycle = cycle
-        self.headers = headers
-        self.body: list[bytes] = []
-
-
-class _Coalescing(asyncio.Transport):
-    """A connection's transport that sends an answer's head and body in one write.
-
-    uvicorn writes the status line and headers, then the body: two sends, two TCP
-    segments, and a client woken twice, for every answer. Here a small write waits until
-    the next write, which goes out with it at once, or until the end of the loop's turn
-    (a streamed answer's head before its first chunk is sent then). Everything else is
-    the socket's transport."""
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
-        self._transport = transport
-        self._loop = loop
-        self._held = b""
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._held:
-            data, self._held = self._held + data, b""
-        elif len(data) <= _HOLD_BYTES and not self._transport.is_closing():
-            self._held = bytes(data)
-            self._loop.call_soon(self._flush)
-            return
-        self._transport.write(data)
-
-    def write_whole(self, data: bytes) -> None:
-        """A whole answer: it goes at once, after anything held."""
-        if self._held:
-            data, self._held = self._held + data, b""
-        self._transport.write(data)
-
-    def _flush(self) -> None:
-        held, self._held = self._held, b""
-        if held and not self._transport.is_closing():  # else the client is gone
-            self._transport.write(held)
-
-    def write_eof(self) -> None:
-        self._flush()
-        self._transport.write_eof()
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._held = b""
-        self._transport.abort()
-
-    def get_write_buffer_size(self) -> int:
-        return len(self._held) + self._transport.get_write_buffer_size()
-
-    def can_write_eof(self) -> bool:
-        return self._transport.can_write_eof()
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
-
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
-
-    def is_reading(self) -> bool:
-        return self._transport.is_reading()
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._transport.set_protocol(protocol)
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._transport.get_protocol()
-
-
-_HOLD_BYTES = 4096  # an answer's head; a larger write is a body, and goes at once
 
 
 # What ``causeway serve`` hands uvicorn: this protocol, and no WebSocket.

@@ -16,6 +16,8 @@ from starlette.responses import StreamingResponse
 from uvicorn.server import ServerState
 
 from app.api import wire
+from app.api._coalescing import Coalescing
+from app.api.direct import DirectHandler, Respond
 from tests.in_process import serving
 
 seen: list[list[tuple[bytes, bytes]]] = []  # the headers of each request read to its end
@@ -345,7 +347,7 @@ class TestCoalescing:
 
     async def test_an_answers_head_and_body_go_out_in_one_write(self) -> None:
         socket_side = Recording()
-        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport = Coalescing(socket_side, asyncio.get_running_loop())
         transport.write(b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n")
         transport.write(b"ok")
         assert socket_side.writes == [b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok"]
@@ -356,7 +358,7 @@ class TestCoalescing:
         self,
     ) -> None:
         socket_side = Recording()
-        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport = Coalescing(socket_side, asyncio.get_running_loop())
         transport.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
         assert socket_side.writes == []
         await asyncio.sleep(0)
@@ -364,7 +366,7 @@ class TestCoalescing:
 
     async def test_a_large_write_goes_at_once(self) -> None:
         socket_side = Recording()
-        transport = wire._Coalescing(socket_side, asyncio.get_running_loop())
+        transport = Coalescing(socket_side, asyncio.get_running_loop())
         transport.write(CHUNK)
         assert socket_side.writes == [CHUNK]
 
@@ -372,12 +374,12 @@ class TestCoalescing:
         loop = asyncio.get_running_loop()
         head = b"HTTP/1.1 204 No Content\r\n\r\n"
         closed, aborted = Recording(), Recording()
-        closing = wire._Coalescing(closed, loop)
+        closing = Coalescing(closed, loop)
         closing.write(head)
         closing.close()
         assert closed.writes == [head]
         assert closed.closed
-        aborting = wire._Coalescing(aborted, loop)
+        aborting = Coalescing(aborted, loop)
         aborting.write(head)
         aborting.abort()
         await asyncio.sleep(0)
@@ -394,14 +396,12 @@ class Direct:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         await app(scope, receive, send)
 
-    def direct_handler(self, method: bytes, url: bytes, length: int) -> wire.DirectHandler | None:
+    def direct_handler(self, method: bytes, url: bytes, length: int) -> DirectHandler | None:
         if method == b"POST" and url == b"/direct" and length <= 100:
             return self.answer
         return None
 
-    def answer(
-        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: wire.Respond
-    ) -> None:
+    def answer(self, headers: list[tuple[bytes, bytes]], body: bytes, respond: Respond) -> None:
         self.handled.append(body)
         echo = [(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))]
         delay = dict(headers).get(b"x-delay-s")
