@@ -30,10 +30,8 @@ connection, a timeout), every request in it gets that error.
 Groups are written without a wake-up hint: ``ingest.hints`` sends one for them once
 they are committed, at most one every few milliseconds.
 
-The appender drives its transactions on psycopg directly: checking a connection out and
-in, and SQLAlchemy's transaction, cost a small group more CPU than its statements did.
-It keeps its connections; one that broke, or was left inside a transaction (a cancelled
-group), is dropped and replaced before the next group.
+The appender drives its transactions on psycopg directly, on connections it keeps
+(``ingest._held``).
 """
 
 from __future__ import annotations
@@ -47,21 +45,18 @@ from functools import partial
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection as PsycopgConnection
-from psycopg.pq import TransactionStatus
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import driver_of
 from app.errors import Unavailable
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
 from app.store.tail import QUIET_GROUPS, Planned, Tail
 from app.store.writes import HeadMoved, Moved, appended_types, write_group, write_shared
+from ingest._held import Held, HeldConnections
 from ingest.hints import WakeHints
 
 logger = logging.getLogger(__name__)
-_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 
 # Where an append's outcome goes: where its events landed, or the error that refused it
@@ -80,14 +75,6 @@ class _Request:
 
 
 @dataclass(frozen=True, slots=True)
-class _Held:
-    """A pooled connection the appender keeps, and the psycopg connection under it."""
-
-    connection: AsyncConnection
-    driver: PsycopgConnection[Any]
-
-
-@dataclass(frozen=True, slots=True)
 class _Flight:
     """A group planned ahead and on its way, on a connection of its own. Its task
     answers the requests when the group is written, and returns how it moved (None: it
@@ -95,7 +82,7 @@ class _Flight:
 
     requests: list[_Request]
     planned: Planned
-    held: _Held
+    held: Held
     task: asyncio.Task[Exception | Moved | None]
 
 
@@ -128,7 +115,7 @@ class Appender:
         self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
-        self._idle: list[_Held] = []  # free for the next group
+        self._held = HeldConnections(engine)
         self._hints = WakeHints(engine, window_s=hint_window_s)
         self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
@@ -184,7 +171,7 @@ class Appender:
             raise
         finally:
             if self._closed:
-                await self._release_idle()
+                await self._held.release()
 
     async def _next_arrival_or_landing(self) -> None:
         arrived = self._arrived = asyncio.get_running_loop().create_future()
@@ -201,7 +188,7 @@ class Appender:
             tail.trim()
         requests = [(r.tenant, r.events) for r in group]
         try:
-            held = await self._connection()
+            held = await self._held.take()
         except Exception as exc:  # none to be had (the server is gone, the pool is full)
             await self._lost(group, exc)
             return
@@ -227,12 +214,12 @@ class Appender:
         except Exception:
             tail.forget()  # under the lock, the request at fault fails alone
         except BaseException:  # cancelled (the server is stopping): nothing was sent
-            await self._discard(held)
+            await self._held.discard(held)
             for request in group:
                 _settle(request, _stopped())
             raise
         if planned is None:
-            self._idle.append(held)
+            self._held.give_back(held)
             await self._land_all()
             await self._commit_under_lock(group)
             return
@@ -240,7 +227,7 @@ class Appender:
         self._flights.append(_Flight(group, planned, held, flight))
 
     async def _fly(
-        self, held: _Held, group: list[_Request], planned: Planned
+        self, held: Held, group: list[_Request], planned: Planned
     ) -> Exception | Moved | None:
         moved = None
         try:
@@ -287,16 +274,16 @@ class Appender:
         self._flights.popleft()
         if not isinstance(result, Exception):
             tail.written(flight.planned, result)
-            self._idle.append(flight.held)
+            self._held.give_back(flight.held)
             return
         error = result
         # Every group planned after this one rests on it and fails the head check too.
         tail.forget()
         if _fails_alone(error):  # HeadMoved among them: another writer, or the one before
-            self._idle.append(flight.held)
+            self._held.give_back(flight.held)
             await self._commit_under_lock(flight.requests)
             return
-        await self._discard(flight.held)
+        await self._held.discard(flight.held)
         await self._lost(flight.requests, error)
 
     async def _land_all(self) -> None:
@@ -314,7 +301,7 @@ class Appender:
         if flights:
             await asyncio.wait([flight.task for flight in flights])
         for flight in flights:
-            await self._discard(flight.held)
+            await self._held.discard(flight.held)
             for request in flight.requests:
                 _settle(request, _interrupted())  # none if it was written and answered
 
@@ -342,12 +329,12 @@ class Appender:
         away, every connection held went with it: they are dropped too."""
         if not _fails_alone(exc):
             logger.warning("a group of %d appends failed: %r", len(group), exc)
-            await self._release_idle()
+            await self._held.release()
         for request in group:
             _settle(request, exc)
 
     async def _commit(self, group: list[_Request]) -> None:
-        held = await self._connection()
+        held = await self._held.take()
         driver = held.driver
         try:
             requests = [(r.tenant, r.events) for r in group]
@@ -355,9 +342,9 @@ class Appender:
         except BaseException:
             if not driver.broken and not driver.closed:
                 await driver.rollback()
-            self._idle.append(held)  # checked again before it is used
+            self._held.give_back(held)  # checked again before it is used
             raise
-        self._idle.append(held)
+        self._held.give_back(held)
         if self._tail is not None:
             self._tail.restart(landed.found, landed.group)
         if landed.group is not None:
@@ -367,37 +354,6 @@ class Appender:
         for request, outcome in zip(group, landed.outcomes, strict=True):
             _settle(request, outcome)
 
-    async def _connection(self) -> _Held:
-        """A held connection, idle; else one from the pool that answers. When the server
-        went away, every idle connection in the pool went with it: each is tried and
-        dropped in turn, so only the group that found a held one dead fails."""
-        while self._idle:
-            held = self._idle.pop()
-            status = held.driver.info.transaction_status
-            if not held.driver.closed and status == TransactionStatus.IDLE:
-                return held
-            await self._discard(held)
-        tries = getattr(self._engine.pool, "checkedin", lambda: 0)()  # idle, maybe dead
-        for attempt in range(tries + 1):
-            connection = await self._engine.connect()
-            # The groups begin and commit their own transactions (append_on in the round
-            # trips of its statements, causeway_append as one statement); the pool resets
-            # the mode when the connection goes back. A group written in one statement is
-            # a transaction of the database's default isolation, which must be READ
-            # COMMITTED: under REPEATABLE READ, one that waited at the head for the group
-            # before it would fail (it locks a row changed since its snapshot).
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            fresh = _Held(connection, await driver_of(connection))
-            try:
-                await fresh.driver.execute(_READ_COMMITTED)
-            except psycopg.OperationalError:
-                await self._discard(fresh)
-                if attempt == tries:
-                    raise
-                continue
-            return fresh
-        raise AssertionError("unreachable")  # pragma: no cover
-
     async def close(self) -> None:
         """Give the held connections back (the app's shutdown, before the pool closes).
         A group that still comes later returns its connections when it is done."""
@@ -405,24 +361,7 @@ class Appender:
         if self._writer is not None and not self._writer.done():
             await asyncio.wait([self._writer])
         await self._hints.close()
-        await self._release_idle()
-
-    async def _release_idle(self) -> None:
-        idle, self._idle = self._idle, []
-        for held in idle:
-            if held.driver.closed or held.driver.broken:
-                await self._discard(held)
-                continue
-            try:
-                await held.driver.execute("RESET default_transaction_isolation")
-            except psycopg.OperationalError:
-                await self._discard(held)
-                continue
-            await held.connection.close()
-
-    async def _discard(self, held: _Held) -> None:
-        await held.connection.invalidate()
-        await held.connection.close()
+        await self._held.release()
 
     def _take(self) -> list[_Request]:
         group = [self._queue.popleft()]

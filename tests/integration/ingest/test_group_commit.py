@@ -402,8 +402,7 @@ async def test_a_group_that_finds_no_connection_is_answered(
         raise PoolTimeout("no connection came free")
 
     late = NewEvent(id="x", source="/s", type="t", stream="s")
-    monkeypatch.setattr(appender, "_idle", [])
-    monkeypatch.setattr(appender, "_connection", no_connection)
+    monkeypatch.setattr(appender._held, "take", no_connection)
     try:
         with pytest.raises(PoolTimeout):
             await asyncio.wait_for(appender.append("acme", [late]), timeout=5)
