@@ -50,8 +50,8 @@ hands over the headers and the body once it has read them, and writes the answer
 gives back. uvicorn's request cycle (the ASGI scope, a task, the receive and send
 messages) cost more CPU than appending one event does, on the path every producer takes.
 Only a plain request goes this way: its body framed by ``Content-Length``, no ``Expect``
-or upgrade, no request before it still unanswered, no access log and no concurrency
-limit to keep; every other request goes through ASGI as before. Its answer is written as
+or upgrade, no request before it still unanswered, no access log, root path or
+concurrency limit to keep; every other request goes through ASGI as before. Its answer is written as
 uvicorn writes one (the same status line and default headers, ``connection: close`` when
 the connection ends with it), and then the connection goes on as after any answer:
 requests pipelined behind it start, or the keep-alive timer runs.
@@ -121,9 +121,10 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
         self._unsent = 0  # what the client had yet to take when the send timer last looked
         self._taken_at = 0.0  # the loop's time when the client was last seen taking some
         self._lingering = False
-        # A concurrency limit is counted in uvicorn's tasks, which direct requests are not,
-        # and uvicorn's request cycle writes the access log's lines.
-        plain = self.limit_concurrency is None and not self.config.access_log
+        # A concurrency limit is counted in uvicorn's tasks, which direct requests are not;
+        # uvicorn's request cycle writes the access log's lines; and under a root path the
+        # app's routes answer (the app names direct requests by the path they arrive by).
+        plain = self.limit_concurrency is None and not self.config.access_log and not self.root_path
         self._direct_routes = direct_routes_of(self.app) if plain else None
         self._reading: DirectRequest | None = None  # the direct request whose body comes
         self._idle_since: float | None = None  # the loop's time of the last answer, if idle

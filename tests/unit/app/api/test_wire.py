@@ -492,6 +492,13 @@ class TestDirectRequests:
         assert answering.handled == []
         assert len(seen) == 3
 
+    async def test_under_a_root_path_every_request_goes_through_asgi(self) -> None:
+        answering = Direct()
+        async with serving(answering, root_path="/api") as port:
+            seen.clear()
+            [(_, body)] = await answers_to(port, direct(b"hi", CLOSE))
+        assert (body, answering.handled) == (b"ok", [])
+
     async def test_http_1_0_ends_the_connection_after_the_answer(
         self, served: tuple[Direct, int]
     ) -> None:
