@@ -78,7 +78,12 @@ def declared_too_large(
     # isascii: str.isdigit() also accepts digits int() refuses, such as "²".
     if not (declared and declared.isascii() and declared.isdigit()):
         return None
-    size = int(declared)
+    # Leading zeros are allowed (HTTP parsers take them), and int() refuses thousands of
+    # digits: a length of more than 19 is past any cap, and said as at least 10**19.
+    digits = declared.lstrip("0") or "0"
+    if len(digits) > 19:
+        return too_large(10**19, max_bytes, setting, at_least=True)
+    size = int(digits)
     return too_large(size, max_bytes, setting) if size > max_bytes else None
 
 

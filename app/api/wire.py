@@ -283,7 +283,13 @@ class CappedHttpToolsProtocol(HttpToolsProtocol):
             return None
         length = None
         for name, value in self.headers:
-            if name == b"content-length" and length is None and value.isdigit():
+            # As many digits as a length can have: int() refuses thousands of them.
+            if (
+                name == b"content-length"
+                and length is None
+                and value.isdigit()
+                and len(value) <= 18
+            ):
                 length = int(value)
             elif name in (b"content-length", b"transfer-encoding"):
                 return None  # framed otherwise, or ambiguously: uvicorn's way decides

@@ -174,6 +174,26 @@ async def test_a_content_length_of_digits_int_refuses_is_no_server_error(
     assert sent[0]["status"] == 401
 
 
+@pytest.mark.parametrize("path", ["/routes", "/events"])
+async def test_a_content_length_of_thousands_of_digits_is_no_server_error(
+    app: FastAPI, path: str
+) -> None:
+    """HTTP parsers take leading zeros, and int() refuses thousands of digits: such a length
+    is read for what it says (2), and one with thousands of significant digits is past
+    any cap (POST /events checks the key first)."""
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    past_the_cap = 401 if path == "/events" else 413
+    for declared, status in [(b"0" * 5000 + b"2", 401), (b"9" * 5000, past_the_cap)]:
+        sent.clear()
+        headers = [(b"content-type", b"application/json"), (b"content-length", declared)]
+        await call(app, "POST", path, "none", [b"{}"], send, headers=headers)
+        assert sent[0]["status"] == status
+
+
 @pytest.mark.parametrize(
     ("path", "body"),
     [

@@ -492,6 +492,14 @@ class TestDirectRequests:
         assert answering.handled == []
         assert len(seen) == 3
 
+    async def test_a_length_of_thousands_of_digits_goes_through_asgi(
+        self, served: tuple[Direct, int]
+    ) -> None:
+        # Leading zeros: httptools reads it as 2; int() would refuse the digits.
+        long = b"POST /direct HTTP/1.1\r\nhost: x\r\ncontent-length: " + b"0" * 5000 + b"2\r\n"
+        [(head, body)] = await answers_to(served[1], long + CLOSE + b"\r\nhi")
+        assert (head.split()[1], body, served[0].handled) == (b"200", b"ok", [])
+
     async def test_under_a_root_path_every_request_goes_through_asgi(self) -> None:
         answering = Direct()
         async with serving(answering, root_path="/api") as port:
