@@ -27,17 +27,14 @@ class Authenticator:
     def cached(self, key: str) -> Principal | None:
         """The principal of ``key`` if the cache holds it and may still be trusted; None
         means only that the store must be asked (``authenticate``)."""
-        hit = self._cache.get(hashlib.sha256(key.encode()).digest())
-        if hit is not None and hit[0] > time.monotonic():
-            return hit[1]
-        return None
+        return self._hit(hashlib.sha256(key.encode()).digest(), time.monotonic())
 
     async def authenticate(self, key: str) -> Principal | None:
-        found = self.cached(key)
-        if found is not None:
-            return found
         digest = hashlib.sha256(key.encode()).digest()
         now = time.monotonic()
+        found = self._hit(digest, now)
+        if found is not None:
+            return found
         async with self._engine.connect() as conn:
             found = await KeyStore(conn).authenticate(key)
         if found is None:
@@ -48,3 +45,7 @@ class Authenticator:
             while len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
         return found
+
+    def _hit(self, digest: bytes, now: float) -> Principal | None:
+        hit = self._cache.get(digest)
+        return hit[1] if hit is not None and hit[0] > now else None

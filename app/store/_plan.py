@@ -193,12 +193,7 @@ class GroupPlan:
                     actual=actual,
                     index=index,
                 )
-            if (
-                event.has_data
-                and event.data_binary is None
-                and not event.numbers_normalised
-                and needs_normalising(event.data)
-            ):
+            if _to_normalise(event):
                 # Built in code rather than ingested (a registration, a route): numbers
                 # that jsonb would read back otherwise (-0.0, 1e16) would break the chain.
                 try:
@@ -263,12 +258,7 @@ class GroupPlan:
         actual = self.versions.get(stream, 0)
         if event.expected_version is not None and event.expected_version != actual:
             return None
-        if (
-            event.has_data
-            and event.data_binary is None
-            and not event.numbers_normalised
-            and needs_normalising(event.data)
-        ):
+        if _to_normalise(event):
             return None
         position, version = self.position + 1, actual + 1
         row = self._chained(event, tenant, position, version, self.prev_hash)
@@ -297,6 +287,17 @@ class GroupPlan:
             hashlib.sha256(prev_hash + canonical).digest(),
             canonical if self.keep_canonical else None,
         )
+
+
+def _to_normalise(event: NewEvent) -> bool:
+    """Whether ``event``'s JSON data has numbers ``jsonb`` would read back otherwise (-0.0,
+    1e16): an event built in code, whose data ingest did not already normalise."""
+    return (
+        event.has_data
+        and event.data_binary is None
+        and not event.numbers_normalised
+        and needs_normalising(event.data)
+    )
 
 
 def _compare(event: NewEvent, tenant: str, stored: Content) -> str | None:

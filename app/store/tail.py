@@ -20,7 +20,7 @@ on the head as the tail knows it would fail nearly every time. The tail then tur
 ``shared`` (and looks up the streams it knew again: the others may have moved them): each
 group is still planned without the lock, on the head and the stream versions as the tail
 knows them, but keeps its events' canonical encodings, and is written with
-``log.write_shared``, which moves it onto the head PostgreSQL finds, and its streams
+``writes.write_shared``, which moves it onto the head PostgreSQL finds, and its streams
 past the versions the others wrote meanwhile (one round trip, whatever they wrote). It
 reports the streams the others wrote to, so that what the tail knows stays what is
 stored as of its head. One group is on its way at a time then: a group planned on
@@ -71,7 +71,7 @@ class Planned:
     group: GroupPlan
     outcomes: list[list[Appended]]
     generation: int  # the tail's, when planned: what it knew then still holds if unchanged
-    shared: bool = False  # planned to be moved onto the head it meets (log.write_shared)
+    shared: bool = False  # to be moved onto the head it meets (writes.write_shared)
 
 
 class Tail:
@@ -170,7 +170,7 @@ class Tail:
 
     def written(self, planned: Planned, moved: Moved | None = None) -> None:
         """``planned`` is in the log: where it was planned to go, or ``moved`` from there
-        (``log.write_shared``)."""
+        (``writes.write_shared``)."""
         group = planned.group
         planned_end = Head(group.position, group.prev_hash)
         if moved is None:
@@ -198,8 +198,8 @@ class Tail:
     def restart(self, found: Head | None, group: GroupPlan | None) -> None:
         """``log.append_on`` found the head at ``found`` under the lock and wrote ``group``
         (if it wrote anything). Where the head was not where this appender last left it,
-        someone else appends too: what the tail knew of streams is dropped, and the next
-        group is planned under the lock again, which tells whether they still do."""
+        someone else appends too: what the tail knew of streams is dropped (looked up
+        again when needed), and the tail turns shared."""
         if found is None:
             return
         if found != self._left:  # someone else appended since this appender's last group

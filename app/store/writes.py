@@ -98,9 +98,9 @@ async def write_shared(
     the head PostgreSQL finds, which others may have moved past ``after``. None when it
     went in as planned, else how it moved. The stream versions it was planned on must be
     the stored ones as of ``after`` (where others moved them since, it is moved too).
-    Raises ``HeadMoved`` only when the head is behind ``after``; a key another writer
-    took meanwhile raises as PostgreSQL does (an ``IntegrityError``), and nothing is
-    written. No event of ``group`` may carry an expected version: the head's move would
+    Raises ``HeadMoved`` when the head is behind ``after``, or the log holds no such head
+    (another hash at that position); a key another writer took meanwhile raises as
+    PostgreSQL does (an ``IntegrityError``). Nothing is written then. No event of ``group`` may carry an expected version: the head's move would
     not be checked against it."""
     canonical, splices = _splices(group.rows)
     params = (

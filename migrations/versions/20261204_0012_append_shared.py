@@ -12,9 +12,11 @@ it was planned and moves it onto the head it finds:
 
 - positions move by how far the head moved (``shift``), and so do the causal edges
   between events of the group; an edge to an event before the group stays;
-- each stream's versions move by how far the stream moved since the versions the group
-  was planned on (another writer appended to it, or the appender's own knowledge of it
-  was old): each stream's stored version is looked up under the lock;
+- each stream's versions move past the versions the others wrote to it meanwhile, read
+  off their events by position (past ``_NEAR`` of them, each stream's last version is
+  looked up in its unique key instead). The versions the group was planned on must be
+  the stored ones as of the head planned on: when the head has not moved, nothing is
+  looked up;
 - the hash chain is linked again from the head: each event's canonical encoding
   (``canonical``, as the appender encoded it) gets its new position and stream version
   in place of the planned ones, at the byte offsets ``splices`` gives (four a event:
@@ -30,9 +32,10 @@ one still on its way), or a head planned on that the log does not hold (not that
 that position), is refused as ``causeway_append`` refuses it, with SQLSTATE 40001 and the
 head's position as DETAIL.
 
-It returns NULL when the group was written as planned, else a JSON object: ``shift``,
-the new last ``hash`` (hex), and ``streams``, ``[tenant, stream, shift]`` for each stream
-whose versions moved. ``new_events`` and ``new_edges`` are as ``causeway_append`` reads
+It returns NULL when the head had not moved, else a JSON object: ``shift``, the new last
+``hash`` (hex), ``streams``, ``[tenant, stream, shift]`` for each stream of the group whose
+versions moved, and ``others``, ``[tenant, stream, version]`` for each stream the others
+wrote to (the last version they wrote), or null past ``_NEAR`` of their events. ``new_events`` and ``new_edges`` are as ``causeway_append`` reads
 them; ``hint``, when not NULL, is sent as its NOTIFY.
 """
 

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import orjson
@@ -28,33 +29,35 @@ from tests.integration.events import BATCH, STRUCTURED, dumps
 from tests.integration.events import event as cloudevent
 from tests.integration.process import create_key, environment, serving
 
+Mix = list[tuple[str, bytes, int, str | None]]
 
-async def test_64_concurrent_requests_each_get_their_own_answer(
-    client: httpx2.AsyncClient, app: FastAPI, engine: AsyncEngine
-) -> None:
-    seeded = cloudevent(stream="orders")
-    await client.post("/events", content=dumps(seeded), headers=STRUCTURED)
-    requests: list[tuple[str, bytes, int, str | None]] = []
+
+def mix(seeded: dict[str, Any], *, batch: bool) -> Mix:
+    """64 requests, in turn valid, a re-send of ``seeded``, a version conflict and an
+    unknown cause: (kind, body, status, problem type). As batches (the valid ones of two
+    events, the conflict late in its batch), or as one event a request."""
+    requests: Mix = []
     for i in range(64):
         kind = ("valid", "duplicate", "conflict", "unknown-cause")[i % 4]
         if kind == "valid":
-            valid = [cloudevent(stream=f"s{i}"), cloudevent(stream=f"s{i}")]
-            requests.append((kind, dumps(valid), 201, None))
+            events = [cloudevent(stream=f"s{i}") for _ in range(2 if batch else 1)]
+            expected: tuple[int, str | None] = (201, None)
         elif kind == "duplicate":
-            requests.append((kind, dumps([seeded]), 200, None))
+            events, expected = [seeded], (200, None)
         elif kind == "conflict":
-            late = [cloudevent(stream=f"c{i}"), cloudevent(stream="orders", expectedversion=7)]
-            requests.append((kind, dumps(late), 409, "/problems/version-conflict"))
+            events = [cloudevent(stream=f"c{i}")] if batch else []
+            events.append(cloudevent(stream="orders", expectedversion=7))
+            expected = (409, "/problems/version-conflict")
         else:
-            orphan = [cloudevent(causationid=f"missing-{i}")]
-            requests.append((kind, dumps(orphan), 422, "/problems/unknown-cause"))
+            events = [cloudevent(causationid=f"missing-{i}")]
+            expected = (422, "/problems/unknown-cause")
+        requests.append((kind, dumps(events if batch else events[0]), *expected))
+    return requests
 
-    appender = app.state.appender
-    groups_before = appender.groups_committed
-    responses = await asyncio.gather(
-        *(client.post("/events", content=body, headers=BATCH) for _, body, _, _ in requests)
-    )
 
+def assert_each_answered(requests: Mix, responses: list[httpx2.Response]) -> None:
+    """Each request got its own answer: its status and problem, the re-send its stored
+    position, the valid ones their events, in order, at versions 1, 2, ..."""
     for (kind, sent_body, status, problem), response in zip(requests, responses, strict=True):
         assert response.status_code == status, (kind, response.text)
         if problem:
@@ -63,8 +66,24 @@ async def test_64_concurrent_requests_each_get_their_own_answer(
             assert response.json()["events"][0]["position"] == 1
         else:
             sent = orjson.loads(sent_body)
-            assert [e["id"] for e in response.json()["events"]] == [e["id"] for e in sent]
-            assert [e["stream_version"] for e in response.json()["events"]] == [1, 2]
+            sent = sent if isinstance(sent, list) else [sent]
+            answers = response.json()["events"]
+            assert [e["id"] for e in answers] == [e["id"] for e in sent]
+            assert [e["stream_version"] for e in answers] == list(range(1, len(sent) + 1))
+
+
+async def test_64_concurrent_requests_each_get_their_own_answer(
+    client: httpx2.AsyncClient, app: FastAPI, engine: AsyncEngine
+) -> None:
+    seeded = cloudevent(stream="orders")
+    await client.post("/events", content=dumps(seeded), headers=STRUCTURED)
+    requests = mix(seeded, batch=True)
+    appender = app.state.appender
+    groups_before = appender.groups_committed
+    responses = await asyncio.gather(
+        *(client.post("/events", content=body, headers=BATCH) for _, body, _, _ in requests)
+    )
+    assert_each_answered(requests, responses)
     # 32 requests wrote events; sharing transactions, they took fewer than 32 commits.
     assert appender.groups_committed - groups_before < 32, "requests were not grouped"
     replay = (await client.get("/replay")).text.splitlines()
@@ -88,32 +107,12 @@ async def test_64_concurrent_events_over_the_wire_each_get_their_own_answer(
     ):
         seeded = cloudevent(stream="orders")
         assert (await client.post("/events", content=dumps(seeded), headers=STRUCTURED)).is_success
-        requests: list[tuple[str, bytes, int, str | None]] = []
-        for i in range(64):
-            kind = ("valid", "duplicate", "conflict", "unknown-cause")[i % 4]
-            if kind == "valid":
-                requests.append((kind, dumps(cloudevent(stream=f"s{i}")), 201, None))
-            elif kind == "duplicate":
-                requests.append((kind, dumps(seeded), 200, None))
-            elif kind == "conflict":
-                late = cloudevent(stream="orders", expectedversion=7)
-                requests.append((kind, dumps(late), 409, "/problems/version-conflict"))
-            else:
-                orphan = cloudevent(causationid=f"missing-{i}")
-                requests.append((kind, dumps(orphan), 422, "/problems/unknown-cause"))
+        requests = mix(seeded, batch=False)
         groups_before = app.state.appender.groups_committed
         responses = await asyncio.gather(
             *(client.post("/events", content=body, headers=STRUCTURED) for _, body, *_ in requests)
         )
-    for (kind, sent_body, status, problem), response in zip(requests, responses, strict=True):
-        assert response.status_code == status, (kind, response.text)
-        if problem:
-            assert response.json()["type"] == problem
-        elif kind == "duplicate":
-            assert response.json()["events"][0]["position"] == 1
-        else:
-            [answer] = response.json()["events"]
-            assert (answer["id"], answer["stream_version"]) == (orjson.loads(sent_body)["id"], 1)
+    assert_each_answered(requests, responses)
     assert app.state.appender.groups_committed - groups_before < 16, "requests were not grouped"
     async with engine.connect() as conn:
         positions = (await conn.execute(text("SELECT position FROM events ORDER BY 1"))).scalars()
