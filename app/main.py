@@ -15,7 +15,15 @@ from fastapi import FastAPI
 from sqlalchemy import URL
 from starlette.types import Receive, Scope, Send
 
-from app.api import deployments, events, health, models, problems, projections, replay
+from app.api import (
+    deployments,
+    events,
+    health,
+    model_registry,
+    problems,
+    projections,
+    replay,
+)
 from app.api.auth import Authenticator
 from app.api.deps import authorize, authorize_cached, require
 from app.api.direct import DirectHandler, Respond
@@ -26,11 +34,12 @@ from app.errors import BadRequest
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
-from app.projections.catalogue import all_projections
+from app.projections.deployments import Deployments
+from app.projections.model_registry import ModelRegistry
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
+from app.store.append.group_commit import Appender, Outcome
 from app.store.keys import Scope as KeyScope
-from ingest.appender import Appender, Outcome
 from ingest.bodies import CappedRequest, declared_too_large
 from ingest.limits import Limits
 from ingest.router import Ingest, answer_of
@@ -66,7 +75,8 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
 
 
 def every_projection() -> list[Projection]:
-    return [*all_projections(), *scheduler_projections()]
+    """Every projection of the project, the one list: what serve runs and the CLI manages."""
+    return [ModelRegistry(), Deployments(), *scheduler_projections()]
 
 
 def lease_policy_from(settings: Settings) -> LeasePolicy:
@@ -198,7 +208,7 @@ def create_app(
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
-    app.include_router(models.router)
+    app.include_router(model_registry.router)
     app.include_router(deployments.router)
     app.include_router(projections.router)
     app.include_router(

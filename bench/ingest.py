@@ -40,12 +40,12 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import URL
 
 from app.db.engine import create_engine, libpq_conninfo
-from app.store._plan import GroupPlan
-from app.store._plan import Row as PlannedRow
+from app.store.append.planning import GroupPlan
+from app.store.append.planning import Row as PlannedRow
 from app.store.chain import GENESIS_HASH
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
-from app.store.models import Signature, registration_event, registration_from
+from app.store.model_registry import Signature, registration_event, registration_from
 from app.store.records import NewEvent
 from bench._harness import (
     NO_CPU,

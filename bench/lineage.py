@@ -24,7 +24,7 @@ from sqlalchemy import URL
 from app.db.engine import create_engine, libpq_conninfo
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
-from app.store.models import Signature, registration_event
+from app.store.model_registry import Signature, registration_event
 from app.store.records import NewEvent
 from bench._harness import (
     Row,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from app.db.engine import create_engine, libpq_conninfo
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
-from ingest.appender import Appender
+from app.store.append.group_commit import Appender
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 

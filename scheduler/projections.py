@@ -28,9 +28,8 @@ from app.db.tables import events, prewarm_windows, routes, tasks
 from app.errors import AppError
 from app.projections.base import Selection
 from app.store.chain import ChainRecord
-from app.store.graph import StoredEvent
 from app.store.log import EventLog
-from app.store.records import NewEvent
+from app.store.records import NewEvent, StoredEvent
 from scheduler import routes as r
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue, write_task

@@ -36,12 +36,12 @@ from app.db.engine import DriverStatement
 from app.db.tables import event_causes, events, projection_checkpoints, routes, tasks
 from app.errors import AppError, Conflict, IdConflict, LeaseLost, NotFound, VersionConflict
 from app.store import deployments as deployment_commands
+from app.store.append.group_commit import Appender
 from app.store.chain import ChainRecord
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
 from app.store.records import Appended, NewEvent
-from ingest.appender import Appender
 from scheduler import tasks as t
 from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
 from scheduler.routes import Route, event_time

@@ -37,11 +37,11 @@ from pydantic import (
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import BadRequest, InvalidCloudEvent, NotFound
+from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.reads import EventReader
 from app.store.records import EXACT_LIMIT, Text
 from app.store.timestamps import parse_time_parameter
-from ingest.appender import Appender
 from ingest.binding import BATCH, parse_request
 from ingest.bodies import JSONRoute
 from ingest.limits import Limits

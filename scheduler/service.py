@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.settings import Settings
-from ingest.appender import Appender
+from app.store.append.group_commit import Appender
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.queue import TaskQueue
 

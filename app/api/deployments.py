@@ -19,16 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require
-from app.api.models import appender_of
+from app.api.model_registry import appender_of
 from app.errors import BadRequest, InvalidEvent, NotFound
 from app.store import deployments as commands
+from app.store.append.group_commit import Appender
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState, incompatibility
 from app.store.keys import Principal, Scope
-from app.store.models import is_valid_name
+from app.store.model_registry import is_valid_name
 from app.store.records import MAX_POSITION, NewEvent, Text, parse_position
 from app.store.timestamps import parse_time_parameter
-from ingest.appender import Appender
 from ingest.bodies import JSONRoute
 
 router = APIRouter(tags=["deployments"], route_class=JSONRoute)

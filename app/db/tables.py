@@ -157,7 +157,7 @@ projection_skips = Table(
     Column("skipped_at", DateTime(timezone=True), nullable=False),
 )
 
-# Read models of the model registry projection (app/projections/models.py).
+# Read models of the model registry projection (app/projections/model_registry.py).
 model_versions = Table(
     "model_versions",
     metadata,

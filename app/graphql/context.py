@@ -20,9 +20,10 @@ from strawberry.fastapi import BaseContext
 from app.db.engine import DriverPool
 from app.errors import AnswerTooLarge, AppError, Timeout, Unavailable
 from app.graphql.limits import GraphQLLimits
-from app.store.graph import GraphReader, Page, StoredEvent
+from app.store.graph import GraphReader, Page
 from app.store.keys import Principal
-from app.store.registry import ModelVersion, RegistryReader
+from app.store.model_registry_reads import ModelVersion, RegistryReader
+from app.store.records import StoredEvent
 
 EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
 # What an item counts against the answer budget, where an item of a plain list counts

@@ -48,9 +48,9 @@ from app.store.deployment_reads import DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
+from app.store.model_registry_reads import RegistryReader
 from app.store.records import EventFilter as StoreFilter
 from app.store.records import refuse_empty_filters
-from app.store.registry import RegistryReader
 from app.store.timestamps import parse_time_parameter
 
 Info = strawberry.Info[Context, None]

@@ -14,11 +14,11 @@ from app.graphql.context import Context
 from app.store.chain import format_recorded_at
 from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
-from app.store.graph import Direction, Page, StoredEvent
+from app.store.graph import Direction, Page
 from app.store.lineage import Audit, Trace
-from app.store.records import MAX_POSITION, parse_position
-from app.store.registry import Model as StoredModel
-from app.store.registry import ModelVersion as StoredVersion
+from app.store.model_registry_reads import Model as StoredModel
+from app.store.model_registry_reads import ModelVersion as StoredVersion
+from app.store.records import MAX_POSITION, StoredEvent, parse_position
 
 BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
 

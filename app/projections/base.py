@@ -20,7 +20,7 @@ from typing import Protocol, runtime_checkable
 from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.store.graph import StoredEvent
+from app.store.records import StoredEvent
 
 
 class Projection(Protocol):

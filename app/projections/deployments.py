@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import deployment_history, deployments
 from app.store.deployments import PREFIX, TYPES, DeploymentState, fold
-from app.store.graph import StoredEvent
+from app.store.records import StoredEvent
 
 
 class Deployments:

@@ -40,9 +40,9 @@ from app.db.engine import DriverStatement
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections.base import Projection, Selection, Selective
-from app.store.graph import StoredEvent
+from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
 from app.store.log import full_row, record_from_row
-from app.store.writes import NOTIFY_CHANNEL, read_wake_hint
+from app.store.records import StoredEvent
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c

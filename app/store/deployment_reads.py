@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import deployment_history, deployments, events
 from app.store.deployments import TYPES, DeploymentState, fold, stream_of
-from app.store.models import REGISTERED, registration_id
+from app.store.model_registry import REGISTERED, registration_id
 
 
 @dataclass(frozen=True, slots=True)

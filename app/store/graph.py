@@ -21,33 +21,16 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events
-from app.store.chain import ChainRecord, seals
+from app.store.chain import ChainRecord
 from app.store.log import full_row, record_from_row
 from app.store.reads import apply_filter
-from app.store.records import EventFilter
+from app.store.records import EventFilter, StoredEvent
 
 
 class Direction(enum.Enum):
     UPSTREAM = "upstream"  # towards causes
     DOWNSTREAM = "downstream"  # towards effects
     BOTH = "both"
-
-
-class StoredEvent(NamedTuple):
-    """A stored event and its place in the chain. (A tuple, not a dataclass: walks build
-    hundreds of these per answer, and a frozen dataclass takes three times as long.)"""
-
-    record: ChainRecord
-    prev_hash: bytes
-    hash: bytes
-
-    @property
-    def position(self) -> int:
-        return self.record.position
-
-    def is_chained(self) -> bool:
-        """Whether the stored hash matches the stored content and ``prev_hash``."""
-        return seals(self.hash, self.prev_hash, self.record)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ from psycopg import AsyncConnection as PsycopgConnection
 
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
-from app.store.graph import Direction, StoredEvent, WalkedNode, walk
+from app.store.graph import Direction, WalkedNode, walk
+from app.store.records import StoredEvent
 
 
 @dataclass(frozen=True, slots=True)

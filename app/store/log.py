@@ -10,7 +10,7 @@ not own.
 A group of requests is planned in memory (``_plan``: every request atomic on its own,
 the hash chain computed in the same pass) on facts read from the log: here, under the
 lock (``append_on``, for any caller and any transaction), or before it, from what an
-appender knows of the tail (``tail.Tail``, ``fetch_facts`` and ``writes``, one round trip
+appender knows of the tail (``tail_cache.TailCache``, ``fetch_facts`` and ``writes``, one round trip
 and no planning under the lock). An event's id is unique in its tenant: a re-sent event
 (same source, id and content) is reported as a duplicate with its stored position; the
 same id with other content, or from another source, is an ``IdConflict``.
@@ -32,11 +32,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.engine import driver_of
 from app.db.tables import events
 from app.errors import AppError
-from app.store._plan import Facts, GroupPlan, Head, Key, Known, ModelKey
+from app.store.append.planning import GroupPlan, Head, Key, ModelKey, SeenEvent, StoredFacts
+from app.store.append.writes import unsendable, write_group
 from app.store.chain import ChainRecord
-from app.store.models import REGISTERED, Registration, registration_from, registration_id
+from app.store.model_registry import REGISTERED, Registration, registration_from, registration_id
 from app.store.records import Appended, NewEvent
-from app.store.writes import unsendable, write_group
 
 Outcome = list[Appended] | AppError
 
@@ -62,7 +62,7 @@ class EventLog:
 
 
 @dataclass(frozen=True, slots=True)
-class Landed:
+class LockedAppend:
     """What ``append_on`` did: each request's outcome, the head it found under the lock,
     and the group it wrote (None when it wrote nothing)."""
 
@@ -77,7 +77,7 @@ async def append_on(
     *,
     commit: bool = False,
     notify: bool = True,
-) -> Landed:
+) -> LockedAppend:
     """``EventLog.append_many`` on a psycopg connection in a transaction the caller owns:
     lock the head, read what planning needs, plan, write. The head stays locked from the
     first statement to the commit, so every statement goes straight to the driver.
@@ -90,7 +90,7 @@ async def append_on(
     if commit and not driver.autocommit:
         raise ValueError("append_on(commit=True) needs a connection in autocommit mode")
     if not any(batch for _, batch in requests):
-        return Landed([[] for _ in requests], None, None)
+        return LockedAppend([[] for _ in requests], None, None)
     ids = {(t, e.id) for t, batch in requests for e in batch}
     causes = {(t, c) for t, batch in requests for e in batch for c in e.causes} - ids
     streams = {(t, e.stream) for t, batch in requests for e in batch}
@@ -141,7 +141,7 @@ async def append_on(
         await write_group(driver, locked, group, commit=commit, notify=notify)
     elif commit:
         await driver.commit()  # nothing to keep; the head is free again
-    return Landed(outcomes, locked, group if group.rows else None)
+    return LockedAppend(outcomes, locked, group if group.rows else None)
 
 
 async def fetch_facts(
@@ -149,7 +149,7 @@ async def fetch_facts(
     streams: Iterable[Key],
     causes: Iterable[Key],
     models: Iterable[ModelKey],
-) -> Facts:
+) -> StoredFacts:
     """Stream versions, the positions of ids and the registrations of models, as stored
     now, without locking anything: for an appender that plans before it locks
     (``causeway_append`` refuses the group if the log moved on meanwhile). One round trip,
@@ -166,7 +166,7 @@ async def fetch_facts(
         if keys:
             statements.append(statement)
             params.update(_pair_params(keys, prefix=prefix))
-    facts = Facts()
+    facts = StoredFacts()
     if not statements:
         return facts
     async with _looked_up(driver, statements, params) as cursor:
@@ -216,9 +216,9 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(f'"{v}"' for v in quoted) + "}"
 
 
-def _known_from(rows: list[Any]) -> dict[Key, Known]:
+def _known_from(rows: list[Any]) -> dict[Key, SeenEvent]:
     return {
-        (row.tenant, row.id): Known(row.position, row.stream_version, record_from_row(row))
+        (row.tenant, row.id): SeenEvent(row.position, row.stream_version, record_from_row(row))
         for row in rows
     }
 

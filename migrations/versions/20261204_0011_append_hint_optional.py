@@ -8,7 +8,7 @@ Create Date: 2026-12-04
 costs PostgreSQL a pass over the notification queue and a wake-up of every listening
 backend, and each listening server a wake-up of its own, per group. The appender now
 sends its groups' hints itself, after they commit and at most one per few milliseconds
-(``ingest.hints``), so it passes NULL; any other caller still passes a hint, and the
+(``app.store.append.wake_hints``), so it passes NULL; any other caller still passes a hint, and the
 function sends it as before.
 """
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from app.store.models import Signature
+from app.store.model_registry import Signature
 
 STRUCTURED = {"Content-Type": "application/cloudevents+json"}
 BATCH = {"Content-Type": "application/cloudevents-batch+json"}

@@ -21,7 +21,7 @@ from app.cli import cli
 from app.db.engine import create_engine
 from app.store.keys import KeyStore
 from app.store.log import EventLog
-from app.store.models import Signature, registration_event
+from app.store.model_registry import Signature, registration_event
 from app.store.records import NewEvent
 from tests.integration.forgery import rewrite
 from tests.integration.process import environment

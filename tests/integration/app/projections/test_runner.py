@@ -15,10 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
 from app.errors import Conflict, NotFound
+from app.main import every_projection
 from app.projections import runner as runner_module
-from app.projections.catalogue import all_projections
 from app.projections.deployments import Deployments
-from app.projections.models import ModelRegistry
+from app.projections.model_registry import ModelRegistry
 from app.projections.runner import (
     ProjectionFailed,
     ProjectionRunner,
@@ -27,10 +27,9 @@ from app.projections.runner import (
 )
 from app.store import deployments as deploy
 from app.store.deployments import DeploymentState
-from app.store.graph import StoredEvent
 from app.store.log import EventLog
-from app.store.models import Signature, alias_event, registration_event
-from app.store.records import NewEvent
+from app.store.model_registry import Signature, alias_event, registration_event
+from app.store.records import NewEvent, StoredEvent
 
 test_metadata = MetaData()
 applied = Table("test_applied", test_metadata, Column("position", BigInteger, primary_key=True))
@@ -360,7 +359,7 @@ class TestLostLock:
 async def _caught_up(engine: AsyncEngine, name: str) -> bool:
     async with engine.connect() as conn:
         [status] = await fetch_status(
-            conn, [Counter()] if name == "test-counter" else all_projections()
+            conn, [Counter()] if name == "test-counter" else [ModelRegistry(), Deployments()]
         )
     return status.lag_events == 0 and status.checkpoint > 0
 
@@ -450,7 +449,7 @@ async def test_every_projection_rebuilds_to_its_incremental_state(
     engine: AsyncEngine, script: list[tuple[Any, ...]], batch: int
 ) -> None:
     to_append = script_events(script)
-    for projection in all_projections():
+    for projection in (ModelRegistry(), Deployments()):
         tenant_name = f"p{next(_examples)}"  # a fresh tenant per run: the database is shared
         runner = ProjectionRunner(engine, [projection], batch_size=batch)
         for start in range(0, len(to_append), 3):
@@ -470,8 +469,10 @@ async def _snapshot(engine: AsyncEngine, projection: Any) -> list[list[tuple[Any
         ]
 
 
-def test_the_catalogue_names_every_projection() -> None:
-    assert [type(p) for p in all_projections()] == [ModelRegistry, Deployments]
+def test_one_list_names_every_projection_once() -> None:
+    names = [p.name for p in every_projection()]
+    assert len(names) == len(set(names))
+    assert {ModelRegistry().name, Deployments().name} <= set(names)
 
 
 async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch(

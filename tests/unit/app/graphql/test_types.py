@@ -9,7 +9,7 @@ import pytest
 
 from app.graphql.types import Event
 from app.store.chain import ChainRecord
-from app.store.graph import StoredEvent
+from app.store.records import StoredEvent
 from tests.unit.app.store.test_chain import RECORD
 
 

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from app.store.chain import ChainRecord
-from app.store.graph import StoredEvent, WalkedNode
+from app.store.graph import WalkedNode
 from app.store.lineage import Trace, _walk_follows_causes
+from app.store.records import StoredEvent
 
 # d <- c <- b <- a, and d <- x: walked upstream from d.
 CAUSES = {"d": ("c", "x"), "c": ("b",), "b": ("a",), "a": (), "x": ()}

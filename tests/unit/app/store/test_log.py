@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.store.writes import read_wake_hint, wake_hint
+from app.store.append.writes import read_wake_hint, wake_hint
 
 
 class TestWakeHint:

@@ -9,7 +9,7 @@ import pytest
 
 from app.errors import BadRequest
 from app.store.keys import TENANT_PATTERN
-from app.store.models import is_valid_name
+from app.store.model_registry import is_valid_name
 from app.store.timestamps import parse_rfc3339
 from scheduler.routes import parse_route
 

@@ -1,6 +1,6 @@
 """Planning one group of appends in memory, before it is written: on the head and the
 stored facts read under the log's lock (``log.append_on``), or on what an appender knows
-of the log's tail (``tail.Tail``), in which case ``causeway_append`` checks the head when
+of the log's tail (``tail_cache.TailCache``), in which case ``causeway_append`` checks the head when
 it writes.
 
 Requests are planned in order against the stored state plus what earlier requests of the
@@ -21,7 +21,7 @@ import orjson
 
 from app.errors import AppError, IdConflict, InvalidEvent, UnknownCause, VersionConflict
 from app.store.chain import Content, encode
-from app.store.models import REGISTERED, Registration, output_violation, registration_from
+from app.store.model_registry import REGISTERED, Registration, output_violation, registration_from
 from app.store.records import (
     RESERVED_TYPE_PREFIX,
     Appended,
@@ -44,7 +44,7 @@ class Head(NamedTuple):
 
 
 @dataclass(slots=True)
-class Facts:
+class StoredFacts:
     """What a group's planning reads of the stored log, besides the head: stream
     versions, the positions of ids (causes, or events re-sent), registered models."""
 
@@ -53,7 +53,7 @@ class Facts:
     registrations: dict[ModelKey, Registration] = field(default_factory=dict)
 
 
-class Known(NamedTuple):
+class SeenEvent(NamedTuple):
     """An event already stored (its record), or accepted earlier in the group (its
     ``NewEvent``): what a re-send of its id is compared with."""
 
@@ -82,14 +82,14 @@ class GroupPlan:
 
     The maps given are the group's to keep and grow: each request that passes adds its
     events' ids, positions and stream versions, and its registrations, to them (the
-    append's own lookups, or an appender's ``Tail``, which then knows them for the next
+    append's own lookups, or an appender's ``TailCache``, which then knows them for the next
     group). ``known`` are the events a re-sent id is compared with."""
 
     def __init__(
         self,
         position: int,
         prev_hash: bytes,
-        known: dict[Key, Known],
+        known: dict[Key, SeenEvent],
         positions: dict[Key, int],
         versions: dict[Key, int],
         recorded_at: datetime,
@@ -115,7 +115,7 @@ class GroupPlan:
             if alone is not None:
                 return alone
         # This request's additions, consulted before the group's and merged only on success.
-        known: dict[Key, Known] = {}
+        known: dict[Key, SeenEvent] = {}
         positions: dict[Key, int] = {}
         versions: dict[Key, int] = {}
         registrations: dict[ModelKey, Registration] = {}
@@ -208,7 +208,7 @@ class GroupPlan:
             edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
             prev_hash = row.hash
             versions[stream] = version
-            known[key] = Known(position, version, event)
+            known[key] = SeenEvent(position, version, event)
             positions[key] = position
             outcomes.append(
                 Appended(event.id, event.source, event.stream, version, position, False)
@@ -266,7 +266,7 @@ class GroupPlan:
         if cause_positions:
             self.edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
         self.versions[stream] = version
-        self.known[key] = Known(position, version, event)
+        self.known[key] = SeenEvent(position, version, event)
         positions[key] = position
         if registered is not None:
             self.registrations[registered[0]] = registered[1]

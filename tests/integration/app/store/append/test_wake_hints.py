@@ -1,4 +1,4 @@
-"""The wake-up hints that follow an appender's groups (``ingest.hints``): every group is
+"""The wake-up hints that follow an appender's groups (``app.store.append.wake_hints``): every group is
 followed by one, none comes before its group commits, and a burst of groups shares a few."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import ingest.hints as hints_module
+import app.store.append.wake_hints as hints_module
 from app.db.engine import create_engine, libpq_conninfo
+from app.store.append.group_commit import Appender
+from app.store.append.wake_hints import WakeHints
+from app.store.append.writes import NOTIFY_CHANNEL, send_wake_hint
 from app.store.records import NewEvent
-from app.store.writes import NOTIFY_CHANNEL, send_wake_hint
-from ingest.appender import Appender
-from ingest.hints import WakeHints
 
 
 @pytest.fixture

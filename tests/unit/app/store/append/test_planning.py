@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from app.errors import AppError
-from app.store._plan import GroupPlan
+from app.store.append.planning import GroupPlan
 from app.store.chain import GENESIS_HASH
-from app.store.models import Signature, registration_event
+from app.store.model_registry import Signature, registration_event
 from app.store.records import Appended, NewEvent
 
 AT = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)

@@ -23,25 +23,25 @@ _READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class KeptConnection:
     """A pooled connection the appender keeps, and the psycopg connection under it."""
 
     connection: AsyncConnection
     driver: PsycopgConnection[Any]
 
 
-class HeldConnections:
+class KeptConnections:
     """An appender's connections: each group takes one, and gives it back when done."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._idle: list[Held] = []  # free for the next group
+        self._idle: list[KeptConnection] = []  # free for the next group
 
-    def give_back(self, held: Held) -> None:
+    def give_back(self, held: KeptConnection) -> None:
         """Free for the next group (checked again before it is taken)."""
         self._idle.append(held)
 
-    async def take(self) -> Held:
+    async def take(self) -> KeptConnection:
         """A held connection, idle; else one from the pool that answers. When the server
         went away, every idle connection in the pool went with it: each is tried and
         dropped in turn, so only the group that found a held one dead fails."""
@@ -61,7 +61,7 @@ class HeldConnections:
             # COMMITTED: under REPEATABLE READ, one that waited at the head for the group
             # before it would fail (it locks a row changed since its snapshot).
             await connection.execution_options(isolation_level="AUTOCOMMIT")
-            fresh = Held(connection, await driver_of(connection))
+            fresh = KeptConnection(connection, await driver_of(connection))
             try:
                 await fresh.driver.execute(_READ_COMMITTED)
             except psycopg.OperationalError:
@@ -86,7 +86,7 @@ class HeldConnections:
                 continue
             await held.connection.close()
 
-    async def discard(self, held: Held) -> None:
+    async def discard(self, held: KeptConnection) -> None:
         """Drop a connection that broke, or that a cancelled group left in a transaction."""
         await held.connection.invalidate()
         await held.connection.close()

@@ -22,7 +22,7 @@ import orjson
 import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
 
-from app.store._plan import GroupPlan, Head, Key, Row
+from app.store.append.planning import GroupPlan, Head, Key, Row
 from app.store.records import NewEvent
 from app.store.timestamps import parse_rfc3339
 
@@ -77,7 +77,7 @@ async def write_group(
 
 
 @dataclass(frozen=True, slots=True)
-class Moved:
+class MovedGroup:
     """How a group written by ``write_shared`` was moved from where it was planned: its
     positions by ``shift``, the versions of each stream in ``versions`` by as many; the
     head it left (its last event's position and hash); and the last version of each
@@ -92,7 +92,7 @@ class Moved:
 
 async def write_shared(
     driver: PsycopgConnection[Any], after: Head, group: GroupPlan
-) -> Moved | None:
+) -> MovedGroup | None:
     """Write ``group``, planned on ``after`` with its canonical encodings kept, with
     ``causeway_append_shared`` (migration 0012), on a connection in autocommit mode: onto
     the head PostgreSQL finds, which others may have moved past ``after``. None when it
@@ -121,7 +121,7 @@ async def write_shared(
     moved = orjson.loads(found[0])
     shift = int(moved["shift"])
     others = moved["others"]
-    return Moved(
+    return MovedGroup(
         shift,
         {(tenant, stream): int(by) for tenant, stream, by in moved["streams"]},
         Head(group.position + shift, bytes.fromhex(moved["hash"])),

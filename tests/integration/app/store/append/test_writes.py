@@ -15,12 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.engine import driver_of
-from app.store._plan import GroupPlan, Head
+from app.store.append.planning import GroupPlan, Head
+from app.store.append.writes import HeadMoved, MovedGroup, write_shared
 from app.store.chain import GENESIS_HASH
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
-from app.store.writes import HeadMoved, Moved, write_shared
 
 # Data that holds the keys the splice looks for, nested and inside strings alike.
 TRICKY = {"position": 7, "streamversion": {"position": 1}, "s": '"position":9,"streamversion":9'}
@@ -109,7 +109,7 @@ class TestWriteShared:
         moved_to = await append(engine, new("o1"), new("o2", "u"), new("o3"))
         async with autocommit(engine) as driver:
             moved = await write_shared(driver, head, group)
-        assert isinstance(moved, Moved)
+        assert isinstance(moved, MovedGroup)
         assert (moved.shift, moved.versions) == (3, {("acme", "s"): 2})
         assert moved.others == {("acme", "s"): 3, ("acme", "u"): 1}
         assert await stored(engine) == [
@@ -137,7 +137,7 @@ class TestWriteShared:
         await append(engine, new("o-s"), *(new(f"o{n}", "far") for n in range(10_000)))
         async with autocommit(engine) as driver:
             moved = await write_shared(driver, head, group)
-        assert isinstance(moved, Moved)
+        assert isinstance(moved, MovedGroup)
         assert (moved.shift, moved.versions, moved.others) == (10_001, {("acme", "s"): 1}, None)
         assert (await stored(engine))[-2:] == [(10_003, "b", "s", 3), (10_004, "c", "s", 4)]
         await assert_intact(engine)

@@ -15,17 +15,17 @@ import pytest
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import ingest.appender as appender_module
+import app.store.append.group_commit as appender_module
 from app.db.engine import create_engine, driver_of
 from app.errors import IdConflict, Unavailable, UnknownCause, VersionConflict
 from app.store import log
-from app.store._plan import GroupPlan, Head
+from app.store.append.group_commit import Appender
+from app.store.append.planning import GroupPlan, Head
+from app.store.append.writes import HeadMoved, write_group
 from app.store.chain import GENESIS_HASH
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
-from app.store.writes import HeadMoved, write_group
-from ingest.appender import Appender
 
 _write_group = write_group  # the real one, for _Late
 

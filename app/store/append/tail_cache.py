@@ -1,5 +1,5 @@
 """What one appender knows of the log's tail, so that it can plan a group before the head
-is locked and write it in one round trip (``log.write_group``).
+is locked and write it in one round trip (``writes.write_group``).
 
 An appender that is the only writer knows where the head is (where its own last group
 left it), the version of every stream it wrote and the position of every event it wrote.
@@ -38,10 +38,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from app.errors import AppError
-from app.store._plan import Facts, GroupPlan, Head, Key, ModelKey
-from app.store.models import Registration
+from app.store.append.planning import GroupPlan, Head, Key, ModelKey, StoredFacts
+from app.store.append.writes import MovedGroup
+from app.store.model_registry import Registration
 from app.store.records import Appended, NewEvent
-from app.store.writes import Moved
 
 Requests = Sequence[tuple[str, Sequence[NewEvent]]]
 # Groups in a row that nobody else's moved: the tail plans ahead again. Few: in one
@@ -74,7 +74,7 @@ class Planned:
     shared: bool = False  # to be moved onto the head it meets (writes.write_shared)
 
 
-class Tail:
+class TailCache:
     def __init__(self, *, capacity: int = 100_000, quiet_groups: int = QUIET_GROUPS) -> None:
         self._capacity = capacity  # of each map; past it they are emptied, not the head
         self._quiet_groups = quiet_groups
@@ -105,7 +105,7 @@ class Tail:
             frozenset([m for m in models if m not in registrations]),
         )
 
-    def learn(self, facts: Facts) -> None:
+    def learn(self, facts: StoredFacts) -> None:
         """Facts looked up since the last write: known streams stay as the tail has them
         (a group on its way may have moved them past what the lookup saw). An event past
         the head the tail knows was written by someone else since: the head is no longer
@@ -168,7 +168,7 @@ class Tail:
         rests on is written, or on its way."""
         return planned.generation == self._generation
 
-    def written(self, planned: Planned, moved: Moved | None = None) -> None:
+    def written(self, planned: Planned, moved: MovedGroup | None = None) -> None:
         """``planned`` is in the log: where it was planned to go, or ``moved`` from there
         (``writes.write_shared``)."""
         group = planned.group

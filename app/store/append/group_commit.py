@@ -8,7 +8,7 @@ fails that request only.
 
 A group is written one of three ways:
 
-- **Planned ahead** (the usual way, for the log's only writer): the appender's ``Tail``
+- **Planned ahead** (the usual way, for the log's only writer): the appender's ``TailCache``
   knows where the head is and what planning needs, so the group is planned before the
   head is locked and written in one round trip (``causeway_append``), while the groups
   before it may still be on their way: up to ``max_in_flight`` groups, each on a
@@ -27,11 +27,11 @@ make), or planning one request raises, the group is written again under the lock
 request at a time, so only that request fails. If the transaction itself fails (a lost
 connection, a timeout), every request in it gets that error.
 
-Groups are written without a wake-up hint: ``ingest.hints`` sends one for them once
+Groups are written without a wake-up hint: ``app.store.append.wake_hints`` sends one for them once
 they are committed, at most one every few milliseconds.
 
 The appender drives its transactions on psycopg directly, on connections it keeps
-(``ingest._held``).
+(``app.store.append.connections``).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import Unavailable
+from app.store.append.connections import KeptConnection, KeptConnections
+from app.store.append.tail_cache import QUIET_GROUPS, Planned, TailCache
+from app.store.append.wake_hints import WakeHints
+from app.store.append.writes import HeadMoved, MovedGroup, appended_types, write_group, write_shared
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
-from app.store.tail import QUIET_GROUPS, Planned, Tail
-from app.store.writes import HeadMoved, Moved, appended_types, write_group, write_shared
-from ingest._held import Held, HeldConnections
-from ingest.hints import WakeHints
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +82,8 @@ class _Flight:
 
     requests: list[_Request]
     planned: Planned
-    held: Held
-    task: asyncio.Task[Exception | Moved | None]
+    held: KeptConnection
+    task: asyncio.Task[Exception | MovedGroup | None]
 
 
 class Appender:
@@ -104,18 +104,20 @@ class Appender:
         lock, and the busier one's tail meets them as another writer's.
         ``tail_capacity``: the streams and the event positions the tail keeps, each.
         ``quiet_groups``: groups in a row that no other writer moved, before the appender
-        takes itself for the log's only writer again (``tail.Tail``).
+        takes itself for the log's only writer again (``tail_cache.TailCache``).
         ``hint_window_s``: the least time between two of its wake-up hints."""
         self._engine = engine
         self._max_events = max_group_events
         self._max_bytes = max_group_bytes
         self._max_in_flight = max_in_flight
-        self._tail = Tail(capacity=tail_capacity, quiet_groups=quiet_groups) if plan_ahead else None
+        self._tail = (
+            TailCache(capacity=tail_capacity, quiet_groups=quiet_groups) if plan_ahead else None
+        )
         self._queue: deque[_Request] = deque()
         self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
         self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
-        self._held = HeldConnections(engine)
+        self._held = KeptConnections(engine)
         self._hints = WakeHints(engine, window_s=hint_window_s)
         self._closed = False
         self.groups_committed = 0  # transactions that wrote at least one request
@@ -181,7 +183,7 @@ class Appender:
         finally:
             self._arrived = None
 
-    async def _send_ahead(self, group: list[_Request], tail: Tail) -> None:
+    async def _send_ahead(self, group: list[_Request], tail: TailCache) -> None:
         """Plan ``group`` on the tail and send it; under the lock when the tail cannot."""
         if tail.is_full():
             await self._land_all()  # nothing on its way may rest on the facts dropped
@@ -227,8 +229,8 @@ class Appender:
         self._flights.append(_Flight(group, planned, held, flight))
 
     async def _fly(
-        self, held: Held, group: list[_Request], planned: Planned
-    ) -> Exception | Moved | None:
+        self, held: KeptConnection, group: list[_Request], planned: Planned
+    ) -> Exception | MovedGroup | None:
         moved = None
         try:
             if planned.shared:
@@ -377,7 +379,7 @@ class Appender:
 
 
 def _moved(
-    group: list[_Request], outcomes: list[list[Appended]], moved: Moved
+    group: list[_Request], outcomes: list[list[Appended]], moved: MovedGroup
 ) -> list[list[Appended]]:
     """Where the events of a group that ``write_shared`` moved went."""
     shift, versions = moved.shift, moved.versions

@@ -18,11 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.deps import engine_of, require
 from app.errors import BadRequest, Conflict, IdConflict, NotFound
+from app.store.append.group_commit import Appender
 from app.store.keys import Principal, Scope
-from app.store.models import Signature, alias_event, is_valid_name, registration_event
+from app.store.model_registry import Signature, alias_event, is_valid_name, registration_event
+from app.store.model_registry_reads import (
+    Model,
+    RegistryReader,
+    fetch_alias_target,
+    fetch_registered_digest,
+)
 from app.store.records import Text
-from app.store.registry import Model, RegistryReader, fetch_alias_target, fetch_registered_digest
-from ingest.appender import Appender
 from ingest.bodies import JSONRoute
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)

@@ -1,4 +1,4 @@
-"""Reads of the model registry read model (written by ``app.projections.models``)."""
+"""Reads of the model registry read model (written by ``app.projections.model_registry``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, model_aliases, model_versions
-from app.store.models import ALIASED, REGISTERED, registration_id
+from app.store.model_registry import ALIASED, REGISTERED, registration_id
 
 
 @dataclass(frozen=True, slots=True)

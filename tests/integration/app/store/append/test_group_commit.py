@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import async_url, driver_of
 from app.errors import Unavailable, UnknownCause
+from app.store.append.group_commit import Appender
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
-from ingest.appender import Appender
 from tests.in_process import serving as serving_in_process
 from tests.integration.conftest import MakeKey
 from tests.integration.events import BATCH, STRUCTURED, dumps

@@ -27,7 +27,7 @@ import math
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import driver_of
-from app.store.writes import send_wake_hint, wake_hint
+from app.store.append.writes import send_wake_hint, wake_hint
 
 logger = logging.getLogger(__name__)
 

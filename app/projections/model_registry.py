@@ -8,8 +8,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import model_aliases, model_versions
-from app.store.graph import StoredEvent
-from app.store.models import ALIASED, REGISTERED
+from app.store.model_registry import ALIASED, REGISTERED
+from app.store.records import StoredEvent
 
 
 class ModelRegistry:
