@@ -20,12 +20,9 @@ from app.api import (
     events,
     health,
     model_registry,
-    problems,
     projections,
     replay,
 )
-from app.api.auth import Authenticator
-from app.api.deps import authorize, authorize_cached, require
 from app.api.direct import DirectHandler, Respond
 from app.api.replay import ReplaySlots
 from app.db.engine import DriverPool, create_engine, libpq_conninfo
@@ -40,7 +37,11 @@ from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender, Outcome
 from app.store.keys import Scope as KeyScope
-from ingest.bodies import CappedRequest, declared_too_large
+from app.web import problems
+from app.web.auth import Authenticator
+from app.web.bodies import CappedRequest, declared_too_large
+from app.web.dependencies import authorize, authorize_cached, require
+from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
 from ingest.router import Ingest, answer_of
 from ingest.router import create_router as create_ingest_router
@@ -216,7 +217,8 @@ def create_app(
             engine,
             appender,
             decisions,
-            limits_from(settings),
+            settings.max_request_bytes,
+            partial(parse_request, BATCH, [], limits=limits_from(settings)),
             lease_policy_from(settings),
             controller,
             Principals(

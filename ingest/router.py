@@ -20,8 +20,8 @@ from starlette.types import Receive
 from app.store.append.group_commit import Appender, Then
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
+from app.web.bodies import receive_body
 from ingest.binding import is_batch, parse_event, parse_in_parts
-from ingest.bodies import receive_body
 from ingest.limits import Limits
 
 

@@ -40,12 +40,9 @@ from app.errors import BadRequest, InvalidCloudEvent, NotFound
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.reads import EventReader
-from app.store.records import EXACT_LIMIT, Text
+from app.store.records import EXACT_LIMIT, NewEvent, Text
 from app.store.timestamps import parse_time_parameter
-from ingest.binding import BATCH, parse_request
-from ingest.bodies import JSONRoute
-from ingest.limits import Limits
-from ingest.router import read_body
+from app.web.bodies import JSONRoute, receive_body
 from scheduler import routes as r
 from scheduler import tasks as t
 from scheduler.autoscale import AutoscaleAdvisor, PidController
@@ -139,7 +136,8 @@ def create_router(
     engine: AsyncEngine,
     appender: Appender,
     decisions: Appender,
-    limits: Limits,
+    max_request_bytes: int,
+    parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
     principals: Principals,
@@ -249,7 +247,9 @@ def create_router(
     )
     async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
         # Read under the same cap as POST /events: results can be large.
-        raw = await read_body(request, limits.max_request_bytes)
+        raw = await receive_body(
+            request.receive, request.headers.get("content-length"), max_request_bytes
+        )
         try:
             body = Completion.model_validate_json(raw)
         except ValidationError as invalid:
@@ -262,7 +262,7 @@ def create_router(
             raise InvalidCloudEvent(
                 "events: a number is infinite or NaN when read as a double"
             ) from None
-        results = parse_request(BATCH, [], encoded, limits) if body.events else []
+        results = parse_events(encoded) if body.events else []
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results

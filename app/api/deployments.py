@@ -18,7 +18,6 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.deps import engine_of, require
 from app.api.model_registry import appender_of
 from app.errors import BadRequest, InvalidEvent, NotFound
 from app.store import deployments as commands
@@ -29,7 +28,8 @@ from app.store.keys import Principal, Scope
 from app.store.model_registry import is_valid_name
 from app.store.records import MAX_POSITION, NewEvent, Text, parse_position
 from app.store.timestamps import parse_time_parameter
-from ingest.bodies import JSONRoute
+from app.web.bodies import JSONRoute
+from app.web.dependencies import engine_of, require
 
 router = APIRouter(tags=["deployments"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)

@@ -8,11 +8,11 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.deps import engine_of, require
 from app.errors import NotFound
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
+from app.web.dependencies import engine_of, require
 
 router = APIRouter(tags=["events"])
 _read = require(Scope.READ)

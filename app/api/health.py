@@ -9,9 +9,9 @@ from fastapi import APIRouter, Depends, Request
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.deps import engine_of
 from app.db.schema import fetch_revision
 from app.errors import Unavailable
+from app.web.dependencies import engine_of
 
 router = APIRouter(tags=["health"])
 

@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.deps import engine_of, require
 from app.errors import BadRequest, Conflict, IdConflict, NotFound
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal, Scope
@@ -28,7 +27,8 @@ from app.store.model_registry_reads import (
     fetch_registered_digest,
 )
 from app.store.records import Text
-from ingest.bodies import JSONRoute
+from app.web.bodies import JSONRoute
+from app.web.dependencies import engine_of, require
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)

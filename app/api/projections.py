@@ -10,10 +10,10 @@ from sqlalchemy import BigInteger, any_, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.api.deps import engine_of, require
 from app.db.tables import events
 from app.projections.runner import ProjectionRunner, ProjectionStatus, fetch_status
 from app.store.keys import Principal, Scope
+from app.web.dependencies import engine_of, require
 
 router = APIRouter(tags=["projections"])
 

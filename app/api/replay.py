@@ -26,13 +26,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from app.api.deps import engine_of, require, settings_of
 from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
+from app.web.dependencies import engine_of, require, settings_of
 
 T = TypeVar("T")
 _END: Any = object()

@@ -31,7 +31,7 @@ the end of the server's side, and what the client still sends read and dropped f
 ``LINGER_S`` before the socket closes, so that a client that is still sending gets the
 answer instead of a reset. A chunked body's trailers are dropped: uvicorn added
 them to the request's headers after the app had read those, and no ASGI app sees them.
-Bodies are capped where they are read (``ingest.bodies``).
+Bodies are capped where they are read (``app.web.bodies``).
 
 An answer's head and body leave in one write (``Coalescing``): uvicorn writes them one
 after the other, which cost a send and a wake-up of the client each.
@@ -80,8 +80,8 @@ from app.api.direct import (
     Headers,
     direct_routes_of,
 )
-from app.api.problems import MEDIA_TYPE
 from app.errors import AppError, BadRequest, BodyTimeout, HeadTimeout, HeadTooLarge
+from app.web.problems import MEDIA_TYPE
 
 MAX_HEAD_BYTES = 64 * 1024  # nginx allows 32 KiB by default
 MAX_HEADERS = 256  # Apache allows 100 by default

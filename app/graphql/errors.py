@@ -17,8 +17,8 @@ from graphql.error import GraphQLError
 from sqlalchemy.exc import DataError, OperationalError
 from strawberry.extensions import SchemaExtension
 
-from app.api.problems import BAD_VALUE, UNREACHABLE
 from app.errors import AppError, BadRequest, Unavailable
+from app.web.problems import BAD_VALUE, UNREACHABLE
 
 logger = logging.getLogger(__name__)
 _UNAVAILABLE = (OperationalError, psycopg.OperationalError)

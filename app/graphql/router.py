@@ -26,15 +26,15 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 from strawberry.types.unset import UNSET
 
-from app.api.auth import Authenticator
-from app.api.deps import authorize
 from app.db.engine import DriverPool
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
 from app.store.keys import Principal, Scope
-from ingest.bodies import receive_body
+from app.web.auth import Authenticator
+from app.web.bodies import receive_body
+from app.web.dependencies import authorize
 
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
 ContextOf = Callable[[HTTPConnection], Awaitable[Context]]

@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.auth import Authenticator
 from app.errors import Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
+from app.web.auth import Authenticator
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
