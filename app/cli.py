@@ -22,14 +22,12 @@ from datetime import UTC
 from pathlib import Path
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
-import psycopg
 import typer
 import uvicorn
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import URL
-from sqlalchemy.exc import DBAPIError
 
 from app.api.replay import replay_filter
 from app.api.wire import SERVER_PROTOCOLS
@@ -39,15 +37,10 @@ from app.db.schema import current_revision, head_revision, upgrade_to_head
 from app.errors import AppError
 from app.main import create_app, create_runner, every_projection
 from app.projections.base import Projection
-from app.projections.runner import (
-    ProjectionFailed,
-    ProjectionRunner,
-    ProjectionStatus,
-    Skip,
-    fetch_skips,
-    fetch_status,
-)
+from app.projections.runner import ProjectionFailed, ProjectionRunner
+from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
 from app.settings import Settings
+from app.store.failures import connection_problem
 from app.store.keys import KeyStore, Scope, parse_scopes
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, parse_position
@@ -660,29 +653,12 @@ def main() -> None:
     refusing the login, not migrated), is one line on stderr and exit code 2."""
     try:
         run_commands(cli)
-    except (DBAPIError, psycopg.Error) as exc:
-        detail = _database_problem(exc)
+    except Exception as exc:
+        detail = connection_problem(exc)
         if detail is None:
             raise
         typer.echo(f"error: {detail}", err=True)
         raise SystemExit(2) from None
-
-
-def _database_problem(exc: DBAPIError | psycopg.Error) -> str | None:
-    """What is wrong with the database a command was given, in one line, or None for an
-    error that is not about which database it is (those keep their traceback)."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-    if isinstance(cause, psycopg.errors.UndefinedTable):
-        return f"the database is not migrated ({first}); run `causeway migrate`"
-    # A failed connection (no server, no such database or role, a refused password) is
-    # the base class itself; its subclasses (a cancelled statement, a full disk, a
-    # shutdown) are about the server's state, not about which database was named.
-    if type(cause) is psycopg.OperationalError or isinstance(
-        cause, psycopg.errors.ConnectionTimeout
-    ):
-        return f"cannot use the database: {first}"
-    return None
 
 
 if __name__ == "__main__":

@@ -16,17 +16,15 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.model_registry import appender_of
-from app.errors import BadRequest, InvalidEvent, NotFound
-from app.store import deployments as commands
-from app.store.append.group_commit import Appender
+from app.db.engine import Engine
+from app.errors import BadRequest, NotFound
+from app.store.deployment_commands import Applied, DeploymentCommands
+from app.store.deployment_commands import Rollout as StoreRollout
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
-from app.store.deployments import DeploymentState, incompatibility
+from app.store.deployments import DeploymentState
 from app.store.keys import Principal, Scope
-from app.store.model_registry import is_valid_name
-from app.store.records import MAX_POSITION, NewEvent, Text, parse_position
+from app.store.records import MAX_POSITION, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
 from app.web.dependencies import engine_of, require
@@ -64,102 +62,73 @@ class Rollback(BaseModel):
     reason: Text = Field(min_length=1, max_length=500)
 
 
+def commands_of(request: Request) -> DeploymentCommands:
+    return DeploymentCommands(request.app.state.engine, request.app.state.appender)
+
+
 Admin = Annotated[Principal, Depends(_admin)]
-Engine = Annotated[AsyncEngine, Depends(engine_of)]
-Writer = Annotated[Appender, Depends(appender_of)]
+Database = Annotated[Engine, Depends(engine_of)]
+Commands = Annotated[DeploymentCommands, Depends(commands_of)]
 
 
-async def _state(engine: AsyncEngine, tenant: str, service: str) -> DeploymentState:
-    if not is_valid_name(service):
-        raise BadRequest(
-            f"{service!r} is not a valid service name: 1-128 of letters, digits, '_', '.', '-'"
-        )
-    async with engine.connect() as conn:
-        return await DeploymentReader(conn).fetch_state(tenant, service)
-
-
-async def _apply(
-    appender: Appender, tenant: str, state: DeploymentState, event: NewEvent
-) -> dict[str, Any]:
-    [appended] = await appender.append(tenant, [event])
-    after = commands.fold(state, event.type, event.data)
-    return {**_state_json(after), "position": appended.position}
+def _applied_json(applied: Applied) -> dict[str, Any]:
+    return {**_state_json(applied.state), "position": applied.position}
 
 
 @router.post("/deployments/{service}/rollouts", summary="Start a canary or rolling rollout")
 async def start_rollout(
-    service: str, body: Rollout, principal: Admin, engine: Engine, appender: Writer
+    service: str, body: Rollout, principal: Admin, commands: Commands
 ) -> dict[str, Any]:
-    state = await _state(engine, principal.tenant, service)
-    # The service's own rules first (the model it serves, a rollout under way): a version
-    # of another model is refused for that, not for a signature nobody compares it with.
-    event = commands.start_rollout(
-        state,
+    rollout = StoreRollout(
         model=body.model,
         version=body.version,
         percent=body.percent,
         strategy=body.strategy,
         reason=body.reason,
-        actor=principal.key_id,
+        force=body.force,
     )
-    async with engine.connect() as conn:
-        reader = DeploymentReader(conn)
-        candidate = await reader.fetch_signature(principal.tenant, body.model, body.version)
-        if candidate is None:
-            raise InvalidEvent(
-                f"model {body.model!r} version {body.version!r} is not registered",
-                model=body.model,
-                version=body.version,
-            )
-        if state.stable_version is not None and state.model is not None:
-            current = await reader.fetch_signature(
-                principal.tenant, state.model, state.stable_version
-            )
-            why = incompatibility(current or {}, candidate)
-            if why is not None and not body.force:
-                raise InvalidEvent(
-                    f"version {body.version!r} cannot replace {state.stable_version!r}: {why}; "
-                    "send force: true to roll out anyway",
-                    reason=why,
-                )
-    return await _apply(appender, principal.tenant, state, event)
+    applied = await commands.start_rollout(
+        principal.tenant, service, rollout, actor=principal.key_id
+    )
+    return _applied_json(applied)
 
 
 @router.post("/deployments/{service}/traffic", summary="Shift the candidate's traffic share")
 async def shift_traffic(
-    service: str, body: Traffic, principal: Admin, engine: Engine, appender: Writer
+    service: str, body: Traffic, principal: Admin, commands: Commands
 ) -> dict[str, Any]:
-    state = await _state(engine, principal.tenant, service)
-    event = commands.shift_traffic(
-        state, percent=body.percent, reason=body.reason, actor=principal.key_id
+    applied = await commands.shift_traffic(
+        principal.tenant, service, percent=body.percent, reason=body.reason, actor=principal.key_id
     )
-    return await _apply(appender, principal.tenant, state, event)
+    return _applied_json(applied)
 
 
 @router.post("/deployments/{service}/promote", summary="Make the candidate the stable version")
 async def promote(
-    service: str, principal: Admin, engine: Engine, appender: Writer, body: Promote | None = None
+    service: str, principal: Admin, commands: Commands, body: Promote | None = None
 ) -> dict[str, Any]:
-    state = await _state(engine, principal.tenant, service)
     reason = None if body is None else body.reason  # the body is optional: a reason only
-    event = commands.promote(state, reason=reason, actor=principal.key_id)
-    return await _apply(appender, principal.tenant, state, event)
+    applied = await commands.promote(
+        principal.tenant, service, reason=reason, actor=principal.key_id
+    )
+    return _applied_json(applied)
 
 
 @router.post(
     "/deployments/{service}/rollback", summary="Drop the candidate, or restore the previous stable"
 )
 async def rollback(
-    service: str, body: Rollback, principal: Admin, engine: Engine, appender: Writer
+    service: str, body: Rollback, principal: Admin, commands: Commands
 ) -> dict[str, Any]:
-    state = await _state(engine, principal.tenant, service)
-    event = commands.rollback(state, reason=body.reason, actor=principal.key_id)
-    return await _apply(appender, principal.tenant, state, event)
+    applied = await commands.rollback(
+        principal.tenant, service, reason=body.reason, actor=principal.key_id
+    )
+    return _applied_json(applied)
 
 
 @router.get("/deployments", summary="Every service's deployment state")
 async def list_deployments(
-    principal: Annotated[Principal, Depends(_read)], engine: Engine
+    principal: Annotated[Principal, Depends(_read)], engine: Database
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await DeploymentReader(conn).read_deployments(principal.tenant)
@@ -170,7 +139,7 @@ async def list_deployments(
 async def read_deployment(
     service: str,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Engine,
+    engine: Database,
     at: Annotated[str | None, Query(description="RFC 3339: the state at that time")] = None,
 ) -> dict[str, Any]:
     when = parse_time_parameter("at", at)
@@ -201,7 +170,7 @@ async def watch(
     service: str,
     request: Request,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Engine,
+    engine: Database,
     after: Annotated[
         int | None, Query(ge=0, le=MAX_POSITION, description="resume after this position")
     ] = None,
@@ -234,7 +203,7 @@ def _last_event_id(header: str | None) -> int | None:
 
 
 async def _changes(
-    request: Request, engine: AsyncEngine, tenant: str, service: str, after: int
+    request: Request, engine: Database, tenant: str, service: str, after: int
 ) -> AsyncIterator[bytes]:
     idle = 0.0
     # The id where the stream starts, before any change: a client that drops before the

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import Engine
 from app.errors import NotFound
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
@@ -22,7 +22,7 @@ _read = require(Scope.READ)
 async def read_event(
     event_id: str,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[AsyncEngine, Depends(engine_of)],
+    engine: Annotated[Engine, Depends(engine_of)],
 ) -> Response:
     async with engine.connect() as conn:
         found = await EventReader(conn).read_event(principal.tenant, event_id)
@@ -35,7 +35,7 @@ async def read_event(
 async def read_stream(
     stream: str,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[AsyncEngine, Depends(engine_of)],
+    engine: Annotated[Engine, Depends(engine_of)],
     from_version: Annotated[int, Query(ge=1, le=MAX_POSITION)] = 1,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:

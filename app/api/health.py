@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import Engine
 from app.db.schema import fetch_revision
 from app.errors import Unavailable
+from app.store.failures import is_database_error
 from app.web.dependencies import engine_of
 
 router = APIRouter(tags=["health"])
@@ -22,14 +22,14 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(
-    request: Request, engine: Annotated[AsyncEngine, Depends(engine_of)]
-) -> dict[str, str]:
+async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]) -> dict[str, str]:
     head: str | None = request.app.state.schema_head
     try:
         async with engine.connect() as conn:
             revision = await fetch_revision(conn)
-    except (SQLAlchemyError, OSError) as exc:
+    except Exception as exc:
+        if not (is_database_error(exc) or isinstance(exc, OSError)):
+            raise
         raise Unavailable("the database is unreachable", headers={"Retry-After": "1"}) from exc
     if revision != head:
         raise Unavailable(

@@ -22,10 +22,10 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
+from app.db.engine import Engine
 from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
@@ -198,7 +198,7 @@ def split_types(text: str | None) -> tuple[str, ...]:
 
 
 async def ndjson_lines(
-    engine: AsyncEngine, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Engine, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[bytes]:
     async with engine.connect() as conn:
         async for chunk in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
@@ -206,7 +206,7 @@ async def ndjson_lines(
 
 
 async def row_chunks(
-    engine: AsyncEngine, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Engine, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[list[tuple[Any, ...]]]:
     async with engine.connect() as conn:
         async for rows in EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows):
@@ -222,7 +222,7 @@ async def row_chunks(
 async def replay(
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.READ))],
-    engine: Annotated[AsyncEngine, Depends(engine_of)],
+    engine: Annotated[Engine, Depends(engine_of)],
     settings: Annotated[Settings, Depends(settings_of)],
     after: Annotated[
         int, Query(ge=0, le=MAX_POSITION, description="resume after this position")

@@ -21,6 +21,14 @@ from sqlalchemy.sql.expression import ClauseElement
 
 from app.errors import Unavailable
 
+# The handles the composition roots build and hand down. The faces and the scheduler's
+# commands open transactions on them (``async with engine.begin()``) and pass the
+# connection to the store, which alone writes SQL; they name the types from here, so
+# that only the database layer, the store and the projections import SQLAlchemy.
+Engine = AsyncEngine
+Connection = AsyncConnection
+DriverConnection = PsycopgConnection  # a walk's, from ``DriverPool``
+
 
 def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()

@@ -10,16 +10,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequen
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
-from psycopg.errors import QueryCanceled
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
-from app.db.engine import DriverPool
+from app.db.engine import Connection, DriverPool, Engine
 from app.errors import AnswerTooLarge, AppError, Timeout, Unavailable
 from app.graphql.limits import GraphQLLimits
+from app.store.failures import is_pool_exhausted, is_statement_cancelled
 from app.store.graph import GraphReader, Page
 from app.store.keys import Principal
 from app.store.model_registry_reads import ModelVersion, RegistryReader
@@ -101,7 +98,7 @@ class AnswerBudget:
 
 
 @asynccontextmanager
-async def reading(engine: AsyncEngine, budget: AnswerBudget) -> AsyncIterator[AsyncConnection]:
+async def reading(engine: Engine, budget: AnswerBudget) -> AsyncIterator[Connection]:
     """A connection for reads of the request that are not walks (events, pages of causes
     and effects, models). ``engine``'s sessions have the time budget as their statement
     timeout (``app.main``), so PostgreSQL stops each read past it, as it stops a walk; on
@@ -111,13 +108,15 @@ async def reading(engine: AsyncEngine, budget: AnswerBudget) -> AsyncIterator[As
     conn = engine.connect()
     try:
         await conn.start()
-    except PoolTimeout as exc:  # none came free: as a walk answers when its pool has none
-        raise Unavailable("no database connection came free for this GraphQL read") from exc
+    except Exception as exc:
+        if is_pool_exhausted(exc):  # none came free: as a walk answers when its pool has none
+            raise Unavailable("no database connection came free for this GraphQL read") from exc
+        raise
     try:
         budget.check_time()  # nor after waiting that long for a connection
         yield conn
-    except DBAPIError as exc:
-        if isinstance(exc.orig, QueryCanceled):
+    except Exception as exc:
+        if is_statement_cancelled(exc):
             raise budget.timed_out() from exc
         raise
     finally:
@@ -154,7 +153,7 @@ def _retrieved(future: "asyncio.Future[Any]") -> None:
 
 
 class Loaders:
-    def __init__(self, engine: AsyncEngine, tenant: str, budget: AnswerBudget) -> None:
+    def __init__(self, engine: Engine, tenant: str, budget: AnswerBudget) -> None:
         self._engine = engine
         self._tenant = tenant
         self._budget = budget
@@ -206,7 +205,7 @@ class Loaders:
 class Context(BaseContext):
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         walks: DriverPool,
         principal: Principal,
         limits: GraphQLLimits,
@@ -219,7 +218,7 @@ class Context(BaseContext):
         self.budget = AnswerBudget(limits.max_answer_items, limits.timeout_ms)
         self.loaders = Loaders(engine, principal.tenant, self.budget)
 
-    def reading(self) -> AbstractAsyncContextManager[AsyncConnection]:
+    def reading(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for one of the request's reads, within its time budget."""
         return reading(self.engine, self.budget)
 

@@ -12,16 +12,13 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 from graphql.error import GraphQLError
-from sqlalchemy.exc import DataError, OperationalError
 from strawberry.extensions import SchemaExtension
 
-from app.errors import AppError, BadRequest, Unavailable
-from app.web.problems import BAD_VALUE, UNREACHABLE
+from app.errors import AppError
+from app.store.failures import as_app_error, is_unavailable
 
 logger = logging.getLogger(__name__)
-_UNAVAILABLE = (OperationalError, psycopg.OperationalError)
 
 
 def error_code(exc: AppError) -> str:
@@ -50,12 +47,13 @@ def log_if_unexpected(error: GraphQLError) -> None:
         if original.status >= 500:
             logger.error("%s: %s", original.code, original.detail)
         return
-    if isinstance(original, _UNAVAILABLE):
-        logger.warning("database unavailable in GraphQL: %s", original)
+    if original is None or isinstance(original, GraphQLError):
         return
-    expected = (GraphQLError, DataError, psycopg.DataError)
-    if original is not None and not isinstance(original, expected):
+    named = as_app_error(original)
+    if named is None:
         logger.error("unexpected error in GraphQL: %s", error.message, exc_info=original)
+    elif is_unavailable(original):
+        logger.warning("database unavailable in GraphQL: %s", original)
 
 
 def _render(error: GraphQLError) -> GraphQLError:
@@ -63,10 +61,9 @@ def _render(error: GraphQLError) -> GraphQLError:
     if original is None or isinstance(original, GraphQLError):
         code_document_error(error)
         return error
-    if isinstance(original, DataError | psycopg.DataError):  # see problems.on_bad_value
-        original = BadRequest(BAD_VALUE)
-    elif isinstance(original, _UNAVAILABLE):  # as REST answers it: 503 unavailable
-        original = Unavailable(UNREACHABLE)
+    if not isinstance(original, AppError):
+        # A database that did not answer, a value it refused: as REST answers them.
+        original = as_app_error(original) or original
     if isinstance(original, AppError):
         extensions: dict[str, Any] = {
             "code": error_code(original),

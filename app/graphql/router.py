@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 from cross_web import HTTPException, StarletteRequestAdapter  # of both Strawberry faces
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
@@ -26,7 +25,7 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 from strawberry.types.unset import UNSET
 
-from app.db.engine import DriverPool
+from app.db.engine import DriverPool, Engine
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
@@ -144,7 +143,7 @@ class GraphQLFaces:
 
 
 def create_graphql(
-    engine: AsyncEngine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
+    engine: Engine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
 ) -> GraphQLFaces:
     """``walks`` serves the lineage and audit walks, ``engine`` every other read: the
     ``statement_timeout`` of both's sessions is the request's time budget, so PostgreSQL

@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 
 import strawberry
 from graphql import GraphQLError, OperationDefinitionNode
-from psycopg import AsyncConnection as PsycopgConnection
-from psycopg.errors import QueryCanceled
 from strawberry.extensions import (
     AddValidationRules,
     MaxAliasesLimiter,
@@ -25,6 +23,7 @@ from strawberry.extensions import (
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
+from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout
 from app.graphql.context import Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
@@ -46,6 +45,7 @@ from app.graphql.types import (
 )
 from app.store.deployment_reads import DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
+from app.store.failures import is_statement_cancelled
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
@@ -107,7 +107,7 @@ async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) 
 _GRACE_S = 0.5
 
 
-async def _walk(info: Info, run: Callable[[PsycopgConnection[Any]], Awaitable[T]]) -> T:
+async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]) -> T:
     """Run a graph walk on a connection of the walks' pool (``Context.walks``), under the
     request's time budget: past it, a TIMEOUT error. No connection free within the pool's
     wait (or no database) is UNAVAILABLE, which the pool says itself.
@@ -126,9 +126,10 @@ async def _walk(info: Info, run: Callable[[PsycopgConnection[Any]], Awaitable[T]
         try:
             async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
                 return await run(conn)
-        except (TimeoutError, QueryCanceled) as exc:
-            # QueryCanceled: PostgreSQL's statement timeout (on the driver itself, its
-            # errors arrive as psycopg raises them).
+        except Exception as exc:
+            # PostgreSQL's statement timeout, or the task's own.
+            if not (isinstance(exc, TimeoutError) or is_statement_cancelled(exc)):
+                raise
             raise Timeout(
                 f"the lineage query took longer than {budget_ms} ms; lower maxDepth or limit",
                 timeout_ms=budget_ms,

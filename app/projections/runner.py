@@ -9,7 +9,7 @@ the others stand by and take over when the leader's connection goes.
 
 NOTIFY (sent by every append) wakes a runner early; it never relies on it: it polls every
 ``poll_interval_s`` too. A failing event stops its projection at that position: the
-error is recorded (see ``fetch_status``) and the batch is retried with exponential
+error is recorded (see ``status.fetch_status``) and the batch is retried with exponential
 backoff; nothing is skipped unless an operator says so. ``skip`` parks the event the
 projection is stopped at (with a reason, kept with the error): the projection, and every
 rebuild of it, passes over that event from then on; ``unskip`` takes it back (for the
@@ -25,24 +25,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import any_, bindparam, case, delete, func, literal, or_, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.types import Text
 
-from app.db.engine import DriverStatement
-from app.db.tables import events, log_head, projection_checkpoints, projection_skips
+from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
+from app.projections import checkpoints
 from app.projections.base import Projection, Selection, Selective
+from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
-from app.store.log import full_row, record_from_row
-from app.store.records import StoredEvent
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c
@@ -52,37 +49,6 @@ class ProjectionFailed(Exception):
     def __init__(self, position: int, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.position = position
-
-
-@dataclass(frozen=True, slots=True)
-class ProjectionStatus:
-    name: str
-    checkpoint: int
-    head: int
-    lag_events: int
-    lag_seconds: float
-    last_error: str | None
-    error_position: int | None
-    failures: int
-    rebuild_requested: bool
-    skipped: list[int]  # positions an operator told it to pass over
-
-
-@dataclass(frozen=True, slots=True)
-class Skip:
-    name: str
-    position: int
-    reason: str
-    error: str | None
-    skipped_at: datetime
-
-
-async def fetch_skips(conn: AsyncConnection) -> list[Skip]:
-    """Every event an operator told a projection to pass over, by projection and position."""
-    found = await conn.execute(
-        select(projection_skips).order_by(projection_skips.c.name, projection_skips.c.position)
-    )
-    return [Skip(r.name, int(r.position), r.reason, r.error, r.skipped_at) for r in found]
 
 
 class Leadership:
@@ -163,8 +129,8 @@ class ProjectionRunner:
         checkpoint moved past events of no interest to it, and waits to be woken (an
         append sends the hint; polling covers a lost one)."""
         async with self._engine.begin() as conn:
-            checkpoint, failing = await _lock_checkpoint(conn, projection.name)
-            head = await _read_head(conn)
+            checkpoint, failing = await checkpoints.lock_checkpoint(conn, projection.name)
+            head = await checkpoints.read_head(conn)
             if until is not None:
                 head = min(head, until)
             size = self._batch_sizes.get(projection.name, self._batch_size)
@@ -177,7 +143,9 @@ class ProjectionRunner:
                     # may have sent a hint the old interest ignored: step once more.
                     self._interest[projection.name] = interest
                     self._wake[projection.name].set()
-            found = await _read_events(conn, projection, checkpoint, head, size, selection)
+            found = await checkpoints.read_events(
+                conn, projection, checkpoint, head, size, selection
+            )
             reached = found[-1].position if len(found) == size else head
             # A full batch, or one that may have changed what the projection reads.
             more = len(found) == size
@@ -197,18 +165,18 @@ class ProjectionRunner:
                 # the event it failed on is no longer read (it was skipped).
                 return 0, False
             if reached > checkpoint:
-                await _advance(conn, projection.name, reached)
+                await checkpoints.advance(conn, projection.name, reached)
             return int(reached - checkpoint), more
 
     async def rebuild(self, projection: Projection) -> int:
         """Empty the read model and apply the log again from position 0, atomically."""
         async with self._engine.begin() as conn:
-            await _lock_checkpoint(conn, projection.name)
-            head = await _read_head(conn)
+            await checkpoints.lock_checkpoint(conn, projection.name)
+            head = await checkpoints.read_head(conn)
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
-            while found := await _read_events(conn, projection, after, head, 1000):
+            while found := await checkpoints.read_events(conn, projection, after, head, 1000):
                 for event in found:
                     try:
                         await projection.apply(conn, event)
@@ -216,7 +184,7 @@ class ProjectionRunner:
                         raise ProjectionFailed(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
-            await _advance(
+            await checkpoints.advance(
                 conn,
                 projection.name,
                 head,
@@ -399,7 +367,7 @@ class ProjectionRunner:
 
     async def is_rebuild_requested(self, projection: Projection) -> bool:
         async with self._engine.connect() as conn:
-            row = await _REBUILD_REQUESTED.first(conn, which=projection.name)
+            row = await checkpoints.REBUILD_REQUESTED.first(conn, which=projection.name)
             return row is not None and bool(row[0])
 
     async def status(self, projection: Projection) -> ProjectionStatus:
@@ -425,31 +393,12 @@ class ProjectionRunner:
         if withdraw:
             values["rebuild_requested"] = False
         async with self._engine.begin() as conn:
-            await _ENSURE_CHECKPOINT.run(conn, which=projection.name)  # a first rebuild's
+            await checkpoints.ENSURE_CHECKPOINT.run(
+                conn, which=projection.name
+            )  # a first rebuild's
             await conn.execute(
                 update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
-
-
-async def _read_events(
-    conn: AsyncConnection,
-    projection: Projection,
-    after: int,
-    head: int,
-    limit: int,
-    selection: Selection | None = None,
-) -> list[StoredEvent]:
-    """The projection's events in (after, head], in position order, ``limit`` at most,
-    but for those it skips."""
-    window = {"after": after, "head": head, "limit": limit, "which": projection.name}
-    if selection is not None:
-        chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
-        rows = await _READ_SELECTED.rows(conn, **window, **chosen)
-    elif projection.types is None:
-        rows = await _READ_ALL.rows(conn, **window)
-    else:
-        rows = await _READ_TYPES.rows(conn, **window, types=sorted(projection.types))
-    return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
 
 
 def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:
@@ -459,140 +408,3 @@ def _interest(projection: Projection, selection: Selection) -> frozenset[str] | 
     if selection.tenants:
         return projection.types
     return frozenset(selection.types)
-
-
-def _of_types(types: frozenset[str]) -> Any:
-    return events.c.type == any_(literal(sorted(types), ARRAY(Text)))
-
-
-async def _advance(conn: AsyncConnection, name: str, position: int, **also: Any) -> None:
-    """Move the checkpoint to ``position``; having got there, the projection is healthy."""
-    values = {"which": name, "to": position, "at": datetime.now(UTC)}
-    if also:
-        await conn.execute(_ADVANCE.values(**also), values)
-    else:
-        await _ADVANCE_ON_DRIVER.run(conn, **values)
-
-
-async def _lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]:
-    """The checkpoint, locked, and whether the projection is stopped at an event past it
-    (a failed rebuild's event is behind it: the projection goes on)."""
-    await _ENSURE_CHECKPOINT.run(conn, which=name)
-    row = await _LOCK_CHECKPOINT.first(conn, which=name)
-    if row is None:  # pragma: no cover - ensured by the statement before
-        raise RuntimeError(f"projection {name!r} has no checkpoint row")
-    position, error_position = row
-    return int(position), error_position is not None and error_position > position
-
-
-async def _read_head(conn: AsyncConnection) -> int:
-    row = await _READ_HEAD.first(conn)
-    if row is None:  # pragma: no cover - the migration makes the row
-        raise RuntimeError("the log_head row is missing: the schema is not migrated")
-    return int(row[0])
-
-
-# Every step of every projection runs these: built once, not per call, and run on the
-# driver (``DriverStatement``): a step is half a dozen statements, and under load each
-# projection steps for every few appends.
-_SKIPPED = (
-    select(projection_skips.c.position)
-    .where(
-        projection_skips.c.name == bindparam("which"),
-        projection_skips.c.position == events.c.position,
-    )
-    .exists()
-)
-_READ = (
-    select(*full_row())
-    .where(
-        events.c.position > bindparam("after"), events.c.position <= bindparam("head"), ~_SKIPPED
-    )
-    .order_by(events.c.position)
-    .limit(bindparam("limit"))
-)
-_READ_ALL = DriverStatement.of(_READ)
-_READ_TYPES = DriverStatement.of(
-    _READ.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
-)
-# A Selective projection's events: its tenants' and its types' (parameters of the same name).
-_SELECTED = or_(
-    events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
-    events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
-)
-_READ_SELECTED = DriverStatement.of(_READ.where(_SELECTED))
-_READ_HEAD = DriverStatement.of(select(log_head.c.position))
-_ENSURE_CHECKPOINT = DriverStatement.of(
-    insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
-)
-_LOCK_CHECKPOINT = DriverStatement.of(
-    select(_c.position, _c.error_position).where(_c.name == bindparam("which")).with_for_update()
-)
-_REBUILD_REQUESTED = DriverStatement.of(
-    select(_c.rebuild_requested).where(_c.name == bindparam("which"))
-)
-# Having passed the event it stopped at, the projection is healthy; the error of a failed
-# rebuild (at or below the checkpoint) stays until a rebuild succeeds (``rebuild``).
-_STOPPED = _c.error_position > _c.position  # the old row's values, in an UPDATE
-_ADVANCE = (
-    update(projection_checkpoints)
-    .where(_c.name == bindparam("which"))
-    .values(
-        position=bindparam("to"),
-        updated_at=bindparam("at"),
-        last_error=case((_STOPPED, None), else_=_c.last_error),
-        error_position=case((_STOPPED, None), else_=_c.error_position),
-        failures=case((_STOPPED, 0), else_=_c.failures),
-    )
-)
-_ADVANCE_ON_DRIVER = DriverStatement.of(_ADVANCE)
-
-
-async def fetch_status(
-    conn: AsyncConnection, projections: Sequence[Projection]
-) -> list[ProjectionStatus]:
-    head = await _read_head(conn)
-    rows = {
-        row.name: row
-        for row in await conn.execute(
-            select(projection_checkpoints).where(
-                _c.name == any_(literal([p.name for p in projections], ARRAY(Text)))
-            )
-        )
-    }
-    skipped: dict[str, list[int]] = {}
-    for name, position in await conn.execute(
-        select(projection_skips.c.name, projection_skips.c.position)
-        .where(projection_skips.c.name == any_(literal(list(rows), ARRAY(Text))))
-        .order_by(projection_skips.c.position)
-    ):
-        skipped.setdefault(name, []).append(int(position))
-    found = []
-    for projection in projections:
-        row = rows.get(projection.name)
-        checkpoint = int(row.position) if row else 0
-        pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
-        chosen: dict[str, list[str]] = {}
-        if isinstance(projection, Selective):
-            selection = await projection.selection(conn)
-            chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
-            pending = pending.where(_SELECTED)
-        elif projection.types is not None:
-            pending = pending.where(_of_types(projection.types))
-        oldest = (await conn.execute(pending.order_by(events.c.position).limit(1), chosen)).scalar()
-        lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
-        found.append(
-            ProjectionStatus(
-                name=projection.name,
-                checkpoint=checkpoint,
-                head=head,
-                lag_events=head - checkpoint if oldest else 0,
-                lag_seconds=round(max(lag_s, 0.0), 3),
-                last_error=row.last_error if row else None,
-                error_position=row.error_position if row else None,
-                failures=int(row.failures) if row else 0,
-                rebuild_requested=bool(row.rebuild_requested) if row else False,
-                skipped=skipped.get(projection.name, []),
-            )
-        )
-    return found

@@ -12,13 +12,12 @@ import hashlib
 import time
 from collections import OrderedDict
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from app.db.engine import Engine
 from app.store.keys import KeyStore, Principal
 
 
 class Authenticator:
-    def __init__(self, engine: AsyncEngine, *, ttl_s: float, max_entries: int = 10_000) -> None:
+    def __init__(self, engine: Engine, *, ttl_s: float, max_entries: int = 10_000) -> None:
         self._engine = engine
         self._ttl_s = ttl_s
         self._max_entries = max_entries

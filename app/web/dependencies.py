@@ -6,8 +6,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db.engine import Engine
 from app.errors import Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
@@ -16,8 +16,8 @@ from app.web.auth import Authenticator
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
-def engine_of(request: Request) -> AsyncEngine:
-    engine: AsyncEngine = request.app.state.engine
+def engine_of(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
     return engine
 
 

@@ -13,23 +13,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from app.errors import AppError, NotFound, Unavailable, error_classes
+from app.errors import AppError, NotFound, error_classes
+from app.store.failures import DRIVER_ERRORS, as_app_error
 
 MEDIA_TYPE = "application/problem+json"
-BAD_VALUE = (
-    "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
-)
-UNREACHABLE = "the database is unreachable or the statement timed out; nothing was written, retry"
 logger = logging.getLogger(__name__)
 
 _CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
@@ -63,11 +57,7 @@ def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
         return _app_error(exc)
     if isinstance(exc, ClientDisconnect):
         return _gone(method, path)
-    if isinstance(exc, OperationalError | psycopg.OperationalError | PoolTimeout):
-        return _unavailable(method, path, exc)
-    if isinstance(exc, DataError | psycopg.DataError):
-        return _bad_value()
-    return _unexpected(method, path, exc)
+    return _driver_error(method, path, exc)
 
 
 def answer_for(
@@ -85,15 +75,16 @@ def _app_error(exc: AppError) -> JSONResponse:
     return problem(exc.status, exc.code, exc.title, exc.detail, exc.headers, **exc.extensions)
 
 
-def _unavailable(method: str, path: str, exc: Exception) -> JSONResponse:
-    logger.warning("database unavailable on %s %s: %s", method, path, exc)
-    return problem(
-        503,
-        Unavailable.code,
-        Unavailable.title,
-        UNREACHABLE,
-        {"Retry-After": "1"},
-    )
+def _driver_error(method: str, path: str, exc: Exception) -> JSONResponse:
+    """A database that did not answer (503, ``Retry-After``: the transaction was rolled
+    back, so a retry is safe) or a value PostgreSQL refused (400), as the store names
+    them; any other error is unexpected."""
+    named = as_app_error(exc)
+    if named is None:
+        return _unexpected(method, path, exc)
+    if named.status >= 500:
+        logger.warning("database unavailable on %s %s: %s", method, path, exc)
+    return problem(named.status, named.code, named.title, named.detail, named.headers)
 
 
 def _gone(method: str, path: str) -> JSONResponse:
@@ -101,10 +92,6 @@ def _gone(method: str, path: str) -> JSONResponse:
     # nobody will read the answer).
     logger.info("the client of %s %s went away before its whole body arrived", method, path)
     return problem(400, "bad-request", "Bad request", "the request body was cut short")
-
-
-def _bad_value() -> JSONResponse:
-    return problem(400, "bad-request", "Bad request", BAD_VALUE)
 
 
 def _unexpected(method: str, path: str, exc: Exception) -> JSONResponse:
@@ -172,16 +159,12 @@ def _allowed(request: Request) -> list[str]:
 _METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
 
 
-async def on_database_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    return _unavailable(request.method, request.url.path, exc)
+async def on_driver_error(request: Request, exc: Exception) -> JSONResponse:
+    return _driver_error(request.method, request.url.path, exc)
 
 
 async def on_client_disconnect(request: Request, exc: Exception) -> JSONResponse:
     return _gone(request.method, request.url.path)
-
-
-async def on_bad_value(request: Request, exc: Exception) -> JSONResponse:
-    return _bad_value()
 
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -208,18 +191,12 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(AppError, on_app_error)
     app.add_exception_handler(RequestValidationError, on_invalid_request)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
-    # Connection loss and statement timeouts (psycopg's QueryCanceled) arrive as
-    # OperationalError from any path (wrapped by SQLAlchemy, or straight from the driver
-    # on the append path); the transaction was rolled back, so a retry is safe.
-    app.add_exception_handler(OperationalError, on_database_unavailable)
-    app.add_exception_handler(psycopg.OperationalError, on_database_unavailable)
-    # No pooled connection came free in time: as unavailable as a database that is down.
-    app.add_exception_handler(PoolTimeout, on_database_unavailable)
+    # The driver's errors that name a condition of ours (app.store.failures): a lost
+    # database, a statement timeout or no pooled connection free (503), a value
+    # PostgreSQL cannot take (400).
+    for driver_error in DRIVER_ERRORS:
+        app.add_exception_handler(driver_error, on_driver_error)
     app.add_exception_handler(ClientDisconnect, on_client_disconnect)
-    # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks
-    # its values first, so this is a read given a NUL character or an oversized number.
-    app.add_exception_handler(DataError, on_bad_value)
-    app.add_exception_handler(psycopg.DataError, on_bad_value)  # refused before it was sent
     app.add_exception_handler(Exception, on_unexpected)
 
     @app.get("/problems/{code}", tags=["problems"])

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.api.projections import WITHHELD
 from app.db.tables import projection_checkpoints
+from app.projections.status import WITHHELD
 from app.store.verify import verify_chain
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import (

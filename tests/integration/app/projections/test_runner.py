@@ -16,15 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db.engine import create_engine
 from app.errors import Conflict, NotFound
 from app.main import every_projection
-from app.projections import runner as runner_module
+from app.projections import checkpoints as checkpoints_module
 from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
-from app.projections.runner import (
-    ProjectionFailed,
-    ProjectionRunner,
-    fetch_skips,
-    fetch_status,
-)
+from app.projections.runner import ProjectionFailed, ProjectionRunner
+from app.projections.status import fetch_skips, fetch_status
 from app.store import deployments as deploy
 from app.store.deployments import DeploymentState
 from app.store.log import EventLog
@@ -491,7 +487,7 @@ async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch
             await EventLog(conn).append("acme", batch)
 
     moves = 0
-    advance = runner_module._advance
+    advance = checkpoints_module.advance
 
     async def advance_as_more_arrive(*args: Any, **kwargs: Any) -> None:
         nonlocal moves
@@ -500,7 +496,7 @@ async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch
         if moves < 20:  # a batch's worth more by its next step: a steady stream
             await append_others(60)
 
-    monkeypatch.setattr(runner_module, "_advance", advance_as_more_arrive)
+    monkeypatch.setattr(checkpoints_module, "advance", advance_as_more_arrive)
     await append_others(100)
     runner = ProjectionRunner(engine, [Counter()], batch_size=50, poll_interval_s=30)
     task = asyncio.create_task(runner.run())

@@ -1,0 +1,133 @@
+"""The checkpoint table, and what projections read of the log: the head, and a
+projection's events after its checkpoint (those of its types, or of its tenants and
+types when it is ``Selective``), but for the events an operator told it to skip.
+
+The runner (``runner``) and the status reads (``status``) share these statements; only
+this module and those two write SQL for projections.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import any_, bindparam, case, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import Text
+
+from app.db.engine import DriverStatement
+from app.db.tables import events, log_head, projection_checkpoints, projection_skips
+from app.projections.base import Projection, Selection
+from app.store.log import full_row, record_from_row
+from app.store.records import StoredEvent
+
+_c = projection_checkpoints.c
+
+
+async def read_events(
+    conn: AsyncConnection,
+    projection: Projection,
+    after: int,
+    head: int,
+    limit: int,
+    selection: Selection | None = None,
+) -> list[StoredEvent]:
+    """The projection's events in (after, head], in position order, ``limit`` at most,
+    but for those it skips."""
+    window = {"after": after, "head": head, "limit": limit, "which": projection.name}
+    if selection is not None:
+        chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
+        rows = await _READ_SELECTED.rows(conn, **window, **chosen)
+    elif projection.types is None:
+        rows = await _READ_ALL.rows(conn, **window)
+    else:
+        rows = await _READ_TYPES.rows(conn, **window, types=sorted(projection.types))
+    return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+
+
+def of_types(types: frozenset[str]) -> Any:
+    return events.c.type == any_(literal(sorted(types), ARRAY(Text)))
+
+
+async def advance(conn: AsyncConnection, name: str, position: int, **also: Any) -> None:
+    """Move the checkpoint to ``position``; having got there, the projection is healthy."""
+    values = {"which": name, "to": position, "at": datetime.now(UTC)}
+    if also:
+        await conn.execute(_ADVANCE.values(**also), values)
+    else:
+        await _ADVANCE_ON_DRIVER.run(conn, **values)
+
+
+async def lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]:
+    """The checkpoint, locked, and whether the projection is stopped at an event past it
+    (a failed rebuild's event is behind it: the projection goes on)."""
+    await ENSURE_CHECKPOINT.run(conn, which=name)
+    row = await _LOCK_CHECKPOINT.first(conn, which=name)
+    if row is None:  # pragma: no cover - ensured by the statement before
+        raise RuntimeError(f"projection {name!r} has no checkpoint row")
+    position, error_position = row
+    return int(position), error_position is not None and error_position > position
+
+
+async def read_head(conn: AsyncConnection) -> int:
+    row = await _READ_HEAD.first(conn)
+    if row is None:  # pragma: no cover - the migration makes the row
+        raise RuntimeError("the log_head row is missing: the schema is not migrated")
+    return int(row[0])
+
+
+# Every step of every projection runs these: built once, not per call, and run on the
+# driver (``DriverStatement``): a step is half a dozen statements, and under load each
+# projection steps for every few appends.
+_SKIPPED = (
+    select(projection_skips.c.position)
+    .where(
+        projection_skips.c.name == bindparam("which"),
+        projection_skips.c.position == events.c.position,
+    )
+    .exists()
+)
+_READ = (
+    select(*full_row())
+    .where(
+        events.c.position > bindparam("after"), events.c.position <= bindparam("head"), ~_SKIPPED
+    )
+    .order_by(events.c.position)
+    .limit(bindparam("limit"))
+)
+_READ_ALL = DriverStatement.of(_READ)
+_READ_TYPES = DriverStatement.of(
+    _READ.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
+)
+# A Selective projection's events: its tenants' and its types' (parameters of the same name).
+SELECTED = or_(
+    events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
+    events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
+)
+_READ_SELECTED = DriverStatement.of(_READ.where(SELECTED))
+_READ_HEAD = DriverStatement.of(select(log_head.c.position))
+ENSURE_CHECKPOINT = DriverStatement.of(
+    insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
+)
+_LOCK_CHECKPOINT = DriverStatement.of(
+    select(_c.position, _c.error_position).where(_c.name == bindparam("which")).with_for_update()
+)
+REBUILD_REQUESTED = DriverStatement.of(
+    select(_c.rebuild_requested).where(_c.name == bindparam("which"))
+)
+# Having passed the event it stopped at, the projection is healthy; the error of a failed
+# rebuild (at or below the checkpoint) stays until a rebuild succeeds (``rebuild``).
+_STOPPED = _c.error_position > _c.position  # the old row's values, in an UPDATE
+_ADVANCE = (
+    update(projection_checkpoints)
+    .where(_c.name == bindparam("which"))
+    .values(
+        position=bindparam("to"),
+        updated_at=bindparam("at"),
+        last_error=case((_STOPPED, None), else_=_c.last_error),
+        error_position=case((_STOPPED, None), else_=_c.error_position),
+        failures=case((_STOPPED, 0), else_=_c.failures),
+    )
+)
+_ADVANCE_ON_DRIVER = DriverStatement.of(_ADVANCE)

@@ -1,0 +1,134 @@
+"""What an operator asks of the projections: each one's checkpoint, how far it lags the
+head (events and seconds), its last error and the events it skips.
+
+Projections read every tenant's events, so the text of an error (a key, a subject, a
+value) may be another tenant's: ``withhold_others_errors`` shows it only to the tenant
+whose event failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import BigInteger, any_, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import Text
+
+from app.db.tables import events, projection_checkpoints, projection_skips
+from app.projections.base import Projection, Selective
+from app.projections.checkpoints import SELECTED, of_types, read_head
+
+_c = projection_checkpoints.c
+WITHHELD = "withheld: the failing event belongs to another tenant"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionStatus:
+    name: str
+    checkpoint: int
+    head: int
+    lag_events: int
+    lag_seconds: float
+    last_error: str | None
+    error_position: int | None
+    failures: int
+    rebuild_requested: bool
+    skipped: list[int]  # positions an operator told it to pass over
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    name: str
+    position: int
+    reason: str
+    error: str | None
+    skipped_at: datetime
+
+
+async def fetch_skips(conn: AsyncConnection) -> list[Skip]:
+    """Every event an operator told a projection to pass over, by projection and position."""
+    found = await conn.execute(
+        select(projection_skips).order_by(projection_skips.c.name, projection_skips.c.position)
+    )
+    return [Skip(r.name, int(r.position), r.reason, r.error, r.skipped_at) for r in found]
+
+
+async def fetch_status(
+    conn: AsyncConnection, projections: Sequence[Projection]
+) -> list[ProjectionStatus]:
+    head = await read_head(conn)
+    rows = {
+        row.name: row
+        for row in await conn.execute(
+            select(projection_checkpoints).where(
+                _c.name == any_(literal([p.name for p in projections], ARRAY(Text)))
+            )
+        )
+    }
+    skipped: dict[str, list[int]] = {}
+    for name, position in await conn.execute(
+        select(projection_skips.c.name, projection_skips.c.position)
+        .where(projection_skips.c.name == any_(literal(list(rows), ARRAY(Text))))
+        .order_by(projection_skips.c.position)
+    ):
+        skipped.setdefault(name, []).append(int(position))
+    found = []
+    for projection in projections:
+        row = rows.get(projection.name)
+        checkpoint = int(row.position) if row else 0
+        pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
+        chosen: dict[str, list[str]] = {}
+        if isinstance(projection, Selective):
+            selection = await projection.selection(conn)
+            chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
+            pending = pending.where(SELECTED)
+        elif projection.types is not None:
+            pending = pending.where(of_types(projection.types))
+        oldest = (await conn.execute(pending.order_by(events.c.position).limit(1), chosen)).scalar()
+        lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
+        found.append(
+            ProjectionStatus(
+                name=projection.name,
+                checkpoint=checkpoint,
+                head=head,
+                lag_events=head - checkpoint if oldest else 0,
+                lag_seconds=round(max(lag_s, 0.0), 3),
+                last_error=row.last_error if row else None,
+                error_position=row.error_position if row else None,
+                failures=int(row.failures) if row else 0,
+                rebuild_requested=bool(row.rebuild_requested) if row else False,
+                skipped=skipped.get(projection.name, []),
+            )
+        )
+    return found
+
+
+async def withhold_others_errors(
+    conn: AsyncConnection, tenant: str, found: list[ProjectionStatus]
+) -> list[ProjectionStatus]:
+    """``found`` as ``tenant`` may see it: an error at another tenant's event is replaced
+    by ``WITHHELD`` (where and how often stay; an operator reads the text with
+    ``causeway projections status``)."""
+    failed = sorted({s.error_position for s in found if s.last_error and s.error_position})
+    if not failed:
+        return found
+    own = set(
+        (
+            await conn.execute(
+                select(events.c.position).where(
+                    events.c.position == any_(literal(failed, ARRAY(BigInteger))),
+                    events.c.tenant == tenant,
+                )
+            )
+        ).scalars()
+    )
+    return [
+        s
+        if s.last_error is None or s.error_position in own
+        else dataclasses.replace(s, last_error=WITHHELD)
+        for s in found
+    ]

@@ -1,0 +1,81 @@
+"""Driver errors in Causeway's terms: the one place that knows which SQLAlchemy and
+psycopg exceptions mean "the database did not answer" and "PostgreSQL refused a value".
+
+Every face (REST, GraphQL, the CLI, the scheduler's clock) asks ``as_app_error`` instead
+of matching driver exceptions itself, so a database that is down is the same 503
+``unavailable`` everywhere, and a value PostgreSQL cannot take the same 400.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.errors import QueryCanceled
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from app.errors import AppError, BadRequest, Unavailable
+
+BAD_VALUE = (
+    "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
+)
+UNREACHABLE = "the database is unreachable or the statement timed out; nothing was written, retry"
+
+# A lost connection, a server that is starting or stopping, a statement or lock timeout
+# (QueryCanceled is an OperationalError), and no pooled connection free in time.
+_UNAVAILABLE = (OperationalError, psycopg.OperationalError, PoolTimeout)
+# Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks its
+# values first, so this is a read given a NUL character or an oversized number.
+_BAD_VALUE = (DataError, psycopg.DataError)
+# What the faces register handlers for (Starlette finds a handler along the MRO).
+DRIVER_ERRORS: tuple[type[Exception], ...] = (*_UNAVAILABLE, *_BAD_VALUE)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database did not answer (a retry may succeed)."""
+    return isinstance(exc, _UNAVAILABLE)
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the database layer at all (SQLAlchemy or psycopg)."""
+    return isinstance(exc, SQLAlchemyError | psycopg.Error)
+
+
+def is_pool_exhausted(exc: BaseException) -> bool:
+    """Whether no pooled connection came free in time."""
+    return isinstance(exc, PoolTimeout)
+
+
+def is_statement_cancelled(exc: BaseException) -> bool:
+    """Whether PostgreSQL stopped the statement (its ``statement_timeout``), whether the
+    error comes wrapped by SQLAlchemy or straight from psycopg."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    return isinstance(cause, QueryCanceled)
+
+
+def connection_problem(exc: BaseException) -> str | None:
+    """What is wrong with the database a command was given, in one line, or None for an
+    error that is not about which database it is (the CLI keeps its traceback)."""
+    if not isinstance(exc, DBAPIError | psycopg.Error):
+        return None
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    if isinstance(cause, psycopg.errors.UndefinedTable):
+        return f"the database is not migrated ({first}); run `causeway migrate`"
+    # A failed connection (no server, no such database or role, a refused password) is
+    # the base class itself; its subclasses (a cancelled statement, a full disk, a
+    # shutdown) are about the server's state, not about which database was named.
+    if type(cause) is psycopg.OperationalError or isinstance(
+        cause, psycopg.errors.ConnectionTimeout
+    ):
+        return f"cannot use the database: {first}"
+    return None
+
+
+def as_app_error(exc: BaseException) -> AppError | None:
+    """The ``AppError`` a driver error stands for, or None when it is none of ours to
+    name (a bug: the caller logs it and answers a masked 500)."""
+    if isinstance(exc, _UNAVAILABLE):
+        return Unavailable(UNREACHABLE, headers={"Retry-After": "1"})
+    if isinstance(exc, _BAD_VALUE):
+        return BadRequest(BAD_VALUE)
+    return None
