@@ -11,7 +11,8 @@
     ├── BodyTimeout             408 body-timeout
     ├── Conflict                409 conflict
     │   ├── VersionConflict     409 version-conflict
-    │   └── IdConflict          409 id-conflict
+    │   ├── IdConflict          409 id-conflict
+    │   └── LeaseLost           409 lease-lost
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
     ├── HeadTooLarge            431 head-too-large

@@ -46,10 +46,6 @@ def current_revision(url: str | URL) -> str | None:
         engine.dispose()
 
 
-def is_at_head(url: str | URL) -> bool:
-    return current_revision(url) == head_revision()
-
-
 async def fetch_revision(conn: AsyncConnection) -> str | None:
     def current(sync_conn: Connection) -> str | None:
         return MigrationContext.configure(sync_conn).get_current_revision()

@@ -134,16 +134,6 @@ class GraphReader:
         )
         return {row.id: _stored(row) for row in rows}
 
-    async def fetch_by_positions(
-        self, tenant: str, positions: Iterable[int]
-    ) -> dict[int, StoredEvent]:
-        rows = await self._conn.execute(
-            select(*full_row()).where(
-                events.c.tenant == tenant, events.c.position == any_(_positions(positions))
-            )
-        )
-        return {row.position: _stored(row) for row in rows}
-
     async def fetch_causes(
         self, tenant: str, positions: Sequence[int], *, limit: int | None = None
     ) -> dict[int, list[StoredEvent]]:
