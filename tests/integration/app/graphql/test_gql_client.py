@@ -10,7 +10,7 @@ from gql import Client, GraphQLRequest
 from gql.transport.requests import RequestsHTTPTransport
 from sqlalchemy import URL
 
-from tests.integration.app.graphql.test_schema import AUDIT, hospital
+from tests.integration.app.graphql.workflow import AUDIT, hospital
 from tests.integration.events import BATCH, JSON, registration
 from tests.integration.process import create_key, environment, serving
 
