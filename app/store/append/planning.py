@@ -77,6 +77,38 @@ class Row(NamedTuple):
     canonical: bytes | None = None
 
 
+@dataclass(slots=True)
+class _Overlay:
+    """One request's additions to a group, consulted before the group's own and merged
+    into it only when the whole request is accepted; and what refused its events."""
+
+    position: int
+    prev_hash: bytes
+    known: dict[Key, SeenEvent] = field(default_factory=dict)
+    positions: dict[Key, int] = field(default_factory=dict)
+    versions: dict[Key, int] = field(default_factory=dict)
+    registrations: dict[ModelKey, Registration] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    outcomes: list[Appended] = field(default_factory=list)
+    id_errors: list[dict[str, Any]] = field(default_factory=list)
+    cause_errors: list[dict[str, Any]] = field(default_factory=list)
+    model_errors: list[dict[str, Any]] = field(default_factory=list)
+    refused: set[str] = field(default_factory=set)  # ids of the request's events refused
+
+    def refusal(self) -> AppError | None:
+        """Why the request is refused, if it is. An event refused is not there to be a
+        cause: a later event naming it is refused only because of that, and its own entry
+        would name no mistake of its own. So unknown causes come last."""
+        if self.id_errors:
+            return IdConflict(_summary(self.id_errors), errors=self.id_errors)
+        if self.model_errors:
+            return InvalidEvent(_summary(self.model_errors), errors=self.model_errors)
+        if self.cause_errors:
+            return UnknownCause(_summary(self.cause_errors), errors=self.cause_errors)
+        return None
+
+
 class GroupPlan:
     """One group's plan, on the head at ``position`` (whose hash is ``prev_hash``).
 
@@ -114,77 +146,17 @@ class GroupPlan:
             alone = self._accept_alone(tenant, batch[0])
             if alone is not None:
                 return alone
-        # This request's additions, consulted before the group's and merged only on success.
-        known: dict[Key, SeenEvent] = {}
-        positions: dict[Key, int] = {}
-        versions: dict[Key, int] = {}
-        registrations: dict[ModelKey, Registration] = {}
-        position, prev_hash = self.position, self.prev_hash
-        rows: list[Row] = []
-        edges: list[tuple[int, int]] = []
-        outcomes: list[Appended] = []
-        id_errors: list[dict[str, Any]] = []
-        cause_errors: list[dict[str, Any]] = []
-        model_errors: list[dict[str, Any]] = []
-        refused: set[str] = set()  # ids of this batch's events refused so far
+        request = _Overlay(self.position, self.prev_hash)
         for index, event in enumerate(batch):
             key = (tenant, event.id)
-            earlier = known.get(key) or self.known.get(key)
-            if earlier is not None:
-                problem = _compare(event, tenant, earlier.content)
-                if problem is not None:
-                    id_errors.append({"index": index, "attribute": "id", "detail": problem})
-                    refused.add(event.id)
-                    continue
-                outcomes.append(
-                    Appended(
-                        event.id,
-                        event.source,
-                        earlier.content.stream,
-                        earlier.stream_version,
-                        earlier.position,
-                        duplicate=True,
-                    )
-                )
+            if self._is_seen(request, tenant, index, event, key):
                 continue
-            cause_positions = []
-            missing = []
-            for cause in event.causes:
-                found = positions.get((tenant, cause)) or self.positions.get((tenant, cause))
-                if found is None:
-                    missing.append(cause)
-                else:
-                    cause_positions.append(found)
-            if missing:
-                # A cause refused above is that event's problem, not this one's.
-                unknown = [cause for cause in missing if cause not in refused]
-                if unknown:
-                    cause_errors.append(
-                        {
-                            "index": index,
-                            "attribute": "causationid",
-                            "detail": f"unknown cause ids: {', '.join(unknown)}",
-                            "missing": unknown,
-                        }
-                    )
-                refused.add(event.id)
+            cause_positions = self._cause_positions(request, tenant, index, event)
+            if cause_positions is None or self._is_unfit(request, tenant, index, event):
+                request.refused.add(event.id)
                 continue
-            if event.model_name is not None and event.model_version is not None:
-                model = (tenant, event.model_name, event.model_version)
-                if event.type == REGISTERED:
-                    registrations[model] = registration_from(
-                        event.data, event.model_signature or ""
-                    )
-                else:
-                    unfit = _model_problem(
-                        event, registrations.get(model) or self.registrations.get(model)
-                    )
-                    if unfit is not None:
-                        model_errors.append({"index": index, **unfit})
-                        refused.add(event.id)
-                        continue
             stream = (tenant, event.stream)
-            actual = versions.get(stream) or self.versions.get(stream, 0)
+            actual = request.versions.get(stream) or self.versions.get(stream, 0)
             if event.expected_version is not None and event.expected_version != actual:
                 return VersionConflict(
                     f"stream {event.stream!r} is at version {actual}, not {event.expected_version}",
@@ -200,36 +172,106 @@ class GroupPlan:
                     event = replace(event, data=normalise_numbers(event.data))
                 except ValueError as exc:
                     return InvalidEvent(f"event {index}: {exc}", index=index, attribute="data")
-            position += 1
+            position = request.position + 1
             version = actual + 1
-            row = self._chained(event, tenant, position, version, prev_hash)
-            rows.append(row)
+            row = self._chained(event, tenant, position, version, request.prev_hash)
+            request.rows.append(row)
             # One edge per cause, however often an event built in code names it.
-            edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
-            prev_hash = row.hash
-            versions[stream] = version
-            known[key] = SeenEvent(position, version, event)
-            positions[key] = position
-            outcomes.append(
+            request.edges.extend([(position, cause) for cause in dict.fromkeys(cause_positions)])
+            request.position, request.prev_hash = position, row.hash
+            request.versions[stream] = version
+            request.known[key] = SeenEvent(position, version, event)
+            request.positions[key] = position
+            request.outcomes.append(
                 Appended(event.id, event.source, event.stream, version, position, False)
             )
-        # An event refused is not there to be a cause: a later event naming it is refused
-        # only because of that, and its own entry would name no mistake of its own. Unknown
-        # causes come last too, for the same reason.
-        if id_errors:
-            return IdConflict(_summary(id_errors), errors=id_errors)
-        if model_errors:
-            return InvalidEvent(_summary(model_errors), errors=model_errors)
-        if cause_errors:
-            return UnknownCause(_summary(cause_errors), errors=cause_errors)
-        self.registrations.update(registrations)
-        self.known.update(known)
-        self.positions.update(positions)
-        self.versions.update(versions)
-        self.rows.extend(rows)
-        self.edges.extend(edges)
-        self.position, self.prev_hash = position, prev_hash
-        return outcomes
+        refusal = request.refusal()
+        if refusal is not None:
+            return refusal
+        self._merge(request)
+        return request.outcomes
+
+    def _is_seen(
+        self, request: _Overlay, tenant: str, index: int, event: NewEvent, key: Key
+    ) -> bool:
+        """Whether ``event``'s id is stored or earlier in the group: a re-send of the same
+        event is answered as a duplicate, another event with that id refused."""
+        earlier = request.known.get(key) or self.known.get(key)
+        if earlier is None:
+            return False
+        problem = _compare(event, tenant, earlier.content)
+        if problem is not None:
+            request.id_errors.append({"index": index, "attribute": "id", "detail": problem})
+            request.refused.add(event.id)
+            return True
+        request.outcomes.append(
+            Appended(
+                event.id,
+                event.source,
+                earlier.content.stream,
+                earlier.stream_version,
+                earlier.position,
+                duplicate=True,
+            )
+        )
+        return True
+
+    def _cause_positions(
+        self, request: _Overlay, tenant: str, index: int, event: NewEvent
+    ) -> list[int] | None:
+        """The positions of ``event``'s causes; None when one is neither stored nor earlier
+        in the group (the event is refused)."""
+        found_positions = []
+        missing = []
+        for cause in event.causes:
+            found = request.positions.get((tenant, cause)) or self.positions.get((tenant, cause))
+            if found is None:
+                missing.append(cause)
+            else:
+                found_positions.append(found)
+        if not missing:
+            return found_positions
+        # A cause refused above is that event's problem, not this one's.
+        unknown = [cause for cause in missing if cause not in request.refused]
+        if unknown:
+            request.cause_errors.append(
+                {
+                    "index": index,
+                    "attribute": "causationid",
+                    "detail": f"unknown cause ids: {', '.join(unknown)}",
+                    "missing": unknown,
+                }
+            )
+        return None
+
+    def _is_unfit(self, request: _Overlay, tenant: str, index: int, event: NewEvent) -> bool:
+        """Whether ``event`` names a model version it does not fit (unregistered, or its
+        output breaks the signature); a registration is noted for the events after it."""
+        if event.model_name is None or event.model_version is None:
+            return False
+        model = (tenant, event.model_name, event.model_version)
+        if event.type == REGISTERED:
+            request.registrations[model] = registration_from(
+                event.data, event.model_signature or ""
+            )
+            return False
+        unfit = _model_problem(
+            event, request.registrations.get(model) or self.registrations.get(model)
+        )
+        if unfit is None:
+            return False
+        request.model_errors.append({"index": index, **unfit})
+        return True
+
+    def _merge(self, request: _Overlay) -> None:
+        """Take an accepted request's additions into the group."""
+        self.registrations.update(request.registrations)
+        self.known.update(request.known)
+        self.positions.update(request.positions)
+        self.versions.update(request.versions)
+        self.rows.extend(request.rows)
+        self.edges.extend(request.edges)
+        self.position, self.prev_hash = request.position, request.prev_hash
 
     def _accept_alone(self, tenant: str, event: NewEvent) -> list[Appended] | None:
         """``plan`` for a request of one event that breaks no rule: the usual request,
