@@ -24,7 +24,7 @@ from app.settings import Settings
 from app.store.log import EventLog
 from app.store.verify import verify_chain
 from scheduler import tasks as t
-from scheduler.queue import TaskQueue
+from scheduler.rows.tasks import fetch_task
 from scheduler.service import SchedulerLoop, SchedulerTimers
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
@@ -1150,7 +1150,7 @@ class TestQueueState:
         await queued(app, admin)
         async with engine.begin() as conn:
             [row] = (await conn.execute(select(tasks.c.id))).all()
-            state = await TaskQueue(conn).fetch("acme", row.id)
+            state = await fetch_task(conn, "acme", row.id)
             assert state is not None
             leased = {"lease": "l1", "worker": "gone", "attempt": 1, "expires_at": NOW}
             # A leased decision appended, its row never written: the process died between.
