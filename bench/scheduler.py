@@ -31,8 +31,8 @@ from bench._harness import Row, bench_server, ensure_database, print_table, serv
 from ingest.client import CausewayClient
 from scheduler import tasks as t
 from scheduler.projections import scheduler_projections
-from scheduler.queue import write_task
 from scheduler.routes import define_event, parse_route
+from scheduler.rows.tasks import write_task
 
 TENANT = "bench"
 QUEUE = "inference"

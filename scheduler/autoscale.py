@@ -18,14 +18,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from sqlalchemy import func, literal, select, union
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.db.tables import queue_autoscale, tasks
 from app.store.log import EventLog
 from app.store.records import NewEvent
+from scheduler.rows import autoscale as rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 AUTOSCALE_CHANGED = "causeway.queue.autoscale_changed"
 _SOURCE = "causeway:scheduler"
@@ -82,12 +82,7 @@ class AutoscaleAdvisor:
         self._controller = controller
 
     async def read(self, tenant: str, queue: str) -> Advice:
-        a = queue_autoscale.c
-        row = (
-            await self._conn.execute(
-                select(queue_autoscale).where(a.tenant == tenant, a.queue == queue)
-            )
-        ).one_or_none()
+        row = await rows.fetch_autoscale(self._conn, tenant, queue)
         if row is None:
             return Advice(queue, self._controller.min_workers, 0.0, self._controller.target_s, None)
         return Advice(
@@ -97,13 +92,7 @@ class AutoscaleAdvisor:
     async def read_active_queues(self) -> list[tuple[str, str]]:
         """(tenant, queue) of every queue with work, or advised before, in a fixed order
         (so processes advising at once take their rows in the same order)."""
-        c = tasks.c
-        active = union(
-            select(c.tenant, c.queue).where(c.state.in_(("ready", "leased"))).distinct(),
-            select(queue_autoscale.c.tenant, queue_autoscale.c.queue),
-        ).subquery()
-        rows = await self._conn.execute(select(active).order_by(active.c.tenant, active.c.queue))
-        return [(row.tenant, row.queue) for row in rows]
+        return await rows.read_active_queues(self._conn)
 
     async def advise(
         self, tenant: str, queue: str, *, interval_s: float, now: datetime | None = None
@@ -116,73 +105,27 @@ class AutoscaleAdvisor:
         )
 
     async def _advise(self, tenant: str, queue: str, *, now: datetime, interval_s: float) -> bool:
-        a = queue_autoscale.c
-        await self._conn.execute(
-            insert(queue_autoscale)
-            .values(
-                tenant=tenant,
-                queue=queue,
-                recommended=self._controller.min_workers,
-                integral=0.0,
-                last_error=0.0,
-                observed_s=0.0,
-                updated_at=now - timedelta(seconds=interval_s),
-            )
-            .on_conflict_do_nothing()
+        seed = rows.AutoscaleRow(
+            self._controller.min_workers, 0.0, 0.0, 0.0, now - timedelta(seconds=interval_s)
         )
-        row = (
-            await self._conn.execute(
-                select(queue_autoscale)
-                .where(a.tenant == tenant, a.queue == queue)
-                .with_for_update(skip_locked=True)
-            )
-        ).one_or_none()
+        row = await rows.fetch_autoscale_locked(self._conn, tenant, queue, seed=seed)
         if row is None or (now - row.updated_at).total_seconds() < interval_s * 0.9:
             return False
-        observed = await self._observed_latency_s(tenant, queue, since=row.updated_at, now=now)
+        observed = await rows.read_latency_s(
+            self._conn, tenant, queue, since=row.updated_at, now=now
+        )
         before = PidState(row.recommended, row.integral, row.last_error, row.observed_s)
         dt = (now - row.updated_at).total_seconds()
         after = self._controller.step(before, observed, dt)
-        await self._conn.execute(
-            queue_autoscale.update()
-            .where(a.tenant == tenant, a.queue == queue)
-            .values(
-                recommended=after.recommended,
-                integral=after.integral,
-                last_error=after.last_error,
-                observed_s=observed,
-                updated_at=now,
-            )
+        stepped = rows.AutoscaleRow(
+            after.recommended, after.integral, after.last_error, observed, now
         )
+        await rows.write_autoscale(self._conn, tenant, queue, stepped)
         if after.recommended != before.recommended:
             await EventLog(self._conn).append(
                 tenant, [self._changed(queue, before.recommended, after, now)]
             )
         return True
-
-    async def _observed_latency_s(
-        self, tenant: str, queue: str, *, since: datetime, now: datetime
-    ) -> float:
-        c = tasks.c
-        waited = (
-            await self._conn.execute(
-                select(
-                    func.avg(func.extract("epoch", c.leased_at - c.available_at)),
-                ).where(c.tenant == tenant, c.queue == queue, c.leased_at > since)
-            )
-        ).scalar()
-        oldest = (
-            await self._conn.execute(
-                select(func.min(c.available_at)).where(
-                    c.tenant == tenant,
-                    c.queue == queue,
-                    c.state == "ready",
-                    c.available_at <= literal(now),
-                )
-            )
-        ).scalar()
-        age = (now - oldest).total_seconds() if oldest is not None else 0.0
-        return round(max(float(waited or 0.0), age, 0.0), 3)
 
     def _changed(self, queue: str, previous: int, after: PidState, now: datetime) -> NewEvent:
         return NewEvent(

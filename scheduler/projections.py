@@ -19,20 +19,24 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.db.tables import events, prewarm_windows, routes, tasks
 from app.errors import AppError
 from app.projections.base import Selection
-from app.store.chain import ChainRecord
+from app.store.decision_reads import has_event
 from app.store.log import EventLog
-from app.store.records import NewEvent, StoredEvent
+from app.store.records import NewEvent
 from scheduler import routes as r
 from scheduler import tasks as t
-from scheduler.queue import TaskQueue, write_task
+from scheduler.queue import TaskQueue
+from scheduler.rows import routes as route_rows
+from scheduler.rows import tasks as task_rows
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from app.store.chain import ChainRecord
+    from app.store.records import StoredEvent
 
 PREWARM_REQUESTED = "causeway.model.prewarm_requested"
 # The dispatcher appends as it goes, holding the log head until its batch commits: small
@@ -44,7 +48,7 @@ _NAMESPACE = uuid.UUID("0f3a52f4-8f87-4bc1-9a55-1d8a7d4b6c21")
 
 class Dispatcher:
     name = "scheduler-dispatch"
-    tables = (routes, prewarm_windows)
+    tables = route_rows.TABLES
     types = None
 
     def __init__(self) -> None:
@@ -57,8 +61,8 @@ class Dispatcher:
     async def selection(self, conn: AsyncConnection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
         make a task, so a store without routes costs the dispatcher next to nothing."""
-        tenants = (await conn.execute(select(routes.c.tenant).distinct())).scalars()
-        return Selection(tuple(sorted(tenants)), tuple(sorted(r.TYPES)))
+        tenants = await route_rows.read_routed_tenants(conn)
+        return Selection(tuple(tenants), tuple(sorted(r.TYPES)))
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record
@@ -78,11 +82,9 @@ class Dispatcher:
 
     async def _routes_of(self, conn: AsyncConnection, tenant: str) -> list[r.Route]:
         if tenant not in self._routes:
-            rows = await conn.execute(
-                select(routes.c.spec).where(routes.c.tenant == tenant).order_by(routes.c.id)
-            )
+            specs = await route_rows.read_specs(conn, tenant)
             self._routes[tenant] = [
-                route for row in rows if (route := _stored_route(row.spec)) is not None
+                route for spec in specs if (route := _stored_route(spec)) is not None
             ]
         return self._routes[tenant]
 
@@ -90,15 +92,10 @@ class Dispatcher:
         self._routes.pop(record.tenant, None)
         route_id = record.data["id"]
         if record.type == r.DELETED:
-            await conn.execute(
-                delete(routes).where(routes.c.tenant == record.tenant, routes.c.id == route_id)
-            )
+            await route_rows.delete_route(conn, record.tenant, route_id)
             return
-        values = {"spec": record.data, "position": record.position}
-        await conn.execute(
-            insert(routes)
-            .values(tenant=record.tenant, id=route_id, **values)
-            .on_conflict_do_update(index_elements=["tenant", "id"], set_=values)
+        await route_rows.write_route(
+            conn, record.tenant, route_id, record.data, position=record.position
         )
 
 
@@ -120,26 +117,15 @@ async def _count_towards_prewarm(
     rule = route.prewarm
     if rule is None:
         return
-    w = prewarm_windows.c
-    key = {"tenant": record.tenant, "route_id": route.id, "source": record.source}
-    row = (await conn.execute(select(w.recent).filter_by(**key).with_for_update())).one_or_none()
+    key = route_rows.PrewarmKey(record.tenant, route.id, record.source)
+    window = await route_rows.fetch_prewarm_window(conn, key)
     at_us = _micros(r.event_time(record))
-    recent = [
-        [i, us]
-        for i, us in (row.recent if row is not None else [])
-        if us > at_us - rule.within_s * 1e6
-    ]
+    recent = [[i, us] for i, us in window if us > at_us - rule.within_s * 1e6]
     recent.append([record.id, at_us])
     if len(recent) >= rule.count:
         await _request_prewarm(conn, route, record, [i for i, _ in recent])
         recent = []
-    await conn.execute(
-        insert(prewarm_windows)
-        .values(**key, recent=recent)
-        .on_conflict_do_update(
-            index_elements=["tenant", "route_id", "source"], set_={"recent": recent}
-        )
-    )
+    await route_rows.write_prewarm_window(conn, key, recent)
 
 
 async def _request_prewarm(
@@ -151,10 +137,7 @@ async def _request_prewarm(
     event_id = (
         f"causeway:prewarm:{uuid.uuid5(_NAMESPACE, f'{record.tenant}/{route.id}/{record.id}').hex}"
     )
-    exists = await conn.execute(
-        select(events.c.position).where(events.c.tenant == record.tenant, events.c.id == event_id)
-    )
-    if exists.first() is not None:
+    if await has_event(conn, record.tenant, event_id):
         return  # requested before this rebuild
     at = r.event_time(record)
     await EventLog(conn).append(
@@ -183,20 +166,19 @@ async def _request_prewarm(
 
 class TaskBook:
     name = t.TASKS_PROJECTION
-    tables = (tasks,)
+    tables = task_rows.TABLES
     types = t.TYPES
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
         record = event.record
         data = record.data
-        queue = TaskQueue(conn)
-        written = await queue.fetch_position(record.tenant, data["task_id"])
+        written = await task_rows.fetch_position(conn, record.tenant, data["task_id"])
         if written is not None and written >= record.position:
             return  # the command that decided wrote it already: the usual case
         state = None
         if record.type != t.CREATED:
-            state = await queue.fetch(record.tenant, data["task_id"])
-        await write_task(conn, t.fold(state, record.type, data, record.position))
+            state = await task_rows.fetch_task(conn, record.tenant, data["task_id"])
+        await task_rows.write_task(conn, t.fold(state, record.type, data, record.position))
 
 
 def scheduler_projections() -> list[Dispatcher | TaskBook]:

@@ -14,15 +14,16 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-import psycopg
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from typing import TYPE_CHECKING
 
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.queue import TaskQueue
+from scheduler.rows.errors import is_unavailable
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +82,11 @@ class SchedulerLoop:
                 if loop.time() >= next_advice:
                     next_advice = loop.time() + self._timers.autoscale_interval_s
                     await self.advise()
-            except (DBAPIError, psycopg.OperationalError, OSError) as exc:
-                logger.warning("scheduler: database unavailable: %s", exc)
-            except Exception:
-                logger.exception("scheduler: unexpected failure")
+            except Exception as exc:
+                if is_unavailable(exc):
+                    logger.warning("scheduler: database unavailable: %s", exc)
+                else:
+                    logger.exception("scheduler: unexpected failure")
             await asyncio.sleep(self._timers.sweep_interval_s)
 
     async def expire_leases(self) -> int:

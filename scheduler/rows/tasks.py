@@ -1,0 +1,281 @@
+"""The ``tasks`` table: every statement that reads, locks, writes or deletes a task row.
+
+A row is what ``scheduler.tasks.fold`` made of the task's decisions so far, read back into
+``TaskState`` by position (the table's columns are TaskState's fields, in order). A row is
+never written back to an older decision: the upsert compares positions. Locks are taken
+in the caller's transaction; the queue's scans take rows with ``SKIP LOCKED`` and never
+wait for one. The hot statements run on the driver (``DriverStatement``): a task takes a
+dozen of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from psycopg.types.json import Jsonb
+from sqlalchemy import and_, any_, bindparam, delete, func, literal_column, select, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import Text
+
+from app.db.engine import DriverStatement
+from app.db.tables import routes, tasks
+from scheduler.tasks import NEEDS_ATTENTION, TaskState
+
+TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
+_c = tasks.c
+# A task fits a worker when each numeric requirement is at most the worker's capability of
+# that name (0 when it reports none: a requirement of 0 asks for nothing), its flags are
+# among the worker's true flags, and its labels among the worker's labels (see
+# scheduler.placement).
+_FITS = text(
+    "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
+    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, 0) < need.value::float8)"
+).bindparams(bindparam("numbers", type_=JSONB))
+_NEXT_READY = DriverStatement.of(
+    select(tasks)
+    .where(
+        _c.tenant == bindparam("tenant"),
+        _c.queue == bindparam("queue"),
+        # Written out, not a parameter: a generic plan can use ix_tasks_ready's predicate.
+        _c.state == literal_column("'ready'"),
+        _c.available_at <= bindparam("now"),
+        _FITS,
+        _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
+        _c.req_labels.op("<@")(bindparam("labels", type_=JSONB)),
+        _c.priority.between(bindparam("lowest"), bindparam("highest")),
+        ~(
+            _c.id == any_(bindparam("skip", type_=ARRAY(Text)))
+        ),  # not = ANY: an empty list skips none
+    )
+    .order_by(_c.priority.desc(), _c.seq)
+    .limit(literal_column("1"))  # written out too: a generic plan then reads the index in order
+    .with_for_update(skip_locked=True)
+)
+_FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
+_FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
+_FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
+_FETCH_POSITION = DriverStatement.of(
+    select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
+)
+# Written out as ix_tasks_finished's predicate, so that every plan (a generic one too) can
+# use the index: a bound array would match it only once planned for its values.
+_FINISHED = text("tasks.state IN ('completed', 'superseded', 'discarded')")
+
+
+def _upsert() -> Any:
+    names = [c.name for c in tasks.columns]
+    statement = insert(tasks).values({n: bindparam(n) for n in names})
+    return statement.on_conflict_do_update(
+        index_elements=["tenant", "id"],
+        set_={n: statement.excluded[n] for n in names if n not in ("tenant", "id")},
+        # Never back: a row written from a later decision stays (see TaskBook).
+        where=tasks.c.position < statement.excluded.position,
+    )
+
+
+_UPSERT = DriverStatement.of(_upsert())  # built once: it is on every decision's path
+_FIELDS = tuple(field.name for field in fields(TaskState))
+if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
+    # Task rows (on the driver or through SQLAlchemy) are read into TaskState by position.
+    raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What a worker offers, as the lease scan matches it: its numeric capabilities, true
+    flags and labels, and the band of priorities it may take."""
+
+    numbers: dict[str, float]
+    flags: list[str]
+    labels: dict[str, str]
+    lowest: int
+    highest: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    queue: str
+    ready_by_priority: dict[int, int]
+    delayed: int
+    in_flight: int
+    dead_letters: int
+    alerts: int
+    oldest_ready_s: float
+
+    @property
+    def ready(self) -> int:
+        return sum(self.ready_by_priority.values())
+
+
+async def fetch_task(
+    conn: AsyncConnection, tenant: str, task_id: str, *, lock: bool = False
+) -> TaskState | None:
+    statement = _FETCH_LOCKED_ON_DRIVER if lock else _FETCH_ON_DRIVER
+    row = await statement.first(conn, tenant=tenant, id=task_id)
+    if row is None and lock:
+        # A rebuild of the tasks read model deletes every row and inserts it again in
+        # one transaction: a lock that waited for it finds the old row deleted, and
+        # only a statement begun after the rebuild committed sees the new one.
+        row = await statement.first(conn, tenant=tenant, id=task_id)
+    return TaskState(*row) if row is not None else None
+
+
+async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:
+    """The position of the last decision written to the task's row."""
+    row = await _FETCH_POSITION.first(conn, tenant=tenant, id=task_id)
+    return None if row is None else int(row[0])
+
+
+async def fetch_next_ready(
+    conn: AsyncConnection, tenant: str, queue: str, fit: Fit, *, now: datetime, skip: list[str]
+) -> TaskState | None:
+    """The best ready task of ``queue`` that ``fit`` takes, locked, in priority-then-age
+    order (``ix_tasks_ready``); rows another transaction holds, and ``skip``, are passed."""
+    row = await _NEXT_READY.first(
+        conn,
+        tenant=tenant,
+        queue=queue,
+        now=now,
+        numbers=Jsonb(fit.numbers),
+        flags=fit.flags,
+        labels=Jsonb(fit.labels),
+        lowest=fit.lowest,
+        highest=fit.highest,
+        skip=skip,
+    )
+    return None if row is None else TaskState(*row)
+
+
+async def fetch_debounced(
+    conn: AsyncConnection,
+    tenant: str,
+    route_id: str,
+    key: str,
+    *,
+    after: datetime,
+    before: datetime,
+) -> list[TaskState]:
+    """The route's ready tasks with debounce key ``key`` triggered strictly between
+    ``after`` and ``before``, oldest first, locked (rows held elsewhere are passed)."""
+    rows = await conn.execute(
+        select(tasks)
+        .where(
+            _c.tenant == tenant,
+            _c.route_id == route_id,
+            func.md5(_c.debounce_key) == func.md5(key),  # what the index holds
+            _c.debounce_key == key,
+            _c.state == "ready",
+            _c.trigger_time > after,
+            _c.trigger_time < before,
+        )
+        .order_by(_c.trigger_time, _c.seq)
+        .with_for_update(skip_locked=True)
+    )
+    return [TaskState(*row) for row in rows.all()]
+
+
+async def fetch_expired_leases(
+    conn: AsyncConnection, *, now: datetime, limit: int
+) -> list[TaskState]:
+    """Leased tasks whose lease ended before ``now``, soonest first, locked (rows held
+    elsewhere are passed)."""
+    rows = await conn.execute(
+        select(tasks)
+        .where(_c.state == "leased", _c.lease_expires_at < now)
+        .order_by(_c.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return [TaskState(*row) for row in rows.all()]
+
+
+async def write_task(conn: AsyncConnection, state: TaskState) -> None:
+    values = {name: getattr(state, name) for name in _FIELDS}
+    values["req_numbers"] = Jsonb(state.req_numbers)
+    values["req_labels"] = Jsonb(state.req_labels)
+    await _UPSERT.run(conn, **values)
+
+
+async def delete_finished(
+    conn: AsyncConnection, *, before: datetime, up_to_position: int, limit: int
+) -> int:
+    """Delete the rows of tasks that finished (completed, superseded, discarded) before
+    ``before`` whose last decision is at ``up_to_position`` or earlier, ``limit`` at most
+    (rows held elsewhere are passed); how many went."""
+    doomed = (
+        select(_c.tenant, _c.id)
+        .where(_FINISHED, _c.finished_at < before, _c.position <= up_to_position)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    gone = await conn.execute(
+        delete(tasks).where(_c.tenant == doomed.c.tenant, _c.id == doomed.c.id)
+    )
+    return int(gone.rowcount)
+
+
+async def read_dead_letters(
+    conn: AsyncConnection,
+    tenant: str,
+    *,
+    queue: str | None,
+    error_class: str | None,
+    since: datetime | None,
+    limit: int,
+) -> list[TaskState]:
+    statement = select(tasks).where(_c.tenant == tenant, _c.state == "dead")
+    if queue is not None:
+        statement = statement.where(_c.queue == queue)
+    if error_class is not None:
+        statement = statement.where(_c.error_class == error_class)
+    if since is not None:
+        statement = statement.where(_c.finished_at >= since)
+    rows = await conn.execute(statement.order_by(_c.finished_at, _c.id).limit(limit))
+    return [TaskState(*r) for r in rows]
+
+
+async def read_depths(conn: AsyncConnection, tenant: str, *, now: datetime) -> list[QueueDepth]:
+    ready = and_(_c.state == "ready", _c.available_at <= now)
+    rows = await conn.execute(
+        select(
+            _c.queue,
+            _c.priority,
+            func.count().filter(ready).label("ready"),
+            func.count().filter(_c.state == "ready", _c.available_at > now).label("delayed"),
+            func.count().filter(_c.state == "leased").label("in_flight"),
+            func.count().filter(_c.state == "dead").label("dead"),
+            func.count()
+            .filter(_c.state == "dead", _c.disposition.in_(NEEDS_ATTENTION))
+            .label("alerts"),
+            func.min(_c.available_at).filter(ready).label("oldest"),
+        )
+        .where(_c.tenant == tenant, _c.state.in_(("ready", "leased", "dead")))
+        .group_by(_c.queue, _c.priority)
+    )
+    # Queues of the routes, too, so an idle queue reads as zeros rather than vanishing.
+    routed = await conn.execute(
+        select(routes.c.spec["queue"].astext)
+        .where(routes.c.tenant == tenant, routes.c.spec["queue"].astext.is_not(None))
+        .distinct()
+    )
+    found = {q: QueueDepth(q, {}, 0, 0, 0, 0, 0.0) for (q,) in routed}
+    for row in rows:
+        depth = found.get(row.queue) or QueueDepth(row.queue, {}, 0, 0, 0, 0, 0.0)
+        by_priority = dict(depth.ready_by_priority)
+        if row.ready:
+            by_priority[int(row.priority)] = int(row.ready)
+        age = (now - row.oldest).total_seconds() if row.oldest is not None else 0.0
+        found[row.queue] = QueueDepth(
+            row.queue,
+            by_priority,
+            depth.delayed + int(row.delayed),
+            depth.in_flight + int(row.in_flight),
+            depth.dead_letters + int(row.dead),
+            depth.alerts + int(row.alerts),
+            round(max(depth.oldest_ready_s, age, 0.0), 3),
+        )
+    return [found[q] for q in sorted(found)]

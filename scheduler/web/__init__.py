@@ -1,0 +1,21 @@
+"""The scheduler over HTTP, one router per capability: ``routes`` (scope ``admin``),
+``leases`` (leasing and results, scope ``worker``), ``queues`` (a task, queue depths,
+autoscale advice and Prometheus gauges) and ``dead_letters``; ``documents`` builds the
+bodies they answer with. ``scheduler.router`` puts them together for ``app.main``.
+
+No module here uses ``from __future__ import annotations``: FastAPI must see the
+Depends() each router factory builds, which a string annotation could not resolve.
+"""
+
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import Path
+
+from app.store.keys import Principal
+
+PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+# A queue is named by a route, whose names are these: any other name is a typo, not a queue
+# that happens to be empty (a lease would wait and answer 204 for ever).
+QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]

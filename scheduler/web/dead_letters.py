@@ -1,0 +1,118 @@
+"""The dead-letter queue: ``GET /dead-letters`` (filters: queue, class, since) and ``GET
+/dead-letters/{id}`` (scope ``read``); ``POST /dead-letters/{id}/requeue`` and ``POST
+/dead-letters/{id}/discard`` (scope ``admin``)."""
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.errors import BadRequest, NotFound
+from app.store.append.group_commit import Appender
+from app.store.decision_reads import read_stream
+from app.store.keys import Principal
+from app.store.reads import EventReader
+from app.store.records import Text
+from app.store.timestamps import parse_time_parameter
+from app.web.bodies import JSONRoute
+from scheduler import tasks as t
+from scheduler.queue import TaskQueue
+from scheduler.rows import tasks as task_rows
+from scheduler.web import NAME_PATTERN, PrincipalOf
+from scheduler.web.documents import history_json, task_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+class Requeue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: Text | None = Field(default=None, max_length=500)
+
+
+class Discard(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: Text = Field(min_length=1, max_length=500)
+
+
+def create_router(
+    engine: "AsyncEngine", decisions: Appender, admin: PrincipalOf, read: PrincipalOf
+) -> APIRouter:
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    Admin = Annotated[Principal, Depends(admin)]
+    Reader = Annotated[Principal, Depends(read)]
+
+    @router.get("/dead-letters", summary="Dead-lettered tasks (filters: queue, class, since)")
+    async def list_dead_letters(
+        principal: Reader,
+        queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
+        error_class: Annotated[str | None, Query(alias="class")] = None,
+        since: Annotated[str | None, Query(description="RFC 3339")] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> dict[str, Any]:
+        if error_class is not None and error_class not in t.ERROR_CLASSES:
+            raise BadRequest(f"class must be one of {', '.join(t.ERROR_CLASSES)}")
+        when = parse_time_parameter("since", since)
+        async with engine.connect() as conn:
+            found = await task_rows.read_dead_letters(
+                conn,
+                principal.tenant,
+                queue=queue,
+                error_class=error_class,
+                since=when,
+                limit=limit,
+            )
+        return {"dead_letters": [task_json(s) for s in found]}
+
+    @router.get("/dead-letters/{task_id}", summary="A dead letter: task, trigger, attempts")
+    async def read_dead_letter(task_id: str, principal: Reader) -> Response:
+        async with engine.connect() as conn:
+            state = await task_rows.fetch_task(conn, principal.tenant, task_id)
+            if state is None or state.state != "dead":
+                raise NotFound(f"no dead letter {task_id!r}", task=task_id)
+            history = history_json(await read_stream(conn, principal.tenant, state.stream))
+            trigger = await EventReader(conn).read_event(principal.tenant, state.trigger_id)
+        # Named apart from "attempts", which is the count here as in every task answer.
+        failures = [
+            {
+                "attempt": h["data"].get("attempt"),
+                "outcome": h["type"].removeprefix(t.PREFIX),
+                "class": h["data"].get("class"),
+                "message": h["data"].get("message"),
+                "at": h["data"].get("at"),
+            }
+            for h in history
+            if h["type"] in (t.RETRIED, t.DEAD_LETTERED)
+        ]
+        document = {
+            **task_json(state),
+            "failures": failures,
+            "history": history,
+            "trigger_event": orjson.Fragment(trigger or "null"),
+        }
+        return Response(orjson.dumps(document), media_type="application/json")
+
+    @router.post("/dead-letters/{task_id}/requeue", summary="Put a dead letter back in its queue")
+    async def requeue(
+        task_id: str, principal: Admin, body: Requeue | None = None
+    ) -> dict[str, Any]:
+        async with engine.begin() as conn:
+            state = await TaskQueue(conn, appender=decisions).requeue(
+                principal.tenant,
+                task_id,
+                reason=body.reason if body else None,
+                actor=principal.key_id,
+            )
+        return task_json(state)
+
+    @router.post("/dead-letters/{task_id}/discard", summary="Drop a dead letter, with a reason")
+    async def discard(task_id: str, body: Discard, principal: Admin) -> dict[str, Any]:
+        async with engine.begin() as conn:
+            state = await TaskQueue(conn, appender=decisions).discard(
+                principal.tenant, task_id, reason=body.reason, actor=principal.key_id
+            )
+        return task_json(state)
+
+    return router

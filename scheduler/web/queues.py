@@ -1,0 +1,67 @@
+"""What a reader sees of the queues (scope ``read``): ``GET /tasks/{id}`` (a task and
+every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autoscale``
+(the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from app.errors import NotFound
+from app.store.decision_reads import read_stream
+from app.store.keys import Principal
+from app.web.bodies import JSONRoute
+from scheduler.autoscale import AutoscaleAdvisor, PidController
+from scheduler.rows import tasks as task_rows
+from scheduler.web import PrincipalOf, QueueName
+from scheduler.web.documents import depth_json, exposition, history_json, task_json
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+def create_router(engine: "AsyncEngine", controller: PidController, read: PrincipalOf) -> APIRouter:
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    Reader = Annotated[Principal, Depends(read)]
+
+    @router.get("/tasks/{task_id}", summary="A task's state and every decision about it")
+    async def read_task(task_id: str, principal: Reader) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            state = await task_rows.fetch_task(conn, principal.tenant, task_id)
+            if state is None:
+                raise NotFound(f"no task {task_id!r}", task=task_id)
+            history = await read_stream(conn, principal.tenant, state.stream)
+        return {**task_json(state), "history": history_json(history)}
+
+    @router.get("/queues", summary="Depth by priority, oldest age, in flight, dead letters")
+    async def list_queues(principal: Reader) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
+        return {"queues": [depth_json(d) for d in depths]}
+
+    @router.get("/queues/{queue}/autoscale", summary="Recommended worker count (PID advice)")
+    async def autoscale(queue: QueueName, principal: Reader) -> dict[str, Any]:
+        async with engine.connect() as conn:
+            advice = await AutoscaleAdvisor(conn, controller).read(principal.tenant, queue)
+        return {
+            "queue": queue,
+            "recommended_workers": advice.recommended,
+            "observed_latency_s": advice.observed_s,
+            "target_latency_s": advice.target_s,
+            "updated_at": advice.updated_at.isoformat() if advice.updated_at else None,
+        }
+
+    @router.get(
+        "/metrics",
+        summary="Prometheus gauges per queue (the tenant's)",
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
+    )
+    async def metrics(principal: Reader) -> Response:
+        async with engine.connect() as conn:
+            depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
+        return Response(exposition(depths), media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,241 @@
+"""Failures over HTTP on a real PostgreSQL: retries with backoff, dead letters by
+class (flagged, archived with their input), and the rollbacks a model mismatch brings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+
+from fastapi import FastAPI
+
+from tests.integration.conftest import catch_up
+from tests.integration.events import JSON, dumps, registration
+from tests.integration.scheduler.conftest import (
+    Client,
+    define,
+    events_of_type,
+    fail,
+    lease,
+    post,
+    queues,
+    three_stable_versions_and_a_rollback_route,
+)
+
+
+class TestRetriesAndDeadLetters:
+    async def test_failures_back_off_then_dead_letter_and_flag(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["job"], kind="k", queue="q", max_retries=2, backoff_base_s=0.2
+        )
+        await post(admin, type="job")
+        await catch_up(app)
+        delays = []
+        for attempt in (1, 2):
+            leased = await lease(worker, "q")
+            assert leased is not None
+            assert leased["task"]["attempts"] == attempt
+            failed = await fail(worker, leased, "transient")
+            assert failed["state"] == "ready"
+            assert await lease(worker, "q") is None  # invisible until its retry time
+            history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+            delays.append(history[-1]["data"]["delay_s"])
+            await asyncio.sleep(delays[-1] + 0.05)
+        assert 0.2 <= delays[0] <= 0.25
+        assert 0.4 <= delays[1] <= 0.5
+        last = await lease(worker, "q")
+        assert last is not None
+        dead = await fail(worker, last, "transient")
+        assert (dead["state"], dead["disposition"]) == ("dead", "flagged")
+        alerts = await events_of_type(admin, "causeway.alert.raised")
+        assert [a["data"]["kind"] for a in alerts] == ["dead_letter"]
+        listed = (await admin.get("/dead-letters", params={"class": "transient"})).json()
+        assert [d["id"] for d in listed["dead_letters"]] == [last["task"]["id"]]
+        assert (await admin.get("/dead-letters", params={"class": "data_invalid"})).json()[
+            "dead_letters"
+        ] == []
+        one = (await admin.get(f"/dead-letters/{last['task']['id']}")).json()
+        assert [(a["attempt"], a["outcome"], a["class"]) for a in one["failures"]] == [
+            (1, "retried", "transient"), (2, "retried", "transient"), (3, "dead_lettered", "transient"),
+        ]  # fmt: skip
+        assert one["attempts"] == 3  # a count, as GET /dead-letters says it
+        assert one["trigger_event"]["type"] == "job"
+        assert (await queues(admin))["q"]["dead_letters"] == 1
+        metrics = (await admin.get("/metrics")).text
+        assert 'causeway_queue_dead_letters{queue="q"} 1.0' in metrics
+        assert 'causeway_queue_alerts{queue="q"} 1.0' in metrics
+
+        requeued = await admin.post(
+            f"/dead-letters/{last['task']['id']}/requeue", content=b"{}", headers=JSON
+        )
+        assert (requeued.json()["state"], requeued.json()["attempts"]) == ("ready", 0)
+        again = await lease(worker, "q")
+        assert again is not None
+        await worker.post(
+            f"/tasks/{again['task']['id']}/fail",
+            content=dumps({"lease": again["lease"], "class": "unknown", "message": "x"}),
+            headers=JSON,
+        )
+
+    async def test_invalid_data_is_archived_with_its_input_for_training(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0)
+        trigger = await post(admin, type="job", data={"pixels": [1, 2, 3]})
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "data_invalid")
+        assert dead["disposition"] == "archived"
+        [archived] = await events_of_type(admin, "causeway.task.dead_lettered")
+        assert archived["data"]["input"]["id"] == trigger["id"]
+        assert archived["data"]["input"]["data"] == {"pixels": [1, 2, 3]}
+        discarded = await admin.post(
+            f"/dead-letters/{leased['task']['id']}/discard",
+            content=dumps({"reason": "kept in the archive"}),
+            headers=JSON,
+        )
+        assert discarded.json()["state"] == "discarded"
+        again = await admin.post(
+            f"/dead-letters/{leased['task']['id']}/requeue", content=b"{}", headers=JSON
+        )
+        assert again.status_code == 409
+
+    async def test_binary_data_is_archived_too(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        png = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\xff").decode()
+        await define(admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0)
+        trigger = await post(
+            admin, type="frame", datacontenttype="image/png", data=..., data_base64=png
+        )
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        assert (await fail(worker, leased, "data_invalid"))["disposition"] == "archived"
+        [archived] = await events_of_type(admin, "causeway.task.dead_lettered")
+        assert archived["data"]["input"] == {
+            "id": trigger["id"],
+            "type": "frame",
+            "source": trigger["source"],
+            "datacontenttype": "image/png",
+            "data_base64": png,
+        }
+
+    async def test_a_model_mismatch_rolls_the_service_back_and_requeues(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        for version in ("1", "2"):
+            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
+        for action, body in (
+            ("rollouts", {"model": "faces", "version": "1"}),
+            ("promote", {}),
+            ("rollouts", {"model": "faces", "version": "2", "percent": 100}),
+            ("promote", {}),
+        ):
+            response = await admin.post(
+                f"/deployments/gate/{action}", content=dumps(body), headers=JSON
+            )
+            assert response.status_code == 200, response.text
+        await define(
+            admin, id="r", types=["frame"], kind="recognise", queue="q", max_retries=0,
+            service="gate", on_model_mismatch="rollback",
+        )  # fmt: skip
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        after = await fail(worker, leased, "model_version_mismatch")
+        assert after["state"] == "ready"  # requeued behind the rollback
+        await catch_up(app)
+        deployment = (await admin.get("/deployments/gate")).json()
+        assert deployment["stable_version"] == "1"
+        assert "model_version_mismatch" in deployment["history"][-1]["reason"]
+        history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+        assert [h["type"].rsplit(".", 1)[1] for h in history][-2:] == ["dead_lettered", "requeued"]
+
+    async def test_mismatches_roll_a_service_back_once_not_once_each(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await three_stable_versions_and_a_rollback_route(admin)
+        for _ in range(2):
+            await post(admin, type="frame")
+        await catch_up(app)
+        first, second = await lease(worker, "q"), await lease(worker, "q")
+        assert first is not None
+        assert second is not None
+        assert (await fail(worker, first, "model_version_mismatch"))["state"] == "ready"
+        after = await fail(worker, second, "model_version_mismatch")
+        assert after["state"] == "ready"  # requeued: the service changed since it ran
+        history = (await admin.get(f"/tasks/{second['task']['id']}")).json()["history"]
+        assert history[-2]["data"]["disposition"] == "deployment_changed"
+        await catch_up(app)
+        assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
+
+    async def test_a_task_rolls_its_service_back_once_however_often_it_fails(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        """A task that fails again on the deployment its own rollback left is flagged:
+        it does not walk the service back through every stable version it had."""
+        await three_stable_versions_and_a_rollback_route(admin)
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        assert (await fail(worker, leased, "model_version_mismatch"))["state"] == "ready"
+        again = await lease(worker, "q")
+        assert again is not None
+        dead = await fail(worker, again, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "flagged")
+        await catch_up(app)
+        assert (await admin.get("/deployments/gate")).json()["stable_version"] == "2"
+        rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
+        assert len(rollbacks) == 1
+        alerts = await events_of_type(admin, "causeway.alert.raised")
+        assert "rolled service 'gate' back once already" in alerts[-1]["data"]["why"]
+        assert (await queues(admin))["q"]["alerts"] == 1
+        # Once the service has changed since (an operator rolled a version out), the
+        # task's next mismatch is about that deployment: it may roll back again.
+        body = {"model": "faces", "version": "3", "percent": 100}
+        await admin.post("/deployments/gate/rollouts", content=dumps(body), headers=JSON)
+        await admin.post("/deployments/gate/promote", content=b"{}", headers=JSON)
+        task = leased["task"]["id"]
+        await admin.post(f"/dead-letters/{task}/requeue", content=b"{}", headers=JSON)
+        third = await lease(worker, "q")
+        assert third is not None
+        assert (await fail(worker, third, "model_version_mismatch"))["state"] == "ready"
+        assert len(await events_of_type(admin, "causeway.deployment.rolled_back")) == 2
+
+    async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+            service="nowhere", on_model_mismatch="rollback",
+        )  # fmt: skip
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "rollback_failed")
+        assert (await queues(admin))["q"]["alerts"] == 1
+
+    async def test_a_model_mismatch_only_proposes_a_rollback_by_default(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0, service="gate"
+        )
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")
+        assert leased is not None
+        dead = await fail(worker, leased, "model_version_mismatch")
+        assert (dead["state"], dead["disposition"]) == ("dead", "rollback_proposed")
+        [proposal] = await events_of_type(admin, "causeway.alert.raised")
+        assert (proposal["data"]["kind"], proposal["data"]["service"]) == (
+            "rollback_proposed",
+            "gate",
+        )
