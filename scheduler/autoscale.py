@@ -18,14 +18,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
+from app.db.engine import Connection
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from scheduler.rows import autoscale as rows
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
 
 AUTOSCALE_CHANGED = "causeway.queue.autoscale_changed"
 _SOURCE = "causeway:scheduler"
@@ -77,7 +74,7 @@ class Advice:
 
 
 class AutoscaleAdvisor:
-    def __init__(self, conn: AsyncConnection, controller: PidController) -> None:
+    def __init__(self, conn: Connection, controller: PidController) -> None:
         self._conn = conn
         self._controller = controller
 

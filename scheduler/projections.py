@@ -21,6 +21,7 @@ import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from app.db.engine import Connection
 from app.errors import AppError
 from app.projections.base import Selection
 from app.store.decision_reads import has_event
@@ -33,8 +34,6 @@ from scheduler.rows import routes as route_rows
 from scheduler.rows import tasks as task_rows
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from app.store.chain import ChainRecord
     from app.store.records import StoredEvent
 
@@ -56,15 +55,15 @@ class Dispatcher:
         # for one transaction only: a batch retried after a rollback, a rebuild, or one
         # after another process led must not trust them, so a new connection drops them.
         self._routes: dict[str, list[r.Route]] = {}
-        self._batch: AsyncConnection | None = None
+        self._batch: Connection | None = None
 
-    async def selection(self, conn: AsyncConnection) -> Selection:
+    async def selection(self, conn: Connection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
         make a task, so a store without routes costs the dispatcher next to nothing."""
         tenants = await route_rows.read_routed_tenants(conn)
         return Selection(tuple(tenants), tuple(sorted(r.TYPES)))
 
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+    async def apply(self, conn: Connection, event: StoredEvent) -> None:
         record = event.record
         if conn is not self._batch:
             self._routes.clear()
@@ -80,7 +79,7 @@ class Dispatcher:
             if route.prewarm is not None:
                 await _count_towards_prewarm(conn, route, record)
 
-    async def _routes_of(self, conn: AsyncConnection, tenant: str) -> list[r.Route]:
+    async def _routes_of(self, conn: Connection, tenant: str) -> list[r.Route]:
         if tenant not in self._routes:
             specs = await route_rows.read_specs(conn, tenant)
             self._routes[tenant] = [
@@ -88,7 +87,7 @@ class Dispatcher:
             ]
         return self._routes[tenant]
 
-    async def _apply_route(self, conn: AsyncConnection, record: ChainRecord) -> None:
+    async def _apply_route(self, conn: Connection, record: ChainRecord) -> None:
         self._routes.pop(record.tenant, None)
         route_id = record.data["id"]
         if record.type == r.DELETED:
@@ -109,9 +108,7 @@ def _stored_route(spec: dict[str, object]) -> r.Route | None:
         return None
 
 
-async def _count_towards_prewarm(
-    conn: AsyncConnection, route: r.Route, record: ChainRecord
-) -> None:
+async def _count_towards_prewarm(conn: Connection, route: r.Route, record: ChainRecord) -> None:
     """Keep the source's matching events of the last ``within_s``; at ``count`` of them,
     ask for the model to be pre-warmed, caused by exactly those events, and start over."""
     rule = route.prewarm
@@ -129,7 +126,7 @@ async def _count_towards_prewarm(
 
 
 async def _request_prewarm(
-    conn: AsyncConnection, route: r.Route, record: ChainRecord, causes: list[str]
+    conn: Connection, route: r.Route, record: ChainRecord, causes: list[str]
 ) -> None:
     rule = route.prewarm
     if rule is None:
@@ -169,7 +166,7 @@ class TaskBook:
     tables = task_rows.TABLES
     types = t.TYPES
 
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+    async def apply(self, conn: Connection, event: StoredEvent) -> None:
         record = event.record
         data = record.data
         written = await task_rows.fetch_position(conn, record.tenant, data["task_id"])

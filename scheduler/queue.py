@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from app.db.engine import Connection
 from app.errors import IdConflict, VersionConflict
 from app.store import decision_reads as log
 from app.store import deployments as deployment_commands
@@ -40,8 +41,6 @@ from scheduler.routes import Route, event_time
 from scheduler.rows import tasks as rows
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
     from app.store.append.group_commit import Appender
     from app.store.chain import ChainRecord
     from app.store.records import Appended, NewEvent
@@ -65,7 +64,7 @@ class TaskQueue:
     transaction), else in ``conn``'s transaction (the dispatcher, the sweeper).
     """
 
-    def __init__(self, conn: AsyncConnection, *, appender: Appender | None = None) -> None:
+    def __init__(self, conn: Connection, *, appender: Appender | None = None) -> None:
         self._conn = conn
         self._append = appender.append if appender is not None else EventLog(conn).append
 

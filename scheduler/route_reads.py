@@ -3,18 +3,16 @@ stream in the log, for when the table may lag a definition made a moment ago."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.db.engine import Connection
 from app.store.decision_reads import read_last
 from scheduler.routes import DEFINED, stream_of
 from scheduler.rows import routes as rows
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection
-
 
 class RouteReader:
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
     async def read_routes(self, tenant: str) -> list[dict[str, Any]]:

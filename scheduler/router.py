@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 
+from app.db.engine import Engine
 from scheduler.web import PrincipalOf, dead_letters, leases, queues, routes
 from scheduler.web.leases import LeasePolicy
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
     from app.store.append.group_commit import Appender
     from app.store.records import NewEvent
     from scheduler.autoscale import PidController
@@ -40,7 +39,7 @@ class Principals:
 
 
 def create_router(
-    engine: AsyncEngine,
+    engine: Engine,
     appender: Appender,
     decisions: Appender,
     max_request_bytes: int,

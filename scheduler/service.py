@@ -14,16 +14,13 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
+from app.db.engine import Engine
 from app.settings import Settings
 from app.store.append.group_commit import Appender
+from app.store.failures import is_database_away
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.queue import TaskQueue
-from scheduler.rows.errors import is_unavailable
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +58,7 @@ class SchedulerLoop:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         controller: PidController,
         timers: SchedulerTimers,
         appender: Appender,
@@ -83,7 +80,7 @@ class SchedulerLoop:
                     next_advice = loop.time() + self._timers.autoscale_interval_s
                     await self.advise()
             except Exception as exc:
-                if is_unavailable(exc):
+                if is_database_away(exc):
                     logger.warning("scheduler: database unavailable: %s", exc)
                 else:
                     logger.exception("scheduler: unexpected failure")

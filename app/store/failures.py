@@ -35,6 +35,13 @@ def is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, _UNAVAILABLE)
 
 
+def is_database_away(exc: BaseException) -> bool:
+    """Whether a background loop (the projection runner, the scheduler's clock) should log
+    ``exc`` in a line and try again: the database could not be used just now (down,
+    restarting, out of reach), as opposed to a bug of its own."""
+    return isinstance(exc, DBAPIError | psycopg.OperationalError | OSError)
+
+
 def is_database_error(exc: BaseException) -> bool:
     """Whether ``exc`` came from the database layer at all (SQLAlchemy or psycopg)."""
     return isinstance(exc, SQLAlchemyError | psycopg.Error)

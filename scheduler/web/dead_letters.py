@@ -2,13 +2,14 @@
 /dead-letters/{id}`` (scope ``read``); ``POST /dead-letters/{id}/requeue`` and ``POST
 /dead-letters/{id}/discard`` (scope ``admin``)."""
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.db.engine import Engine
 from app.errors import BadRequest, NotFound
 from app.store.append.group_commit import Appender
 from app.store.decision_reads import read_stream
@@ -23,9 +24,6 @@ from scheduler.rows import tasks as task_rows
 from scheduler.web import NAME_PATTERN, PrincipalOf
 from scheduler.web.documents import history_json, task_json
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
 
 class Requeue(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -38,7 +36,7 @@ class Discard(BaseModel):
 
 
 def create_router(
-    engine: "AsyncEngine", decisions: Appender, admin: PrincipalOf, read: PrincipalOf
+    engine: Engine, decisions: Appender, admin: PrincipalOf, read: PrincipalOf
 ) -> APIRouter:
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Admin = Annotated[Principal, Depends(admin)]

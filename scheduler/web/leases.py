@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Depends, Request
@@ -22,6 +22,7 @@ from pydantic import (
     ValidationError,
 )
 
+from app.db.engine import Engine
 from app.errors import InvalidCloudEvent
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
@@ -31,9 +32,6 @@ from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
 from scheduler.web import NAME_PATTERN, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
 Capability = (
@@ -89,7 +87,7 @@ class Failure(BaseModel):
 
 
 def create_router(
-    engine: "AsyncEngine",
+    engine: Engine,
     decisions: Appender,
     max_request_bytes: int,
     parse_events: Callable[[bytes], list[NewEvent]],

@@ -3,12 +3,13 @@ every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autosc
 (the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from app.db.engine import Engine
 from app.errors import NotFound
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
@@ -18,11 +19,8 @@ from scheduler.rows import tasks as task_rows
 from scheduler.web import PrincipalOf, QueueName
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
-
-def create_router(engine: "AsyncEngine", controller: PidController, read: PrincipalOf) -> APIRouter:
+def create_router(engine: Engine, controller: PidController, read: PrincipalOf) -> APIRouter:
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Reader = Annotated[Principal, Depends(read)]
 

@@ -1,11 +1,12 @@
 """``POST/GET/DELETE /routes``: which events become which tasks (``scheduler.routes``),
 defined and deleted by appending to the route's stream (scope ``admin``)."""
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.db.engine import Engine
 from app.errors import NotFound
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
@@ -15,16 +16,13 @@ from scheduler import routes as r
 from scheduler.route_reads import RouteReader
 from scheduler.web import PrincipalOf
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
 
 class DeleteRoute(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: Text | None = Field(default=None, max_length=500)
 
 
-def create_router(engine: "AsyncEngine", appender: Appender, admin: PrincipalOf) -> APIRouter:
+def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> APIRouter:
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Admin = Annotated[Principal, Depends(admin)]
 
