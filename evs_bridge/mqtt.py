@@ -1,23 +1,9 @@
-"""Live input over MQTT: one topic per sensor, packets in a small documented binary format.
+"""Live input over MQTT: the subscription to one sensor's topic, the threads that take its
+packets, and a publisher for them (``send_packets``).
 
-The packet format is ``evs_bridge.packets`` (re-exported here).
-
-A gap in the sequence is counted (``stats.gaps``) and logged; a packet whose sequence
-repeats or goes back (not to 0), or the session's packet 0 delivered again (QoS 1 delivers
-at least once), is dropped and counted (``stats.stale``): the latter only while the
-session's sequence is below ``_REDELIVERY_PACKETS`` (a publisher resends at most its
-in-flight window); later, the same bytes are the same recording published again, a new
-stream. A restart of the stream, a sequence going back to 0 or (sensor clock)
-``jump_confirm_events`` consecutive events more than the pipeline's ``jump_us`` behind the
-newest one, finishes the old pipeline (its segments are emitted) and starts a new one with a
-new session key (``stats.restarts``), and a fresh EVT 3.0 decoder; fewer such events are
-outliers, dropped and counted (``stats.outliers``), so one flipped timestamp does not
-restart the stream. A packet that cannot be processed (a bad header, flags not 0, a geometry
-above ``MAX_SIDE_PX`` or other than the stream's or the pinned one, or any error while
-decoding or running the pipeline on it) is dropped and counted (``stats.bad``), and logged
-once per ``_LOG_EVERY``; it never stops the worker. Events outside the header's geometry are
-dropped and counted by the pipeline (``stats.out_of_geometry``). The segments' ``dataref``
-is the topic with a range of sequence numbers.
+The packet format is ``evs_bridge.packets`` (re-exported here); what happens to the packets
+in order (sequence numbers, restarts, sessions, bad packets) is
+``evs_bridge.packet_stream``.
 
 Threads: paho's network loop thread only decodes the header check and enqueues the
 payload on a bounded queue (``queue_packets``); when the queue is full the packet is
@@ -29,11 +15,6 @@ store is away or refused the key). paho reconnects with backoff (1 s to 30 s) af
 broker restart and ``on_connect`` subscribes again every time; the session is clean, so
 packets published while the bridge is disconnected are not delivered (QoS 1 while
 connected).
-
-The live session's ``<recording>`` key (in every id, see ``evs_bridge.lineage``) is the UTC
-time of the session's first packet, ``YYYYmmddTHHMMSSZ`` (``.1``, ``.2``... appended when a
-restart falls in the same second): live data is never replayed, and the spool keeps the
-ids of events already made.
 """
 
 from __future__ import annotations
@@ -43,20 +24,17 @@ import queue
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
 from paho.mqtt.client import Client, ConnectFlags, DisconnectFlags, MQTTMessage
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from evs_bridge.decoders import Evt3Decoder
-from evs_bridge.events import EVENT_DTYPE, MAX_SIDE_PX, ClockDomain, EventChunk, Events
-from evs_bridge.lineage import SourceRef
+from evs_bridge.events import MAX_SIDE_PX, ClockDomain, Events
 from evs_bridge.output import Output, StoreRefused, StoreUnavailable
+from evs_bridge.packet_stream import MqttStats, PacketStream
 from evs_bridge.packets import (
     HEADER,
     MAGIC,
@@ -68,8 +46,7 @@ from evs_bridge.packets import (
     encode_evt3_packet,
     encode_packet,
 )
-from evs_bridge.pipeline import Pipeline
-from evs_bridge.replay import BridgeSettings, build_pipeline
+from evs_bridge.replay import BridgeSettings
 from evs_bridge.spool import SpoolCorrupt
 
 __all__ = [
@@ -91,11 +68,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_LOG_EVERY = 100
-# A publisher that reconnects resends what was not acknowledged: paho keeps 20 messages in
-# flight by default. Packet 0 byte for byte while a session is this young is such a copy.
-_REDELIVERY_PACKETS = 64
-
 
 @dataclass(frozen=True, slots=True)
 class Broker:
@@ -112,67 +84,6 @@ class Broker:
 
     def __str__(self) -> str:
         return f"mqtt://{self.host}:{self.port}"
-
-
-@dataclass(slots=True)
-class MqttStats:
-    received: int = 0
-    processed: int = 0
-    dropped: int = 0
-    bad: int = 0
-    gaps: int = 0
-    stale: int = 0
-    restarts: int = 0
-    connects: int = 0
-    triggers: int = 0
-    out_of_geometry: int = 0
-    outliers: int = 0
-
-
-class _StepsBack:
-    """Tells a sensor that restarted from a wild timestamp. An event more than the
-    pipeline's ``jump_us`` behind the newest one is dropped (an outlier, e.g. a flipped
-    bit), unless ``confirm`` consecutive events, across packets, agree on going back
-    (each within ``jump_us`` of the first): then the stream restarts at the confirming
-    run's first event in the packet at hand. Earlier packets' part of that run is lost,
-    as with a jump ahead (``evs_bridge.pipeline``)."""
-
-    def __init__(self, confirm: int) -> None:
-        self._confirm = confirm
-        self.dropped = 0  # outliers, over every session
-        self.reset()
-
-    def reset(self) -> None:
-        self._run = 0  # consecutive events behind, up to the last packet's end
-        self._first = 0  # the time of the run's first event
-
-    def split(
-        self, t: np.ndarray, newest: int, jump_us: int
-    ) -> tuple[np.ndarray | None, int | None]:
-        """Which events of ``t`` the session keeps (None: all), and the index at which the
-        stream restarts (None: it does not; the events before it are the session's)."""
-        behind = t < newest - jump_us
-        if not behind.any():
-            self._run = 0
-            return None, None
-        start = int(np.flatnonzero(behind)[0])
-        run, first, run_start = (self._run, self._first, 0) if start == 0 else (0, 0, start)
-        for i in range(start, len(t)):
-            if not behind[i]:
-                run = 0
-                continue
-            value = int(t[i])
-            if run == 0 or abs(value - first) > jump_us:
-                run, first, run_start = 0, value, i
-            run += 1
-            if run >= self._confirm:
-                self.reset()
-                kept = ~behind[:run_start]
-                self.dropped += run_start - int(np.count_nonzero(kept))
-                return kept, run_start
-        self._run, self._first = run, first
-        self.dropped += int(np.count_nonzero(behind))
-        return ~behind, None
 
 
 class MqttBridge:
@@ -201,8 +112,6 @@ class MqttBridge:
         self.output = output
         self.stats = MqttStats()
         self.subscribed = threading.Event()
-        self._settings = settings or BridgeSettings()
-        self._pinned = None if width is None or height is None else (width, height)
         self._queue: queue.Queue[bytes] = queue.Queue(maxsize=queue_packets)
         self._stopping = threading.Event()
         self._client = Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True)
@@ -212,14 +121,15 @@ class MqttBridge:
         self._client.on_disconnect = self._on_disconnect
         self._client.on_message = self._on_message
         self._worker = threading.Thread(target=self._work, name=f"evs-{sensor}", daemon=True)
-        self._pipeline: Pipeline | None = None
-        self._geometry: tuple[int, int, ClockDomain] | None = None
-        self._decoder: Evt3Decoder | None = None
-        self._next_sequence: int | None = None
-        self._session: str | None = None
-        self._earlier = (0, 0)  # out-of-geometry and outlier counts of finished pipelines
-        self._behind = _StepsBack(self._settings.pipeline.jump_confirm_events)
-        self._first_packet: bytes | None = None  # this session's packet 0, as received
+        self._stream = PacketStream(
+            f"{broker}/{topic}",
+            topic,
+            sensor,
+            output,
+            self.stats,
+            settings=settings or BridgeSettings(),
+            pinned=None if width is None or height is None else (width, height),
+        )
         self._failure: BaseException | None = None
 
     @property
@@ -245,7 +155,7 @@ class MqttBridge:
         if self._failure is not None:
             self.output.hold()
         try:
-            self._finish_pipeline()
+            self._stream.finish()
             self.output.close(drain_timeout_s=drain_timeout_s)
         except (StoreRefused, StoreUnavailable) as exc:
             if self._failure is None:
@@ -320,7 +230,7 @@ class MqttBridge:
                 item = None
             try:
                 if item is not None:
-                    self._process_safely(item)
+                    self._stream.take(item)
                 self.output.poll()
             except (StoreRefused, StoreUnavailable, SpoolCorrupt) as exc:
                 # Retrying cannot help: keep processing what comes, into the spool only,
@@ -330,155 +240,6 @@ class MqttBridge:
                     self._failure = exc
                     log.error("the %s bridge stops: %s", self.sensor, exc)
                 self.output.hold()
-
-    def _process_safely(self, data: bytes) -> None:
-        try:
-            self._process(data)
-        except (StoreRefused, StoreUnavailable, SpoolCorrupt):
-            raise
-        except Exception as exc:  # one bad packet must not stop the bridge
-            self._bad(f"{type(exc).__name__}: {exc}")
-
-    def _bad(self, why: str) -> None:
-        self.stats.bad += 1
-        if self.stats.bad == 1 or self.stats.bad % _LOG_EVERY == 0:
-            log.warning(
-                "%s: dropped a bad packet (%d so far; one in %d is logged): %s",
-                self.topic,
-                self.stats.bad,
-                _LOG_EVERY,
-                why,
-            )
-
-    def _process(self, data: bytes) -> None:
-        try:
-            packet = decode_packet(data)
-        except BadPacket as exc:
-            self._bad(str(exc))
-            return
-        expected = self._next_sequence
-        if expected is not None and packet.sequence != expected:
-            if (
-                packet.sequence == 0
-                and expected <= _REDELIVERY_PACKETS
-                and data == self._first_packet
-            ):
-                # QoS 1 delivers at least once: a publisher that reconnects sends what was
-                # not acknowledged again, at most its in-flight window. Later, the same
-                # bytes are the same recording published again: a new stream.
-                self.stats.stale += 1
-                log.warning("%s: packet 0 delivered again: dropped", self.topic)
-                return
-            if packet.sequence == 0:
-                self._restart("sequence restarted at 0")
-            elif packet.sequence > expected:
-                self.stats.gaps += packet.sequence - expected
-                log.warning(
-                    "%s: %d packets missing before %d",
-                    self.topic,
-                    packet.sequence - expected,
-                    packet.sequence,
-                )
-            else:
-                self.stats.stale += 1
-                log.warning(
-                    "%s: packet %d repeats or goes back (expected %d): dropped",
-                    self.topic,
-                    packet.sequence,
-                    expected,
-                )
-                return
-        self._next_sequence = packet.sequence + 1
-        if packet.sequence == 0:
-            self._first_packet = data
-        pipeline = self._pipeline_for(packet)
-        if pipeline is None:
-            return
-        events = self._events(packet)
-        chunk = (packet.sequence, packet.sequence + 1)
-        newest = pipeline.stats.newest_us
-        if packet.clock is ClockDomain.SENSOR and newest is not None and len(events):
-            kept, restart_at = self._behind.split(events["t"], newest, pipeline.jump_us)
-            if restart_at is not None:
-                pipeline.feed(EventChunk(events[:restart_at][kept], *chunk))
-                self._restart(
-                    f"sensor time went back from {newest} to {int(events['t'][restart_at])} µs"
-                )
-                pipeline = self._pipeline_for(packet)
-                if pipeline is None:
-                    return
-                events = events[restart_at:]
-            elif kept is not None:
-                events = events[kept]
-        pipeline.feed(EventChunk(events, *chunk))
-        self.stats.out_of_geometry = self._earlier[0] + pipeline.stats.out_of_geometry
-        self.stats.outliers = self._earlier[1] + pipeline.stats.outliers + self._behind.dropped
-        self.stats.processed += 1
-
-    def _restart(self, why: str) -> None:
-        log.warning("%s: %s: the stream restarts with a new session", self.topic, why)
-        self.stats.restarts += 1
-        self._finish_pipeline()
-        self._decoder = None
-        self._behind.reset()
-        self._first_packet = None
-
-    def _finish_pipeline(self) -> None:
-        pipeline, self._pipeline, self._geometry = self._pipeline, None, None
-        if pipeline is not None:
-            self._earlier = (
-                self._earlier[0] + pipeline.stats.out_of_geometry,
-                self._earlier[1] + pipeline.stats.outliers,
-            )
-            pipeline.finish()
-
-    def _events(self, packet: Packet) -> Events:
-        if packet.encoding == Encoding.PACKED:
-            return np.frombuffer(packet.payload, dtype=EVENT_DTYPE).copy()
-        if self._decoder is None:
-            self._decoder = Evt3Decoder()
-        events = self._decoder.decode(packet.payload)
-        # Triggers are not bridged; taking them keeps the decoder's memory bounded.
-        self.stats.triggers += len(self._decoder.take_triggers())
-        return events
-
-    def _new_session(self) -> str:
-        key = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-        previous = self._session
-        if previous is not None and previous.split(".")[0] == key:
-            number = int(previous.split(".")[1]) + 1 if "." in previous else 1
-            key = f"{key}.{number}"
-        self._session = key
-        return key
-
-    def _pipeline_for(self, packet: Packet) -> Pipeline | None:
-        geometry = (packet.width, packet.height, packet.clock)
-        if self._pinned is not None and geometry[:2] != self._pinned:
-            self._bad(f"geometry {packet.width}x{packet.height} is not the pinned {self._pinned}")
-            return None
-        pipeline = self._pipeline
-        if pipeline is None:
-            source = SourceRef(
-                uri=f"{self.broker}/{self.topic}",
-                format="evt3" if packet.encoding == Encoding.EVT3 else "packed",
-                offset_unit="sequence",
-                recording=self._new_session(),
-            )
-            self._pipeline = pipeline = build_pipeline(
-                self.sensor,
-                source,
-                packet.clock,
-                width=packet.width,
-                height=packet.height,
-                sink=self.output,
-                settings=self._settings,
-            )
-            self._geometry = geometry
-            return pipeline
-        if geometry != self._geometry:
-            self._bad(f"packet for {geometry} on a {self._geometry} stream")
-            return None
-        return pipeline
 
 
 def send_packets(

@@ -1,0 +1,112 @@
+"""Where a command's events go: the store, through a spool, or an NDJSON file
+(``--out``). Refuses, before anything is sent, a store that cannot be reached (unless a spool
+is given), a ``/healthz`` other than 200, a key that is no API key, and a spool in use or
+that cannot be written. An ``--out`` file is replaced only when the command succeeds.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+import httpx2
+
+from evs_bridge.cli.options import DEFAULT_SPOOL, fail
+from evs_bridge.output import NdjsonSink, Output, OutputConfig, Sink, StoreRefused, StoreSink
+from evs_bridge.spool import Spool, SpoolBusy, SpoolCorrupt
+from ingest.client import CausewayClient
+
+
+@contextmanager
+def open_output(
+    target: str | None,
+    key: str | None,
+    out: Path | None,
+    spool: Path | None,
+    spool_mb: int,
+    sensor: str,
+    config: OutputConfig,
+) -> Iterator[Output]:
+    if out is not None:
+        if target is not None or key is not None:
+            fail("give either --out or --target/--key, not both")
+        with _written(out) as file:
+            yield Output(NdjsonSink(file), None, config)
+        return
+    if target is None or key is None:
+        fail("give --target and --key (or --out FILE)")
+    if not key or not key.isascii() or not key.isprintable() or " " in key:
+        fail("--key must be an API key: printable ASCII, no spaces")
+    status = _fetch_health(target)
+    if status is None and spool is None:
+        fail(f"cannot reach {target} (give --spool DIR to keep events until it answers)")
+    if status is not None and status != 200 and not (status >= 500 and spool is not None):
+        fail(f"{target}/healthz answered {status}, not 200: is --target a Causeway store?")
+    directory = spool if spool is not None else DEFAULT_SPOOL / sensor
+    try:
+        opened = Spool(directory, max_bytes=spool_mb << 20)
+    except SpoolBusy as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"{directory}: cannot use as a spool: {exc.strerror or exc}")
+    with CausewayClient(target, key, timeout_s=10.0) as client:
+        sink: Sink = StoreSink(client)
+        try:
+            yield Output(sink, opened, config)
+        except StoreRefused as exc:
+            fail(f"{exc} (events kept in {directory})")
+        except SpoolCorrupt as exc:
+            fail(str(exc))
+        finally:
+            opened.close()
+
+
+@contextmanager
+def _written(out: Path) -> Iterator[TextIO]:
+    """``out`` opened for the events. A regular file (or a new one) is written beside
+    itself, with its permissions, and renamed onto ``out`` only when the command
+    succeeds: a replay that fails (a recording that cannot be decoded, a full disk) leaves
+    what ``out`` held as it was. Anything else is written through: a symlink (``/dev/stdout``
+    is one, to what the shell redirected), a pipe, a device. The same rules as ``causeway
+    replay --out`` (``app.cli``), which the bridge, an HTTP client of the store, does not
+    import."""
+    if out.is_dir():
+        fail(f"{out}: is a directory")
+    try:
+        found = os.lstat(out)
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        fail(f"{out}: {exc.strerror or exc}")
+    through = found is not None and not stat.S_ISREG(found.st_mode)
+    target = out if through else out.with_name(f".{out.name}.partial")
+    try:
+        file = target.open("w", encoding="utf-8")
+    except OSError as exc:
+        fail(f"{out}: {exc.strerror or exc}")
+    try:
+        try:
+            with file:
+                if found is not None and not through:
+                    os.chmod(target, stat.S_IMODE(found.st_mode))
+                yield file
+            if not through:
+                target.replace(out)
+        except OSError as exc:  # a full disk, as the file is written or closed
+            fail(f"writing {out}: {exc.strerror or exc}", 1)
+    except BaseException:
+        if not through:
+            target.unlink(missing_ok=True)
+        raise
+
+
+def _fetch_health(target: str) -> int | None:
+    """The status ``/healthz`` answers with, or None when nothing answers."""
+    try:
+        return httpx2.get(f"{target.rstrip('/')}/healthz", timeout=5.0).status_code
+    except (httpx2.TransportError, httpx2.InvalidURL, httpx2.UnsupportedProtocol):
+        return None
