@@ -1,7 +1,8 @@
 """The causal graph: events as values, their causes and effects in batches, keyset pages,
 and bounded walks through the DAG. Everything is scoped to one tenant.
 
-The walk runs in PostgreSQL as one function call (``causeway_walk``): a breadth-first
+The walk runs in PostgreSQL as one function call (``causeway_walk``, defined in
+``sql/causeway_walk.sql`` and ``sql/causeway_walk_one.sql``): a breadth-first
 loop with one indexed query per level, inside the server, so a lineage 30 levels deep
 costs one round trip instead of thirty. ``walk`` runs on a psycopg connection of its own
 (``app.db.engine.DriverPool``); ``GraphReader``'s batches and pages on SQLAlchemy's.
@@ -207,10 +208,10 @@ async def walk(
     max_nodes: int,
 ) -> Walk | None:
     """Breadth-first from the event ``event_id``, in one statement: the walk itself is
-    ``causeway_walk`` (migrations 0002 and 0010), and each node comes with its full row and the
-    hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join events
-    of one tenant only (causes are checked at append), so the walk stays in the root's
-    tenant. None when there is no such event.
+    ``causeway_walk`` (``sql/causeway_walk.sql``), and each node comes with its full row
+    and the hash the chain after it names for it (``WalkedNode.sealed_by``). Edges join
+    events of one tenant only (causes are checked at append), so the walk stays in the
+    root's tenant. None when there is no such event.
 
     On the driver itself (``app.db.engine.DriverPool``): one statement, built once, whose
     rows (full events, up to max_nodes of them) are the answer's bulk; SQLAlchemy's row

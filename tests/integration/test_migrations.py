@@ -1,11 +1,78 @@
-"""The migrations and the table definitions describe the same schema."""
+"""The migrations, the table definitions and the function files describe the same schema.
+
+Each database function's current text is a ``.sql`` file next to the code that calls it
+(``app/store/sql/``, ``app/store/append/sql/``), holding one ``CREATE OR REPLACE
+FUNCTION``. A migration installs it as it finds it, and names the SHA-256 of the statement
+it was written for (``FUNCTION_FILES``): a file edited without a migration to install it
+again fails the first test below. A function changed by a migration without its file
+fails the second: a migrated database's functions are compared with what PostgreSQL makes
+of the files, as ``pg_get_functiondef`` prints both (the files are run in a scratch schema
+of the same database, and the schema name is put back).
+"""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+from secrets import token_hex
+
+import psycopg
 from alembic import command
+from alembic.script import ScriptDirectory
 from sqlalchemy import URL
 
 from app.db.schema import alembic_config, current_revision, head_revision
+from tests.conftest import janitor
+
+ROOT = Path(__file__).resolve().parents[2]
+SQL_FILES = sorted((ROOT / "app").rglob("sql/*.sql"))
+_SCRATCH = "causeway_function_files"
+
+# Every function of ours in a schema (none belongs to an extension), keyed by its name
+# and argument types, so that an overload left behind counts as a function of its own.
+_FUNCTIONS = """
+SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+       pg_get_functiondef(p.oid)
+FROM pg_proc p
+WHERE p.pronamespace = %s::regnamespace
+  AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')
+"""
+
+
+def statement_digest(text: str) -> str:
+    """SHA-256 of a file's statement, from ``CREATE`` on: the comments above are free."""
+    return hashlib.sha256(text[text.index("CREATE OR REPLACE FUNCTION") :].encode()).hexdigest()
+
+
+def libpq(url: URL) -> str:
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def read_functions(conn: psycopg.Connection[tuple[str, str]], schema: str) -> dict[str, str]:
+    return dict(conn.execute(_FUNCTIONS, [schema]).fetchall())
+
+
+def installed_functions(url: URL) -> dict[str, str]:
+    with psycopg.connect(libpq(url)) as conn:
+        return read_functions(conn, "public")
+
+
+def file_functions(url: URL) -> dict[str, str]:
+    """What PostgreSQL makes of the files: each is run in a scratch schema, and must
+    define exactly the function it is named for. Rolled back: nothing stays."""
+    with psycopg.connect(libpq(url)) as conn:
+        conn.execute(f"CREATE SCHEMA {_SCRATCH}")
+        # Unqualified names: created in the scratch schema, the log's tables read from public.
+        conn.execute(f"SET LOCAL search_path = {_SCRATCH}, public")
+        defined: dict[str, str] = {}
+        for path in SQL_FILES:
+            conn.execute(path.read_text())  # no parameters: run as psql would
+            new = read_functions(conn, _SCRATCH).keys() - defined.keys()
+            assert [key.split("(")[0] for key in new] == [path.stem], path
+            defined = read_functions(conn, _SCRATCH)
+        conn.rollback()
+    qualified = f"FUNCTION {_SCRATCH}."
+    return {key: text.replace(qualified, "FUNCTION public.", 1) for key, text in defined.items()}
 
 
 def test_the_tables_match_the_migrations(database_url: URL) -> None:
@@ -13,4 +80,39 @@ def test_the_tables_match_the_migrations(database_url: URL) -> None:
 
 
 def test_a_migrated_database_is_at_head(database_url: URL) -> None:
-    assert current_revision(database_url) == head_revision() == "0012"
+    assert current_revision(database_url) == head_revision() == "0013"
+
+
+def test_each_function_file_is_the_one_its_newest_migration_installs() -> None:
+    script = ScriptDirectory.from_config(alembic_config("postgresql://"))
+    installed: dict[str, str] = {}
+    for revision in script.walk_revisions():  # from head down: the newest counts
+        for name, digest in getattr(revision.module, "FUNCTION_FILES", {}).items():
+            installed.setdefault(name, digest)
+    assert installed == {
+        str(path.relative_to(ROOT)): statement_digest(path.read_text()) for path in SQL_FILES
+    }, "a function's .sql file changed: add a migration that installs it again"
+
+
+def test_the_functions_at_head_are_the_files(database_url: URL) -> None:
+    assert len(SQL_FILES) == 5
+    assert installed_functions(database_url) == file_functions(database_url)
+
+
+def test_history_replays_from_empty_and_back_one_step(server: URL) -> None:
+    name = f"causeway_replay_{token_hex(4)}"
+    with janitor(server, name):
+        url = server.set(database=name)
+        config = alembic_config(url)
+        previous = ScriptDirectory.from_config(config).get_revision("head").down_revision
+        assert isinstance(previous, str)
+        command.upgrade(config, previous)
+        before = installed_functions(url)
+
+        command.upgrade(config, "head")
+        assert installed_functions(url) == file_functions(url)
+        command.downgrade(config, "-1")
+        assert current_revision(url) == previous
+        assert installed_functions(url) == before
+        command.upgrade(config, "head")
+        assert installed_functions(url) == file_functions(url)

@@ -1,7 +1,8 @@
 """Writing a planned group into the log: the only code that calls ``causeway_append``
-(migrations 0008 and 0011) and ``causeway_append_shared`` (0012), the functions that
-insert ``events`` and ``event_causes`` under the ``log_head`` lock; and the wake-up hint
-(NOTIFY) that tells readers where the head went.
+(``sql/causeway_append.sql``) and ``causeway_append_shared``
+(``sql/causeway_append_shared.sql``), the functions that insert ``events`` and
+``event_causes`` under the ``log_head`` lock; and the wake-up hint (NOTIFY) that tells
+readers where the head went.
 
 ``write_group`` writes a group where it was planned: the function refuses it
 (``HeadMoved``) unless the head is exactly the one planned on. ``write_shared`` writes a
@@ -94,14 +95,15 @@ async def write_shared(
     driver: PsycopgConnection[Any], after: Head, group: GroupPlan
 ) -> MovedGroup | None:
     """Write ``group``, planned on ``after`` with its canonical encodings kept, with
-    ``causeway_append_shared`` (migration 0012), on a connection in autocommit mode: onto
-    the head PostgreSQL finds, which others may have moved past ``after``. None when it
-    went in as planned, else how it moved. The stream versions it was planned on must be
-    the stored ones as of ``after`` (where others moved them since, it is moved too).
-    Raises ``HeadMoved`` when the head is behind ``after``, or the log holds no such head
-    (another hash at that position); a key another writer took meanwhile raises as
-    PostgreSQL does (an ``IntegrityError``). Nothing is written then. No event of ``group`` may carry an expected version: the head's move would
-    not be checked against it."""
+    ``causeway_append_shared`` (``sql/causeway_append_shared.sql``), on a connection in
+    autocommit mode: onto the head PostgreSQL finds, which others may have moved past
+    ``after``. None when it went in as planned, else how it moved. The stream versions it
+    was planned on must be the stored ones as of ``after`` (where others moved them
+    since, it is moved too). Raises ``HeadMoved`` when the head is behind ``after``, or
+    the log holds no such head (another hash at that position); a key another writer took
+    meanwhile raises as PostgreSQL does (an ``IntegrityError``). Nothing is written then.
+    No event of ``group`` may carry an expected version: the head's move would not be
+    checked against it."""
     canonical, splices = _splices(group.rows)
     params = (
         after.position,
@@ -171,9 +173,9 @@ async def _appending(driver: PsycopgConnection[Any], after: Head) -> AsyncIterat
 
 
 def _event_rows(rows: list[Row]) -> str:
-    """``rows`` as ``causeway_append`` reads them (migration 0008): a JSON array with
-    one array of values per event, JSON data nested as ``[data]`` (``[]`` for none),
-    bytes in hex."""
+    """``rows`` as ``causeway_append`` reads them (``sql/causeway_append.sql``): a JSON
+    array with one array of values per event, JSON data nested as ``[data]`` (``[]`` for
+    none), bytes in hex."""
     return orjson.dumps([_event_row(row) for row in rows]).decode()
 
 

@@ -1,0 +1,47 @@
+-- causeway_walk_one(): a bounded breadth-first walk of the causal graph, one way.
+--
+-- direction is 'upstream' (from effect to cause) or 'downstream' (from cause to
+-- effect); any other value walks nowhere but the root. One row per level carries the
+-- frontier and every node seen so far, so each node is reached once, at its shortest
+-- distance from the root, and the walk stops one level after max_nodes is passed.
+-- Nodes are kept by depth, then position; truncated says whether max_depth or
+-- max_nodes left reachable nodes out. Called only by causeway_walk (causeway_walk.sql).
+--
+-- To change it: edit this file and add a migration that installs it again
+-- (see migrations/versions/20261204_0013_functions_from_files.py).
+
+CREATE OR REPLACE FUNCTION causeway_walk_one(root bigint, direction text, max_depth int, max_nodes int)
+RETURNS TABLE (node bigint, depth int, truncated boolean)
+LANGUAGE sql STABLE ROWS 100 AS $$
+WITH RECURSIVE bfs(frontier, seen, depth) AS (
+    SELECT ARRAY[root], ARRAY[root], 0
+  UNION ALL
+    SELECT step.found, bfs.seen || step.found, bfs.depth + 1
+    FROM bfs
+    CROSS JOIN LATERAL (
+        SELECT array_agg(DISTINCT x.n ORDER BY x.n) AS found
+        FROM (
+            SELECT c.cause AS n FROM event_causes c
+            WHERE direction = 'upstream' AND c.effect = ANY (bfs.frontier)
+          UNION ALL
+            SELECT c.effect FROM event_causes c
+            WHERE direction = 'downstream' AND c.cause = ANY (bfs.frontier)
+        ) x
+        WHERE NOT x.n = ANY (bfs.seen)
+    ) step
+    WHERE step.found IS NOT NULL
+      AND bfs.depth <= max_depth
+      AND cardinality(bfs.seen) <= max_nodes
+),
+reached AS (
+    SELECT unnest(bfs.frontier) AS node, bfs.depth FROM bfs
+),
+kept AS (
+    SELECT reached.node, reached.depth FROM reached
+    WHERE reached.depth <= max_depth
+    ORDER BY reached.depth, reached.node
+    LIMIT max_nodes
+)
+SELECT kept.node, kept.depth, (SELECT count(*) FROM reached) > (SELECT count(*) FROM kept)
+FROM kept
+$$;
