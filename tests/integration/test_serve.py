@@ -138,7 +138,7 @@ def test_a_head_past_its_cap_not_http_or_asking_for_a_websocket_gets_a_problem(
             (long_url, 431, "head-too-large"),
             (many_headers + b"\r\n", 431, "head-too-large"),
             (b"NOT HTTP AT ALL\r\n\r\n", 400, "bad-request"),
-            # No WebSocket spoken: answered as HTTP (was uvicorn's empty text/plain 403).
+            # No WebSocket spoken: answered as HTTP (no text/plain 403).
             (
                 b"GET /nope HTTP/1.1\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
                 404,
