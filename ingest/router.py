@@ -40,7 +40,8 @@ class AppendResponse(BaseModel):
 
 class Ingest:
     """What ``POST /events`` does once the caller is known: parse the body, append, and
-    answer with the status and the JSON body."""
+    answer with the status and the JSON body. The route below and the app's own path at
+    the root (``app.main.Causeway``) both call it, so they cannot differ."""
 
     def __init__(self, appender: Appender, limits: Limits) -> None:
         self._appender = appender
@@ -94,8 +95,8 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
 def create_router(
     ingest: Ingest, ingest_principal: Callable[..., Coroutine[Any, Any, Principal]]
 ) -> APIRouter:
-    """The route, the one way into ``POST /events``, at the root or under a path prefix.
-    It is the app's first route, so it is the first a request is matched against."""
+    """The documented route. A request reaches it when the app is served under a path
+    prefix; at the root, ``app.main.Causeway`` answers before routing (same ``Ingest``)."""
     router = APIRouter(tags=["ingest"])
 
     @router.post(

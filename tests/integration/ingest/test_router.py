@@ -584,24 +584,12 @@ class TestBehindAPathPrefix:
 
 class TestUnexpected:
     async def test_a_failure_nobody_foresaw_is_a_500_problem_that_leaks_nothing(
-        self,
-        app: FastAPI,
-        client: httpx2.AsyncClient,
-        monkeypatch: pytest.MonkeyPatch,
-        request: pytest.FixtureRequest,
+        self, app: FastAPI, client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         def broken(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("SELECT secret FROM internals")
 
         monkeypatch.setattr(app.state.appender, "submit", broken)
-        if request.node.callspec.params["connect"] == "asgi":
-            # Starlette answers, then raises the error on to the server, which logs it.
-            with pytest.raises(RuntimeError):
-                await client.post("/events", content=dumps(event()), headers=STRUCTURED)
-            transport = httpx2.ASGITransport(app=app, raise_app_exceptions=False)
-            client = httpx2.AsyncClient(
-                transport=transport, base_url="http://causeway", headers=client.headers
-            )
         response = await client.post("/events", content=dumps(event()), headers=STRUCTURED)
         assert response.status_code == 500
         assert problem_type(response) == "/problems/internal"
