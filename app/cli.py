@@ -23,19 +23,21 @@ from pathlib import Path
 from typing import IO, Annotated, Any, NoReturn, TypeVar
 
 import typer
-import uvicorn
+from granian import Granian
+from granian.constants import HTTPModes, Interfaces
+from granian.http import HTTP1Settings
+from granian.log import LogLevels
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import URL
 
 from app.api.replay import replay_filter
-from app.api.wire import SERVER_PROTOCOLS
 from app.db.embedded import EmbeddedPostgres
 from app.db.engine import create_engine
 from app.db.schema import current_revision, head_revision, upgrade_to_head
 from app.errors import AppError
-from app.main import create_app, create_runner, every_projection
+from app.main import create_runner, every_projection
 from app.projections.base import Projection
 from app.projections.runner import ProjectionFailed, ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
@@ -150,46 +152,48 @@ def serve(
             _require_head(url, "run `causeway migrate` or pass --migrate")
         if embedded:
             _bootstrap_admin_key(settings, url)
-        processes = workers or settings.workers
-        if processes > 1:
-            # Each worker builds its own app (and engine) from the environment.
-            os.environ["CAUSEWAY_DATABASE_URL"] = _url_text(url)
-            try:
-                uvicorn.run(
-                    "app.main:create_app_from_environment",
-                    factory=True,
-                    workers=processes,
-                    log_level="info",
-                    access_log=settings.access_log,
-                    host=bind_host,
-                    port=bind_port,
-                    **SERVER_PROTOCOLS,
-                )
-            finally:
-                db.close()
-            return
-        # uvicorn re-raises SIGTERM after its graceful shutdown, which ends the process
-        # before this block exits; so the app's shutdown stops the embedded server too.
-        app = create_app(settings, database_url=url, on_shutdown=db.close, tune_gc=True)
-        uvicorn.run(
-            app,
-            log_level="info",
-            access_log=settings.access_log,
-            host=bind_host,
-            port=bind_port,
-            **SERVER_PROTOCOLS,
-        )
+        # Granian runs the app in worker processes, each building its own app (and
+        # engines) from the environment; this process keeps the embedded PostgreSQL
+        # until they have stopped.
+        os.environ["CAUSEWAY_DATABASE_URL"] = _url_text(url)
+        try:
+            run_server(settings, bind_host, bind_port, workers or settings.workers)
+        finally:
+            db.close()
+
+
+def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
+    """Granian serving the app over HTTP/1.1, with its guards on the request head: a
+    head over ``max_head_bytes`` is refused (431), one not whole within
+    ``head_timeout_s`` ends the connection, which also ends a keep-alive connection idle
+    that long. The body's and the answer's timeouts are the app's (``app.web.timeouts``)."""
+    Granian(
+        "app.main:create_app_from_environment",
+        factory=True,
+        interface=Interfaces.ASGI,
+        address=host,
+        port=port,
+        workers=workers,
+        http=HTTPModes.http1,
+        websockets=False,  # the GraphQL schema has nothing to subscribe to
+        http1_settings=HTTP1Settings(
+            header_read_timeout=round(settings.head_timeout_s * 1000),
+            max_buffer_size=settings.max_head_bytes,
+        ),
+        log_level=LogLevels.info,
+        log_access=settings.access_log,
+    ).serve()
 
 
 def _check_bind(host: str, port: int) -> None:
     """Exit 2 with one line when ``host:port`` cannot be listened on (taken, no such host,
-    not this machine's address): uvicorn logs it and exits 3."""
+    not this machine's address): the server would log it in many lines."""
     if not host:
         fail("--host must name an address or a host, e.g. 127.0.0.1 or 0.0.0.0")
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
             probe.bind(address)
     except OSError as exc:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")

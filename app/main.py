@@ -8,7 +8,6 @@ import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
@@ -23,7 +22,6 @@ from app.api import (
     projections,
     replay,
 )
-from app.api.direct import DirectHandler, Respond
 from app.api.replay import ReplaySlots
 from app.db.engine import DriverPool, create_engine, libpq_conninfo
 from app.db.schema import head_revision
@@ -35,15 +33,16 @@ from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
-from app.store.append.group_commit import Appender, Outcome
+from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
 from app.web import problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
-from app.web.dependencies import authorize, authorize_cached, require
+from app.web.dependencies import authorize, require
+from app.web.timeouts import Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
-from ingest.router import Ingest, answer_of
+from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
@@ -198,6 +197,9 @@ def create_app(
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
+    app.timeouts = Timeouts(
+        app.answer, body_timeout_s=settings.body_timeout_s, send_timeout_s=settings.send_timeout_s
+    )
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
@@ -232,81 +234,34 @@ def create_app(
 
 
 class Causeway(FastAPI):
-    """The service's ASGI app. ``POST /events`` is answered here, before the middleware
-    stack and the router: for a single event their layers (routing, dependency solving,
-    the exception and body-limit middleware, the response wrappers) cost more CPU than
-    parsing and appending the event. The answer, errors included, is the documented
-    route's: both call the same ``Ingest``, and errors become the same problems. Under a
-    path prefix (a mount, ``--root-path``) the request goes through FastAPI to that route.
-    ``POST /graphql`` goes the same way, to Strawberry's ASGI face of the GraphQL view
-    (``app.graphql.router``).
+    """The service's ASGI app. Every HTTP request is read and answered under ``timeouts``
+    (``app.web.timeouts``).
 
-    Under ``causeway serve`` a plain ``POST /events`` does not even become an ASGI
-    request: the connection hands it over whole (``direct_handler``, ``app.api.wire``).
-    An event whose key the authenticator has cached is then parsed at once and queued,
-    and its answer is written when its group lands, without a task of its own; a batch,
-    or a key the store must be asked about, takes the same steps in a task.
+    ``POST /events`` at the root is answered here, before FastAPI's middleware stack and
+    router: for a single event their layers (routing, dependency solving, the exception
+    middleware, the response wrappers) cost more CPU than parsing and appending it
+    (``bench/ingest.py`` (b): 3.0x ``eventsourcing`` through the route, 4.6x here). It
+    calls the same ``Ingest`` as the documented route (``ingest.router``), which answers
+    under a path prefix, and its errors are the same problems. ``POST /graphql`` goes to
+    Strawberry's ASGI face of the GraphQL view (``app.graphql.router``) the same way.
 
     The body of every other POST, PUT, PATCH or DELETE is capped at ``max_request_bytes``
-    here too: FastAPI reads a route's body before it runs the route's dependencies, the
-    key check among them, so without the cap anyone could make the service hold any body
-    in memory."""
+    here: FastAPI reads a route's body before it runs the route's dependencies, the key
+    check among them, so without the cap anyone could make the service hold any body in
+    memory."""
 
     ingest: Ingest
     graphql: GraphQLApp
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._later: set[asyncio.Task[None]] = set()  # direct requests' tasks, held until done
-
-    def direct_handler(self, method: bytes, url: bytes, length: int) -> DirectHandler | None:
-        # Past the cap, the ASGI path refuses it before its body is read.
-        if (
-            method == b"POST"
-            and url == b"/events"
-            and length <= self.ingest.limits.max_request_bytes
-        ):
-            return self._answer_events
-        return None
-
-    def _answer_events(
-        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: Respond
-    ) -> None:
-        try:
-            principal = authorize_cached(
-                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
-            )
-            if principal is not None:
-                content_type = _header(headers, b"content-type") or None
-                then = partial(_answer_landed, respond)
-                if self.ingest.submit(principal, content_type, headers, body, then):
-                    return
-        except Exception as exc:
-            respond(*problems.answer_for(exc, "POST", "/events"))
-            return
-        later = self._answer_events_later(headers, body, respond)
-        task = asyncio.get_running_loop().create_task(later)
-        self._later.add(task)
-        task.add_done_callback(self._later.discard)
-
-    async def _answer_events_later(
-        self, headers: list[tuple[bytes, bytes]], body: bytes, respond: Respond
-    ) -> None:
-        try:
-            principal = await authorize(
-                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
-            )
-            content_type = _header(headers, b"content-type") or None
-            status, answer = await self.ingest.answer(principal, content_type, headers, body)
-        except Exception as exc:
-            respond(*problems.answer_for(exc, "POST", "/events"))
-            return
-        respond(status, _json_headers(answer), answer)
+    timeouts: Timeouts  # around every HTTP request: body and send timeouts (app.web.timeouts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
+        await self.timeouts(scope, receive, send)
+
+    async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An HTTP request, under ``timeouts``."""
         path, method = scope["path"], scope["method"]
         undecodable = _undecodable(scope)
         if undecodable is not None:
@@ -350,26 +305,15 @@ class Causeway(FastAPI):
         except Exception as exc:
             await problems.response_for(exc, "POST", "/events")(scope, receive, send)
             return
-        await send(
-            {"type": "http.response.start", "status": status, "headers": _json_headers(answer)}
-        )
+        await send({"type": "http.response.start", "status": status, "headers": _json(answer)})
         await send({"type": "http.response.body", "body": answer})
 
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def _json_headers(body: bytes) -> list[tuple[bytes, bytes]]:
+def _json(body: bytes) -> list[tuple[bytes, bytes]]:
     return [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-
-
-def _answer_landed(respond: Respond, outcome: Outcome) -> None:
-    """Answer a direct request once its group has landed, or failed."""
-    if isinstance(outcome, Exception):
-        respond(*problems.answer_for(outcome, "POST", "/events"))
-        return
-    status, answer = answer_of(outcome)
-    respond(status, _json_headers(answer), answer)
 
 
 def _undecodable(scope: Scope) -> str | None:

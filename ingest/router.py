@@ -17,11 +17,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.types import Receive
 
-from app.store.append.group_commit import Appender, Then
+from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
 from app.web.bodies import receive_body
-from ingest.binding import is_batch, parse_event, parse_in_parts
+from ingest.binding import parse_in_parts
 from ingest.limits import Limits
 
 
@@ -40,8 +40,8 @@ class AppendResponse(BaseModel):
 
 class Ingest:
     """What ``POST /events`` does once the caller is known: parse the body, append, and
-    answer with the status and the JSON body. The route below and the app's direct path
-    (``app.main.Causeway``) both call it, so they cannot differ."""
+    answer with the status and the JSON body. The route below and the app's own path at
+    the root (``app.main.Causeway``) both call it, so they cannot differ."""
 
     def __init__(self, appender: Appender, limits: Limits) -> None:
         self._appender = appender
@@ -61,25 +61,6 @@ class Ingest:
             events += part
         appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         return answer_of(appended)
-
-    def submit(
-        self,
-        principal: Principal,
-        content_type: str | None,
-        headers: Sequence[tuple[bytes, bytes]],
-        body: bytes,
-        then: Then,
-    ) -> bool:
-        """``answer``'s first half for a request of one event (structured or binary mode),
-        without a task: parsed now (raising the ``AppError`` that refuses it) and queued
-        for the next group, whose landing calls ``then`` with the outcome (``answer_of``
-        makes the answer). False, with nothing queued, for a batch, which ``answer``
-        parses in parts."""
-        if is_batch(content_type):
-            return False
-        event = parse_event(content_type, headers, body, self.limits)
-        self._appender.submit(principal.tenant, [event], then, size_bytes=len(body))
-        return True
 
     async def read_body(self, receive: Receive, declared: str | None) -> bytes:
         return await receive_body(receive, declared, self.limits.max_request_bytes)

@@ -1,5 +1,5 @@
-"""An ASGI app under uvicorn in the test's own process, with ``causeway serve``'s connection
-protocol: for tests that need a real socket and still reach into the app or the protocol."""
+"""An ASGI app under Granian in the test's own process, as ``causeway serve`` runs it
+(HTTP/1.1, no WebSocket): for tests that need a real socket and still reach into the app."""
 
 from __future__ import annotations
 
@@ -7,42 +7,51 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
-import uvicorn
-from uvicorn.config import LifespanType
+import httpx2
+from granian.constants import HTTPModes, Interfaces
+from granian.log import LogLevels
+from granian.server.embed import Server
 
-from app.api.wire import SERVER_PROTOCOLS
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @asynccontextmanager
 async def serving(
-    app: Any, *, lifespan: LifespanType = "auto", **options: Any
+    app: Any, *, lifespan: Literal["on", "off"] = "on", **options: Any
 ) -> AsyncIterator[int]:
     """``app`` served on 127.0.0.1 until the block ends; yields its port. ``lifespan="off"``:
     the app's startup and shutdown are the test's (as with an ASGI client). ``options``
-    go to ``uvicorn.Config``."""
-    listening = socket.socket()
-    listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
-    config = uvicorn.Config(
+    go to Granian's embedded ``Server``."""
+    port = _free_port()
+    server = Server(
         app,
-        log_level="error",
-        access_log=False,  # as ``causeway serve`` runs by default (CAUSEWAY_ACCESS_LOG)
-        lifespan=lifespan,
-        **SERVER_PROTOCOLS,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGINL if lifespan == "off" else Interfaces.ASGI,
+        http=HTTPModes.http1,
+        websockets=False,
+        log_level=LogLevels.error,
         **options,
     )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[listening]))
+    task = asyncio.create_task(server.serve())
     try:
-        async with asyncio.timeout(30):
-            while not server.started:
+        async with asyncio.timeout(30), httpx2.AsyncClient() as probe:
+            while True:
                 if task.done():
                     task.result()  # what stopped it
-                    raise RuntimeError("uvicorn stopped before it started")
-                await asyncio.sleep(0.01)
-        yield int(listening.getsockname()[1])
+                    raise RuntimeError("granian stopped before it started")
+                try:
+                    await probe.get(f"http://127.0.0.1:{port}/healthz")
+                    break
+                except httpx2.TransportError:
+                    await asyncio.sleep(0.05)
+        yield port
     finally:
-        server.should_exit = True
+        server.stop()  # type: ignore[no-untyped-call]  # granian leaves it unannotated
         await task
-        listening.close()

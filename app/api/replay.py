@@ -8,8 +8,8 @@ last position a client saw.
 A replay holds a pooled connection for as long as its client takes to read, so a process
 serves ``replay_max_streams`` at once (``ReplaySlots``) and answers more with a 503: slow
 readers never take the pool every other request needs. A reader that stops reading
-altogether loses its connection after ``app.api.wire.SEND_TIMEOUT_S`` (under ``causeway
-serve``), and its replay ends as if it had left. The connection is taken, and the
+altogether loses its connection after ``send_timeout_s`` (``app.web.timeouts``), and its
+replay ends as if it had left. The connection is taken, and the
 first rows read, before the response begins, so that a replay that cannot start is a
 problem (503, 500), never a 200 with a broken body.
 """

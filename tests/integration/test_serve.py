@@ -107,6 +107,19 @@ def test_serve_runs_the_projections(database_url: URL, tmp_path: Path) -> None:
             time.sleep(0.1)
 
 
+def _is_whole(answer: bytes) -> bool:
+    """Whether ``answer`` holds a head and as much body as its Content-Length says (a
+    kept-alive connection is not closed after it)."""
+    head, found, body = answer.partition(b"\r\n\r\n")
+    if not found:
+        return False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(body) >= int(value)
+    return False
+
+
 def _raw(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """``request`` sent as it is (the server may stop reading it), and the answer."""
     host, port = base.removeprefix("http://").split(":")
@@ -116,7 +129,7 @@ def _raw(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
                 conn.sendall(request[start : start + 16_384])
         answer = b""
         with contextlib.suppress(ConnectionResetError):
-            while chunk := conn.recv(65_536):
+            while not _is_whole(answer) and (chunk := conn.recv(65_536)):
                 answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line, *lines = head.decode().split("\r\n")
@@ -124,30 +137,27 @@ def _raw(base: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
     return int(status_line.split()[1]), headers, body
 
 
-def test_a_head_past_its_cap_not_http_or_asking_for_a_websocket_gets_a_problem(
+def test_a_head_past_its_cap_or_not_http_is_refused_and_a_websocket_is_answered_as_http(
     database_url: URL, tmp_path: Path
 ) -> None:
-    # httptools reads a request line and headers of any size; the server stops at 64 KiB.
+    # Granian refuses a head past max_head_bytes (64 KiB by default) and what is not
+    # HTTP itself, with an empty body (docs/deployment.md: a proxy in front can give
+    # those a problem body). No WebSocket is spoken: an upgrade is answered as HTTP.
     url = database_url.render_as_string(hide_password=False)
     with serving(environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))) as base:
-        long_url = b"GET /healthz?" + b"a" * 70_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n"
+        long_url = b"GET /healthz?" + b"a" * 300_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n"
         many_headers = b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + b"".join(
-            f"x-pad-{i}: {'b' * 1000}\r\n".encode() for i in range(100)
+            f"x-pad-{i}: {'b' * 1000}\r\n".encode() for i in range(300)
         )
-        for request, status, code in [
-            (long_url, 431, "head-too-large"),
-            (many_headers + b"\r\n", 431, "head-too-large"),
-            (b"NOT HTTP AT ALL\r\n\r\n", 400, "bad-request"),
-            # No WebSocket spoken: answered as HTTP (was uvicorn's empty text/plain 403).
-            (
-                b"GET /nope HTTP/1.1\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
-                404,
-                "http-error",
-            ),
-        ]:
-            found, headers, body = _raw(base, request)
-            assert (found, headers["content-type"]) == (status, "application/problem+json")
-            assert orjson.loads(body)["type"] == f"/problems/{code}"
+        for request in (long_url, many_headers + b"\r\n"):
+            found, _, _ = _raw(base, request)
+            assert found == 431
+        found, _, _ = _raw(base, b"NOT HTTP AT ALL\r\n\r\n")
+        assert found == 400
+        upgrade = b"GET /nope HTTP/1.1\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n"
+        found, headers, body = _raw(base, upgrade)
+        assert (found, headers["content-type"]) == (404, "application/problem+json")
+        assert orjson.loads(body)["type"] == "/problems/http-error"
         within = b"GET /healthz?" + b"a" * 60_000 + b" HTTP/1.1\r\nconnection: close\r\n\r\n"
         found, _, body = _raw(base, within)
         assert found == 200, body

@@ -45,3 +45,22 @@ def test_the_client_public_names_are_pinned() -> None:
 def test_the_committed_graphql_schema_and_openapi_are_current() -> None:
     assert SDL.read_text() == render_sdl(), "run `make schema`"
     assert OPENAPI.read_text() == render_openapi(), "run `make schema`"
+
+
+# A server's private modules and names: an import of one breaks on any release. Causeway
+# uses its HTTP server through documented settings and ASGI only.
+_PRIVATE_SERVER_PATHS = re.compile(
+    r"\b(uvicorn\.protocols|uvicorn\.(main|server|config|lifespan|loops|middleware)\b"
+    r"|granian\._|granian\.server\.(common|mp|mt)\b|httptools\b|h11\._|hypercorn\.protocol)"
+)
+
+
+def test_no_code_imports_a_private_module_of_the_http_server() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for package in ("app", "ingest", "scheduler")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if _PRIVATE_SERVER_PATHS.search(line)
+    ]
+    assert found == []

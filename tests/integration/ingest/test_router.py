@@ -1,8 +1,8 @@
 """POST /events in each binding mode, and every way it refuses bad input.
 
 Each test that takes ``client`` runs on two faces of the app: through ASGI, and over a
-real connection to ``causeway serve``'s protocol, which hands a plain ``POST /events`` to
-the app without ASGI (``app.api.wire``'s direct requests). The answers must not differ.
+real connection to the app served by Granian, as ``causeway serve`` serves it. The answers
+must not differ.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tests.integration.events import BATCH, STRUCTURED, dumps, event
 Connect = Callable[[str | None], AbstractAsyncContextManager[httpx2.AsyncClient]]
 
 
-@pytest.fixture(params=["asgi", "wire"])
+@pytest.fixture(params=["asgi", "served"])
 async def connect(request: pytest.FixtureRequest, app: FastAPI) -> AsyncIterator[Connect]:
     """Clients of ``app`` with a key (or none), on the face the test runs on."""
     if request.param == "asgi":
@@ -514,32 +514,6 @@ class TestKeys:
         )
         assert response.status_code == 403
         assert problem_type(response) == "/problems/forbidden"
-
-
-class TestOverTheWire:
-    async def test_a_plain_post_is_answered_without_asgi(
-        self, app: FastAPI, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        """The first request's key is looked up in the store (in a task), the next ones'
-        in the cache (answered as their group lands): none of them reaches ASGI."""
-
-        async def not_here(*args: Any) -> None:
-            raise AssertionError("a plain POST /events went through ASGI")
-
-        monkeypatch.setattr(app, "_post_events", not_here)
-        key = await make_key("acme", "ingest")
-        async with (
-            serving(app, lifespan="off") as port,
-            _client(None, f"http://127.0.0.1:{port}", key) as client,
-        ):
-            sent = [event(subject="s") for _ in range(3)]
-            answers = [
-                await client.post("/events", content=dumps(e), headers=STRUCTURED) for e in sent
-            ]
-            batch = await client.post("/events", content=dumps([event()]), headers=BATCH)
-        assert [a.status_code for a in answers] == [201, 201, 201]
-        assert [a.json()["events"][0]["stream_version"] for a in answers] == [1, 2, 3]
-        assert batch.json()["events"][0]["position"] == 4
 
 
 class TestUnavailable:

@@ -14,7 +14,6 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from app.api import wire
 from app.main import create_app, dispose
 from app.settings import Settings
 from tests.in_process import serving
@@ -295,9 +294,12 @@ class TestReplayOverASocket:
     async def live(
         self, database_url: Any, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
     ) -> AsyncIterator[Live]:
-        monkeypatch.setattr(wire, "SEND_TIMEOUT_S", 3.0)  # time to see the slot taken
         settings = Settings(
-            _env_file=None, replay_max_streams=1, run_projections=False, run_scheduler=False
+            _env_file=None,
+            replay_max_streams=1,
+            run_projections=False,
+            run_scheduler=False,
+            send_timeout_s=3.0,  # time to see the slot taken
         )
         app = create_app(settings, database_url=database_url)
         key = await make_key("acme", "ingest,read")
