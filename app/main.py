@@ -23,7 +23,7 @@ from app.api import (
     replay,
 )
 from app.api.replay import ReplaySlots
-from app.db.engine import DriverPool, create_engine, libpq_conninfo
+from app.db.engine import DriverPool, Engine, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.errors import BadRequest
 from app.graphql.limits import GraphQLLimits
@@ -44,6 +44,7 @@ from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
 from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
+from scheduler.autoscale import PidController
 from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.router import LeasePolicy, Principals
@@ -130,30 +131,7 @@ def create_app(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
     decisions = Appender(decisions_engine, plan_ahead=False)
-    # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
-    # time budget: PostgreSQL stops a walk past it, however many a request asks for.
-    # The walk's plan is the same whatever the event (an index lookup of the root, the
-    # inlined causeway_walk, index joins), yet PostgreSQL kept planning it again for
-    # each one: half a millisecond of an audit. Generic plans skip that. A walk is one
-    # statement that only reads: no transaction around it. Two connections kept, twelve
-    # at most; a walk waits for one as long as its time budget, and a second at least.
-    walks = DriverPool(
-        database_url,
-        min_size=2,
-        max_size=12,
-        statement_timeout_ms=settings.graphql_timeout_ms,
-        wait_s=max(settings.graphql_timeout_ms / 1000, 1.0),
-        generic_plans=True,
-        name="walks",
-    )
-    # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
-    # at the time budget: on sessions of their own, whose statement timeout it is.
-    graphql_reads = create_engine(
-        database_url,
-        pool_size=settings.db_pool_size,
-        statement_timeout_ms=settings.graphql_timeout_ms,
-        pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait
-    )
+    walks, graphql_reads = _graphql_connections(settings, database_url)
     runner = create_runner(settings, database_url)
     controller = controller_from(settings)
     timers = timers_from(settings)
@@ -200,11 +178,52 @@ def create_app(
     app.timeouts = Timeouts(
         app.answer, body_timeout_s=settings.body_timeout_s, send_timeout_s=settings.send_timeout_s
     )
+    _mount_routes(app, settings, controller)
+    return app
+
+
+def _graphql_connections(settings: Settings, database_url: str | URL) -> tuple[DriverPool, Engine]:
+    """The walks' driver pool and the engine of GraphQL's other reads."""
+    # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
+    # time budget: PostgreSQL stops a walk past it, however many a request asks for.
+    # The walk's plan is the same whatever the event (an index lookup of the root, the
+    # inlined causeway_walk, index joins), yet PostgreSQL kept planning it again for
+    # each one: half a millisecond of an audit. Generic plans skip that. A walk is one
+    # statement that only reads: no transaction around it. Two connections kept, twelve
+    # at most; a walk waits for one as long as its time budget, and a second at least.
+    walks = DriverPool(
+        database_url,
+        min_size=2,
+        max_size=12,
+        statement_timeout_ms=settings.graphql_timeout_ms,
+        wait_s=max(settings.graphql_timeout_ms / 1000, 1.0),
+        generic_plans=True,
+        name="walks",
+    )
+    # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
+    # at the time budget: on sessions of their own, whose statement timeout it is.
+    graphql_reads = create_engine(
+        database_url,
+        pool_size=settings.db_pool_size,
+        statement_timeout_ms=settings.graphql_timeout_ms,
+        pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait
+    )
+    return walks, graphql_reads
+
+
+def _mount_routes(app: Causeway, settings: Settings, controller: PidController) -> None:
+    """Every router, in the order a request is matched against them."""
+    appender: Appender = app.state.appender
+    decisions: Appender = app.state.decisions
+    engine: Engine = app.state.engine
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
     graphql = create_graphql(
-        graphql_reads, walks, app.state.authenticator, graphql_limits_from(settings)
+        app.state.graphql_reads,
+        app.state.walks,
+        app.state.authenticator,
+        graphql_limits_from(settings),
     )
     app.graphql = graphql.app
     app.include_router(graphql.router, prefix="/graphql")
@@ -230,7 +249,6 @@ def create_app(
             ),
         )
     )
-    return app
 
 
 class Causeway(FastAPI):

@@ -60,15 +60,6 @@ def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
     return _driver_error(method, path, exc)
 
 
-def answer_for(
-    exc: Exception, method: str, path: str
-) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-    """``response_for``'s status, headers and body, for an answer written without ASGI
-    (``app.api.wire``'s direct requests)."""
-    response = response_for(exc, method, path)
-    return response.status_code, response.raw_headers, bytes(response.body)
-
-
 def _app_error(exc: AppError) -> JSONResponse:
     if exc.status >= 500:
         logger.error("%s: %s", exc.code, exc.detail)

@@ -64,3 +64,20 @@ def test_no_code_imports_a_private_module_of_the_http_server() -> None:
         if _PRIVATE_SERVER_PATHS.search(line)
     ]
     assert found == []
+
+
+def test_no_module_passes_500_lines_and_no_function_100() -> None:
+    """A module that grows past 500 lines is split by responsibility, a function past 100
+    lines into named steps (STYLE.md 3): both were how a newcomer got lost before."""
+    too_long = []
+    for package in ("app", "ingest", "scheduler", "evs_bridge"):
+        for path in (ROOT / package).rglob("*.py"):
+            source = path.read_text()
+            if source.count("\n") > 500:
+                too_long.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > 100:
+                        too_long.append(f"{path.relative_to(ROOT)}: {node.name}, {length} lines")
+    assert too_long == []

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the ``causeway`` command."""
+
+from app.cli import main
+
+main()

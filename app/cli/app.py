@@ -1,0 +1,17 @@
+"""The Typer apps: ``causeway`` and its command groups (``keys``, ``projections``,
+``evs``). The command modules register their commands on them."""
+
+from __future__ import annotations
+
+import typer
+
+from evs_bridge.cli import cli as evs_cli
+
+cli = typer.Typer(
+    help="Causeway: an append-only lineage store for AI systems.", no_args_is_help=True
+)
+keys_cli = typer.Typer(help="Create and revoke API keys.", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
+projections_cli = typer.Typer(help="Inspect and rebuild read models.", no_args_is_help=True)
+cli.add_typer(projections_cli, name="projections")
+cli.add_typer(evs_cli, name="evs")  # the edge bridge, also `python -m evs_bridge`

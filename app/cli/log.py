@@ -1,0 +1,235 @@
+"""``causeway verify`` (the hash chain, offline) and ``causeway replay`` (a filtered
+stream as NDJSON or Parquet, to a file or stdout)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import stat
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from sqlalchemy import URL
+
+from app.api.replay import replay_filter
+from app.cli.runtime import (
+    database,
+    err_console,
+    fail,
+    load_settings,
+    utf8,
+)
+from app.db.engine import create_engine
+from app.errors import AppError
+from app.store.reads import EventReader
+from app.store.records import MAX_POSITION, EventFilter, parse_position
+from app.store.verify import ChainReport, verify_chain
+
+
+def verify(
+    anchor: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="POSITION:HASH",
+            help="a hash the chain must still carry at that position, kept outside the "
+            "database: the '<events>:<head>' of an earlier verify (repeatable)",
+        ),
+    ] = None,
+) -> None:
+    """Re-check the whole hash chain; exit 1 at the first event that does not match."""
+    settings = load_settings()
+    anchors: dict[int, bytes] = {}
+    for position, digest in (_parse_anchor(text) for text in anchor or []):
+        if anchors.setdefault(position, digest) != digest:
+            fail(f"--anchor gives two hashes for position {position}")
+    with database(settings) as db:
+        report = asyncio.run(_verify(db.url, anchors))
+    if not report.is_intact:
+        where = f"position {report.bad_position}" if report.bad_position else "the log head"
+        fail(f"hash chain broken at {where}: {report.reason}", 1)
+    typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
+    # What to keep outside the database, to pass later as --anchor.
+    typer.echo(f"anchor: {report.count}:{report.head_hash.hex()}")
+
+
+_ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
+
+
+def _parse_anchor(text: str) -> tuple[int, bytes]:
+    found = _ANCHOR.fullmatch(text)
+    position = None if found is None else parse_position(found[1])
+    if found is None or not position:
+        fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
+    return position, bytes.fromhex(found[2])
+
+
+async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
+    try:
+        async with engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                return await verify_chain(conn, anchors=anchors)
+    finally:
+        await engine.dispose()
+
+
+def replay(
+    out: Annotated[Path, typer.Option("--out", help="file to write ('-' for stdout)")],
+    tenant: Annotated[str, typer.Option(help="tenant to replay", callback=utf8)] = "default",
+    after: Annotated[
+        int, typer.Option(min=0, max=MAX_POSITION, help="resume after this position")
+    ] = 0,
+    types: Annotated[
+        list[str] | None,
+        typer.Option(help="event types, comma-separated; may be repeated", callback=utf8),
+    ] = None,
+    stream: Annotated[str | None, typer.Option(callback=utf8)] = None,
+    source: Annotated[str | None, typer.Option(callback=utf8)] = None,
+    correlationid: Annotated[str | None, typer.Option(callback=utf8)] = None,
+    modelname: Annotated[str | None, typer.Option(callback=utf8)] = None,
+    modelversion: Annotated[str | None, typer.Option(callback=utf8)] = None,
+    since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
+    until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=MAX_POSITION)] = None,
+    format: Annotated[
+        str, typer.Option("--format", help="ndjson (a CloudEvent a line) or parquet")
+    ] = "ndjson",
+) -> None:
+    """Write matching events as NDJSON or Parquet, in position order, with progress on
+    stderr."""
+    settings = load_settings()
+    if format not in ("ndjson", "parquet"):
+        fail(f"--format must be ndjson or parquet, not {format!r}")
+    try:
+        selection = replay_filter(
+            after,
+            ",".join(types) if types else None,
+            stream,
+            source,
+            correlationid,
+            modelname,
+            modelversion,
+            since,
+            until,
+            limit,
+        )
+    except AppError as exc:
+        fail(exc.detail)
+    with database(settings) as db:
+        count = asyncio.run(
+            _replay(db.url, tenant, selection, out, settings.replay_fetch_rows, format)
+        )
+    typer.echo(f"wrote {count} events to {out}", err=True)
+
+
+async def _replay(
+    url: URL | str, tenant: str, selection: EventFilter, out: Path, fetch_rows: int, form: str
+) -> int:
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
+    count = 0
+    try:
+        async with engine.connect() as conn:
+            sink, partial = _open_for_writing(out)
+            try:
+                count = await _write_replay(conn, sink, tenant, selection, fetch_rows, form)
+                _finish(sink)
+            except BaseException:
+                if sink is not sys.stdout.buffer:
+                    with contextlib.suppress(OSError):  # what is left unwritten goes too
+                        sink.close()
+                if partial is not None:
+                    partial.unlink(missing_ok=True)
+                raise
+            if partial is not None:
+                partial.replace(out)
+    finally:
+        await engine.dispose()
+    return count
+
+
+def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
+    """Where the replay goes, and the file to rename onto ``out`` once it is complete.
+    A regular file named as itself (or a new name) is written beside itself, with its
+    permissions, and renamed at the end, so a replay that fails half way leaves an
+    earlier export as it was. Anything else is written through, as it is: ``-``, a
+    symlink (``/dev/stdout`` and ``/dev/fd/N`` are links, to what the shell redirected,
+    which may be a file being appended to), a pipe, a device."""
+    if str(out) == "-":
+        return sys.stdout.buffer, None
+    try:
+        found = os.lstat(out)
+    except FileNotFoundError:
+        found = None
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror or exc}")
+    if out.is_dir():
+        fail(f"--out {out}: is a directory")
+    try:
+        if found is not None and not stat.S_ISREG(found.st_mode):
+            return out.open("wb"), None
+        partial = out.with_name(f".{out.name}.partial")
+        sink = partial.open("wb")
+        if found is not None:
+            os.chmod(partial, stat.S_IMODE(found.st_mode))
+        return sink, partial
+    except OSError as exc:
+        fail(f"--out {out}: {exc.strerror or exc}")
+
+
+def _finish(sink: IO[bytes]) -> None:
+    """Write out what the sink still buffers: a full disk may refuse that last part."""
+    try:
+        if sink is sys.stdout.buffer:
+            sink.flush()
+        else:
+            sink.close()
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        fail(f"writing the replay: {exc.strerror or exc}", 1)
+
+
+async def _write_replay(
+    conn: Any, sink: IO[bytes], tenant: str, selection: EventFilter, fetch_rows: int, form: str
+) -> int:
+    count = 0
+    try:
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.completed} events"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+            disable=not err_console.is_terminal,  # else it ends with a blank line of its own
+        ) as progress:
+            task = progress.add_task("replay", total=None)
+            reader = EventReader(conn)
+            if form == "parquet":
+                from app.store.parquet import parquet_file  # pyarrow: on first use
+
+                async def rows() -> AsyncIterator[list[tuple[Any, ...]]]:
+                    nonlocal count
+                    async for chunk in reader.replay_rows(tenant, selection, fetch_rows=fetch_rows):
+                        count += len(chunk)
+                        progress.update(task, completed=count)
+                        yield chunk
+
+                async for piece in parquet_file(rows()):
+                    sink.write(piece)
+            else:
+                async for lines in reader.replay(tenant, selection, fetch_rows=fetch_rows):
+                    sink.write(lines.text.encode())
+                    count += lines.count
+                    progress.update(task, completed=count)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        fail(f"writing the replay: {exc.strerror or exc}", 1)
+    return count

@@ -1,0 +1,88 @@
+"""What every command needs: the settings, the database (the one named, or the
+embedded one), and a one-line failure with exit code 2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from sqlalchemy import URL
+
+from app.db.embedded import EmbeddedPostgres
+from app.db.schema import current_revision, head_revision
+from app.settings import Settings
+
+err_console = Console(stderr=True)
+ADMIN_KEY_FILE = "admin.key"
+
+
+def fail(detail: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {detail}", err=True)
+    raise typer.Exit(code)
+
+
+def utf8(value: str | list[str] | None) -> str | list[str] | None:
+    """A text option or argument that goes to the database (or each of a repeated one):
+    bytes that are not UTF-8 (which Python keeps as lone surrogates) are a usage error
+    here, not a traceback from the driver later."""
+    for text in [value] if isinstance(value, str) else value or []:
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise typer.BadParameter("is not valid UTF-8 text") from None
+    return value
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        fail(f"setting CAUSEWAY_{str(first['loc'][0]).upper()}: {first['msg']}")
+    except UnicodeDecodeError as exc:  # the .env file in the working directory
+        fail(f".env is not UTF-8: {exc.reason} at byte {exc.start}")
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    url: URL | str
+    embedded: EmbeddedPostgres | None
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+@contextmanager
+def database(settings: Settings) -> Iterator[Database]:
+    """The configured database, or the embedded server started for the block."""
+    if settings.database_url is not None:
+        yield Database(settings.database_url, None)
+        return
+    embedded = EmbeddedPostgres(settings.data_dir)
+    try:
+        url = embedded.start()
+    except Exception as exc:  # pgserver raises assorted errors; report any of them
+        fail(f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc}", 1)
+    db = Database(url, embedded)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def require_head(url: URL | str, advice: str) -> None:
+    """Exit 2 unless the database answers and its schema is at the Alembic head (a
+    database it cannot reach is reported by ``main``, in one line too)."""
+    revision, head = current_revision(url), head_revision()
+    if revision != head:
+        fail(f"the database schema is at revision {revision}, not {head}; {advice}")
+
+
+def url_text(url: URL | str) -> str:
+    return url if isinstance(url, str) else url.render_as_string(hide_password=False)
