@@ -258,7 +258,8 @@ class Causeway(FastAPI):
     ``POST /events`` at the root is answered here, before FastAPI's middleware stack and
     router: for a single event their layers (routing, dependency solving, the exception
     middleware, the response wrappers) cost more CPU than parsing and appending it
-    (``bench/ingest.py`` (b): 3.0x ``eventsourcing`` through the route, 4.6x here). It
+    (``bench/ingest.py`` (b), measured under Granian: 3.0x ``eventsourcing`` through the
+    route, 4.6x here). It
     calls the same ``Ingest`` as the documented route (``ingest.router``), which answers
     under a path prefix, and its errors are the same problems. ``POST /graphql`` goes to
     Strawberry's ASGI face of the GraphQL view (``app.graphql.router``) the same way.

@@ -33,11 +33,8 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
     access_log: bool = False  # one log line per request costs a measurable share of a small POST
-    # The HTTP server's guards (README "Deployment"): the request line and headers, and
-    # the time they may take (Granian refuses a timeout over 60 s); the time between two
-    # reads of a body; the time a client may take no byte of its answer.
-    max_head_bytes: int = Field(default=64 * 1024, ge=8192)
-    head_timeout_s: float = Field(default=30.0, ge=0.001, le=60)
+    # The app's guards on a connection (app.web.timeouts, docs/deployment.md): the time
+    # between two reads of a body; the time a client may take no byte of its answer.
     body_timeout_s: float = Field(default=30.0, gt=0)
     send_timeout_s: float = Field(default=60.0, gt=0)
     db_pool_size: int = Field(default=5, ge=1)

@@ -188,10 +188,10 @@ def served(url: URL, *, workers: int = 1) -> Iterator[Served]:
 
 @contextmanager
 def serving_null_app() -> Iterator[str]:
-    """``bench._null_app`` under Granian, as ``causeway serve`` runs its app; its base URL."""
+    """``bench._null_app`` under uvicorn, as ``causeway serve`` runs its app; its base URL."""
     port = free_port()
-    command = [sys.executable, "-m", "granian", "--interface", "asgi", "--http", "1"]
-    command += ["--no-ws", "--log-level", "warning", "--port", str(port), "bench._null_app:app"]
+    command = [sys.executable, "-m", "uvicorn", "bench._null_app:app", "--port", str(port)]
+    command += ["--http", "httptools", "--ws", "none", "--no-access-log", "--log-level", "warning"]
     with _running(command, port) as served:
         yield served.base
 

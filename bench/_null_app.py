@@ -1,5 +1,5 @@
 """An ASGI app that reads each request and answers it without doing anything else: a
-201 with a one-event JSON body to a POST, a 200 to anything else. Served by Granian as
+201 with a one-event JSON body to a POST, a 200 to anything else. Served by uvicorn as
 ``causeway serve`` is, it is the most any Python service can answer under
 ``bench/ingest.py``'s single-event load on this machine: the ceiling of figure (b)."""
 

@@ -12,7 +12,7 @@ machine's speed drifts by half from one minute to the next, and contenders timed
 apart gave ratios a third apart.
 
 And the ceiling of (b): the same single-event load on an ASGI app that answers without
-doing anything (``bench/_null_app.py``, under Granian as ``causeway serve`` is). On a
+doing anything (``bench/_null_app.py``, under uvicorn as ``causeway serve`` is). On a
 machine where the load generator, the server and PostgreSQL share the cores, no Python
 service gets further than that row's ratio. Last, (b)'s CPU per event, read off ``/proc``:
 Causeway's server, PostgreSQL and the load generator, against the library's own process

@@ -1,5 +1,5 @@
-"""An ASGI app under Granian in the test's own process, as ``causeway serve`` runs it
-(HTTP/1.1, no WebSocket): for tests that need a real socket and still reach into the app."""
+"""An ASGI app under uvicorn in the test's own process, as ``causeway serve`` runs it
+(httptools, no WebSocket): for tests that need a real socket and still reach into the app."""
 
 from __future__ import annotations
 
@@ -7,51 +7,41 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any
 
-import httpx2
-from granian.constants import HTTPModes, Interfaces
-from granian.log import LogLevels
-from granian.server.embed import Server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+import uvicorn
+from uvicorn.config import LifespanType
 
 
 @asynccontextmanager
 async def serving(
-    app: Any, *, lifespan: Literal["on", "off"] = "on", **options: Any
+    app: Any, *, lifespan: LifespanType = "auto", **options: Any
 ) -> AsyncIterator[int]:
     """``app`` served on 127.0.0.1 until the block ends; yields its port. ``lifespan="off"``:
     the app's startup and shutdown are the test's (as with an ASGI client). ``options``
-    go to Granian's embedded ``Server``."""
-    port = _free_port()
-    server = Server(
+    go to ``uvicorn.Config``."""
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))  # bound here and handed over: no port to race for
+    config = uvicorn.Config(
         app,
-        address="127.0.0.1",
-        port=port,
-        interface=Interfaces.ASGINL if lifespan == "off" else Interfaces.ASGI,
-        http=HTTPModes.http1,
-        websockets=False,
-        log_level=LogLevels.error,
+        log_level="error",
+        access_log=False,  # as ``causeway serve`` runs by default (CAUSEWAY_ACCESS_LOG)
+        lifespan=lifespan,
+        http="httptools",
+        ws="none",
         **options,
     )
-    task = asyncio.create_task(server.serve())
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[listening]))
     try:
-        async with asyncio.timeout(30), httpx2.AsyncClient() as probe:
-            while True:
+        async with asyncio.timeout(30):
+            while not server.started:
                 if task.done():
                     task.result()  # what stopped it
-                    raise RuntimeError("granian stopped before it started")
-                try:
-                    await probe.get(f"http://127.0.0.1:{port}/healthz")
-                    break
-                except httpx2.TransportError:
-                    await asyncio.sleep(0.05)
-        yield port
+                    raise RuntimeError("uvicorn stopped before it started")
+                await asyncio.sleep(0.01)
+        yield int(listening.getsockname()[1])
     finally:
-        server.stop()  # type: ignore[no-untyped-call]  # granian leaves it unannotated
+        server.should_exit = True
         await task
+        listening.close()

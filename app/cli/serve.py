@@ -1,4 +1,4 @@
-"""``causeway serve`` and ``causeway migrate``: the service under Granian, on the
+"""``causeway serve`` and ``causeway migrate``: the service under uvicorn, on the
 database at the Alembic head."""
 
 from __future__ import annotations
@@ -10,10 +10,7 @@ import socket
 from typing import Annotated
 
 import typer
-from granian import Granian
-from granian.constants import HTTPModes, Interfaces
-from granian.http import HTTP1Settings
-from granian.log import LogLevels
+import uvicorn
 from sqlalchemy import URL
 
 from app.cli.keys import create_key
@@ -54,9 +51,9 @@ def serve(
             require_head(url, "run `causeway migrate` or pass --migrate")
         if embedded:
             _bootstrap_admin_key(settings, url)
-        # Granian runs the app in worker processes, each building its own app (and
-        # engines) from the environment; this process keeps the embedded PostgreSQL
-        # until they have stopped.
+        # The server builds the app from the environment (in each worker process, when
+        # there are several); this process keeps the embedded PostgreSQL until the
+        # server has stopped.
         os.environ["CAUSEWAY_DATABASE_URL"] = url_text(url)
         try:
             run_server(settings, bind_host, bind_port, workers or settings.workers)
@@ -65,26 +62,22 @@ def serve(
 
 
 def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
-    """Granian serving the app over HTTP/1.1, with its guards on the request head: a
-    head over ``max_head_bytes`` is refused (431), one not whole within
-    ``head_timeout_s`` ends the connection, which also ends a keep-alive connection idle
-    that long. The body's and the answer's timeouts are the app's (``app.web.timeouts``)."""
-    Granian(
+    """uvicorn serving the app over HTTP/1.1 through its public API (``uvicorn.run``):
+    httptools parses, no WebSocket is spoken (the GraphQL schema has nothing to subscribe
+    to). uvicorn has no cap on the request head and no head timeout: put a proxy in front
+    (docs/deployment.md). The body's and the answer's timeouts are the app's
+    (``app.web.timeouts``)."""
+    uvicorn.run(
         "app.main:create_app_from_environment",
         factory=True,
-        interface=Interfaces.ASGI,
-        address=host,
+        host=host,
         port=port,
-        workers=workers,
-        http=HTTPModes.http1,
-        websockets=False,  # the GraphQL schema has nothing to subscribe to
-        http1_settings=HTTP1Settings(
-            header_read_timeout=round(settings.head_timeout_s * 1000),
-            max_buffer_size=settings.max_head_bytes,
-        ),
-        log_level=LogLevels.info,
-        log_access=settings.access_log,
-    ).serve()
+        workers=workers if workers > 1 else None,
+        http="httptools",
+        ws="none",
+        log_level="info",
+        access_log=settings.access_log,
+    )
 
 
 def _check_bind(host: str, port: int) -> None:

@@ -1,15 +1,14 @@
 """Time limits on the two slow parties of a request that the HTTP server does not time:
 a client whose body stops arriving, and a client that stops taking its answer.
 
-Granian (``causeway serve``) times the request head (``head_timeout_s``) and caps its size,
-through its documented settings; it has no setting for either of these. Both are kept here,
-with nothing but ASGI's own calls:
+uvicorn (``causeway serve``) has no setting for either, so both are kept here, with
+nothing but ASGI's own calls:
 
 - ``receive()`` while the request's body is still coming, under ``body_timeout_s``: past
   it the request fails with a ``BodyTimeout`` (408), as nginx's ``client_body_timeout``
   does, and its handler lets go of what it held. Once the body is complete ``receive()``
   waits for the client to leave, for as long as it takes.
-- ``send()`` of the answer's body, under ``send_timeout_s``. Granian holds ``send()``
+- ``send()`` of the answer's body, under ``send_timeout_s``. uvicorn holds ``send()``
   while the client takes nothing (its socket buffers are full), so a reader that stopped
   reading a long replay waits there; past the time the request ends, its database
   connection and replay slot are given back, and the server closes the connection with
@@ -17,24 +16,19 @@ with nothing but ASGI's own calls:
   as an error). Like nginx's ``send_timeout`` the time runs per write, not over the whole
   answer: a slow reader that keeps reading is served to the end.
 
-And an answer that comes before the request's body was read whole (a 413 for a body over
-the limit, a 401 before the body of a request without a key) first reads and drops what
-the client still sends, for up to ``LINGER_S``: the server closes a connection whose body
-was left unread, and a client still sending would get a reset instead of the answer.
-nginx does the same (``lingering_close``).
+What the server gives no setting for and the app cannot see (the request head's size and
+time, a lingering close after a refusal) is the proxy's in front: docs/deployment.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import BodyTimeout
 
-LINGER_S = 2.0  # nginx lingers up to 30 s, 5 s between reads
 logger = logging.getLogger(__name__)
 
 
@@ -95,8 +89,6 @@ class _Timed:
 
     async def send(self, message: Message) -> None:
         if message["type"] != "http.response.body":
-            if self._has_body:
-                await self._drain()
             await self._send(message)  # the head waits for the body's first bytes
             return
         try:
@@ -104,10 +96,3 @@ class _Timed:
                 await self._send(message)
         except TimeoutError:
             raise SendTimedOut from None
-
-    async def _drain(self) -> None:
-        """Read and drop the rest of the request's body, for up to ``LINGER_S``."""
-        with contextlib.suppress(TimeoutError, BodyTimeout):
-            async with asyncio.timeout(LINGER_S):
-                while self._has_body:
-                    await self.receive()

@@ -1,7 +1,7 @@
-"""What a client of a real ``causeway serve`` sees when it breaks the server's limits: a
-head too large or too slow, a body that stops arriving or is over the cap; and that
-keep-alive and pipelining still work. Granian gives the head's limits, the app the body's
-(``app.web.timeouts``); docs/deployment.md says which is whose."""
+"""What a client of a real ``causeway serve`` sees when it breaks the app's limits: a body
+that stops arriving or is over the cap; and that large heads, keep-alive and pipelining
+still work. The body's limits are the app's (``app.web.timeouts``, ``app.web.bodies``);
+the head's are the proxy's in front (docs/deployment.md): uvicorn gives none."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from tests.conftest import janitor
 from tests.integration.events import event
 from tests.integration.process import create_key, environment, serving
 
-MAX_HEAD_BYTES = 16 * 1024
 MAX_REQUEST_BYTES = 64 * 1024
 
 
@@ -30,8 +29,6 @@ def served(server: URL, template_db: str) -> Iterator[tuple[int, str]]:
         url = server.set(database=name).render_as_string(hide_password=False)
         env = environment(
             CAUSEWAY_DATABASE_URL=url,
-            CAUSEWAY_MAX_HEAD_BYTES=str(MAX_HEAD_BYTES),
-            CAUSEWAY_HEAD_TIMEOUT_S="1",
             CAUSEWAY_BODY_TIMEOUT_S="1",
             CAUSEWAY_MAX_REQUEST_BYTES=str(MAX_REQUEST_BYTES),
             CAUSEWAY_RUN_PROJECTIONS="false",
@@ -65,33 +62,14 @@ def post(key: str, body: bytes, length: int | None = None) -> bytes:
 
 
 class TestHead:
-    def test_a_head_well_over_the_cap_is_431_and_closed(self, served: tuple[int, str]) -> None:
+    def test_a_head_of_32_kib_is_served(self, served: tuple[int, str]) -> None:
         port, _ = served
         with connect(port) as conn:
-            big = b"x-big: " + b"a" * (8 * MAX_HEAD_BYTES) + b"\r\n"
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n" + big + b"\r\n")
-            answer, _ = read_all(conn)
-        assert answer.startswith(b"HTTP/1.1 431 ")
-
-    def test_a_head_under_the_cap_is_served(self, served: tuple[int, str]) -> None:
-        port, _ = served
-        with connect(port) as conn:
-            header = b"x-big: " + b"a" * (MAX_HEAD_BYTES // 2) + b"\r\n"
+            header = b"x-big: " + b"a" * (32 * 1024) + b"\r\n"
             conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + header)
             conn.sendall(b"\r\n")
             answer, _ = read_all(conn)
         assert answer.startswith(b"HTTP/1.1 200 ")
-
-    def test_a_head_that_stops_arriving_is_closed_after_the_head_timeout(
-        self, served: tuple[int, str]
-    ) -> None:
-        port, _ = served
-        with connect(port) as conn:
-            started = time.monotonic()
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
-            answer, closed = read_all(conn)
-        assert answer == b""
-        assert 0.9 < closed - started < 5
 
 
 class TestBody:
@@ -100,19 +78,22 @@ class TestBody:
         with connect(port) as conn:
             started = time.monotonic()
             conn.sendall(post(key, b'{"specversion":', length=200))
-            answer, closed = read_all(conn)
-        head, _, body = answer.partition(b"\r\n\r\n")
+            answer = conn.recv(65536)
+            answered = time.monotonic()
+            while b"\r\n\r\n" not in answer:
+                answer += conn.recv(65536)
+        head, _, _ = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408 ")
         assert b"application/problem+json" in head
-        assert orjson.loads(body)["type"] == "/problems/body-timeout"
-        assert 0.9 < closed - started < 5
+        assert 0.9 < answered - started < 5
 
-    def test_a_body_over_the_cap_is_a_413_problem_while_the_client_still_sends(
+    def test_a_body_declared_over_the_cap_is_a_413_problem_before_it_arrives(
         self, served: tuple[int, str]
     ) -> None:
         port, key = served
         with connect(port) as conn:
-            conn.sendall(post(key, b"x" * (8 * MAX_REQUEST_BYTES)))
+            # Only the head and a first piece: the answer must not wait for the rest.
+            conn.sendall(post(key, b"x" * 1024, length=8 * MAX_REQUEST_BYTES))
             head = conn.recv(65536)
         assert head.startswith(b"HTTP/1.1 413 ")
         assert b"application/problem+json" in head
@@ -127,7 +108,7 @@ class TestConnection:
         with connect(port) as conn:
             conn.sendall(post(key, orjson.dumps(first)) + post(key, orjson.dumps(second)))
             data = b""
-            while data.count(b"HTTP/1.1 201 ") < 2:
+            while second["id"].encode() not in data:
                 data += conn.recv(65536)
             conn.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
             rest, _ = read_all(conn)

@@ -1,7 +1,7 @@
 """POST /events in each binding mode, and every way it refuses bad input.
 
 Each test that takes ``client`` runs on two faces of the app: through ASGI, and over a
-real connection to the app served by Granian, as ``causeway serve`` serves it. The answers
+real connection to the app served by uvicorn, as ``causeway serve`` serves it. The answers
 must not differ.
 """
 

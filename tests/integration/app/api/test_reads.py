@@ -345,7 +345,7 @@ class TestReplayOverASocket:
                     await asyncio.sleep(0.05)
             assert (await client.get("/replay")).status_code == 503
             await self.slot_back(app)
-            assert "a client took no byte of its answer for 3 s" in caplog.text
+            assert "took no byte of its answer to GET /replay for 3 s" in caplog.text
             replay = await client.get("/replay", params={"limit": "3"})
             assert replay.status_code == 200
             assert [e["data"]["n"] for e in lines(replay)] == [0, 1, 2]
