@@ -7,7 +7,6 @@
     ├── Unauthenticated         401 unauthenticated
     ├── Forbidden               403 forbidden
     ├── NotFound                404 not-found
-    ├── HeadTimeout             408 head-timeout
     ├── BodyTimeout             408 body-timeout
     ├── Conflict                409 conflict
     │   ├── VersionConflict     409 version-conflict
@@ -15,7 +14,6 @@
     │   └── LeaseLost           409 lease-lost
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
-    ├── HeadTooLarge            431 head-too-large
     ├── InvalidEvent            422 invalid-event
     │   ├── UnknownCause        422 unknown-cause
     │   ├── ReservedType        422 reserved-type
@@ -150,33 +148,13 @@ class UnsupportedMediaType(AppError):
     )
 
 
-class HeadTimeout(AppError):
-    status = 408
-    code = "head-timeout"
-    title = "Request head too slow"
-    about = (
-        "The request line and headers did not arrive whole within 30 seconds (of the "
-        "connection, for its first request). The connection is closed."
-    )
-
-
 class BodyTimeout(AppError):
     status = 408
     code = "body-timeout"
     title = "Request body too slow"
     about = (
-        "No byte of the request body arrived for 30 seconds while the body was still "
-        "incomplete. The connection is closed; nothing of the request was done."
-    )
-
-
-class HeadTooLarge(AppError):
-    status = 431
-    code = "head-too-large"
-    title = "Request head too large"
-    about = (
-        "The request line and headers together are over 64 KiB, or there are over 256 "
-        "headers. The server stops reading and closes the connection."
+        "No byte of the request body arrived for CAUSEWAY_BODY_TIMEOUT_S (30 seconds by "
+        "default) while the body was still incomplete; nothing of the request was done."
     )
 
 
