@@ -88,10 +88,6 @@ def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
     return status, orjson.dumps(answer)
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    return await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
-
-
 def create_router(
     ingest: Ingest, ingest_principal: Callable[..., Coroutine[Any, Any, Principal]]
 ) -> APIRouter:

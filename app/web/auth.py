@@ -23,11 +23,6 @@ class Authenticator:
         self._max_entries = max_entries
         self._cache: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
 
-    def cached(self, key: str) -> Principal | None:
-        """The principal of ``key`` if the cache holds it and may still be trusted; None
-        means only that the store must be asked (``authenticate``)."""
-        return self._hit(hashlib.sha256(key.encode()).digest(), time.monotonic())
-
     async def authenticate(self, key: str) -> Principal | None:
         digest = hashlib.sha256(key.encode()).digest()
         now = time.monotonic()

@@ -42,14 +42,6 @@ async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> 
     return _permitted(await authenticator.authenticate(_bearer_key(header)), scope)
 
 
-def authorize_cached(authenticator: Authenticator, header: str, scope: Scope) -> Principal | None:
-    """``authorize`` without I/O: the principal when the key is in the authenticator's
-    cache, None when only the store can tell (then ``authorize``). Raises what
-    ``authorize`` raises for a header that names no key, or a key without ``scope``."""
-    found = authenticator.cached(_bearer_key(header))
-    return None if found is None else _permitted(found, scope)
-
-
 def _bearer_key(header: str) -> str:
     kind, _, key = header.partition(" ")
     if kind.lower() != "bearer" or not key.strip():

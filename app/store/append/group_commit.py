@@ -137,10 +137,9 @@ class Appender:
     def submit(
         self, tenant: str, batch: Sequence[NewEvent], then: Then, *, size_bytes: int = 0
     ) -> None:
-        """``append`` for a caller that does not wait in a task of its own: ``batch`` is
-        queued for the next group, and ``then`` is called with its outcome once, from the
-        writer (it must not raise, nor wait). A future and its callback per request cost
-        more than a group's planning does per event."""
+        """Queue ``batch`` for the next group; ``then`` is called with its outcome once,
+        from the writer (it must not raise, nor wait). ``append`` waits on it with a
+        future; a caller with no task of its own to wait in can pass its callback."""
         if not batch:
             then([])
             return
