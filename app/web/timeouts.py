@@ -8,13 +8,16 @@ nothing but ASGI's own calls:
   it the request fails with a ``BodyTimeout`` (408), as nginx's ``client_body_timeout``
   does, and its handler lets go of what it held. Once the body is complete ``receive()``
   waits for the client to leave, for as long as it takes.
-- ``send()`` of the answer's body, under ``send_timeout_s``. uvicorn holds ``send()``
-  while the client takes nothing (its socket buffers are full), so a reader that stopped
-  reading a long replay waits there; past the time the request ends, its database
-  connection and replay slot are given back, and the server closes the connection with
-  the answer cut short (a chunked answer without its last chunk, which a client reports
-  as an error). Like nginx's ``send_timeout`` the time runs per write, not over the whole
-  answer: a slow reader that keeps reading is served to the end.
+- ``send()`` of the answer, its head and each piece of its body, under
+  ``send_timeout_s``. uvicorn holds ``send()`` while the client takes nothing (its socket
+  buffers are full), so a reader that stopped reading a long replay, or a client that
+  pipelines requests and reads no answer, waits there; past the time the request ends,
+  its database connection and replay slot are given back, and the server closes the
+  connection with the answer cut short (a chunked answer without its last chunk, which a
+  client reports as an error). Every later ``send()`` of that request fails at once, so
+  nothing (an error page, say) waits out the time again. Like nginx's ``send_timeout``
+  the time runs per write, not over the whole answer: a slow reader that keeps reading is
+  served to the end.
 
 What the server gives no setting for and the app cannot see (the request head's size and
 time, a lingering close after a refusal) is the proxy's in front: docs/deployment.md.
@@ -62,7 +65,14 @@ class Timeouts:
 
 
 class _Timed:
-    __slots__ = ("_body_timeout_s", "_has_body", "_receive", "_send", "_send_timeout_s")
+    __slots__ = (
+        "_body_timeout_s",
+        "_has_body",
+        "_receive",
+        "_send",
+        "_send_timeout_s",
+        "_stalled",
+    )
 
     def __init__(
         self, receive: Receive, send: Send, body_timeout_s: float, send_timeout_s: float
@@ -72,6 +82,7 @@ class _Timed:
         self._body_timeout_s = body_timeout_s
         self._send_timeout_s = send_timeout_s
         self._has_body = True  # until a message says the body is complete
+        self._stalled = False  # a send timed out: the client is not reading
 
     async def receive(self) -> Message:
         if not self._has_body:
@@ -88,11 +99,11 @@ class _Timed:
         return message
 
     async def send(self, message: Message) -> None:
-        if message["type"] != "http.response.body":
-            await self._send(message)  # the head waits for the body's first bytes
-            return
+        if self._stalled:
+            raise SendTimedOut
         try:
             async with asyncio.timeout(self._send_timeout_s):
                 await self._send(message)
         except TimeoutError:
+            self._stalled = True
             raise SendTimedOut from None
