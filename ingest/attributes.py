@@ -45,7 +45,8 @@ _STORED_ELSEWHERE = {
     "modelversion",
     "modelsig",
 }
-_SET_BY_STORE = {"position", "hash", "causes", "recordedtime"}
+SET_BY_STORE = frozenset({"position", "hash", "causes", "recordedtime"})
+_SET_BY_STORE = SET_BY_STORE
 _NOT_EXTENSIONS = frozenset({*_STORED_ELSEWHERE, *_STRING_ATTRIBUTES, "specversion", "time"})
 _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 # Attribute names already found valid: producers send the same few names again and again.
@@ -164,6 +165,9 @@ def _checked(
     of the checks below (the order the response lists them in)."""
     # One list, passed down: the slow path builds nothing more per event than it did.
     problems: list[Problem] = []
+    # A number written with a fraction of zero (7.0) is the integer it equals, as JSON
+    # Schema has it (and the OpenAPI document says "integer").
+    attrs = {k: int(v) if type(v) is float and v.is_integer() else v for k, v in attrs.items()}
     _check_names_and_values(problems, index, attrs)
     _check_context(problems, index, attrs)
     time_value = _checked_time(problems, index, attrs)

@@ -12,17 +12,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.db.engine import Engine
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 from app.store.keys import Principal, Scope
 from app.store.model_commands import ModelCommands
-from app.store.model_registry import Signature
+from app.store.model_registry import NAME_PATTERN, Signature
 from app.store.model_registry_reads import Model, RegistryReader
 from app.store.records import Text
 from app.web.bodies import JSONRoute
 from app.web.dependencies import engine_of, require
+from app.web.openapi import Name, answers
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
@@ -31,15 +32,15 @@ _read = require(Scope.READ)
 
 class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1, max_length=128)
+    version: str = Field(pattern=NAME_PATTERN)
     signature: Signature
     tags: dict[Text, Text] = Field(default_factory=dict)
-    enforce_outputs: bool = False
+    enforce_outputs: StrictBool = False
 
 
 class SetAlias(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1, max_length=128)
+    version: str = Field(pattern=NAME_PATTERN)
 
 
 def commands_of(request: Request) -> ModelCommands:
@@ -49,9 +50,14 @@ def commands_of(request: Request) -> ModelCommands:
 Commands = Annotated[ModelCommands, Depends(commands_of)]
 
 
-@router.post("/models/{name}/versions", status_code=201, summary="Register a model version")
+@router.post(
+    "/models/{name}/versions",
+    status_code=201,
+    summary="Register a model version",
+    responses={200: {"description": "registered before, exactly so"}, **answers(Conflict)},
+)
 async def register_version(
-    name: str,
+    name: Name,
     body: RegisterVersion,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
@@ -75,10 +81,14 @@ async def register_version(
     return JSONResponse(answer, status_code=200 if appended.duplicate else 201)
 
 
-@router.put("/models/{name}/aliases/{alias}", summary="Point an alias at a registered version")
+@router.put(
+    "/models/{name}/aliases/{alias}",
+    summary="Point an alias at a registered version",
+    responses=answers(NotFound),
+)
 async def set_alias(
-    name: str,
-    alias: str,
+    name: Name,
+    alias: Name,
     body: SetAlias,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
@@ -87,10 +97,12 @@ async def set_alias(
     return {"name": name, "alias": alias, "version": body.version, "position": appended.position}
 
 
-@router.delete("/models/{name}/aliases/{alias}", summary="Remove an alias")
+@router.delete(
+    "/models/{name}/aliases/{alias}", summary="Remove an alias", responses=answers(NotFound)
+)
 async def remove_alias(
-    name: str,
-    alias: str,
+    name: Name,
+    alias: Name,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
 ) -> dict[str, Any]:
@@ -108,9 +120,13 @@ async def list_models(
     return {"models": [_model(m) for m in found]}
 
 
-@router.get("/models/{name}", summary="One model: versions, signatures, tags, aliases")
+@router.get(
+    "/models/{name}",
+    summary="One model: versions, signatures, tags, aliases",
+    responses=answers(NotFound),
+)
 async def read_model(
-    name: str,
+    name: Name,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Engine, Depends(engine_of)],
 ) -> dict[str, Any]:

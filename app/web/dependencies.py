@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Request, Security
+from fastapi.security import HTTPAuthorizationCredentials
 
 from app.db.engine import Engine
 from app.errors import Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.web.auth import Authenticator
+from app.web.openapi import bearer
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -29,7 +31,10 @@ def settings_of(request: Request) -> Settings:
 def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]:
     """A dependency that authenticates the Bearer key and demands ``scope``."""
 
-    async def principal(request: Request) -> Principal:
+    async def principal(
+        request: Request,
+        _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],  # the document's
+    ) -> Principal:
         return await authorize(
             request.app.state.authenticator, request.headers.get("authorization", ""), scope
         )

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from fastapi import Path
 
 from app.store.keys import Principal
+from scheduler.routes import NAME_PATTERN
 
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
-NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 # A queue is named by a route, whose names are these: any other name is a typo, not a queue
 # that happens to be empty (a lease would wait and answer 204 for ever).
 QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]

@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
@@ -23,13 +23,22 @@ from pydantic import (
 )
 
 from app.db.engine import Engine
-from app.errors import InvalidCloudEvent
+from app.errors import (
+    Conflict,
+    IdConflict,
+    InvalidCloudEvent,
+    InvalidEvent,
+    LeaseLost,
+    NotFound,
+)
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import EXACT_LIMIT, NewEvent, Text
 from app.web.bodies import JSONRoute, receive_body
+from app.web.openapi import CLOUDEVENT_REF, answers
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
+from scheduler.tasks import ErrorClass
 from scheduler.web import NAME_PATTERN, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
@@ -57,16 +66,18 @@ class LeaseRequest(BaseModel):
         default_factory=dict,
         description="e.g. {'gpu_memory_gb': 24, 'fp16': true, 'int8': false}",
     )
-    spot: bool = False
+    spot: StrictBool = False
     labels: dict[Text, Text] = Field(default_factory=dict)
-    wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait this long for a task")
-    lease_s: float | None = Field(default=None, gt=0)
+    wait_s: StrictFloat = Field(
+        default=0.0, ge=0, allow_inf_nan=False, description="long-poll: wait this long for a task"
+    )
+    lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
-    lease_s: float | None = Field(default=None, gt=0)
+    lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class Completion(BaseModel):
@@ -80,10 +91,13 @@ class Completion(BaseModel):
 class Failure(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
-    error_class: Literal["data_invalid", "model_version_mismatch", "transient", "unknown"] = Field(
-        alias="class"
-    )
+    error_class: ErrorClass = Field(alias="class")
     message: Text = Field(max_length=4000)
+
+
+# The body, as read by hand below: its events are CloudEvents, as POST /events reads them.
+_COMPLETION_SCHEMA = Completion.model_json_schema()
+_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
 
 
 def create_router(
@@ -130,7 +144,11 @@ def create_router(
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, _POLL_S[1])
 
-    @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
+    @router.post(
+        "/tasks/{task_id}/heartbeat",
+        summary="Extend a lease",
+        responses=answers(NotFound, LeaseLost),
+    )
     async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).extend(
@@ -146,10 +164,13 @@ def create_router(
     @router.post(
         "/tasks/{task_id}/complete",
         summary="Finish a task with its result events",
+        responses=answers(
+            InvalidCloudEvent, NotFound, LeaseLost, Conflict, IdConflict, InvalidEvent
+        ),
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": Completion.model_json_schema()}},
+                "content": {"application/json": {"schema": _COMPLETION_SCHEMA}},
             }
         },
     )
@@ -172,7 +193,11 @@ def create_router(
             ],
         }
 
-    @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
+    @router.post(
+        "/tasks/{task_id}/fail",
+        summary="Report a failed attempt and its class",
+        responses=answers(NotFound, LeaseLost),
+    )
     async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).fail(

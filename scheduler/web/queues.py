@@ -14,6 +14,7 @@ from app.errors import NotFound
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
 from app.web.bodies import JSONRoute
+from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
 from scheduler.web import PrincipalOf, QueueName
@@ -24,7 +25,11 @@ def create_router(engine: Engine, controller: PidController, read: PrincipalOf) 
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Reader = Annotated[Principal, Depends(read)]
 
-    @router.get("/tasks/{task_id}", summary="A task's state and every decision about it")
+    @router.get(
+        "/tasks/{task_id}",
+        summary="A task's state and every decision about it",
+        responses=answers(NotFound),
+    )
     async def read_task(task_id: str, principal: Reader) -> dict[str, Any]:
         async with engine.connect() as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
