@@ -182,7 +182,7 @@ def create_graphql(
 
 _QUERY = {"type": "string", "minLength": 1, "description": "a GraphQL document"}
 _OPERATION = {"type": "string", "description": "the operation of the document to run"}
-_ANSWER = {
+_ANSWER: dict[str, Any] = {
     "description": "The GraphQL answer: data, and errors (a query that does not parse or "
     "validate is answered here too, with errors and no data)",
     "content": {"application/json": {"schema": {"type": "object"}}},
@@ -235,7 +235,9 @@ def _document(router: GraphQLRouter[Context, None]) -> None:
     """Strawberry's routes, as the OpenAPI document shows them (it declares neither the
     query parameters nor the body, and a 404 it never gives here)."""
     for route in router.routes:
-        if isinstance(route, APIRoute) and (methods := route.methods & _DOCUMENTED.keys()):
+        if isinstance(route, APIRoute) and (
+            methods := set(route.methods or ()) & _DOCUMENTED.keys()
+        ):
             documented = _DOCUMENTED[methods.pop()]
             route.summary = documented["summary"]
             route.openapi_extra = documented["openapi_extra"]

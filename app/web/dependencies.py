@@ -28,7 +28,7 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]:
+def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
     """A dependency that authenticates the Bearer key and demands ``scope``."""
 
     async def principal(

@@ -127,8 +127,8 @@ def _complete(method: str, operation: dict[str, Any]) -> None:
         statuses += _described(Unauthenticated, Forbidden, Unavailable)
     if method in _BODY_METHODS:
         statuses += _described(PayloadTooLarge, BodyTimeout)
-    for status, description in statuses:
-        responses.setdefault(str(status), {"description": description})
+    for code, description in statuses:
+        responses.setdefault(str(code), {"description": description})
     for status, response in responses.items():
         if status.isdigit() and int(status) >= 400:
             response.pop("headers", None)

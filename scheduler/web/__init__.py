@@ -15,6 +15,8 @@ from fastapi import Path
 from app.store.keys import Principal
 from scheduler.routes import NAME_PATTERN
 
+__all__ = ["NAME_PATTERN", "PrincipalOf", "QueueName"]
+
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
 # A queue is named by a route, whose names are these: any other name is a typo, not a queue
 # that happens to be empty (a lease would wait and answer 204 for ever).

@@ -95,9 +95,18 @@ class Failure(BaseModel):
     message: Text = Field(max_length=4000)
 
 
+# A task's results are events: refused as POST /events would refuse them.
+_RESULTS = answers(InvalidCloudEvent, NotFound, LeaseLost, Conflict, IdConflict, InvalidEvent)
+_HELD = answers(NotFound, LeaseLost)  # a command under a lease
 # The body, as read by hand below: its events are CloudEvents, as POST /events reads them.
 _COMPLETION_SCHEMA = Completion.model_json_schema()
 _COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
+_COMPLETION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _COMPLETION_SCHEMA}},
+    }
+}
 
 
 def create_router(
@@ -164,15 +173,8 @@ def create_router(
     @router.post(
         "/tasks/{task_id}/complete",
         summary="Finish a task with its result events",
-        responses=answers(
-            InvalidCloudEvent, NotFound, LeaseLost, Conflict, IdConflict, InvalidEvent
-        ),
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _COMPLETION_SCHEMA}},
-            }
-        },
+        responses=_RESULTS,
+        openapi_extra=_COMPLETION_BODY,
     )
     async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
         # Read under the same cap as POST /events: results can be large.
@@ -194,9 +196,7 @@ def create_router(
         }
 
     @router.post(
-        "/tasks/{task_id}/fail",
-        summary="Report a failed attempt and its class",
-        responses=answers(NotFound, LeaseLost),
+        "/tasks/{task_id}/fail", summary="Report a failed attempt and its class", responses=_HELD
     )
     async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
         async with engine.begin() as conn:
