@@ -56,7 +56,7 @@ class LineageRun:
         return cls(
             run_id=run_id,
             job=None if job is None else Job(namespace=job["namespace"], name=job["name"]),
-            state=(terminal or types or [None])[-1],
+            state=(terminal or types)[-1] if types else None,
             parent_run_id=parent,
             events=[event(e) for e in stored],
         )

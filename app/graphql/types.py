@@ -337,7 +337,8 @@ class DecisionAudit:
     chain_verified: bool = strawberry.field(
         description=(
             "Every event in this answer matches its hash, and the chain after it names that"
-            " hash: the next event in the log links to it, or the log head holds it."
+            " hash: the next event in the log links to it, or the log head holds it. This"
+            " covers the walks into the training runs (trainingRuns, datasets) too."
         )
     )
     truncated: bool

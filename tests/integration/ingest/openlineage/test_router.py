@@ -11,7 +11,8 @@ import httpx2
 import orjson
 from fastapi import FastAPI
 
-from tests.integration.conftest import MakeKey, asgi_client
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
+from tests.integration.events import registration
 from tests.integration.ingest.openlineage.shapes import (
     SPARK,
     SPEC,
@@ -45,7 +46,8 @@ async def ask(client: httpx2.AsyncClient, query: str, **variables: Any) -> dict[
     response = await client.post("/graphql", json={"query": query, "variables": variables})
     body: dict[str, Any] = response.json()
     assert "errors" not in body, body
-    return body["data"]
+    data: dict[str, Any] = body["data"]
+    return data
 
 
 class TestAirflowDag:
@@ -97,11 +99,11 @@ class TestAirflowDag:
         ]
         answer = await ask(client, DATASET_QUERY, namespace="s3://lake", name="daily_totals")
         [version] = answer["dataset"]["versions"]
-        assert version["rowCount"] == 31 and version["external"] is False
+        assert (version["rowCount"], version["external"]) == (31, False)
         assert version["writtenByRunId"] == task
         assert version["event"] == {"id": written["id"], "causes": [{"id": completed["id"]}]}
         [run] = answer["dataset"]["runs"]
-        assert run["state"] == "COMPLETE" and run["parentRunId"] == dag
+        assert (run["state"], run["parentRunId"]) == ("COMPLETE", dag)
         assert run["job"] == {"namespace": "airflow", "name": "etl.aggregate"}
         read = await ask(
             client, DATASET_QUERY, namespace="postgres://db:5432", name="shop.public.orders"
@@ -267,3 +269,41 @@ async def _stream(client: httpx2.AsyncClient, run: str) -> list[dict[str, Any]]:
 
 def _first_id(events: list[dict[str, Any]]) -> str:
     return str(events[0]["id"])
+
+
+LINEAGE = """
+query ($id: ID!) {
+  lineage(id: $id, direction: DOWNSTREAM, maxDepth: 10) { nodes { event { type } } }
+}
+"""
+
+
+class TestModels:
+    async def test_a_model_version_names_its_training_run_and_lineage_crosses_to_it(
+        self, client: httpx2.AsyncClient, admin: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        run = new_run()
+        data = dataset("s3://lake", "labelled")
+        start = await post(client, run_event("START", run, "train", inputs=[data]))
+        [external, _] = start.json()["events"]
+        await post(client, run_event("COMPLETE", run, "train", inputs=[data]))
+        body = registration("1", training_run=run)
+        registered = await admin.post("/models/churn/versions", content=body, headers=JSON)
+        assert registered.status_code == 201, registered.text
+        again = await admin.post("/models/churn/versions", content=body, headers=JSON)
+        assert again.status_code == 200
+        later = new_run()
+        linked = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": later})
+        assert linked.status_code == 201, linked.text
+        refused = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": "x"})
+        assert refused.status_code == 400
+        await catch_up(app)
+        model = (await client.get("/models/churn")).json()
+        assert model["versions"][0]["training_runs"] == [run, later]
+        answer = await ask(client, LINEAGE, id=external["id"])
+        types = [n["event"]["type"] for n in answer["lineage"]["nodes"]]
+        assert types == [
+            "io.openlineage.dataset.version",
+            "io.openlineage.run.complete",
+            "causeway.model.trained",
+        ]
