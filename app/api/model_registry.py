@@ -8,11 +8,12 @@ Reads come from the read model, which follows the log within a poll interval.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
 from app.errors import NotFound
@@ -29,20 +30,29 @@ _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 
 
+def _uuid(text: str) -> str:
+    uuid.UUID(text)  # a ValueError names it as invalid; the text is kept as sent
+    return text
+
+
+# An OpenLineage runId (a UUID), as the run's events write it
+RunId = Annotated[str, AfterValidator(_uuid)]
+
+
 class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=128)
     signature: Signature
     tags: dict[Text, Text] = Field(default_factory=dict)
     enforce_outputs: bool = False
-    training_run: str | None = Field(
+    training_run: RunId | None = Field(
         default=None, description="The runId of the OpenLineage run that trained this version"
     )
 
 
 class LinkTrainingRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    run_id: str = Field(description="The runId of an OpenLineage run that trained the version")
+    run_id: RunId = Field(description="The runId of an OpenLineage run that trained the version")
 
 
 class SetAlias(BaseModel):

@@ -292,7 +292,8 @@ class Query:
                 max_nodes=caps.max_lineage_nodes,
             ),
         )
-        info.context.budget.spend(len(answer.trace.nodes))
+        trained = sum(len(t.events) for t in answer.training_runs)
+        info.context.budget.spend(len(answer.trace.nodes) + trained + len(answer.datasets))
         return DecisionAudit.from_audit(answer)
 
 

@@ -22,7 +22,9 @@ from fastapi.responses import Response
 from app.db.engine import Engine
 from app.errors import (
     BadRequest,
+    EventTooLarge,
     IdConflict,
+    InvalidOpenLineageEvent,
     PayloadTooLarge,
     UnsupportedMediaType,
     VersionConflict,
@@ -30,7 +32,15 @@ from app.errors import (
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.openlineage import DATASET_VERSION, fetch_heads, fetch_stored
-from app.store.records import Appended, is_json_media_type
+from app.store.records import (
+    MAX_DATA_DEPTH,
+    Appended,
+    contains_nul,
+    is_json_media_type,
+    needs_normalising,
+    nests_deeper,
+    normalise_numbers,
+)
 from app.web.bodies import receive_body
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Known, Parsed, parse, plan
@@ -49,11 +59,18 @@ class LineageIngest:
         self._limits = limits
 
     async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes]:
+        if len(body) > self._limits.max_event_data_bytes:
+            raise EventTooLarge(
+                f"the event takes {len(body)} bytes, over the "
+                f"{self._limits.max_event_data_bytes}-byte limit on event data",
+                max_event_data_bytes=self._limits.max_event_data_bytes,
+            )
         try:
             event = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"the body is not JSON: {exc}") from None
         parsed = parse(validate(event), event, body)
+        _check_storable(event)
         appended = await self._store(principal.tenant, parsed)
         return answer_of(appended)
 
@@ -87,6 +104,25 @@ class LineageIngest:
         if encoding != "identity":
             raise UnsupportedMediaType(f"Content-Encoding {encoding!r}: send identity or gzip")
         return body
+
+
+def _check_storable(event: Any) -> None:
+    """Refuse what the log cannot keep of a valid event: its facets are copied into the
+    dataset versions' JSON data, and its names into text columns."""
+    why = None
+    if nests_deeper(event):
+        why = f"it nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
+    elif contains_nul(event):
+        why = "it holds the character U+0000, which cannot be stored"
+    elif needs_normalising(event):
+        try:
+            normalise_numbers(event)
+        except ValueError as exc:
+            why = str(exc)
+    if why is not None:
+        raise InvalidOpenLineageEvent(
+            f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
+        )
 
 
 def _gunzipped(body: bytes, max_bytes: int) -> bytes:

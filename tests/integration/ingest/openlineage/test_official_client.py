@@ -47,7 +47,7 @@ query ($id: ID!) {
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def served(server: URL, template_db: str) -> Iterator[tuple[str, dict[str, str]]]:
     """One ``causeway serve``: its base URL, and keys by name (made in this process: a
     ``causeway keys create`` process apiece would take seconds)."""
@@ -70,7 +70,6 @@ async def _make_keys(url: URL) -> dict[str, str]:
         for key, tenant, scopes in [
             ("ingest", "acme", "ingest,read"),
             ("admin", "acme", "admin"),
-            ("retries", "retries", "ingest"),
         ]:
             async with engine.begin() as conn:
                 made[key] = (await KeyStore(conn).create(tenant, parse_scopes(scopes))).key
@@ -168,20 +167,20 @@ def test_one_audit_runs_from_the_training_data_to_the_decision(
     assert (written["rowCount"], written["writtenByRunId"]) == (5000, extract)
     assert audit["chainVerified"] is True
     assert audit["truncated"] is False
+    # (one serve for the whole test: starting one takes seconds)
+    _a_retry_is_stored_once(base, key)
+    _a_malformed_event_is_refused_with_its_pointer(base, key)
 
 
-def test_a_retry_from_the_client_is_stored_once(served: tuple[str, dict[str, str]]) -> None:
-    base, keys = served
-    sender = transport(base, keys["retries"])
+def _a_retry_is_stored_once(base: str, key: str) -> None:
+    sender = transport(base, key)
     sent = run_event(RunState.START, str(generate_new_uuid()), "retried", [], [])
     first, again = sender.emit(sent), sender.emit(sent)
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["events"][0]["position"] == first.json()["events"][0]["position"]
 
 
-def test_a_malformed_event_is_refused_with_its_pointer(served: tuple[str, dict[str, str]]) -> None:
-    base, keys = served
-    key = keys["ingest"]
+def _a_malformed_event_is_refused_with_its_pointer(base: str, key: str) -> None:
     bad = run_event(RunState.START, str(generate_new_uuid()), "bad", [], [])
     body = dumps({**Serde.to_dict(bad), "eventTime": "yesterday"})  # not RFC 3339
     response = httpx2.post(

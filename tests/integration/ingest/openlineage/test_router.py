@@ -12,7 +12,7 @@ import orjson
 from fastapi import FastAPI
 
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
-from tests.integration.events import registration
+from tests.integration.events import STRUCTURED, dumps, event, registration
 from tests.integration.ingest.openlineage.shapes import (
     SPARK,
     SPEC,
@@ -238,6 +238,9 @@ class TestRefusals:
         assert (await post(client, missing)).json()["errors"][0]["pointer"] == "#"
         bad_facet = run_event("START", new_run(), "x", nominalTime={"nominalStartTime": "x"})
         assert (await post(client, bad_facet)).json()["errors"][0]["pointer"] == "#/run/facets"
+        nul = await post(client, run_event("START", new_run(), "nul\u0000"))
+        assert nul.status_code == 422
+        assert "U+0000" in nul.json()["detail"]
 
     async def test_the_ingest_scope_is_needed(self, app: FastAPI, make_key: MakeKey) -> None:
         async with asgi_client(app, await make_key("acme", "read")) as reader:
@@ -258,6 +261,41 @@ class TestTenants:
             assert answer["dataset"] is None
             again = await post(other, event)  # the same event, new in this tenant
             assert again.status_code == 201
+
+
+AUDIT = """
+query ($id: ID!) {
+  audit(decisionId: $id) {
+    trainingRuns { run { runId state events { id } } }
+    datasets { name }
+    chainVerified
+  }
+}
+"""
+
+
+class TestAuditTenants:
+    async def test_an_audit_never_reaches_another_tenants_training_run(
+        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey
+    ) -> None:
+        run = new_run()
+        await post(client, run_event("COMPLETE", run, "train", inputs=[dataset("s3://x", "d")]))
+        async with (
+            asgi_client(app, await make_key("other", "ingest,read")) as other,
+            asgi_client(app, await make_key("other", "admin")) as other_admin,
+        ):
+            body = registration("1", training_run=run)  # acme's run, named in tenant other
+            response = await other_admin.post("/models/m/versions", content=body, headers=JSON)
+            assert response.status_code == 201, response.text
+            used = event(modelname="m", modelversion="1")
+            decision = event(causationid=used["id"])
+            for sent in (used, decision):
+                stored = await other.post("/events", content=dumps(sent), headers=STRUCTURED)
+                assert stored.status_code == 201, stored.text
+            answer = (await ask(other, AUDIT, id=decision["id"]))["audit"]
+        assert answer["trainingRuns"] == [{"run": {"runId": run, "state": None, "events": []}}]
+        assert answer["datasets"] == []
+        assert answer["chainVerified"] is True
 
 
 async def _stream(client: httpx2.AsyncClient, run: str) -> list[dict[str, Any]]:
@@ -296,7 +334,8 @@ class TestModels:
         linked = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": later})
         assert linked.status_code == 201, linked.text
         refused = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": "x"})
-        assert refused.status_code == 400
+        assert refused.status_code == 422
+        assert refused.json()["errors"][0]["pointer"] == "#/body/run_id"
         await catch_up(app)
         model = (await client.get("/models/churn")).json()
         assert model["versions"][0]["training_runs"] == [run, later]
