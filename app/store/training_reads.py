@@ -49,6 +49,8 @@ async def fetch_training_links(
             _TRAINED, {"tenant": tenant, "type": TRAINED, "names": sorted({n for n, _ in wanted})}
         )
         named = [(n, v, r) for n, v, r in await cursor.fetchall() if (n, v) in wanted and r]
+        if not named:
+            return []
         streams = sorted({run_stream(r) for _, _, r in named})
         await cursor.execute(_LAST, {"tenant": tenant, "streams": streams})
         last: dict[str, str] = dict(await cursor.fetchall())
