@@ -62,7 +62,8 @@ async function main() {
   try {
     const module = await import(`./${name}.js`);
     const admin = name === "queues" ? await isAdmin() : false;
-    root.replaceChildren(...(await module.render({ admin }, ...values)));
+    const parts = (await module.render({ admin }, ...values)).flat();
+    root.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false));
   } catch (error) {
     root.replaceChildren(h("h1", {}, "Could not show this page"), problem(error.message));
   }
