@@ -64,6 +64,7 @@ async function main() {
     const admin = name === "queues" ? await isAdmin() : false;
     const parts = (await module.render({ admin }, ...values)).flat();
     root.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false));
+    if (module.shown) await module.shown();
   } catch (error) {
     root.replaceChildren(h("h1", {}, "Could not show this page"), problem(error.message));
   }

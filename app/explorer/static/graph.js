@@ -83,7 +83,6 @@ function longest(id, layer, next, sign) {
 }
 
 export function draw(nodes, edges, rootId, ancestors) {
-  const started = performance.now();
   const at = layout(nodes, edges, rootId, ancestors);
   const svg = s("svg", {
     class: "lineage", width: at.width, height: at.height, viewBox: `0 0 ${at.width} ${at.height}`,
@@ -127,10 +126,9 @@ export function draw(nodes, edges, rootId, ancestors) {
     boxes.append(a);
   }
   svg.append(boxes);
-  const ms = performance.now() - started;
   svg.dataset.nodes = String(nodes.length);
   svg.dataset.edges = String(links.childElementCount);
-  return { svg, ms, layers: at.layers };
+  return { svg, layers: at.layers };
 }
 
 function clip(text, n) {

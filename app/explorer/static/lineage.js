@@ -37,14 +37,15 @@ export async function render(_options, id) {
     edges.push({ cause: e.cause.id, effect: e.effect.id });
   }
   const list = [...nodes.values()];
-  const { svg, ms } = draw(list, edges, id, ancestors);
+  started = performance.now();
+  const { svg } = draw(list, edges, id, ancestors);
   const truncated = data.up.truncated || data.down.truncated;
   return [
     h("h1", {}, "Lineage of ", link(urls.event(id), id, { class: "mono" })),
     depthForm(up, down),
-    h("p", { id: "graph-summary", "data-nodes": list.length, "data-edges": edges.length, "data-render-ms": ms.toFixed(1) },
+    h("p", { id: "graph-summary", "data-nodes": list.length, "data-edges": edges.length },
       `${list.length} events, ${edges.length} links (cause above, effect below, arrows point to the effect). `,
-      `Laid out and drawn in ${ms.toFixed(0)} ms. Click an event to open its graph; `,
+      h("span", { id: "graph-time" }), "Click an event to open its graph; ",
       link(urls.event(id), "this event's page"), ", ", link(urls.audit(id), "its audit"), "."),
     truncated
       ? h("p", { class: "warning", role: "status", id: "truncated" },
@@ -54,6 +55,20 @@ export async function render(_options, id) {
     legend(list),
     h("div", { class: "graph-frame", tabindex: "0", "aria-label": "Graph (scrolls)" }, svg),
   ];
+}
+
+// The time from the layout's start to the first frame painted with the graph in the
+// page: the browser has placed every element by then (the test asks for under 1 s).
+let started = 0;
+
+export async function shown() {
+  const svg = document.querySelector("svg.lineage");
+  if (!svg) return;
+  svg.getBBox(); // forces style and layout now
+  await new Promise((resolve) => requestAnimationFrame(() => resolve()));
+  const ms = performance.now() - started;
+  document.getElementById("graph-summary").dataset.renderMs = ms.toFixed(1);
+  document.getElementById("graph-time").textContent = `Laid out and drawn in ${ms.toFixed(0)} ms. `;
 }
 
 function depthForm(up, down) {

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from secrets import token_hex
 from typing import Any
@@ -27,7 +28,7 @@ from app.db.engine import create_engine
 from app.store.keys import KeyStore, parse_scopes
 from tests.conftest import janitor
 from tests.integration.app.graphql.workflow import hospital
-from tests.integration.events import BATCH, JSON, dumps, registration
+from tests.integration.events import BATCH, JSON, SIGNATURE, dumps, registration
 from tests.integration.events import event as cloudevent
 from tests.integration.forgery import position_of, rewrite
 from tests.integration.process import environment, serving
@@ -35,6 +36,13 @@ from tests.integration.process import environment, serving
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[4] / "docs" / "img"
 LAYERS, WIDTH = 10, 15  # the big graph: 10 layers of 15 causes above, 10 of effects below
+
+
+# Version 4 of the tumour detector: a float score, and a bounding box besides.
+SIGNATURE_4 = {
+    "inputs": SIGNATURE["inputs"],
+    "outputs": [{"name": "score", "type": "float"}, {"name": "bbox", "type": "string"}],
+}
 
 
 @dataclass
@@ -86,16 +94,30 @@ def _big_graph() -> list[dict[str, Any]]:
     return batch
 
 
+def _hospital_in_time() -> list[dict[str, Any]]:
+    """The hospital workflow with event times: the imaging sources' clocks run behind the
+    store's by a minute or more, the decision's runs ahead by five seconds."""
+    now = datetime.now(UTC)
+    behind = {"img-1": 120, "img-2": 110, "pre-1": 90, "tumor-1": 60, "fracture-1": 60, "dx-1": -5}
+    return [
+        {**e, "time": (now - timedelta(seconds=behind[e["id"]])).isoformat()} for e in hospital()
+    ]
+
+
 def _seed(base: str, keys: dict[str, str]) -> str:
     """The hospital workflow, the big graph, and one dead letter; its task id."""
     admin = {"Authorization": f"Bearer {keys['admin']}"}
     with httpx2.Client(base_url=base, headers=admin, timeout=30) as client:
-        for name, version in (("tumor-detector", "3"), ("fracture-detector", "1")):
+        for name, version, signature in (
+            ("tumor-detector", "3", SIGNATURE),
+            ("tumor-detector", "4", SIGNATURE_4),
+            ("fracture-detector", "1", SIGNATURE),
+        ):
             answer = client.post(
-                f"/models/{name}/versions", content=registration(version), headers=JSON
+                f"/models/{name}/versions", content=registration(version, signature), headers=JSON
             )
             assert answer.status_code == 201, answer.text
-        for batch in (hospital(), _big_graph()):
+        for batch in (_hospital_in_time(), _big_graph()):
             answer = client.post("/events", content=dumps(batch), headers=BATCH)
             assert answer.status_code == 201, answer.text
         rollout = {"model": "tumor-detector", "version": "3", "reason": "first release"}
@@ -180,16 +202,18 @@ def offline(served: Served) -> Iterator[Served]:
     assert served.blocked == [], f"requests outside the server: {served.blocked}"
 
 
-@pytest.fixture
-def admin_page(browser: Browser, offline: Served) -> Iterator[Page]:
-    context, page = open_page(browser, offline, offline.keys["admin"])
+@pytest.fixture(scope="module")
+def admin_page(browser: Browser, served: Served) -> Iterator[Page]:
+    """A tab with the admin key typed in, for the module (a test checks its own requests
+    with ``offline``)."""
+    context, page = open_page(browser, served, served.keys["admin"])
     yield page
     context.close()
 
 
-@pytest.fixture
-def reader_page(browser: Browser, offline: Served) -> Iterator[Page]:
-    context, page = open_page(browser, offline, offline.keys["read"])
+@pytest.fixture(scope="module")
+def reader_page(browser: Browser, served: Served) -> Iterator[Page]:
+    context, page = open_page(browser, served, served.keys["read"])
     yield page
     context.close()
 
@@ -214,7 +238,17 @@ class TestFind:
         visit(admin_page, offline, "/ui/find?q=study-42")
         admin_page.wait_for_url(f"{offline.base}/ui/runs/study-42")
         admin_page.wait_for_selector("body[data-ready]")
-        assert admin_page.locator("table.timeline-table tbody tr").count() == 6
+        rows = admin_page.locator("table.timeline-table tbody tr")
+        assert rows.count() == 6
+        drift = {
+            rows.nth(i).locator("td").nth(1).inner_text(): rows.nth(i)
+            .locator("td")
+            .nth(5)
+            .inner_text()
+            for i in range(6)
+        }
+        assert drift["img-1"].startswith("+12")  # recorded two minutes after its event time
+        assert drift["dx-1"].startswith("-")  # a clock ahead of the store's
         visit(admin_page, offline, "/ui/find?q=tumor-detector")
         admin_page.wait_for_url(f"{offline.base}/ui/models/tumor-detector")
         admin_page.goto(f"{offline.base}/ui/find?q=nothing-like-it")
@@ -274,6 +308,15 @@ class TestEventAndGraph:
 class TestPagesOfTheRest:
     def test_models_deployments_and_queues_render(self, admin_page: Page, offline: Served) -> None:
         visit(admin_page, offline, "/ui/models/tumor-detector", "model")
+        changes = admin_page.locator("#model-diff tbody tr")
+        assert sorted(
+            tuple(changes.nth(i).locator("td").all_inner_texts()[:3])
+            for i in range(changes.count())
+        ) == [
+            ("outputs", "bbox", "added"),
+            ("outputs", "label", "removed"),
+            ("outputs", "score", "changed"),
+        ]
         visit(admin_page, offline, "/ui/deployments")
         assert "imaging" in admin_page.inner_text("#page")
         visit(admin_page, offline, "/ui/deployments/imaging?at=2099-01-01T00:00:00Z", "deployment")
