@@ -74,7 +74,7 @@ function actions(dead) {
         status.className = "error";
       }
     } },
-      h("label", { for: `${action}-reason` }, `Reason${required ? "" : " (optional)"}`), input,
+      h("label", { for: `${action}-reason` }, `Reason to ${action}${required ? "" : " (optional)"}`), input,
       h("button", { type: "submit" }, label));
   };
   if (dead.state !== "dead") return h("p", {}, `It is ${dead.state} now.`);
