@@ -43,6 +43,8 @@ from app.web.dependencies import authorize, require
 from app.web.timeouts import Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
+from ingest.openlineage.router import LineageIngest
+from ingest.openlineage.router import create_router as create_lineage_router
 from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.autoscale import PidController
@@ -223,6 +225,8 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
+    lineage = LineageIngest(engine, appender, limits_from(settings))
+    app.include_router(create_lineage_router(lineage, require(KeyScope.INGEST)))
     graphql = create_graphql(
         app.state.graphql_reads,
         app.state.walks,
