@@ -145,6 +145,8 @@ class NatsRelay:
                 group.create_task(self._acknowledge(batches))
         except* (*_NATS_ERRORS, PublishRefused, StreamMisconfigured) as failed:
             raise failed.exceptions[0] from None
+        except* (DBAPIError, psycopg.OperationalError) as failed:
+            raise failed.exceptions[0] from None  # the lead ends (``_follow``)
         finally:
             with contextlib.suppress(*_NATS_ERRORS):
                 await asyncio.wait_for(nc.close(), 2)
