@@ -39,7 +39,7 @@ class Node:
 
 
 class Nats:
-    def __init__(self, folder: Path, size: int) -> None:
+    def __init__(self, folder: Path, size: int, extra: tuple[str, ...] = ()) -> None:
         self.nodes = [
             Node(f"n{i}", free_port(), free_port(), free_port(), folder / f"n{i}.conf")
             for i in range(size)
@@ -50,6 +50,7 @@ class Nats:
                 f"listen: 127.0.0.1:{node.port}",
                 f"http: 127.0.0.1:{node.http_port}",
                 f'jetstream {{ store_dir: "{folder / node.name}" }}',
+                *extra,
             ]
             if size > 1:
                 routes = ", ".join(
@@ -118,9 +119,10 @@ class Nats:
 
 
 @contextmanager
-def nats_servers(size: int = 1) -> Iterator[Nats]:
+def nats_servers(size: int = 1, *extra: str) -> Iterator[Nats]:
+    """``extra``: lines added to every node's configuration."""
     folder = Path(tempfile.mkdtemp(prefix="causeway-nats-"))
-    servers = Nats(folder, size)
+    servers = Nats(folder, size, extra)
     try:
         servers.start()
         yield servers

@@ -58,6 +58,14 @@ class StreamMisconfigured(Exception):
     pass
 
 
+class EventTooLarge(Exception):
+    """An event's message is over the server's ``max_payload``: the relay cannot pass it
+    and will not skip it (every event, in order), so it says so until the limit is raised."""
+
+
+_SESSION_ERRORS = (*_NATS_ERRORS, PublishRefused, StreamMisconfigured, EventTooLarge)
+
+
 @dataclass(frozen=True, slots=True)
 class RelayConfig:
     servers: Sequence[str]
@@ -83,7 +91,7 @@ class NatsRelay:
         self._name = log.checkpoint_name(config.stream)
         self._wake = asyncio.Event()
         self._refused = asyncio.Event()
-        self._last_logged: tuple[str, float] = ("", 0.0)
+        self._logged: dict[str, float] = {}
 
     async def dispose(self) -> None:
         await self._engine.dispose()
@@ -114,7 +122,7 @@ class NatsRelay:
             await lead.confirm()
             try:
                 await self._session(lead)
-            except (*_NATS_ERRORS, PublishRefused, StreamMisconfigured) as exc:
+            except _SESSION_ERRORS as exc:
                 self._log_once(f"relay to {self.config.stream}: {_describe(exc)}; retrying")
             backoff_s = min(backoff_s * 2, self.config.max_backoff_s)
             await asyncio.sleep(backoff_s)
@@ -141,9 +149,9 @@ class NatsRelay:
                 maxsize=max(2, self.config.max_pending // self.config.batch_events + 1)
             )
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._publish(js, lead, start, expected, batches))
+                group.create_task(self._publish(js, lead, start, expected, batches, nc.max_payload))
                 group.create_task(self._acknowledge(batches))
-        except* (*_NATS_ERRORS, PublishRefused, StreamMisconfigured) as failed:
+        except* _SESSION_ERRORS as failed:
             raise failed.exceptions[0] from None
         except* (DBAPIError, psycopg.OperationalError) as failed:
             raise failed.exceptions[0] from None  # the lead ends (``_follow``)
@@ -224,6 +232,7 @@ class NatsRelay:
         after: int,
         expected: str | None,
         batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]],
+        max_payload: int,
     ) -> None:
         config = self.config
         while True:
@@ -242,6 +251,13 @@ class NatsRelay:
                 if expected is not None:
                     headers["Nats-Expected-Last-Msg-Id"] = expected
                 subject = subject_for(event.tenant, event.type)
+                size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 14
+                if size > max_payload:
+                    raise EventTooLarge(
+                        f"the event at position {event.position} makes a message of about "
+                        f"{size} bytes, over the NATS server's max_payload ({max_payload}); "
+                        "raise max_payload in the server's configuration (docs/relay.md)"
+                    )
                 acks.append(
                     await js.publish_async(subject, payload, headers=headers, stream=config.stream)
                 )
@@ -304,13 +320,13 @@ class NatsRelay:
         self._log_once("relay: disconnected from NATS")
 
     def _log_once(self, line: str) -> None:
-        """Log ``line`` unless it was the last line logged, less than 10 s ago: an
-        unreachable server is reported once in a while, not on every attempt."""
+        """Log ``line`` unless it was logged less than 10 s ago: an unreachable server,
+        or an event the relay cannot pass, is reported once in a while, not on every try."""
         now = time.monotonic()
-        last, at = self._last_logged
-        if line != last or now - at > 10:
+        if now - self._logged.get(line, -1e9) > 10:
             logger.warning("%s", line)
-            self._last_logged = (line, now)
+            self._logged = {k: v for k, v in self._logged.items() if now - v <= 10}
+            self._logged[line] = now
 
 
 def _describe(exc: BaseException) -> str:

@@ -183,6 +183,31 @@ class TestLeadership:
         assert " ".join(tenants) == "every tenant but hidden"
 
 
+class TestTooLarge:
+    async def test_an_event_over_max_payload_stops_the_relay_there_and_says_why(
+        self, database_url: URL, make_key: MakeKey, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        key = await make_key("acme")
+        small, large, after = event(), event(data={"blob": "x" * 20_000}), event()
+        with nats_servers(1, "max_payload: 8192") as server:
+            async with (
+                relaying(nats_settings(server.url), database_url) as app,
+                asgi_client(app, key) as acme,
+            ):
+                batch = dumps([small, large, after])
+                assert (await acme.post("/events", content=batch, headers=BATCH)).is_success
+                async with asyncio.timeout(30):
+                    # Once a session has resumed past what the stream holds: the small event.
+                    while (await acme.get("/projections")).json()["relay"]["checkpoint"] < 1:
+                        await asyncio.sleep(0.1)
+                await asyncio.sleep(1)  # more tries: none gets past the large event
+                status = (await acme.get("/projections")).json()["relay"]
+                got = await consume(server.url, "CAUSEWAY", "check", 1, timeout_s=2)
+        assert [orjson.loads(m.data)["id"] for m in got] == [small["id"]]  # none skipped
+        assert status["lag_events"] == 2
+        assert "raise max_payload in the server's configuration" in caplog.text
+
+
 class TestUnreachable:
     async def test_the_relay_waits_out_10_s_without_nats_and_the_api_answers_meanwhile(
         self, nats_server: Nats, database_url: URL, make_key: MakeKey
