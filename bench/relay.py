@@ -97,6 +97,11 @@ async def relayed(server: str, url: URL, total: int) -> float:
         conn.execute(
             "DELETE FROM projection_checkpoints WHERE name = %s", (checkpoint_name("CAUSEWAY"),)
         )
+    nc = await nats.connect(server)  # the stream made beforehand, as for the bare publisher
+    await nc.jetstream().add_stream(
+        StreamConfig(name="CAUSEWAY", subjects=["causeway.>"], duplicate_window=120)
+    )
+    await nc.close()
     engine = create_engine(url, pool_size=3, statement_timeout_ms=0)
     relay = NatsRelay(engine, RelayConfig(servers=[server], poll_interval_s=0.05))
     watcher = create_engine(url, pool_size=1)

@@ -7,10 +7,9 @@ How a message gets in once, and in order (docs/relay.md has the long form):
   stream refuses a message whose predecessor is not its last one, so a message that
   failed (a leader election, a node gone) takes every later one with it: the stream
   always holds a prefix of what the relay sends, never one with a hole.
-- Publishing is pipelined: up to ``max_pending`` acknowledgements in flight, a batch of
-  events at a time read from the log while earlier batches' acks come back. The
-  checkpoint (``log``) moves to a batch's end once every ack of it, and of every batch
-  before it, has come.
+- Publishing is pipelined: up to ``max_pending`` acknowledgements in flight, across
+  batches, and the log is read a batch ahead of the publisher. The checkpoint (``log``)
+  moves to a batch's end once every ack of it, and of every batch before it, has come.
 - Anything wrong (no ack within ``ack_timeout_s``, a refused publish, NATS unreachable)
   ends the session: the connection is closed, and the next session resumes from the
   stream's last message (a message of the relay names its position) or the checkpoint,
@@ -145,11 +144,13 @@ class NatsRelay:
             )
             await self._ensure_stream(js)
             start, expected = await self._resume(js)
+            found: asyncio.Queue[tuple[int, list[log.Relayed]]] = asyncio.Queue(maxsize=1)
             batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]] = asyncio.Queue(
                 maxsize=max(2, self.config.max_pending // self.config.batch_events + 1)
             )
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._publish(js, lead, start, expected, batches, nc.max_payload))
+                group.create_task(self._read_ahead(lead, start, found))
+                group.create_task(self._publish(js, expected, found, batches, nc.max_payload))
                 group.create_task(self._acknowledge(batches))
         except* _SESSION_ERRORS as failed:
             raise failed.exceptions[0] from None
@@ -225,45 +226,53 @@ class NatsRelay:
             )
         return checkpoint, last_id
 
+    async def _read_ahead(
+        self, lead: log.Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]
+    ) -> None:
+        """Read the log a batch ahead of the publisher: the next batch's query runs while
+        the one before is sent."""
+        config = self.config
+        while True:
+            async with self._engine.connect() as conn:
+                head = await checkpoints.read_head(conn)
+                batch = await log.read_batch(conn, after, head, config.batch_events, config.tenants)
+            reached = batch[-1].position if len(batch) == config.batch_events else head
+            if reached <= after:
+                await self._wait()
+                await lead.confirm()  # idle: is this relay still the leader?
+                continue
+            await found.put((reached, batch))
+            after = reached
+
     async def _publish(
         self,
         js: JetStreamContext,
-        lead: log.Leadership,
-        after: int,
         expected: str | None,
+        found: asyncio.Queue[tuple[int, list[log.Relayed]]],
         batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]],
         max_payload: int,
     ) -> None:
         config = self.config
         while True:
-            async with self._engine.connect() as conn:
-                head = await checkpoints.read_head(conn)
-                found = await log.read_batch(conn, after, head, config.batch_events, config.tenants)
-            reached = found[-1].position if len(found) == config.batch_events else head
-            if reached <= after:
-                await self._wait()
-                await lead.confirm()  # idle: is this relay still the leader?
-                continue
+            reached, batch = await found.get()
             acks = []
-            for event in found:
+            for event in batch:
                 headers, payload = headers_and_payload(event.document, config.mode)
                 headers["Nats-Msg-Id"] = this = msg_id(event.tenant, event.position)
                 if expected is not None:
                     headers["Nats-Expected-Last-Msg-Id"] = expected
-                subject = subject_for(event.tenant, event.type)
-                size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 14
-                if size > max_payload:
-                    raise EventTooLarge(
-                        f"the event at position {event.position} makes a message of about "
-                        f"{size} bytes, over the NATS server's max_payload ({max_payload}); "
-                        "raise max_payload in the server's configuration (docs/relay.md)"
-                    )
+                if len(payload) + 4096 > max_payload:  # headers are small: count them then
+                    _check_size(event.position, payload, headers, max_payload)
                 acks.append(
-                    await js.publish_async(subject, payload, headers=headers, stream=config.stream)
+                    await js.publish_async(
+                        subject_for(event.tenant, event.type),
+                        payload,
+                        headers=headers,
+                        stream=config.stream,
+                    )
                 )
                 expected = this
             await batches.put((reached, acks))
-            after = reached
 
     async def _acknowledge(
         self, batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]]
@@ -327,6 +336,16 @@ class NatsRelay:
             logger.warning("%s", line)
             self._logged = {k: v for k, v in self._logged.items() if now - v <= 10}
             self._logged[line] = now
+
+
+def _check_size(position: int, payload: bytes, headers: dict[str, str], max_payload: int) -> None:
+    size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 14
+    if size > max_payload:
+        raise EventTooLarge(
+            f"the event at position {position} makes a message of about {size} bytes, over "
+            f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
+            "server's configuration (docs/relay.md)"
+        )
 
 
 def _describe(exc: BaseException) -> str:
