@@ -91,6 +91,7 @@ class NatsRelay:
         self._wake = asyncio.Event()
         self._refused = asyncio.Event()
         self._logged: dict[str, float] = {}
+        self._checkpoints_moved = 0
 
     async def dispose(self) -> None:
         await self._engine.dispose()
@@ -119,11 +120,14 @@ class NatsRelay:
         backoff_s = 0.1
         while True:
             await lead.confirm()
+            moved = self._checkpoints_moved
             try:
                 await self._session(lead)
             except _SESSION_ERRORS as exc:
                 self._log_once(f"relay to {self.config.stream}: {_describe(exc)}; retrying")
-            backoff_s = min(backoff_s * 2, self.config.max_backoff_s)
+            # A session that got somewhere starts the backoff over.
+            backoff_s = 0.1 if self._checkpoints_moved > moved else backoff_s * 2
+            backoff_s = min(backoff_s, self.config.max_backoff_s)
             await asyncio.sleep(backoff_s)
 
     async def _session(self, lead: log.Leadership) -> None:
@@ -283,6 +287,7 @@ class NatsRelay:
                 await self._all_acked(acks)
             async with self._engine.begin() as conn:
                 await log.advance(conn, self._name, reached)
+            self._checkpoints_moved += 1
 
     async def _all_acked(self, acks: list[asyncio.Future[PubAck]]) -> None:
         every = asyncio.gather(*acks)
