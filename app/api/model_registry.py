@@ -37,7 +37,7 @@ def _uuid(text: str) -> str:
 
 
 # An OpenLineage runId (a UUID), as the run's events write it
-RunId = Annotated[str, AfterValidator(_uuid)]
+RunId = Annotated[str, AfterValidator(_uuid), Field(json_schema_extra={"format": "uuid"})]
 
 
 class RegisterVersion(BaseModel):
@@ -109,10 +109,11 @@ async def register_version(
     "/models/{name}/versions/{version}/training-runs",
     status_code=201,
     summary="Name an OpenLineage run that trained a registered version",
+    responses={200: {"description": "named before, exactly so"}, **answers(NotFound, Conflict)},
 )
 async def link_training_run(
-    name: str,
-    version: str,
+    name: Name,
+    version: Name,
     body: LinkTrainingRun,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
