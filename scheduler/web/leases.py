@@ -163,13 +163,7 @@ def create_router(
             left = deadline - loop.time()
             if left <= 0:
                 return Response(status_code=204)
-            if wakeups.listening:
-                # Until the dispatcher (or a retry, a requeue) makes a task ready; the
-                # last wait ends at the deadline, for one more try.
-                await wakeups.wait(seen, min(_WOKEN_POLL_S, left))
-                continue
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, _POLL_S[1])
+            pause = await _pause(wakeups, seen, left, pause)
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
     async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
@@ -183,6 +177,52 @@ def create_router(
                 max_lease_s=policy.max_lease_s,
             )
         return task_json(state)
+
+    _batch_routes(router, engine, decisions, max_request_bytes, parse_events, Worker)
+
+    @router.post(
+        "/tasks/{task_id}/complete",
+        summary="Finish a task with its result events",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": Completion.model_json_schema()}},
+            }
+        },
+    )
+    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
+        # Read under the same cap as POST /events: results can be large.
+        raw = await receive_body(
+            request.receive, request.headers.get("content-length"), max_request_bytes
+        )
+        body, results = _completion_of(raw, parse_events)
+        async with engine.begin() as conn:
+            state, positions = await TaskQueue(conn, appender=decisions).complete(
+                principal.tenant, task_id, body.lease, results
+            )
+        return {"task": task_id, **_completed(state, results, positions)}
+
+    @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
+    async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
+        async with engine.begin() as conn:
+            state = await TaskQueue(conn, appender=decisions).fail(
+                principal.tenant, task_id, body.lease, body.error_class, body.message
+            )
+        return task_json(state)
+
+    return router
+
+
+def _batch_routes(
+    router: APIRouter,
+    engine: Engine,
+    decisions: Appender,
+    max_request_bytes: int,
+    parse_events: Callable[[bytes], list[NewEvent]],
+    Worker: Any,  # the dependency's annotated type, as create_router names it
+) -> None:
+    """``POST /tasks/complete`` and ``POST /tasks/fail``: many tasks in one request, each
+    answered on its own (before ``/tasks/{id}/...``, as in ``docs/openapi.json``)."""
 
     @router.post(
         "/tasks/complete",
@@ -248,37 +288,16 @@ def create_router(
             ]
         }
 
-    @router.post(
-        "/tasks/{task_id}/complete",
-        summary="Finish a task with its result events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": Completion.model_json_schema()}},
-            }
-        },
-    )
-    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
-        # Read under the same cap as POST /events: results can be large.
-        raw = await receive_body(
-            request.receive, request.headers.get("content-length"), max_request_bytes
-        )
-        body, results = _completion_of(raw, parse_events)
-        async with engine.begin() as conn:
-            state, positions = await TaskQueue(conn, appender=decisions).complete(
-                principal.tenant, task_id, body.lease, results
-            )
-        return {"task": task_id, **_completed(state, results, positions)}
 
-    @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
-    async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
-        async with engine.begin() as conn:
-            state = await TaskQueue(conn, appender=decisions).fail(
-                principal.tenant, task_id, body.lease, body.error_class, body.message
-            )
-        return task_json(state)
-
-    return router
+async def _pause(wakeups: TaskWakeups, seen: int, left: float, pause: float) -> float:
+    """Wait before a long-poll's next try, ``left`` at most (the last wait ends at the
+    deadline, for one more try); the pause after this one."""
+    if wakeups.listening:
+        # Until the dispatcher (or a retry, a requeue) makes a task ready.
+        await wakeups.wait(seen, min(_WOKEN_POLL_S, left))
+        return pause
+    await asyncio.sleep(min(pause, left))
+    return min(pause * 2, _POLL_S[1])
 
 
 def _completed(state: TaskState, results: list[NewEvent], positions: list[int]) -> dict[str, Any]:
