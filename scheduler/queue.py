@@ -15,9 +15,8 @@ task's stream, never a second lease.
 Locks are taken in one order, task rows before the log head, so commands never deadlock;
 the dispatcher, which holds the log head when it supersedes a pending task, takes task
 rows with ``SKIP LOCKED`` and never waits for one. Leasing walks ``ix_tasks_ready`` in
-priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take a
-different row, and none waits for another.
-"""
+priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take
+different rows (a batch: many, one append), and none waits for another."""
 
 from __future__ import annotations
 
@@ -267,10 +266,12 @@ class TaskQueue:
         outcomes: dict[int, tuple[t.TaskState, list[int]] | AppError] = {}
         ready: list[tuple[int, t.TaskState, list[NewEvent]]] = []
         # Rows locked in one order (by task id), so two batches never deadlock.
-        for n in sorted(range(len(items)), key=lambda n: items[n][0]):
+        order = sorted(range(len(items)), key=lambda n: items[n][0])
+        locked = await rows.fetch_tasks_locked(self._conn, tenant, [items[n][0] for n in order])
+        for n in order:
             task_id, lease_id, results = items[n]
             try:
-                state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+                state = locked[task_id]
                 if state is not None and state.state == "completed":
                     last = await log.read_entry(self._conn, tenant, state.last_decision_id)
                     first = d.completed_data(last)

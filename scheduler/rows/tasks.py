@@ -59,6 +59,13 @@ _NEXT_READY: dict[int, DriverStatement] = {}
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 _FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
 _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
+# Many rows, locked in id order (the sort runs below the lock): two batches never deadlock.
+_FETCH_MANY_LOCKED = DriverStatement.of(
+    select(tasks)
+    .where(_c.tenant == bindparam("tenant"), _c.id == any_(bindparam("ids", type_=ARRAY(Text))))
+    .order_by(_c.id)
+    .with_for_update()
+)
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -123,6 +130,19 @@ async def fetch_task(
         # only a statement begun after the rebuild committed sees the new one.
         row = await statement.first(conn, tenant=tenant, id=task_id)
     return TaskState(*row) if row is not None else None
+
+
+async def fetch_tasks_locked(
+    conn: AsyncConnection, tenant: str, task_ids: list[str]
+) -> dict[str, TaskState | None]:
+    """The rows of ``task_ids``, locked in id order, in one statement (None: no such
+    row, read again alone, as ``fetch_task`` does, in case a rebuild replaced it)."""
+    rows = await _FETCH_MANY_LOCKED.rows(conn, tenant=tenant, ids=task_ids)
+    found: dict[str, TaskState | None] = {row[1]: TaskState(*row) for row in rows}
+    for task_id in task_ids:
+        if task_id not in found:
+            found[task_id] = await fetch_task(conn, tenant, task_id, lock=True)
+    return {task_id: found[task_id] for task_id in task_ids}
 
 
 async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:
