@@ -129,24 +129,23 @@ def frame(n: int, *, lane: int = 0) -> NewEvent:
     )
 
 
-def dispatch_rate(server: URL, routes: int, events: int) -> float:
+def dispatch_rate(url: URL, routes: int, events: int) -> float:
     """Tasks/s the dispatcher makes of ``events`` trigger events under ``routes`` routes
-    (each event matches one of them, by its ``lane``), in a database of its own."""
-    url, _ = ensure_database(server, f"causeway_bench_dispatch_{routes}", fresh=True)
-    return asyncio.run(_dispatch(url, routes, events))
+    (each event matches one of them, by its ``lane``), in a tenant of their own."""
+    return asyncio.run(_dispatch(url, f"dispatch-{routes}", routes, events))
 
 
-async def _dispatch(url: URL, routes: int, events: int) -> float:
+async def _dispatch(url: URL, tenant: str, routes: int, events: int) -> float:
     engine = create_engine(url, pool_size=2)
     async with engine.begin() as conn:
         log = EventLog(conn)
         for n in range(routes):
             spec = {"id": f"lane-{n}", "types": ["bench.frame"], "kind": "detect",
                     "queue": QUEUE, "where": [f"lane={n}"]}  # fmt: skip
-            [last] = await log.append(TENANT, [define_event(parse_route(spec))])
+            [last] = await log.append(tenant, [define_event(parse_route(spec))])
     frames = [frame(n, lane=n % routes) for n in range(events)]
     async with engine.begin() as conn:
-        await EventLog(conn).append(TENANT, frames)
+        await EventLog(conn).append(tenant, frames)
     runner = ProjectionRunner(engine, scheduler_projections(), batch_size=events)
     dispatcher = runner.projection("scheduler-dispatch")
     while await runner.step(dispatcher, until=last.position):
@@ -155,7 +154,9 @@ async def _dispatch(url: URL, routes: int, events: int) -> float:
     await runner.step(dispatcher, until=last.position + events)
     rate = events / (time.perf_counter() - started)
     async with engine.connect() as conn:
-        made = (await conn.execute(select(func.count()).select_from(tasks))).scalar_one()
+        made = (
+            await conn.execute(select(func.count()).where(tasks.c.tenant == tenant))
+        ).scalar_one()
     await engine.dispose()
     if made != events:
         raise RuntimeError(f"{made} tasks were made of {events} events")
@@ -371,8 +372,8 @@ def main() -> None:
                 seconds, done = run_workers(["--causeway", base, key, *batch], workers, ops)
             ours[processes] = done / seconds
         verify(url)
-        one_route = dispatch_rate(server, 1, dispatched)
-        ten_routes = dispatch_rate(server, 10, dispatched)
+        one_route = dispatch_rate(url, 1, dispatched)
+        ten_routes = dispatch_rate(url, 10, dispatched)
     best = max(bare, key=lambda k: bare[k])
     rows = [
         Row(
