@@ -56,12 +56,12 @@ def test_workers_in_batches_complete_every_task_once_and_the_chain_verifies(
             if n % 10 == 3 and attempt == 1:
                 raise TaskFailed("transient", "warming up")
             if n == 0:
-                time.sleep(3.5)  # longer than its lease: heartbeats keep it
+                time.sleep(5.0)  # longer than its lease: heartbeats keep it
             return [event(type="job.done", data={"n": n})]
 
         workers = [
             Worker(base, worker_key, queue="jobs", name=f"w{k}", handler=handler, batch=10,
-                   wait_s=2.0, lease_s=2.0)
+                   wait_s=2.0, lease_s=4.0)
             for k in range(3)
         ]  # fmt: skip
         threads = [
