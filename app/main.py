@@ -54,6 +54,7 @@ from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.router import LeasePolicy, Principals
 from scheduler.router import create_router as create_scheduler_router
+from scheduler.rows.wakeups import TaskWakeups
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
 
@@ -159,6 +160,8 @@ def create_app(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
     decisions = Appender(decisions_engine, plan_ahead=False)
+    # Long-polling leases wait for a wake-up on one listening connection of the process.
+    wakeups = TaskWakeups(libpq_conninfo(database_url))
     walks, graphql_reads = _graphql_connections(settings, database_url)
     runner = create_runner(settings, database_url)
     relay = create_relay(settings, database_url)
@@ -169,6 +172,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await walks.open()  # connects in the background; the first walk need not wait
         background = []
+        wakeups.start()
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
         if relay is not None:
@@ -207,6 +211,7 @@ def create_app(
     app.state.walks = walks
     app.state.graphql_reads = graphql_reads
     app.state.decisions = decisions
+    app.state.wakeups = wakeups
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
@@ -286,6 +291,7 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
                 worker=require(KeyScope.WORKER),
                 read=require(KeyScope.READ),
             ),
+            app.state.wakeups,
         )
     )
 
@@ -399,6 +405,7 @@ async def dispose(app: FastAPI) -> None:
     """Close every engine of ``app`` (its lifespan does this; tests without one call it)."""
     await app.state.appender.close()
     await app.state.decisions.close()
+    await app.state.wakeups.close()
     await app.state.runner.dispose()
     if app.state.relay is not None:
         await app.state.relay.dispose()
