@@ -10,23 +10,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db.engine import Engine
+from app.db.engine import Connector
 from app.errors import NotFound
+from app.projections.model_registry import ModelRegistry
 from app.store.keys import Principal, Scope
 from app.store.model_commands import ModelCommands
 from app.store.model_registry import Signature
 from app.store.model_registry_reads import Model, RegistryReader
 from app.store.records import Text
 from app.web.bodies import JSONRoute
-from app.web.dependencies import engine_of, require
+from app.web.dependencies import read_model_reads, require
+from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
+_registry = read_model_reads(ModelRegistry.name)
 
 
 class RegisterVersion(BaseModel):
@@ -72,7 +75,11 @@ async def register_version(
         "position": appended.position,
         "duplicate": appended.duplicate,
     }
-    return JSONResponse(answer, status_code=200 if appended.duplicate else 201)
+    return JSONResponse(
+        answer,
+        status_code=200 if appended.duplicate else 201,
+        headers={POSITION_HEADER: str(appended.position)},
+    )
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias at a registered version")
@@ -82,8 +89,10 @@ async def set_alias(
     body: SetAlias,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
+    response: Response,
 ) -> dict[str, Any]:
     appended = await commands.set_alias(principal.tenant, name, alias, body.version)
+    response.headers[POSITION_HEADER] = str(appended.position)
     return {"name": name, "alias": alias, "version": body.version, "position": appended.position}
 
 
@@ -93,15 +102,17 @@ async def remove_alias(
     alias: str,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
+    response: Response,
 ) -> dict[str, Any]:
     appended = await commands.remove_alias(principal.tenant, name, alias)
+    response.headers[POSITION_HEADER] = str(appended.position)
     return {"name": name, "alias": alias, "version": None, "position": appended.position}
 
 
 @router.get("/models", summary="Registered models with their versions and aliases")
 async def list_models(
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(_registry)],
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await RegistryReader(conn).read_models(principal.tenant)
@@ -112,7 +123,7 @@ async def list_models(
 async def read_model(
     name: str,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(_registry)],
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await RegistryReader(conn).read_models(principal.tenant, name)

@@ -25,7 +25,7 @@ from strawberry.types import ExecutionContext
 
 from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout
-from app.graphql.context import Context
+from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
@@ -180,19 +180,19 @@ class Query:
 
     @strawberry.field(description="Registered models, with versions and aliases.")
     async def models(self, info: Info) -> list[Model]:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(REGISTRY) as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant)
         return [Model.from_store(m) for m in found]
 
     @strawberry.field(description="One registered model; null when there is none.")
     async def model(self, info: Info, name: str) -> Model | None:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(REGISTRY) as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant, name)
         return Model.from_store(found[0]) if found else None
 
     @strawberry.field(description="Every service's deployment, now.")
     async def deployments(self, info: Info) -> list[Deployment]:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(DEPLOYMENTS) as conn:
             reader = DeploymentReader(conn)
             found = await reader.read_deployments(info.context.tenant)
             return [
@@ -207,7 +207,7 @@ class Query:
         self, info: Info, service: str, at: str | None = None
     ) -> Deployment | None:
         when = parse_time_parameter("at", at)
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(DEPLOYMENTS) as conn:
             history = await DeploymentReader(conn).read_history(
                 info.context.tenant,
                 service,
