@@ -67,6 +67,24 @@ def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, 
     return reads
 
 
+def settled_on_primary(*projection_names: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    """A dependency for reads that stay on the primary (the scheduler's): with a position
+    named, wait until the read models ``projection_names`` show it, one after the other
+    (``ReadRouter.settle_on_primary``), else 503."""
+
+    async def settled(
+        request: Request,
+        min_position: MinPositionQuery = None,
+        causeway_min_position: MinPositionHeader = None,
+    ) -> None:
+        router: ReadRouter = request.app.state.read_router
+        runner = request.app.state.runner
+        chain = [runner.projection(name) for name in projection_names]
+        await router.settle_on_primary(chain, _highest(min_position, causeway_min_position))
+
+    return settled
+
+
 def _highest(*positions: int | None) -> int | None:
     given = [p for p in positions if p is not None]
     return max(given) if given else None

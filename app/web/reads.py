@@ -24,8 +24,9 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
@@ -139,7 +140,28 @@ class ReadRouter:
             source = self.primary
         if await self._reaches(source, reached, deadline):
             return source
-        raise Unavailable(
+        raise self._not_there(projection, min_position)
+
+    async def settle_on_primary(
+        self, chain: Sequence[Projection], min_position: int | None
+    ) -> None:
+        """Wait until each read model of ``chain`` shows ``min_position`` on the primary
+        (the scheduler's reads, which stay there), the next one of the chain what the log
+        held when the one before got there: the dispatcher's decisions for an event come
+        after it in the log, and the task rows fold them. ``Unavailable`` past the wait."""
+        if min_position is None:
+            return
+        deadline = time.monotonic() + self._wait_s
+        position = min_position
+        for projection in chain:
+            reached = partial(_model_reaches, projection=projection, position=position)
+            if not await self._reaches(self.primary, reached, deadline):
+                raise self._not_there(projection, min_position)
+            async with self.primary.rest.connect() as conn:
+                position = max(position, await read_head(conn))
+
+    def _not_there(self, projection: Projection, min_position: int) -> Unavailable:
+        return Unavailable(
             f"the {projection.name} read model has not reached position {min_position} "
             f"within {self._wait_s * 1000:g} ms; try again shortly",
             headers={"Retry-After": "1"},
@@ -267,6 +289,10 @@ class ReadRouter:
         for source in self.replicas:
             with contextlib.suppress(Exception):
                 await source.close()
+
+
+def _model_reaches(conn: Connection, *, projection: Projection, position: int) -> Awaitable[bool]:
+    return has_reached(conn, projection, position)
 
 
 async def _head_reaches(conn: Connection, position: int) -> bool:

@@ -30,7 +30,8 @@ from app.store.records import EXACT_LIMIT, NewEvent, Text
 from app.web.bodies import JSONRoute, receive_body
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
-from scheduler.web import NAME_PATTERN, PrincipalOf, QueueName
+from scheduler.tasks import TaskState
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
@@ -121,7 +122,7 @@ def create_router(
                     principal.tenant, queue, profile, lease_s=lease_s, off_peak=policy.off_peak
                 )
             if found is not None:
-                return Response(_lease_document(found), media_type="application/json")
+                return _leased(found)
             left = deadline - loop.time()
             if left <= 0:
                 return Response(status_code=204)
@@ -131,7 +132,9 @@ def create_router(
             pause = min(pause * 2, _POLL_S[1])
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
-    async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
+    async def heartbeat(
+        task_id: str, body: Heartbeat, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).extend(
                 principal.tenant,
@@ -141,7 +144,7 @@ def create_router(
                 default_lease_s=policy.lease_s,
                 max_lease_s=policy.max_lease_s,
             )
-        return task_json(state)
+        return _answered(state, response)
 
     @router.post(
         "/tasks/{task_id}/complete",
@@ -153,7 +156,9 @@ def create_router(
             }
         },
     )
-    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
+    async def complete(
+        task_id: str, request: Request, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         # Read under the same cap as POST /events: results can be large.
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
@@ -163,24 +168,42 @@ def create_router(
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
             )
-        return {
-            "task": task_id,
-            "state": "completed",
-            "trigger": state.trigger_id,
-            "results": [
-                {"id": e.id, "position": p} for e, p in zip(results, positions, strict=True)
-            ],
-        }
+        response.headers[POSITION_HEADER] = str(max([state.position, *positions]))
+        return _completed(task_id, state, results, positions)
 
     @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
-    async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
+    async def fail(
+        task_id: str, body: Failure, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).fail(
                 principal.tenant, task_id, body.lease, body.error_class, body.message
             )
-        return task_json(state)
+        return _answered(state, response)
 
     return router
+
+
+def _completed(
+    task_id: str, state: TaskState, results: list[NewEvent], positions: list[int]
+) -> dict[str, Any]:
+    return {
+        "task": task_id,
+        "state": "completed",
+        "trigger": state.trigger_id,
+        "results": [{"id": e.id, "position": p} for e, p in zip(results, positions, strict=True)],
+    }
+
+
+def _leased(found: Lease) -> Response:
+    headers = {POSITION_HEADER: str(found.task.position)}
+    return Response(_lease_document(found), media_type="application/json", headers=headers)
+
+
+def _answered(state: TaskState, response: Response) -> dict[str, Any]:
+    """A command's answer: the task, and the position of the decision in the header."""
+    response.headers[POSITION_HEADER] = str(state.position)
+    return task_json(state)
 
 
 def _lease_document(found: Lease) -> bytes:

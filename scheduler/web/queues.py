@@ -17,7 +17,7 @@ from app.store.keys import Principal
 from app.web.bodies import JSONRoute
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
-from scheduler.web import PrincipalOf, QueueName
+from scheduler.web import TASKS_SETTLED, PrincipalOf, QueueName
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
 
@@ -28,7 +28,7 @@ def create_router(
     read: PrincipalOf,
 ) -> APIRouter:
     """``more_metrics``: gauges of the service's own (the read replicas'), appended."""
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
     @router.get("/tasks/{task_id}", summary="A task's state and every decision about it")

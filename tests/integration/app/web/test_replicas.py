@@ -231,3 +231,19 @@ class TestOnThePrimaryAlone:
         assert read.headers["Retry-After"] == "1"
         assert read.json()["projection"] == "model-registry"
         assert bad.status_code == 422
+
+    async def test_a_task_routed_from_an_event_shows_with_the_events_token(
+        self, database_url: URL
+    ) -> None:
+        route = {"id": "detect", "types": ["com.example.frame.*"], "kind": "k", "queue": "gpu"}
+        async with running(database_url) as app, await admin_of(app, database_url) as admin:
+            for n in range(5):
+                defined = await admin.post("/routes", json={**route, "queue": f"q{n}"})
+                routes = await admin.get(
+                    "/routes", headers=at(defined.headers["Causeway-Position"])
+                )
+                assert [r["queue"] for r in routes.json()["routes"]] == [f"q{n}"]
+                posted = await admin.post("/events", content=dumps(event()), headers=STRUCTURED)
+                token = posted.headers["Causeway-Position"]
+                queues = await admin.get("/queues", params={"min_position": token})
+                assert {q["queue"]: q["ready"] for q in queues.json()["queues"]}[f"q{n}"] == 1
