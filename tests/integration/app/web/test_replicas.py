@@ -227,10 +227,14 @@ class TestOnThePrimaryAlone:
             token = registered.headers["Causeway-Position"]
             read = await admin.get("/models/late", headers=at(token))
             bad = await admin.get("/models/late", headers=at("x"))
+            query = {"query": '{ model(name: "late") { name } }'}
+            graphql = await admin.post(f"/graphql?min_position={token}", json=query)
         assert read.status_code == 503
         assert read.headers["Retry-After"] == "1"
         assert read.json()["projection"] == "model-registry"
         assert bad.status_code == 422
+        [error] = graphql.json()["errors"]
+        assert error["extensions"]["code"] == "UNAVAILABLE"
 
     async def test_a_task_routed_from_an_event_shows_with_the_events_token(
         self, database_url: URL
