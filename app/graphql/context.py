@@ -232,6 +232,7 @@ class Context(BaseContext):
         min_position: int | None = None,
     ) -> None:
         super().__init__()
+        self._source = source
         self.engine = source.graphql
         self.walks = source.walks  # its sessions' statement_timeout is the walk's time budget
         self.principal = principal
@@ -245,6 +246,19 @@ class Context(BaseContext):
     def reading(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for one of the request's reads, within its time budget."""
         return reading(self.engine, self.budget)
+
+    def fall_back(self, exc: BaseException) -> bool:
+        """After a read on a replica failed for want of its database: the replica is
+        marked down, and the request reads the primary from now on. False when the
+        request reads the primary already (nothing to fall back to)."""
+        if self._source.is_primary:
+            return False
+        self._reads.mark_down(self._source, exc)
+        self._source = self._reads.primary
+        self.engine = self._source.graphql
+        self.walks = self._source.walks
+        self.loaders = Loaders(self.engine, self.tenant, self.budget, self.reading_model)
+        return True
 
     async def reading_model(self, projection: str) -> AbstractAsyncContextManager[Connection]:
         """A connection for a read of ``projection``'s read model: where it shows the

@@ -45,7 +45,7 @@ from app.graphql.types import (
 )
 from app.store.deployment_reads import DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
-from app.store.failures import is_statement_cancelled
+from app.store.failures import is_statement_cancelled, is_unavailable
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
@@ -119,6 +119,17 @@ async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]
     statement too, but a second cancellation while psycopg waits for the first
     (graphql-core cancels sibling fields when one fails) makes psycopg drop the
     connection, possibly before the server heard of it; the pool then replaces it."""
+    try:
+        return await _walk_once(info, run)
+    except Exception as exc:
+        # A replica gone since the request chose it (its pooled connections broke): the
+        # walk again on the primary, where the request's other reads go from now on.
+        if is_unavailable(exc) and info.context.fall_back(exc):
+            return await _walk_once(info, run)
+        raise
+
+
+async def _walk_once(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]) -> T:
     budget_ms = info.context.limits.timeout_ms
     info.context.budget.check_time()  # no walk starts past the request's budget
     async with info.context.walks.connect() as conn:
