@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # None: start the embedded PostgreSQL. A plain string, not PostgresDsn: libpq URLs may
     # name a socket folder instead of a host (postgresql://user@/db?host=/run/postgresql).
     database_url: str | None = None
+    # Read replicas (app.web.reads, docs/replicas.md): one URL or several, comma-separated;
+    # a replica further behind than read_max_lag_s is skipped; a read that names a
+    # position waits read_wait_ms at most for its source to reach it.
+    read_database_url: str | None = None
+    read_max_lag_s: float = Field(default=10.0, gt=0)
+    read_wait_ms: int = Field(default=2000, ge=0, le=600_000)
     data_dir: Path = Path(".causeway")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -116,6 +122,20 @@ class Settings(BaseSettings):
             raise ValueError("must be 'START-END' in whole UTC hours, e.g. '22-6'")
         return value or None
 
+    @field_validator("read_database_url")
+    @classmethod
+    def _are_postgres_urls(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for url in split_urls(value):
+            cls._is_postgres_url(url)
+        return value
+
+    @property
+    def read_database_urls(self) -> list[str]:
+        """The replicas' URLs, in the order given (none: every read is on the primary)."""
+        return split_urls(self.read_database_url or "")
+
     @field_validator("nats_stream")
     @classmethod
     def _is_stream_name(cls, value: str) -> str:
@@ -178,3 +198,10 @@ class Settings(BaseSettings):
             if given is not None and not all(p.strip().isdigit() for p in str(given).split(",")):
                 raise ValueError(f"{name} must be a whole number, got {given!r}")
         return value
+
+
+def split_urls(text: str) -> list[str]:
+    """The URLs of a comma-separated list. A comma inside one URL (libpq's host list,
+    ``postgresql://h1,h2/db``) does not split it: a URL starts at a scheme."""
+    parts = re.split(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)", text.strip())
+    return [part.strip() for part in parts if part.strip()]

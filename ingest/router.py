@@ -24,6 +24,8 @@ from app.web.bodies import receive_body
 from ingest.binding import parse_in_parts
 from ingest.limits import Limits
 
+POSITION_HEADER = "Causeway-Position"  # as app.web.reads names it (ingest imports no web)
+
 
 class AppendedEvent(BaseModel):
     id: str
@@ -53,7 +55,8 @@ class Ingest:
         content_type: str | None,
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, int]:
+        """The status, the JSON body, and the position to answer in ``Causeway-Position``."""
         events: list[NewEvent] = []
         for part in parse_in_parts(content_type, headers, body, self.limits):
             if events:
@@ -66,9 +69,10 @@ class Ingest:
         return await receive_body(receive, declared, self.limits.max_request_bytes)
 
 
-def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
+def answer_of(appended: list[Appended]) -> tuple[int, bytes, int]:
     """The status and JSON body that answer an append: 201 when anything was appended,
-    200 when every event was stored before."""
+    200 when every event was stored before; and the highest position of its events (0
+    for none), the read-your-writes token: a read that names it shows them all."""
     # Built directly (AppendResponse documents the shape): a model per event would
     # cost more than planning the event did.
     answer = {
@@ -85,7 +89,8 @@ def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
         ]
     }
     status = 201 if any(not a.duplicate for a in appended) else 200
-    return status, orjson.dumps(answer)
+    position = max([a.position for a in appended], default=0)
+    return status, orjson.dumps(answer), position
 
 
 def create_router(
@@ -106,9 +111,14 @@ def create_router(
         request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
     ) -> Response:
         body = await ingest.read_body(request.receive, request.headers.get("content-length"))
-        status, answer = await ingest.answer(
+        status, answer, position = await ingest.answer(
             principal, request.headers.get("content-type"), request.scope["headers"], body
         )
-        return Response(answer, status_code=status, media_type="application/json")
+        return Response(
+            answer,
+            status_code=status,
+            media_type="application/json",
+            headers={POSITION_HEADER: str(position)},
+        )
 
     return router

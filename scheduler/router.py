@@ -47,11 +47,13 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
+    more_metrics: Callable[[], bytes],
     principals: Principals,
     wakeups: TaskWakeups,
 ) -> APIRouter:
     """``appender`` appends route definitions; ``decisions`` (an appender of its own) the
-    decisions of leases, results and dead-letter handling."""
+    decisions of leases, results and dead-letter handling; ``more_metrics`` adds the
+    service's own gauges (read replicas) to ``GET /metrics``."""
     router = APIRouter()
     router.include_router(routes.create_router(engine, appender, principals.admin))
     router.include_router(
@@ -65,7 +67,7 @@ def create_router(
             wakeups,
         )
     )
-    router.include_router(queues.create_router(engine, controller, principals.read))
+    router.include_router(queues.create_router(engine, controller, more_metrics, principals.read))
     router.include_router(
         dead_letters.create_router(engine, decisions, principals.admin, principals.read)
     )

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db.engine import Engine
+from app.db.engine import Connector, Engine
 from app.errors import BadRequest, NotFound
+from app.projections.deployments import Deployments
 from app.store.deployment_commands import Applied, DeploymentCommands
 from app.store.deployment_commands import Rollout as StoreRollout
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
@@ -27,7 +28,8 @@ from app.store.keys import Principal, Scope
 from app.store.records import MAX_POSITION, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
-from app.web.dependencies import engine_of, require
+from app.web.dependencies import engine_of, read_model_reads, require
+from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["deployments"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
@@ -69,15 +71,17 @@ def commands_of(request: Request) -> DeploymentCommands:
 Admin = Annotated[Principal, Depends(_admin)]
 Database = Annotated[Engine, Depends(engine_of)]
 Commands = Annotated[DeploymentCommands, Depends(commands_of)]
+ReadModel = Annotated[Connector, Depends(read_model_reads(Deployments.name))]
 
 
-def _applied_json(applied: Applied) -> dict[str, Any]:
+def _applied_json(applied: Applied, response: Response) -> dict[str, Any]:
+    response.headers[POSITION_HEADER] = str(applied.position)
     return {**_state_json(applied.state), "position": applied.position}
 
 
 @router.post("/deployments/{service}/rollouts", summary="Start a canary or rolling rollout")
 async def start_rollout(
-    service: str, body: Rollout, principal: Admin, commands: Commands
+    service: str, body: Rollout, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     rollout = StoreRollout(
         model=body.model,
@@ -90,45 +94,49 @@ async def start_rollout(
     applied = await commands.start_rollout(
         principal.tenant, service, rollout, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post("/deployments/{service}/traffic", summary="Shift the candidate's traffic share")
 async def shift_traffic(
-    service: str, body: Traffic, principal: Admin, commands: Commands
+    service: str, body: Traffic, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.shift_traffic(
         principal.tenant, service, percent=body.percent, reason=body.reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post("/deployments/{service}/promote", summary="Make the candidate the stable version")
 async def promote(
-    service: str, principal: Admin, commands: Commands, body: Promote | None = None
+    service: str,
+    principal: Admin,
+    commands: Commands,
+    response: Response,
+    body: Promote | None = None,
 ) -> dict[str, Any]:
     reason = None if body is None else body.reason  # the body is optional: a reason only
     applied = await commands.promote(
         principal.tenant, service, reason=reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post(
     "/deployments/{service}/rollback", summary="Drop the candidate, or restore the previous stable"
 )
 async def rollback(
-    service: str, body: Rollback, principal: Admin, commands: Commands
+    service: str, body: Rollback, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.rollback(
         principal.tenant, service, reason=body.reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.get("/deployments", summary="Every service's deployment state")
 async def list_deployments(
-    principal: Annotated[Principal, Depends(_read)], engine: Database
+    principal: Annotated[Principal, Depends(_read)], engine: ReadModel
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await DeploymentReader(conn).read_deployments(principal.tenant)
@@ -139,7 +147,7 @@ async def list_deployments(
 async def read_deployment(
     service: str,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Database,
+    engine: ReadModel,
     at: Annotated[str | None, Query(description="RFC 3339: the state at that time")] = None,
 ) -> dict[str, Any]:
     when = parse_time_parameter("at", at)

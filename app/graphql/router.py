@@ -25,16 +25,22 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 from strawberry.types.unset import UNSET
 
-from app.db.engine import DriverPool, Engine
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
+from app.projections.runner import ProjectionRunner
 from app.store.keys import Principal, Scope
 from app.web.assets import graphiql_html
 from app.web.auth import Authenticator
 from app.web.bodies import receive_body
 from app.web.dependencies import authorize
+from app.web.reads import (
+    MIN_POSITION_HEADER,
+    MIN_POSITION_PARAMETER,
+    ReadRouter,
+    parse_min_position,
+)
 
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
 ContextOf = Callable[[HTTPConnection], Awaitable[Context]]
@@ -148,25 +154,39 @@ class GraphQLFaces:
 
 
 def create_graphql(
-    engine: Engine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
+    reads: ReadRouter,
+    projections: ProjectionRunner,
+    authenticator: Authenticator,
+    limits: GraphQLLimits,
 ) -> GraphQLFaces:
-    """``walks`` serves the lineage and audit walks, ``engine`` every other read: the
-    ``statement_timeout`` of both's sessions is the request's time budget, so PostgreSQL
-    itself stops a read past it."""
-    # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
-    # each had a snapshot of its own anyway): without a transaction, a read is one round
-    # trip instead of three (BEGIN, the read, ROLLBACK).
-    reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+    """Each request reads where ``reads`` sends it (a replica, or the primary): its
+    walks on the source's walk pool, its other reads on the source's GraphQL engine, in
+    autocommit (each statement stands alone: one round trip, not BEGIN and ROLLBACK
+    around it). The ``statement_timeout`` of both's sessions is the request's time
+    budget, so PostgreSQL itself stops a read past it. A request that names a position
+    (``Causeway-Min-Position``, or ``min_position`` in the URL) reads where it shows."""
 
     async def context_of(request: HTTPConnection) -> Context:
         if (
             request.scope["type"] == "http"
             and request.scope["method"] == "GET"
             and "query" not in request.query_params
-        ):
-            return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
+        ):  # the GraphiQL page: no data in it
+            return Context(reads.primary, _GRAPHIQL, limits, reads=reads, projections=projections)
         header = request.headers.get("authorization", "")
-        return Context(reads, walks, await authorize(authenticator, header, Scope.READ), limits)
+        principal = await authorize(authenticator, header, Scope.READ)
+        min_position = (
+            max(
+                parse_min_position(request.headers.get(MIN_POSITION_HEADER)) or 0,
+                parse_min_position(request.query_params.get(MIN_POSITION_PARAMETER)) or 0,
+            )
+            or None
+        )
+        source = await reads.for_log(min_position)
+        return Context(
+            source, principal, limits, reads=reads, projections=projections,
+            min_position=min_position,
+        )  # fmt: skip
 
     async def context(request: HTTPConnection) -> Context:  # a FastAPI dependency
         return await context_of(request)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Header, Query, Request
 
-from app.db.engine import Engine
+from app.db.engine import Connector, Engine
 from app.errors import Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
+from app.store.records import MAX_POSITION
 from app.web.auth import Authenticator
+from app.web.reads import ReadRouter
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -19,6 +21,73 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 def engine_of(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
+
+
+MinPositionQuery = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=MAX_POSITION,
+        description="read-your-writes: wait until what is read shows this position "
+        "(a Causeway-Position answered by a write)",
+    ),
+]
+MinPositionHeader = Annotated[
+    int | None,
+    Header(ge=0, le=MAX_POSITION, description="the same as the min_position parameter"),
+]
+
+
+async def log_reads(
+    request: Request,
+    min_position: MinPositionQuery = None,
+    causeway_min_position: MinPositionHeader = None,
+) -> Connector:
+    """Connections for a read of the log: on a replica, or the primary (``app.web.reads``);
+    with a position named, on one that shows it."""
+    router: ReadRouter = request.app.state.read_router
+    source = await router.for_log(_highest(min_position, causeway_min_position))
+    return source.rest
+
+
+def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, Connector]]:
+    """A dependency: connections for a read of the read model of ``projection_name``;
+    with a position named, where that read model shows it (else 503)."""
+
+    async def reads(
+        request: Request,
+        min_position: MinPositionQuery = None,
+        causeway_min_position: MinPositionHeader = None,
+    ) -> Connector:
+        router: ReadRouter = request.app.state.read_router
+        projection = request.app.state.runner.projection(projection_name)
+        wanted = _highest(min_position, causeway_min_position)
+        return (await router.for_read_model(projection, wanted)).rest
+
+    return reads
+
+
+def settled_on_primary(*projection_names: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    """A dependency for reads that stay on the primary (the scheduler's): with a position
+    named, wait until the read models ``projection_names`` show it, one after the other
+    (``ReadRouter.settle_on_primary``), else 503."""
+
+    async def settled(
+        request: Request,
+        min_position: MinPositionQuery = None,
+        causeway_min_position: MinPositionHeader = None,
+    ) -> None:
+        router: ReadRouter = request.app.state.read_router
+        runner = request.app.state.runner
+        chain = [runner.projection(name) for name in projection_names]
+        await router.settle_on_primary(chain, _highest(min_position, causeway_min_position))
+
+    return settled
+
+
+def _highest(*positions: int | None) -> int | None:
+    given = [p for p in positions if p is not None]
+    return max(given) if given else None
 
 
 def settings_of(request: Request) -> Settings:

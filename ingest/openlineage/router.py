@@ -45,7 +45,7 @@ from app.web.bodies import receive_body
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Known, Parsed, parse, plan
 from ingest.openlineage.schema import validate
-from ingest.router import AppendResponse, answer_of
+from ingest.router import POSITION_HEADER, AppendResponse, answer_of
 
 # A run's events may race each other (an asynchronous transport): each is planned on the
 # run's last event, and appended on the condition that it is still last.
@@ -58,7 +58,8 @@ class LineageIngest:
         self._appender = appender
         self._limits = limits
 
-    async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes]:
+    async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes, int]:
+        """The status, the JSON body, and the position for ``Causeway-Position``."""
         if len(body) > self._limits.max_event_data_bytes:
             raise EventTooLarge(
                 f"the event takes {len(body)} bytes, over the "
@@ -157,7 +158,12 @@ def create_router(
         if content_type is not None and not is_json_media_type(content_type):
             raise UnsupportedMediaType(f"Content-Type {content_type!r}: send application/json")
         body = await ingest.read_body(request)
-        status, answer = await ingest.answer(principal, body)
-        return Response(answer, status_code=status, media_type="application/json")
+        status, answer, position = await ingest.answer(principal, body)
+        return Response(
+            answer,
+            status_code=status,
+            media_type="application/json",
+            headers={POSITION_HEADER: str(position)},
+        )
 
     return router

@@ -21,7 +21,7 @@ from app.web.bodies import JSONRoute
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as task_rows
-from scheduler.web import NAME_PATTERN, PrincipalOf
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
 from scheduler.web.documents import history_json, task_json
 
 
@@ -42,7 +42,11 @@ def create_router(
     Admin = Annotated[Principal, Depends(admin)]
     Reader = Annotated[Principal, Depends(read)]
 
-    @router.get("/dead-letters", summary="Dead-lettered tasks (filters: queue, class, since)")
+    @router.get(
+        "/dead-letters",
+        summary="Dead-lettered tasks (filters: queue, class, since)",
+        dependencies=TASKS_SETTLED,
+    )
     async def list_dead_letters(
         principal: Reader,
         queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
@@ -64,7 +68,11 @@ def create_router(
             )
         return {"dead_letters": [task_json(s) for s in found]}
 
-    @router.get("/dead-letters/{task_id}", summary="A dead letter: task, trigger, attempts")
+    @router.get(
+        "/dead-letters/{task_id}",
+        summary="A dead letter: task, trigger, attempts",
+        dependencies=TASKS_SETTLED,
+    )
     async def read_dead_letter(task_id: str, principal: Reader) -> Response:
         async with engine.connect() as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
@@ -94,7 +102,7 @@ def create_router(
 
     @router.post("/dead-letters/{task_id}/requeue", summary="Put a dead letter back in its queue")
     async def requeue(
-        task_id: str, principal: Admin, body: Requeue | None = None
+        task_id: str, principal: Admin, response: Response, body: Requeue | None = None
     ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).requeue(
@@ -103,14 +111,18 @@ def create_router(
                 reason=body.reason if body else None,
                 actor=principal.key_id,
             )
+        response.headers[POSITION_HEADER] = str(state.position)
         return task_json(state)
 
     @router.post("/dead-letters/{task_id}/discard", summary="Drop a dead letter, with a reason")
-    async def discard(task_id: str, body: Discard, principal: Admin) -> dict[str, Any]:
+    async def discard(
+        task_id: str, body: Discard, principal: Admin, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).discard(
                 principal.tenant, task_id, reason=body.reason, actor=principal.key_id
             )
+        response.headers[POSITION_HEADER] = str(state.position)
         return task_json(state)
 
     return router

@@ -32,7 +32,7 @@ from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.tasks import TaskState
-from scheduler.web import NAME_PATTERN, PrincipalOf, QueueName
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
@@ -159,14 +159,19 @@ def create_router(
             if found:
                 document: Any = [_lease_json(one) for one in found]
                 document = {"tasks": document} if body.max_tasks is not None else document[0]
-                return Response(orjson.dumps(document), media_type="application/json")
+                headers = {POSITION_HEADER: str(max(one.task.position for one in found))}
+                return Response(
+                    orjson.dumps(document), media_type="application/json", headers=headers
+                )
             left = deadline - loop.time()
             if left <= 0:
                 return Response(status_code=204)
             pause = await _pause(wakeups, seen, left, pause)
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
-    async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
+    async def heartbeat(
+        task_id: str, body: Heartbeat, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).extend(
                 principal.tenant,
@@ -176,7 +181,7 @@ def create_router(
                 default_lease_s=policy.lease_s,
                 max_lease_s=policy.max_lease_s,
             )
-        return task_json(state)
+        return _answered(state, response)
 
     _batch_routes(router, engine, decisions, max_request_bytes, parse_events, Worker)
 
@@ -190,7 +195,9 @@ def create_router(
             }
         },
     )
-    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
+    async def complete(
+        task_id: str, request: Request, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         # Read under the same cap as POST /events: results can be large.
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
@@ -200,15 +207,18 @@ def create_router(
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
             )
+        response.headers[POSITION_HEADER] = str(max([state.position, *positions]))
         return {"task": task_id, **_completed(state, results, positions)}
 
     @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
-    async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
+    async def fail(
+        task_id: str, body: Failure, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).fail(
                 principal.tenant, task_id, body.lease, body.error_class, body.message
             )
-        return task_json(state)
+        return _answered(state, response)
 
     return router
 
@@ -234,7 +244,9 @@ def _batch_routes(
             }
         },
     )
-    async def complete_many(request: Request, principal: Worker) -> dict[str, Any]:
+    async def complete_many(
+        request: Request, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
@@ -257,21 +269,23 @@ def _batch_routes(
                 [(body.tasks[n].task, body.tasks[n].lease, _events(parsed[n])) for n in valid],
             )
         outcomes: dict[int, Any] = {**parsed, **dict(zip(valid, done, strict=True))}
-        answers = []
+        answers, highest = [], 0
         for n, item in enumerate(body.tasks):
             outcome = outcomes[n]
             if isinstance(outcome, AppError):
                 answers.append(_refused(item.task, outcome))
                 continue
             state, positions = outcome
+            highest = max(highest, state.position, *positions)
             results = _events(parsed[n])
             answers.append(
                 {"task": item.task, "status": 200, **_completed(state, results, positions)}
             )
+        response.headers[POSITION_HEADER] = str(highest)
         return {"tasks": answers}
 
     @router.post("/tasks/fail", summary="Report many failed attempts, each answered on its own")
-    async def fail_many(body: Failures, principal: Worker) -> dict[str, Any]:
+    async def fail_many(body: Failures, principal: Worker, response: Response) -> dict[str, Any]:
         if len({item.task for item in body.tasks}) < len(body.tasks):
             raise BadRequest("tasks: a task is named twice")
         async with engine.begin() as conn:
@@ -279,6 +293,8 @@ def _batch_routes(
                 principal.tenant,
                 [(i.task, i.lease, i.error_class, i.message) for i in body.tasks],
             )
+        decided = [o.position for o in outcomes if not isinstance(o, AppError)]
+        response.headers[POSITION_HEADER] = str(max(decided, default=0))
         return {
             "tasks": [
                 _refused(item.task, outcome)
@@ -287,6 +303,12 @@ def _batch_routes(
                 for item, outcome in zip(body.tasks, outcomes, strict=True)
             ]
         }
+
+
+def _answered(state: TaskState, response: Response) -> dict[str, Any]:
+    """A command's answer: the task, and the position of the decision in the header."""
+    response.headers[POSITION_HEADER] = str(state.position)
+    return task_json(state)
 
 
 async def _pause(wakeups: TaskWakeups, seen: int, left: float, pause: float) -> float:

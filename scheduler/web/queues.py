@@ -2,6 +2,7 @@
 every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autoscale``
 (the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,12 +17,18 @@ from app.store.keys import Principal
 from app.web.bodies import JSONRoute
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
-from scheduler.web import PrincipalOf, QueueName
+from scheduler.web import TASKS_SETTLED, PrincipalOf, QueueName
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
 
-def create_router(engine: Engine, controller: PidController, read: PrincipalOf) -> APIRouter:
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+def create_router(
+    engine: Engine,
+    controller: PidController,
+    more_metrics: Callable[[], bytes],
+    read: PrincipalOf,
+) -> APIRouter:
+    """``more_metrics``: gauges of the service's own (the read replicas'), appended."""
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
     @router.get("/tasks/{task_id}", summary="A task's state and every decision about it")
@@ -53,13 +60,13 @@ def create_router(engine: Engine, controller: PidController, read: PrincipalOf) 
 
     @router.get(
         "/metrics",
-        summary="Prometheus gauges per queue (the tenant's)",
+        summary="Prometheus gauges per queue (the tenant's), and each read replica's lag",
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
     async def metrics(principal: Reader) -> Response:
         async with engine.connect() as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
-        return Response(exposition(depths), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(depths) + more_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     return router
