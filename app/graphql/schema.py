@@ -18,13 +18,13 @@ from strawberry.extensions import (
     ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
-    ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout
+from app.graphql.budget import bounded_validation
 from app.graphql.context import Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
@@ -299,7 +299,7 @@ class OperationChosen(SchemaExtension):
     first one (it names it for graphql-core), where the GraphQL spec's GetOperation
     refuses: a client that forgot the name would get an answer to another question.
 
-    It runs before validation, after ``ValidationCache`` (which sets the validation
+    It runs before validation, after ``bounded_validation`` (which sets the validation
     errors): a request error here ends the request as a validation error does."""
 
     def on_validate(self) -> Iterator[None]:
@@ -346,7 +346,9 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # Parsing and validating (with the limiters' rules) cost more than a small
             # audit itself; clients repeat the same documents, so both are cached.
             lambda: ParserCache(maxsize=256),
-            lambda: ValidationCache(maxsize=256),
+            # The validation cache, behind the caps on the expanded document: a document
+            # over them is refused before any rule runs (app.graphql.budget).
+            bounded_validation(limits, cache_size=256),
             OperationChosen,
             lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
