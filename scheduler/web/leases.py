@@ -27,6 +27,7 @@ from app.errors import InvalidCloudEvent
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import EXACT_LIMIT, NewEvent, Text
+from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
@@ -158,7 +159,7 @@ def create_router(
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
-        body, results = _completion_of(raw, parse_events)
+        body, results = _completion_of(raw, request.headers.get("content-type", ""), parse_events)
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
@@ -194,11 +195,12 @@ def _lease_document(found: Lease) -> bytes:
 
 
 def _completion_of(
-    raw: bytes, parse_events: Callable[[bytes], list[NewEvent]]
+    raw: bytes, content_type: str, parse_events: Callable[[bytes], list[NewEvent]]
 ) -> tuple[Completion, list[NewEvent]]:
     """The completion in ``raw``, and its result events as ingest parses them."""
+    json_text.refuse_other_charsets(content_type)
     try:
-        body = Completion.model_validate_json(raw)
+        body = Completion.model_validate(json_text.loads(raw))  # the one rule for JSON, first
     except ValidationError as invalid:
         raise RequestValidationError(invalid.errors(include_url=False)) from None
     # The standard library writes integers of any size; ingest's binding then treats
