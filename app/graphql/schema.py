@@ -50,7 +50,7 @@ from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
 from app.store.records import EventFilter as StoreFilter
-from app.store.records import refuse_empty_filters
+from app.store.records import refuse_empty_filters, refuse_long_filters
 from app.store.timestamps import parse_time_parameter
 
 Info = strawberry.Info[Context, None]
@@ -242,6 +242,7 @@ class Query:
             max(1, _bound(limit, caps.max_lineage_nodes, "limit")),
         )
 
+        refuse_long_filters({"types": types})
         answer = await _walk(
             info,
             lambda conn: trace(
