@@ -19,7 +19,9 @@ CAP = 4096
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(_env_file=None, max_request_bytes=CAP)
+    # No lingering close: the rest of a refused body is never read (app.web.timeouts
+    # reads at most linger_bytes of it, tested against a real server in test_server_limits).
+    return Settings(_env_file=None, max_request_bytes=CAP, linger_bytes=0)
 
 
 def oversized() -> bytes:

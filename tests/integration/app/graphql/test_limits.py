@@ -158,6 +158,7 @@ class TestLimits:
             graphql_max_tokens=200,
             graphql_max_page_size=3,
             graphql_max_request_bytes=2048,
+            linger_bytes=0,  # the rest of a refused body is never read (none lingers)
         ) as client:
             yield client
 
