@@ -8,14 +8,26 @@ STAMP := $(VENV)/.installed-stamp
 # other worker. `make test PYTEST_PARALLEL=` runs the suites in one process.
 PYTEST_PARALLEL ?= -n auto --dist worksteal
 
-.PHONY: install run fmt lint test migrate schema bench bench-quick clean
+VENDOR := app/web/vendor
+
+.PHONY: browser install run fmt lint test migrate schema bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP)
+# Swagger UI, ReDoc and GraphiQL's files, from the npm packages pinned in the lock file
+# (app/web/assets.py serves them: no page loads anything from a CDN).
+$(VENDOR)/node_modules/.installed-stamp: $(VENDOR)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
+	cd $(VENDOR) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+install: $(STAMP) $(VENDOR)/node_modules/.installed-stamp
+
+browser:  ## Debian's Chromium, which the explorer's browser tests drive (as root: apt-get)
+	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 run: install  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
 	$(BIN)/causeway serve
@@ -30,7 +42,7 @@ lint: install  ## exactly what CI checks, in the same order
 	$(BIN)/mypy .
 	$(BIN)/lint-imports
 
-test: lint  ## .ci/run calls this and nothing else
+test: lint browser  ## .ci/run calls this and nothing else
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/integration
 	$(MAKE) bench-quick

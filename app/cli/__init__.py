@@ -1,4 +1,4 @@
-"""The ``causeway`` command: serve, migrate, verify, replay and keys.
+"""The ``causeway`` command: serve, migrate, verify, anchor, replay and keys.
 
 Bad input prints ``error: <detail>`` on stderr and exits 2; a failed check (``verify``)
 exits 1. With no ``CAUSEWAY_DATABASE_URL`` every command uses the embedded PostgreSQL
@@ -22,6 +22,7 @@ __all__ = ["cli", "main"]
 cli.command()(serve.serve)
 cli.command()(serve.migrate)
 cli.command()(log.verify)
+cli.command()(log.anchor)
 cli.command()(log.replay)
 cli.command()(projections.project)
 projections_cli.command("status")(projections.projections_status)

@@ -16,6 +16,7 @@ JSON_ENDPOINTS = [
     ("POST", "/events", "application/cloudevents-batch+json"),
     ("POST", "/events", "application/json"),  # binary mode, JSON data
     ("POST", "/graphql", "application/json"),
+    ("POST", "/api/v1/lineage", "application/json"),
     ("POST", "/models/m/versions", "application/json"),
     ("PUT", "/models/m/aliases/prod", "application/json"),
     ("POST", "/deployments/svc/rollouts", "application/json"),
