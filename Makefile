@@ -10,7 +10,7 @@ PYTEST_PARALLEL ?= -n auto --dist worksteal
 
 VENDOR := app/web/vendor
 
-.PHONY: browser install run fmt lint test migrate schema bench bench-quick clean
+.PHONY: browser install run fmt lint test migrate schema bench bench-quick relay-chaos clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,6 +60,7 @@ bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
 	$(BIN)/python -m bench.lineage
 	$(BIN)/python -m bench.scheduler
 	$(BIN)/python -m bench.evs_filter
+	$(BIN)/python -m bench.relay
 
 bench-quick: install  ## the benchmarks on small data: a smoke test, not a measurement
 	$(BIN)/python -m bench.ingest --quick
@@ -67,6 +68,10 @@ bench-quick: install  ## the benchmarks on small data: a smoke test, not a measu
 	$(BIN)/python -m bench.lineage --quick
 	$(BIN)/python -m bench.scheduler --quick
 	$(BIN)/python -m bench.evs_filter --quick
+	$(BIN)/python -m bench.relay --quick
+
+relay-chaos: install  ## the relay's cluster test at the issue's size: 20,000 events (the suite runs 3,000)
+	CAUSEWAY_TEST_RELAY_EVENTS=20000 $(BIN)/pytest tests/integration/app/projections/relay/test_relay_chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -90,6 +90,12 @@ def _json_text() -> ColumnElement[str]:
     return cast(_structured(), Text).label("json")
 
 
+def structured_json() -> ColumnElement[str]:
+    """An event's structured CloudEvent JSON (what ``GET /events/{id}`` answers), as a
+    column for other readers of the log (the relay)."""
+    return _json_text()
+
+
 # Built once: constructing the envelope expression costs more than running the query.
 # On the driver: every lease reads its task's trigger with it.
 _READ_EVENT = DriverStatement.of(
