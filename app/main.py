@@ -42,9 +42,9 @@ from app.store.replication import FallbackConnector, replica_name
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
-from app.web.dependencies import authorize, require
+from app.web.dependencies import authorization_of, authorize, require
 from app.web.reads import ReadRouter, ReadSource
-from app.web.timeouts import Timeouts
+from app.web.timeouts import Linger, Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
 from ingest.openlineage.router import LineageIngest
@@ -75,6 +75,8 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
         max_query_depth=settings.graphql_max_query_depth,
         max_tokens=settings.graphql_max_tokens,
         max_aliases=settings.graphql_max_aliases,
+        max_selections=settings.graphql_max_selections,
+        max_fragments=settings.graphql_max_fragments,
         max_page_size=settings.graphql_max_page_size,
         max_lineage_depth=settings.graphql_max_lineage_depth,
         max_lineage_nodes=settings.graphql_max_lineage_nodes,
@@ -220,7 +222,10 @@ def create_app(
     app.state.schema_head = head_revision()
     problems.install(app)
     app.timeouts = Timeouts(
-        app.answer, body_timeout_s=settings.body_timeout_s, send_timeout_s=settings.send_timeout_s
+        app.answer,
+        body_timeout_s=settings.body_timeout_s,
+        send_timeout_s=settings.send_timeout_s,
+        linger=Linger(max_bytes=settings.linger_bytes, max_s=settings.linger_s),
     )
     _mount_routes(app, settings, controller)
     return app
@@ -406,7 +411,7 @@ class Causeway(FastAPI):
         headers = scope["headers"]
         try:
             principal = await authorize(
-                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
+                self.state.authenticator, authorization_of(headers), KeyScope.INGEST
             )
             body = await self.ingest.read_body(receive, _header(headers, b"content-length"))
             status, answer, position = await self.ingest.answer(

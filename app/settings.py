@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     # between two reads of a body; the time a client may take no byte of its answer.
     body_timeout_s: float = Field(default=30.0, gt=0)
     send_timeout_s: float = Field(default=60.0, gt=0)
+    # After an answer given before its body was read (a 413, a 401): read at most this
+    # much more of the body, for at most this long, then close (app.web.timeouts).
+    linger_bytes: int = Field(default=32 << 20, ge=0)
+    linger_s: float = Field(default=5.0, ge=0)
     db_pool_size: int = Field(default=5, ge=1)
     key_cache_ttl_s: float = Field(default=5.0, ge=0)
     # At most 2048: an attribute is indexed (id, stream, source, type, ...), and a btree
@@ -52,6 +56,8 @@ class Settings(BaseSettings):
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
+    # The JSON endpoints but POST /events, GraphQL and task completions (app.web.bodies)
+    max_json_body_bytes: int = Field(default=256 << 10, ge=1024)
     replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits
     replay_max_streams: int = Field(default=8, ge=1)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
@@ -61,6 +67,8 @@ class Settings(BaseSettings):
     graphql_max_query_depth: int = Field(default=12, ge=1)
     graphql_max_tokens: int = Field(default=2000, ge=10)
     graphql_max_aliases: int = Field(default=20, ge=0)
+    graphql_max_selections: int = Field(default=1000, ge=1)  # fragments expanded
+    graphql_max_fragments: int = Field(default=32, ge=0)
     graphql_max_page_size: int = Field(default=500, ge=1)
     graphql_max_lineage_depth: int = Field(default=100, ge=1)
     graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)

@@ -58,9 +58,9 @@ class Ingest:
     ) -> tuple[int, bytes, int]:
         """The status, the JSON body, and the position to answer in ``Causeway-Position``."""
         events: list[NewEvent] = []
-        for part in parse_in_parts(content_type, headers, body, self.limits):
-            if events:
-                await asyncio.sleep(0)  # a group holding the log head goes on meanwhile
+        for number, part in enumerate(parse_in_parts(content_type, headers, body, self.limits)):
+            if number:
+                await asyncio.sleep(0)  # other tasks (a group holding the log head) go on
             events += part
         appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         return answer_of(appended)

@@ -18,13 +18,13 @@ from strawberry.extensions import (
     ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
-    ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout
+from app.graphql.budget import bounded_validation
 from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
@@ -53,7 +53,7 @@ from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
 from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
-from app.store.records import refuse_empty_filters
+from app.store.records import refuse_empty_filters, refuse_long_filters
 from app.store.timestamps import parse_time_parameter
 
 Info = strawberry.Info[Context, None]
@@ -271,6 +271,7 @@ class Query:
             max(1, _bound(limit, caps.max_lineage_nodes, "limit")),
         )
 
+        refuse_long_filters({"types": types})
         answer = await _walk(
             info,
             lambda conn: trace(
@@ -329,7 +330,7 @@ class OperationChosen(SchemaExtension):
     first one (it names it for graphql-core), where the GraphQL spec's GetOperation
     refuses: a client that forgot the name would get an answer to another question.
 
-    It runs before validation, after ``ValidationCache`` (which sets the validation
+    It runs before validation, after ``bounded_validation`` (which sets the validation
     errors): a request error here ends the request as a validation error does."""
 
     def on_validate(self) -> Iterator[None]:
@@ -376,7 +377,9 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # Parsing and validating (with the limiters' rules) cost more than a small
             # audit itself; clients repeat the same documents, so both are cached.
             lambda: ParserCache(maxsize=256),
-            lambda: ValidationCache(maxsize=256),
+            # The validation cache, behind the caps on the expanded document: a document
+            # over them is refused before any rule runs (app.graphql.budget).
+            bounded_validation(limits, cache_size=256),
             OperationChosen,
             lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
 from fastapi import Header, Query, Request
 
 from app.db.engine import Connector, Engine
-from app.errors import Forbidden, Unauthenticated
+from app.errors import BadRequest, Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.records import MAX_POSITION
@@ -100,10 +100,26 @@ def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]
 
     async def principal(request: Request) -> Principal:
         return await authorize(
-            request.app.state.authenticator, request.headers.get("authorization", ""), scope
+            request.app.state.authenticator, authorization_of(request.scope["headers"]), scope
         )
 
     return principal
+
+
+def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """A request's one ``Authorization`` header (ASGI headers), ``""`` when it has none.
+    Two are refused (400): servers and proxies differ on which one counts, so a request
+    that names two callers is not answered as either."""
+    found: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            if found is not None:
+                raise BadRequest(
+                    "the request has more than one Authorization header; send one",
+                    header="authorization",
+                )
+            found = value
+    return "" if found is None else found.decode("latin-1")
 
 
 async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:

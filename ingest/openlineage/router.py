@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
@@ -41,6 +40,7 @@ from app.store.records import (
     nests_deeper,
     normalise_numbers,
 )
+from app.web import json_text
 from app.web.bodies import receive_body
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Known, Parsed, parse, plan
@@ -66,10 +66,7 @@ class LineageIngest:
                 f"{self._limits.max_event_data_bytes}-byte limit on event data",
                 max_event_data_bytes=self._limits.max_event_data_bytes,
             )
-        try:
-            event = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"the body is not JSON: {exc}") from None
+        event = json_text.loads(body)  # the one rule for JSON: invalid-json, as everywhere
         parsed = parse(validate(event), event, body)
         _check_storable(event)
         appended = await self._store(principal.tenant, parsed)
@@ -98,6 +95,7 @@ class LineageIngest:
 
     async def read_body(self, request: Request) -> bytes:
         max_bytes = self._limits.max_request_bytes
+        json_text.refuse_other_charsets(request.headers.get("content-type", ""))
         body = await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding == "gzip":

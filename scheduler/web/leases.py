@@ -3,7 +3,6 @@ task this worker can run, or 204 after waiting up to ``wait_s``; ``POST
 /tasks/{id}/heartbeat|complete|fail`` with the lease id extend, finish or fail it."""
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -23,10 +22,11 @@ from pydantic import (
 )
 
 from app.db.engine import Engine
-from app.errors import AppError, BadRequest, InvalidCloudEvent
+from app.errors import AppError, BadRequest
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import EXACT_LIMIT, NewEvent, Text
+from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
@@ -202,7 +202,7 @@ def create_router(
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
-        body, results = _completion_of(raw, parse_events)
+        body, results = _completion_of(raw, request.headers.get("content-type", ""), parse_events)
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
@@ -250,8 +250,9 @@ def _batch_routes(
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
+        json_text.refuse_other_charsets(request.headers.get("content-type", ""))
         try:
-            body = Completions.model_validate_json(raw)
+            body = Completions.model_validate(json_text.loads(raw))  # the one rule for JSON
         except ValidationError as invalid:
             raise RequestValidationError(invalid.errors(include_url=False)) from None
         if len({item.task for item in body.tasks}) < len(body.tasks):
@@ -356,11 +357,12 @@ def _lease_json(found: Lease) -> dict[str, Any]:
 
 
 def _completion_of(
-    raw: bytes, parse_events: Callable[[bytes], list[NewEvent]]
+    raw: bytes, content_type: str, parse_events: Callable[[bytes], list[NewEvent]]
 ) -> tuple[Completion, list[NewEvent]]:
     """The completion in ``raw``, and its result events as ingest parses them."""
+    json_text.refuse_other_charsets(content_type)
     try:
-        body = Completion.model_validate_json(raw)
+        body = Completion.model_validate(json_text.loads(raw))  # the one rule for JSON, first
     except ValidationError as invalid:
         raise RequestValidationError(invalid.errors(include_url=False)) from None
     return body, _results_of(body.events, parse_events)
@@ -369,15 +371,7 @@ def _completion_of(
 def _results_of(
     events: list[dict[str, Any]], parse_events: Callable[[bytes], list[NewEvent]]
 ) -> list[NewEvent]:
-    """A completion's result events, as ingest parses them."""
-    if not events:
-        return []
-    # The standard library writes integers of any size; ingest's binding then treats
-    # them as it treats those of POST /events.
-    try:
-        encoded = json.dumps(events, ensure_ascii=False, allow_nan=False).encode()
-    except ValueError:  # 1e400 read as infinity: no JSON can carry it on
-        raise InvalidCloudEvent(
-            "events: a number is infinite or NaN when read as a double"
-        ) from None
-    return parse_events(encoded)
+    """A completion's result events, as ingest parses them: read as POST /events reads its
+    body (orjson: no infinity, an integer past 64 bits a float), so written back as it was
+    read."""
+    return parse_events(orjson.dumps(events)) if events else []
