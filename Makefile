@@ -2,23 +2,37 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed-run
 # One pytest worker per core (pytest-xdist); each starts its own embedded PostgreSQL.
 # A test that waits (a server starting, a timeout running out) leaves its core to the
 # other worker. `make test PYTEST_PARALLEL=` runs the suites in one process.
 PYTEST_PARALLEL ?= -n auto --dist worksteal
 
-.PHONY: install run fmt lint test migrate schema bench bench-quick clean
+.PHONY: install install-run run fmt lint test migrate schema bench bench-quick clean
+
+# Two installs: `make run` takes only what `causeway` needs to serve (the package and its
+# dependencies: seconds on a fresh clone); everything else (`make lint`, `make test`, ...)
+# takes the dev extras too: linters, test tools, numba, the benchmarks' baselines.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing causeway into $(VENV) (once, and again when pyproject.toml changes)"
+	@$(PIP) -e .
+	@touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(RUN_STAMP) $(STAMP)
 
 install: $(STAMP)
 
-run: install  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
-	$(BIN)/causeway serve
+install-run: $(RUN_STAMP)
+
+run: install-run  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
+	@$(BIN)/causeway serve
 
 fmt: install
 	$(BIN)/ruff format .
