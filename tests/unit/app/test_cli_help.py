@@ -47,7 +47,8 @@ def test_every_option_says_what_it_is_and_its_default(path: list[str], command: 
         if param.is_flag:
             assert not value, f"{' '.join(path)} {names}: a flag shows a value"
         else:
-            assert value and _WORD.fullmatch(value[0]), f"{' '.join(path)}: {names}"
+            assert value, f"{' '.join(path)}: {names}"
+            assert _WORD.fullmatch(value[0]), f"{' '.join(path)}: {names}"
         if not param.required and param.expose_value:  # not --help, not the completion flags
             assert "default:" in text, f"{' '.join(path)} {names}: no default shown"
 
