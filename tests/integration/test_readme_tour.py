@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from datetime import UTC, datetime, timedelta
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
