@@ -1,4 +1,5 @@
-"""The ``causeway`` command: serve, demo, migrate, verify, replay, keys, projections, evs.
+"""The ``causeway`` command: serve, demo, migrate, verify, anchor, replay, keys, projections,
+evs.
 
 Bad input prints ``error: <detail>`` on stderr and exits 2; a failed check (``verify``)
 exits 1. With no ``CAUSEWAY_DATABASE_URL`` every command uses the embedded PostgreSQL
@@ -23,6 +24,7 @@ cli.command()(serve.serve)
 cli.command()(demo.demo)
 cli.command()(serve.migrate)
 cli.command()(log.verify)
+cli.command()(log.anchor)
 cli.command()(log.replay)
 cli.command()(projections.project)
 projections_cli.command("status")(projections.projections_status)

@@ -10,6 +10,7 @@ import re
 import stat
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -29,7 +30,7 @@ from app.db.engine import create_engine
 from app.errors import AppError
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, parse_position
-from app.store.verify import ChainReport, verify_chain
+from app.store.verify import ChainReport, read_head, verify_chain
 
 
 def verify(
@@ -42,13 +43,27 @@ def verify(
             show_default="none",
         ),
     ] = None,
+    anchors_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchors",
+            metavar="FILE",
+            help="every anchor of a file that 'causeway anchor' appended to, one "
+            "POSITION:HASH at the start of each line",
+            show_default="none",
+        ),
+    ] = None,
 ) -> None:
     """Re-check the whole hash chain; exit 1 at the first event that does not match."""
     settings = load_settings()
     anchors: dict[int, bytes] = {}
-    for position, digest in (_parse_anchor(text) for text in anchor or []):
+    given = [(text, "--anchor") for text in anchor or []]
+    if anchors_file is not None:
+        given += _anchor_lines(anchors_file)
+    for text, where in given:
+        position, digest = _parse_anchor(text, where)
         if anchors.setdefault(position, digest) != digest:
-            fail(f"--anchor gives two hashes for position {position}")
+            fail(f"{where} gives a second hash for position {position}")
     with database(settings) as db:
         report = asyncio.run(_verify(db.url, anchors))
     if not report.is_intact:
@@ -62,17 +77,70 @@ def verify(
 _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
 
 
-def _parse_anchor(text: str) -> tuple[int, bytes]:
+def _parse_anchor(text: str, where: str) -> tuple[int, bytes]:
     found = _ANCHOR.fullmatch(text)
     position = None if found is None else parse_position(found[1])
     if found is None or not position:
-        fail(f"--anchor takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
+        fail(f"{where} takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
     return position, bytes.fromhex(found[2])
 
 
 def _filter(metavar: str, help: str) -> Any:
     """A ``replay`` filter: a text that must match exactly, unset to take every event."""
     return typer.Option(metavar=metavar, help=help, show_default="any", callback=utf8)
+
+
+def _anchor_lines(path: Path) -> list[tuple[str, str]]:
+    """The anchors of ``path``: the first word of each line that is not blank or a
+    ``#`` comment, each with where it was read (``FILE line N``)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"--anchors {path}: {getattr(exc, 'strerror', None) or exc}")
+    return [
+        (line.split()[0], f"{path} line {n}")
+        for n, line in enumerate(lines, 1)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
+def anchor(
+    journal: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="the file to append to (created if absent); keep it where the "
+            "database's owner cannot rewrite it",
+        ),
+    ],
+) -> None:
+    """Append the log's head to FILE as one line, 'POSITION:HASH TIME'. Run it on a
+    timer; 'verify --anchors FILE' then catches a rewritten or cut tail up to the
+    last line (docs/hash-chain.md)."""
+    settings = load_settings()
+    with database(settings) as db:
+        position, digest = asyncio.run(_head(db.url))
+    if position == 0:
+        typer.echo("the log is empty: nothing to anchor")
+        return
+    line = f"{position}:{digest.hex()} {datetime.now(UTC).isoformat(timespec='seconds')}\n"
+    try:
+        with journal.open("a", encoding="utf-8") as out:
+            out.write(line)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        fail(f"cannot append to {journal}: {exc.strerror or exc}")
+    typer.echo(f"anchor: {position}:{digest.hex()} appended to {journal}")
+
+
+async def _head(url: URL | str) -> tuple[int, bytes]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            return await read_head(conn)
+    finally:
+        await engine.dispose()
 
 
 async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:

@@ -104,6 +104,13 @@ async def verify_chain(
     return ChainReport(count=count, head_hash=prev_hash)
 
 
+async def read_head(conn: AsyncConnection) -> tuple[int, bytes]:
+    """The log's head as the log records it: the last position (0 for an empty log) and
+    its hash (``GENESIS_HASH`` then). What an anchor keeps."""
+    head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one_or_none()
+    return (0, GENESIS_HASH) if head is None else (int(head.position), bytes(head.hash))
+
+
 def _time_follows(stored: datetime | None, hashed: str | None) -> bool:
     """Whether the ``time`` column is the instant of the hashed ``time`` text. (A text
     that today's parser refuses, stored before it was as strict, proves nothing.)"""

