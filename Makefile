@@ -15,14 +15,15 @@ PYTEST_PARALLEL ?= -n auto --dist worksteal
 # dependencies); everything else (`make lint`, `make test`, ...) takes the dev extras too:
 # linters, test tools, numba, the benchmarks' baselines. `make run` installs them with uv
 # (from PyPI, a few seconds where pip takes half a minute on a fresh clone: it downloads
-# and unpacks in parallel), and with pip if uv cannot be had.
+# and unpacks in parallel), and with pip if uv cannot be had. Bytecode is compiled at install,
+# as pip does: a start that compiles every module it imports takes seconds more.
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 UV_VERSION := uv>=0.13,<0.14
 
 $(RUN_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing causeway into $(VENV) (once, and again when pyproject.toml changes)"
-	@($(PIP) '$(UV_VERSION)' && $(BIN)/uv pip install --quiet --python $(BIN)/python -e .) \
+	@($(PIP) '$(UV_VERSION)' && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e .) \
 		|| $(PIP) -e .
 	@touch $(RUN_STAMP)
 
