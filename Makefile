@@ -9,7 +9,9 @@ RUN_STAMP := $(VENV)/.installed-run
 # other worker. `make test PYTEST_PARALLEL=` runs the suites in one process.
 PYTEST_PARALLEL ?= -n auto --dist worksteal
 
-.PHONY: install install-run run fmt lint test migrate schema bench bench-quick clean
+VENDOR := app/web/vendor
+
+.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick clean
 
 # Two installs: `make run` takes only what `causeway` needs to serve (the package and its
 # dependencies); everything else (`make lint`, `make test`, ...) takes the dev extras too:
@@ -32,9 +34,19 @@ $(STAMP): pyproject.toml
 	$(PIP) -e '.[dev]'
 	touch $(RUN_STAMP) $(STAMP)
 
-install: $(STAMP)
+# Swagger UI, ReDoc and GraphiQL's files, from the npm packages pinned in the lock file
+# (app/web/assets.py serves them: no page loads anything from a CDN).
+$(VENDOR)/node_modules/.installed-stamp: $(VENDOR)/package-lock.json
+	command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm)
+	cd $(VENDOR) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
 
-install-run: $(RUN_STAMP)
+install: $(STAMP) $(VENDOR)/node_modules/.installed-stamp
+
+browser:  ## Debian's Chromium, which the explorer's browser tests drive (as root: apt-get)
+	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+install-run: $(RUN_STAMP) $(VENDOR)/node_modules/.installed-stamp
 
 run: install-run  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
 	@$(BIN)/causeway serve
@@ -49,7 +61,7 @@ lint: install  ## exactly what CI checks, in the same order
 	$(BIN)/mypy .
 	$(BIN)/lint-imports
 
-test: lint  ## .ci/run calls this and nothing else
+test: lint browser  ## .ci/run calls this and nothing else
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/unit
 	$(BIN)/pytest $(PYTEST_PARALLEL) tests/integration
 	$(MAKE) bench-quick

@@ -15,6 +15,7 @@
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
     ├── InvalidEvent            422 invalid-event
+    │   ├── InvalidOpenLineageEvent 422 invalid-openlineage-event
     │   ├── UnknownCause        422 unknown-cause
     │   ├── ReservedType        422 reserved-type
     │   └── EventTooLarge       422 event-too-large
@@ -163,6 +164,15 @@ class InvalidEvent(AppError):
     code = "invalid-event"
     title = "Event rejected"
     about = "The event is well-formed but breaks a rule of the store. Nothing was written."
+
+
+class InvalidOpenLineageEvent(InvalidEvent):
+    code = "invalid-openlineage-event"
+    title = "Not a valid OpenLineage event"
+    about = (
+        "The body of POST /api/v1/lineage breaks the OpenLineage spec's JSON Schema (2-0-x); "
+        "errors names the first error with a JSON Pointer. Nothing was written."
+    )
 
 
 class UnknownCause(InvalidEvent):

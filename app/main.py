@@ -26,6 +26,7 @@ from app.api.replay import ReplaySlots
 from app.db.engine import DriverPool, Engine, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.errors import BadRequest
+from app.explorer import router as explorer
 from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
@@ -35,13 +36,15 @@ from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
-from app.web import problems
+from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
 from app.web.dependencies import authorize, require
 from app.web.timeouts import Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
+from ingest.openlineage.router import LineageIngest
+from ingest.openlineage.router import create_router as create_lineage_router
 from ingest.router import Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.autoscale import PidController
@@ -157,6 +160,9 @@ def create_app(
             on_shutdown()
 
     app = Causeway(
+        # /docs and /redoc are app.web.assets' routes: on files this server serves.
+        docs_url=None,
+        redoc_url=None,
         title="Causeway",
         summary="An append-only, event-sourced lineage store for AI systems",
         version="0.1.0",
@@ -219,6 +225,8 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     # The two hot paths first: a request is matched against the routes in this order.
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
+    lineage = LineageIngest(engine, appender, limits_from(settings))
+    app.include_router(create_lineage_router(lineage, require(KeyScope.INGEST)))
     graphql = create_graphql(
         app.state.graphql_reads,
         app.state.walks,
@@ -233,6 +241,8 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     app.include_router(model_registry.router)
     app.include_router(deployments.router)
     app.include_router(projections.router)
+    app.include_router(assets.router)
+    app.include_router(explorer.router)
     app.include_router(
         create_scheduler_router(
             engine,

@@ -8,11 +8,12 @@ Reads come from the read model, which follows the log within a poll interval.
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
 from app.errors import NotFound
@@ -29,12 +30,29 @@ _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 
 
+def _uuid(text: str) -> str:
+    uuid.UUID(text)  # a ValueError names it as invalid; the text is kept as sent
+    return text
+
+
+# An OpenLineage runId (a UUID), as the run's events write it
+RunId = Annotated[str, AfterValidator(_uuid)]
+
+
 class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(min_length=1, max_length=128)
     signature: Signature
     tags: dict[Text, Text] = Field(default_factory=dict)
     enforce_outputs: bool = False
+    training_run: RunId | None = Field(
+        default=None, description="The runId of the OpenLineage run that trained this version"
+    )
+
+
+class LinkTrainingRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    run_id: RunId = Field(description="The runId of an OpenLineage run that trained the version")
 
 
 class SetAlias(BaseModel):
@@ -65,14 +83,44 @@ async def register_version(
         enforce_outputs=body.enforce_outputs,
     )
     appended = registered.appended
-    answer = {
+    answer: dict[str, Any] = {
         "name": name,
         "version": body.version,
         "signature_digest": registered.signature_digest,
         "position": appended.position,
         "duplicate": appended.duplicate,
     }
-    return JSONResponse(answer, status_code=200 if appended.duplicate else 201)
+    if body.training_run is not None:
+        linked = await commands.link_training_run(
+            principal.tenant, name, body.version, body.training_run
+        )
+        answer |= {"training_run": body.training_run, "position": linked.position}
+        answer["duplicate"] = appended.duplicate and linked.duplicate
+    return JSONResponse(answer, status_code=200 if answer["duplicate"] else 201)
+
+
+@router.post(
+    "/models/{name}/versions/{version}/training-runs",
+    status_code=201,
+    summary="Name an OpenLineage run that trained a registered version",
+)
+async def link_training_run(
+    name: str,
+    version: str,
+    body: LinkTrainingRun,
+    principal: Annotated[Principal, Depends(_admin)],
+    commands: Commands,
+) -> JSONResponse:
+    linked = await commands.link_training_run(principal.tenant, name, version, body.run_id)
+    answer = {
+        "name": name,
+        "version": version,
+        "training_run": body.run_id,
+        "id": linked.id,
+        "position": linked.position,
+        "duplicate": linked.duplicate,
+    }
+    return JSONResponse(answer, status_code=200 if linked.duplicate else 201)
 
 
 @router.put("/models/{name}/aliases/{alias}", summary="Point an alias at a registered version")
@@ -134,6 +182,7 @@ def _model(model: Model) -> dict[str, Any]:
                 "enforce_outputs": v.enforce_outputs,
                 "registered_at": v.registered_at.isoformat(),
                 "position": v.position,
+                "training_runs": list(v.training_runs),
             }
             for v in model.versions
         ],

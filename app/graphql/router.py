@@ -19,7 +19,7 @@ import orjson
 from cross_web import HTTPException, StarletteRequestAdapter  # of both Strawberry faces
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as StarletteRequest
-from starlette.responses import Response
+from starlette.responses import HTMLResponse, Response
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
@@ -31,6 +31,7 @@ from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
 from app.store.keys import Principal, Scope
+from app.web.assets import graphiql_html
 from app.web.auth import Authenticator
 from app.web.bodies import receive_body
 from app.web.dependencies import authorize
@@ -97,6 +98,10 @@ def _encode(data: object) -> bytes:
 
 
 class _Router(GraphQLRouter[Context, None]):
+    async def render_graphql_ide(self, request: StarletteRequest) -> HTMLResponse:  # noqa: ARG002
+        # Strawberry's page loads GraphiQL from a CDN: this one, from this server.
+        return HTMLResponse(graphiql_html())
+
     async def run(self, request: Any, context: Any = UNSET, root_value: Any = UNSET) -> Any:
         return await _as_problem(super().run(request, context=context, root_value=root_value))
 

@@ -29,6 +29,7 @@ from app.graphql.context import Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
+from app.graphql.openlineage import Dataset, run_ids
 from app.graphql.types import (
     BIG_INT,
     BigInt,
@@ -41,6 +42,7 @@ from app.graphql.types import (
     LineageDirection,
     Model,
     decode_cursor,
+    made_once,
     page_size,
 )
 from app.store.deployment_reads import DeploymentReader, DeploymentView
@@ -49,6 +51,7 @@ from app.store.failures import is_statement_cancelled
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
+from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
 from app.store.records import refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
@@ -190,6 +193,21 @@ class Query:
             found = await RegistryReader(conn).read_models(info.context.tenant, name)
         return Model.from_store(found[0]) if found else None
 
+    @strawberry.field(
+        description="An OpenLineage dataset: its versions and the runs that wrote and read them."
+    )
+    async def dataset(self, info: Info, namespace: str, name: str) -> Dataset | None:
+        tenant = info.context.tenant
+        async with info.context.reading() as conn:
+            record = await read_dataset(conn, tenant, namespace, name)
+            if record is None:
+                return None
+            runs = await read_run_events(conn, tenant, run_ids(record))
+        info.context.budget.spend(
+            len(record.versions) + len(record.static_events) + sum(map(len, runs.values()))
+        )
+        return Dataset.build(namespace, name, record, runs, made_once())
+
     @strawberry.field(description="Every service's deployment, now.")
     async def deployments(self, info: Info) -> list[Deployment]:
         async with info.context.reading() as conn:
@@ -274,7 +292,8 @@ class Query:
                 max_nodes=caps.max_lineage_nodes,
             ),
         )
-        info.context.budget.spend(len(answer.trace.nodes))
+        trained = sum(len(t.events) for t in answer.training_runs)
+        info.context.budget.spend(len(answer.trace.nodes) + trained + len(answer.datasets))
         return DecisionAudit.from_audit(answer)
 
 

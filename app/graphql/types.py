@@ -11,6 +11,7 @@ from strawberry.scalars import JSON
 
 from app.errors import BadRequest
 from app.graphql.context import Context
+from app.graphql.openlineage import DatasetVersion, LineageRun, TrainingRun
 from app.store.chain import format_recorded_at
 from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
@@ -88,10 +89,14 @@ class ModelVersion:
     tags: JSON
     enforce_outputs: bool
     registered_at: str
+    training_runs: list[str] = strawberry.field(
+        description="The runIds of the OpenLineage runs that trained this version."
+    )
 
     @classmethod
     def from_store(cls, found: StoredVersion) -> "ModelVersion":
         return cls(
+            training_runs=list(found.training_runs),
             name=found.name,
             version=found.version,
             signature=JSON(found.signature),
@@ -227,7 +232,7 @@ class Event:
         return EventConnection.from_page(page)
 
 
-def _made_once() -> Callable[[StoredEvent], Event]:
+def made_once() -> Callable[[StoredEvent], Event]:
     """``Event.of`` that makes each event once: an answer names most events several times
     (an audit's derived events and its models' events; a lineage's nodes and edges)."""
     # By identity: an answer's events come from one read, each once. (Each Event made
@@ -305,7 +310,7 @@ class Lineage:
 
     @classmethod
     def from_trace(cls, answer: Trace) -> "Lineage":
-        event = _made_once()
+        event = made_once()
         return cls(
             root=event(answer.root),
             nodes=[LineageNode(event=event(n.event), depth=n.depth) for n in answer.nodes],
@@ -332,10 +337,17 @@ class DecisionAudit:
     chain_verified: bool = strawberry.field(
         description=(
             "Every event in this answer matches its hash, and the chain after it names that"
-            " hash: the next event in the log links to it, or the log head holds it."
+            " hash: the next event in the log links to it, or the log head holds it. This"
+            " covers the walks into the training runs (trainingRuns, datasets) too."
         )
     )
     truncated: bool
+    training_runs: list[TrainingRun] = strawberry.field(
+        description="The OpenLineage runs that trained the models used, with their events."
+    )
+    datasets: list[DatasetVersion] = strawberry.field(
+        description="The dataset versions upstream of those runs: the training data."
+    )
 
     @strawberry.field
     def graph(self) -> Lineage:
@@ -344,7 +356,7 @@ class DecisionAudit:
 
     @classmethod
     def from_audit(cls, answer: Audit) -> "DecisionAudit":
-        event = _made_once()
+        event = made_once()
         return cls(
             decision=event(answer.decision),
             source_events=[event(e) for e in answer.sources],
@@ -361,6 +373,15 @@ class DecisionAudit:
             trace=answer.trace,
             chain_verified=answer.chain_verified,
             truncated=answer.truncated,
+            training_runs=[
+                TrainingRun(
+                    model_name=t.link.model_name,
+                    model_version=t.link.model_version,
+                    run=LineageRun.build(t.link.run_id, t.events, event),
+                )
+                for t in answer.training_runs
+            ],
+            datasets=[DatasetVersion.build(e, event) for e in answer.datasets],
         )
 
 

@@ -23,7 +23,9 @@ from psycopg import AsyncConnection as PsycopgConnection
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
 from app.store.graph import Direction, WalkedNode, walk
+from app.store.openlineage import DATASET_VERSION, run_stream
 from app.store.records import StoredEvent
+from app.store.training_reads import TrainingLink, fetch_training_links
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,14 @@ class ModelUse:
 
 
 @dataclass(frozen=True, slots=True)
+class TrainingRun:
+    """An OpenLineage run that trained a model version of the audit, with its events."""
+
+    link: TrainingLink
+    events: list[StoredEvent]  # the run's events the walk reached, by position
+
+
+@dataclass(frozen=True, slots=True)
 class Audit:
     decision: StoredEvent
     sources: list[StoredEvent]  # ancestors with no causes at all
@@ -62,6 +72,8 @@ class Audit:
     trace: Trace
     chain_verified: bool
     truncated: bool
+    training_runs: list[TrainingRun]
+    datasets: list[StoredEvent]  # dataset versions upstream of the training runs
 
 
 async def trace(
@@ -104,15 +116,47 @@ async def audit(
             key, ModelUse(record.model_name, record.model_version, record.model_signature, [])
         )
         use.events.append(node.event)
+    links = await fetch_training_links(conn, tenant, models)
+    traces = [
+        await trace(
+            conn, tenant, link.last_event_id, Direction.UPSTREAM,
+            max_depth=max_depth, max_nodes=max_nodes,
+        )
+        for link in links
+        if link.last_event_id is not None
+    ]  # fmt: skip
     return Audit(
         decision=answer.root,
         sources=[e for e in ancestors if not e.record.causes],
         derived=[e for e in ancestors if e.record.causes],
         models=sorted(models.values(), key=lambda m: (m.name, m.version or "")),
         trace=answer,
-        chain_verified=all(_is_sealed(n) for n in answer.nodes) and _walk_follows_causes(answer),
-        truncated=answer.truncated,
+        chain_verified=all(_is_verified(t) for t in [answer, *traces]),
+        truncated=answer.truncated or any(t.truncated for t in traces),
+        training_runs=[_training_run(link, traces) for link in links],
+        datasets=_datasets(traces),
     )
+
+
+def _is_verified(answer: Trace) -> bool:
+    return all(_is_sealed(n) for n in answer.nodes) and _walk_follows_causes(answer)
+
+
+def _training_run(link: TrainingLink, traces: list[Trace]) -> TrainingRun:
+    stream = run_stream(link.run_id)
+    found = {n.event.record.id: n.event for t in traces for n in t.nodes}
+    events = [e for e in found.values() if e.record.stream == stream]
+    return TrainingRun(link, sorted(events, key=lambda e: e.position))
+
+
+def _datasets(traces: list[Trace]) -> list[StoredEvent]:
+    found = {
+        n.event.record.id: n.event
+        for t in traces
+        for n in t.nodes
+        if n.event.record.type == DATASET_VERSION
+    }
+    return sorted(found.values(), key=lambda e: e.position)
 
 
 def _walk_follows_causes(answer: Trace) -> bool:

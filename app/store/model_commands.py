@@ -13,8 +13,16 @@ from dataclasses import dataclass
 from app.db.engine import Engine
 from app.errors import BadRequest, Conflict, IdConflict, NotFound
 from app.store.append.group_commit import Appender
-from app.store.model_registry import Signature, alias_event, is_valid_name, registration_event
+from app.store.model_registry import (
+    Signature,
+    alias_event,
+    is_valid_name,
+    registration_event,
+    training_event,
+    training_id,
+)
 from app.store.model_registry_reads import fetch_alias_target, fetch_registered_digest
+from app.store.openlineage import fetch_heads, fetch_stored, run_stream
 from app.store.records import Appended
 
 
@@ -58,6 +66,35 @@ class ModelCommands:
             raise _registered_otherwise(name, version, stored or digest, digest) from None
         return Registered(digest, appended)
 
+    async def link_training_run(
+        self, tenant: str, name: str, version: str, run_id: str
+    ) -> Appended:
+        """Record that the OpenLineage run ``run_id`` trained ``name`` ``version``: a
+        ``causeway.model.trained`` event caused by the run's last stored event (none when
+        the log has no event of the run yet). The same link again is a duplicate."""
+        _check_names(name, version)
+        if not _is_uuid(run_id):
+            raise BadRequest(f"training_run {run_id!r} is not a UUID (an OpenLineage runId)")
+        if await self._registered_digest(tenant, name, version) is None:
+            raise NotFound(f"model {name!r} has no registered version {version!r}")
+        async with self._engine.connect() as conn:
+            stored = await fetch_stored(conn, tenant, training_id(name, version, run_id))
+            if stored is not None:
+                return stored
+            heads = await fetch_heads(conn, tenant, [run_stream(run_id)])
+        causes = tuple(h.id for h in heads.values())
+        try:
+            [appended] = await self._appender.append(
+                tenant, [training_event(name, version, run_id, causes)]
+            )
+        except IdConflict:  # linked meanwhile, after another event of the run
+            async with self._engine.connect() as conn:
+                stored = await fetch_stored(conn, tenant, training_id(name, version, run_id))
+            if stored is None:
+                raise
+            return stored
+        return appended
+
     async def set_alias(self, tenant: str, name: str, alias: str, version: str) -> Appended:
         """Point ``alias`` at a registered version of ``name``."""
         _check_names(name, alias)
@@ -81,6 +118,14 @@ class ModelCommands:
     async def _registered_digest(self, tenant: str, name: str, version: str) -> str | None:
         async with self._engine.connect() as conn:
             return await fetch_registered_digest(conn, tenant, name, version)
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_names(*names: str) -> None:

@@ -40,6 +40,8 @@ from app.store.timestamps import parse_rfc3339
 
 REGISTERED = "causeway.model.registered"
 ALIASED = "causeway.model.aliased"
+# A model version names an OpenLineage run that trained it (docs/openlineage.md).
+TRAINED = "causeway.model.trained"
 SOURCE = "causeway:models"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 
@@ -167,6 +169,26 @@ def alias_event(name: str, alias: str, version: str | None, sequence: int) -> Ne
         has_data=True,
         data={"name": name, "alias": alias, "version": version},
         model_name=name,
+    )
+
+
+def training_id(name: str, version: str, run_id: str) -> str:
+    return f"causeway:model:{name}:{version}:trained:{run_id}"
+
+
+def training_event(name: str, version: str, run_id: str, causes: tuple[str, ...]) -> NewEvent:
+    """``name`` ``version`` was trained by the OpenLineage run ``run_id``; ``causes``: the
+    run's last event when the log has one, so lineage runs from the training data on."""
+    return NewEvent(
+        id=training_id(name, version, run_id),
+        source=SOURCE,
+        type=TRAINED,
+        stream=f"causeway:model:{name}",
+        has_data=True,
+        data={"name": name, "version": version, "training_run": run_id},
+        causes=causes,
+        model_name=name,
+        model_version=version,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -11,7 +11,7 @@ from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, model_aliases, model_versions
-from app.store.model_registry import ALIASED, REGISTERED, registration_id
+from app.store.model_registry import ALIASED, REGISTERED, TRAINED, registration_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +24,8 @@ class ModelVersion:
     enforce_outputs: bool
     registered_at: datetime
     position: int
+    # The OpenLineage runs that trained it, in the order they were named (from the log)
+    training_runs: tuple[str, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +46,10 @@ class RegistryReader:
         if name is not None:
             versions, aliases = versions.where(v.name == name), aliases.where(a.name == name)
         found: dict[str, Model] = {}
+        trained = await self.read_training_runs(tenant, name)
         for row in await self._conn.execute(versions.order_by(v.name, v.position)):
             model = found.setdefault(row.name, Model(row.name, [], {}))
-            model.versions.append(_version(row))
+            model.versions.append(_version(row, trained.get((row.name, row.version), ())))
         for row in await self._conn.execute(aliases.order_by(a.name, a.alias)):
             if row.name in found:
                 found[row.name].aliases[row.alias] = row.version
@@ -64,10 +67,29 @@ class RegistryReader:
                 and_(v.tenant == tenant, tuple_(v.name, v.version).in_(wanted))
             )
         )
-        return {(row.name, row.version): _version(row) for row in rows}
+        trained = await self.read_training_runs(tenant)
+        return {
+            (row.name, row.version): _version(row, trained.get((row.name, row.version), ()))
+            for row in rows
+        }
+
+    async def read_training_runs(
+        self, tenant: str, name: str | None = None
+    ) -> dict[tuple[str, str], tuple[str, ...]]:
+        """The runIds that trained each version (of model ``name``), read from the log."""
+        e = events.c
+        statement = select(e.model_name, e.model_version, e.data["training_run"].astext).where(
+            e.tenant == tenant, e.type == TRAINED
+        )
+        if name is not None:
+            statement = statement.where(e.stream == f"causeway:model:{name}")
+        found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for model, version, run in await self._conn.execute(statement.order_by(e.position)):
+            found[(model, version)] = (*found.get((model, version), ()), run)
+        return found
 
 
-def _version(row: Any) -> ModelVersion:
+def _version(row: Any, training_runs: tuple[str, ...] = ()) -> ModelVersion:
     return ModelVersion(
         name=row.name,
         version=row.version,
@@ -77,6 +99,7 @@ def _version(row: Any) -> ModelVersion:
         enforce_outputs=row.enforce_outputs,
         registered_at=row.registered_at,
         position=row.position,
+        training_runs=training_runs,
     )
 
 

@@ -1,0 +1,86 @@
+// Queues and dead letters: depth by priority, in flight, the autoscale advice; the dead
+// letters with their failures, and (for an admin key only) requeue and discard, each
+// with the reason asked for.
+import { rest } from "./api.js";
+import { eventLink, facts, h, link, pretty, problem, table, urls } from "./dom.js";
+
+export async function render(options, id) {
+  return id ? one(id, options) : list();
+}
+
+async function list() {
+  const [{ queues }, { dead_letters: dead }] = await Promise.all([rest("/queues"), rest("/dead-letters")]);
+  const advice = await Promise.all(queues.map((q) => rest(`/queues/${encodeURIComponent(q.queue)}/autoscale`)));
+  return [
+    h("h1", {}, "Queues"),
+    queues.length
+      ? table(["queue", "ready by priority", "delayed", "in flight", "oldest ready", "dead letters", "alerts", "workers advised"],
+          queues.map((q, i) => [
+            q.queue,
+            Object.entries(q.ready_by_priority).map(([p, n]) => `p${p}: ${n}`).join(", ") || "0",
+            String(q.delayed), String(q.in_flight),
+            q.oldest_ready_age_s === null ? "—" : `${q.oldest_ready_age_s.toFixed(1)} s`,
+            String(q.dead_letters), String(q.alerts),
+            `${advice[i].recommended_workers}${advice[i].observed_latency_s === null ? "" : ` (latency ${advice[i].observed_latency_s.toFixed(2)} s, target ${advice[i].target_latency_s} s)`}`,
+          ]), { id: "queues" })
+      : h("p", {}, "No queue has tasks."),
+    h("h2", {}, `Dead letters (${dead.length})`),
+    dead.length
+      ? table(["task", "queue", "kind", "attempts", "failure", "trigger"], dead.map((d) => [
+          link(urls.deadLetter(d.id), d.id, { class: "mono" }), d.queue, d.kind, String(d.attempts),
+          d.error ? `${d.error.class}: ${d.error.message}` : "", eventLink(d.trigger),
+        ]), { id: "dead-letters" })
+      : h("p", {}, "No dead letters."),
+  ];
+}
+
+async function one(id, { admin }) {
+  let dead;
+  try {
+    dead = await rest(`/dead-letters/${encodeURIComponent(id)}`);
+  } catch (error) {
+    return [h("h1", {}, "Dead letter ", id), problem(error.message)];
+  }
+  return [
+    h("h1", {}, "Dead letter ", h("span", { class: "mono" }, dead.id)),
+    facts([
+      ["queue", dead.queue], ["kind", dead.kind], ["state", dead.state], ["attempts", String(dead.attempts)],
+      ["trigger", eventLink(dead.trigger)], ["disposition", dead.disposition],
+    ]),
+    h("h2", {}, "Failures"),
+    table(["attempt", "outcome", "class", "message", "at"], dead.failures.map((f) => [
+      String(f.attempt ?? ""), f.outcome, f.class || "", f.message || "", f.at || "",
+    ])),
+    admin ? actions(dead) : h("p", { class: "muted", id: "read-only" }, "Requeue and discard need a key with the admin scope."),
+    h("h2", {}, "Trigger event"),
+    pretty(dead.trigger_event),
+  ];
+}
+
+function actions(dead) {
+  const status = h("p", { role: "status", id: "action-status" });
+  const form = (action, label, required) => {
+    const input = h("input", { id: `${action}-reason`, name: "reason", required, size: 40 });
+    return h("form", { class: "action", id: `${action}-form`, onsubmit: async (event) => {
+      event.preventDefault();
+      const reason = input.value.trim();
+      try {
+        const body = reason ? { reason } : {};
+        const answer = await rest(`/dead-letters/${encodeURIComponent(dead.id)}/${action}`, { method: "POST", body });
+        status.textContent = `Done: the task is now ${answer.state}.`;
+        status.className = "ok";
+      } catch (error) {
+        status.textContent = error.message;
+        status.className = "error";
+      }
+    } },
+      h("label", { for: `${action}-reason` }, `Reason to ${action}${required ? "" : " (optional)"}`), input,
+      h("button", { type: "submit" }, label));
+  };
+  if (dead.state !== "dead") return h("p", {}, `It is ${dead.state} now.`);
+  return h("section", { class: "card", "aria-label": "Admin actions" },
+    h("h2", {}, "Act on it (admin)"),
+    form("requeue", "Requeue", true),
+    form("discard", "Discard", true),
+    status);
+}

@@ -1,0 +1,159 @@
+"""OpenLineage in the log: the names its events take (types, streams) and the reads that
+ingest needs to plan one (``ingest.openlineage``): whether an event is stored, and the
+last event of some streams. docs/openlineage.md describes the mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.tables import event_causes, events
+from app.store.log import full_row, record_from_row
+from app.store.records import Appended, StoredEvent
+
+RUN_TYPE_PREFIX = "io.openlineage.run."
+DATASET_EVENT = "io.openlineage.dataset.event"
+DATASET_VERSION = "io.openlineage.dataset.version"
+JOB_EVENT = "io.openlineage.job.event"
+_e = events.c
+
+
+def _escaped(text: str) -> str:
+    # ':' separates a stream's parts and namespaces hold it (postgres://db:5432), so it
+    # is escaped, and '%' with it, to keep one stream per dataset and one dataset per stream.
+    return text.replace("%", "%25").replace(":", "%3A")
+
+
+def run_stream(run_id: str) -> str:
+    return f"openlineage:run:{run_id}"
+
+
+def dataset_stream(namespace: str, name: str) -> str:
+    return f"openlineage:dataset:{_escaped(namespace)}:{_escaped(name)}"
+
+
+def job_stream(namespace: str, name: str) -> str:
+    return f"openlineage:job:{_escaped(namespace)}:{_escaped(name)}"
+
+
+def run_of(data_binary: bytes | None) -> dict[str, Any] | None:
+    """The OpenLineage event a run event stored (its bytes as sent), or None."""
+    if data_binary is None:
+        return None
+    try:
+        event = orjson.loads(data_binary)
+    except orjson.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Head:
+    """The last event of a stream (of one type, for a dataset's versions)."""
+
+    id: str
+    stream_version: int
+
+
+async def fetch_stored(conn: AsyncConnection, tenant: str, event_id: str) -> Appended | None:
+    """Where the event ``event_id`` is stored (as a re-send's answer), or None."""
+    found = (
+        await conn.execute(
+            select(_e.id, _e.source, _e.stream, _e.stream_version, _e.position).where(
+                _e.tenant == tenant, _e.id == event_id
+            )
+        )
+    ).first()
+    if found is None:
+        return None
+    return Appended(
+        found.id, found.source, found.stream, found.stream_version, found.position, True
+    )
+
+
+async def fetch_heads(
+    conn: AsyncConnection, tenant: str, streams: Sequence[str], *, type: str | None = None
+) -> dict[str, Head]:
+    """The last event of each of ``streams`` that has one (of ``type`` only, when given)."""
+    if not streams:
+        return {}
+    statement = (
+        select(_e.stream, _e.id, _e.stream_version)
+        .where(_e.tenant == tenant, _e.stream.in_(list(streams)))
+        .ext(distinct_on(_e.stream))
+        .order_by(_e.stream, _e.stream_version.desc())
+    )
+    if type is not None:
+        statement = statement.where(_e.type == type)
+    rows = await conn.execute(statement)
+    return {row.stream: Head(row.id, row.stream_version) for row in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRecord:
+    """A dataset's events in the log: its versions and its DatasetEvents (by position),
+    and for each version the runs (stream names ``openlineage:run:<runId>``) whose events
+    it caused: the runs that read it."""
+
+    versions: list[StoredEvent]
+    static_events: list[StoredEvent]
+    readers: dict[str, list[str]]  # version id -> runIds that read it, first read first
+
+
+async def read_dataset(
+    conn: AsyncConnection, tenant: str, namespace: str, name: str
+) -> DatasetRecord | None:
+    rows = await conn.execute(
+        select(*full_row())
+        .where(_e.tenant == tenant, _e.stream == dataset_stream(namespace, name))
+        .order_by(_e.stream_version)
+    )
+    found = [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+    if not found:
+        return None
+    versions = [e for e in found if e.record.type == DATASET_VERSION]
+    effect = events.alias("effect")
+    read_by = await conn.execute(
+        select(event_causes.c.cause, effect.c.stream)
+        .join(effect, effect.c.position == event_causes.c.effect)
+        .where(
+            event_causes.c.cause.in_([v.position for v in versions]),
+            effect.c.tenant == tenant,
+            effect.c.type.startswith(RUN_TYPE_PREFIX),
+        )
+        .order_by(effect.c.position)
+    )
+    by_position = {v.position: v.record.id for v in versions}
+    readers: dict[str, list[str]] = {}
+    prefix = run_stream("")
+    for cause, stream in read_by:
+        runs = readers.setdefault(by_position[cause], [])
+        if stream.removeprefix(prefix) not in runs:
+            runs.append(stream.removeprefix(prefix))
+    return DatasetRecord(versions, [e for e in found if e.record.type == DATASET_EVENT], readers)
+
+
+async def read_run_events(
+    conn: AsyncConnection, tenant: str, run_ids: Sequence[str]
+) -> dict[str, list[StoredEvent]]:
+    """The stored events of each run of ``run_ids`` that has any, in log order."""
+    if not run_ids:
+        return {}
+    streams = {run_stream(r): r for r in run_ids}
+    rows = await conn.execute(
+        select(*full_row())
+        .where(_e.tenant == tenant, _e.stream.in_(list(streams)))
+        .order_by(_e.position)
+    )
+    found: dict[str, list[StoredEvent]] = {}
+    for r in rows:
+        event = StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash))
+        found.setdefault(streams[r.stream], []).append(event)
+    return found

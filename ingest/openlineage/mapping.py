@@ -1,0 +1,250 @@
+"""How an OpenLineage event becomes CloudEvents in the log (docs/openlineage.md).
+
+Pure: ``parse`` reads what the mapping needs from a valid event; ``plan`` builds the
+events to append from it and from what the log holds (``Known``), which the caller reads.
+
+- The event itself: ``type`` ``io.openlineage.run.<eventType>`` (lower case; ``other``
+  when it has none), ``io.openlineage.dataset.event`` or ``io.openlineage.job.event``;
+  ``source`` its ``producer``; ``stream`` ``openlineage:run:<runId>`` (a dataset's or a
+  job's stream for the static events); ``data`` the request body's bytes, unchanged
+  (``datacontenttype`` application/json); ``dataschema`` its ``schemaURL``; ``time`` its
+  ``eventTime``; ``id`` ``openlineage:`` and the SHA-256 of its canonical JSON, so a
+  client's retry is the same event.
+- A dataset version (``io.openlineage.dataset.version``, JSON data) for each output of a
+  ``COMPLETE``, caused by it; and for each input the log has no version of yet, one
+  with no causes (an external source), before the run event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from app.store.openlineage import (
+    DATASET_EVENT,
+    DATASET_VERSION,
+    JOB_EVENT,
+    RUN_TYPE_PREFIX,
+    Head,
+    dataset_stream,
+    job_stream,
+    run_stream,
+)
+from app.store.records import NewEvent
+from app.store.timestamps import parse_rfc3339
+from ingest.openlineage.schema import Kind
+
+_CONTENT_TYPE = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    namespace: str
+    name: str
+    facets: dict[str, Any]
+    io_facets: dict[str, Any]  # inputFacets or outputFacets
+
+    @property
+    def stream(self) -> str:
+        return dataset_stream(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A valid OpenLineage event and what the mapping reads of it."""
+
+    kind: Kind
+    event: dict[str, Any]
+    body: bytes
+    id: str
+    stream: str
+    state: str | None  # a run event's eventType, lower case ("other" when it has none)
+    run_id: str | None
+    parent_run_id: str | None
+    inputs: tuple[DatasetRef, ...]
+    outputs: tuple[DatasetRef, ...]
+
+    @property
+    def type(self) -> str:
+        if self.kind is Kind.RUN:
+            return RUN_TYPE_PREFIX + (self.state or "other")
+        return DATASET_EVENT if self.kind is Kind.DATASET else JOB_EVENT
+
+    def streams_to_look_up(self) -> list[str]:
+        """The streams whose last event the plan needs: the event's own, the parent run's."""
+        streams = [self.stream]
+        if self.parent_run_id is not None and self.parent_run_id != self.run_id:
+            streams.append(run_stream(self.parent_run_id))
+        return streams
+
+    def datasets_to_look_up(self) -> list[str]:
+        """The dataset streams whose last version the plan needs."""
+        if self.kind is Kind.DATASET:
+            return [self.stream]
+        return list(dict.fromkeys(d.stream for d in self.inputs))
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the log holds that a plan needs: the last event of the streams it looked up,
+    and the last version event of the datasets (by stream)."""
+
+    heads: Mapping[str, Head]
+    versions: Mapping[str, Head]
+
+
+def event_id(event: dict[str, Any]) -> str:
+    canonical = orjson.dumps(event, option=orjson.OPT_SORT_KEYS)
+    return "openlineage:" + hashlib.sha256(canonical).hexdigest()
+
+
+def parse(kind: Kind, event: dict[str, Any], body: bytes) -> Parsed:
+    run_id = parent = state = None
+    if kind is Kind.RUN:
+        run_id = str(event["run"]["runId"])
+        state = str(event.get("eventType") or "OTHER").lower()
+        parent_facet = (event["run"].get("facets") or {}).get("parent") or {}
+        parent_run = (parent_facet.get("run") or {}).get("runId")
+        parent = str(parent_run) if isinstance(parent_run, str) else None
+        stream = run_stream(run_id)
+    elif kind is Kind.DATASET:
+        stream = dataset_stream(event["dataset"]["namespace"], event["dataset"]["name"])
+    else:
+        stream = job_stream(event["job"]["namespace"], event["job"]["name"])
+    return Parsed(
+        kind=kind,
+        event=event,
+        body=body,
+        id=event_id(event),
+        stream=stream,
+        state=state,
+        run_id=run_id,
+        parent_run_id=parent,
+        inputs=_datasets(event.get("inputs"), "inputFacets"),
+        outputs=_datasets(event.get("outputs"), "outputFacets"),
+    )
+
+
+def _datasets(items: Any, io_key: str) -> tuple[DatasetRef, ...]:
+    found: dict[tuple[str, str], DatasetRef] = {}
+    for item in items or ():
+        ref = DatasetRef(
+            item["namespace"], item["name"], item.get("facets") or {}, item.get(io_key) or {}
+        )
+        found.setdefault((ref.namespace, ref.name), ref)
+    return tuple(found.values())
+
+
+def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
+    """The events to append, in order: external versions of first-seen inputs, the event
+    itself (with ``expected_version`` on its stream, so a concurrent event of the same run
+    makes the append conflict and the caller plan again), then output versions."""
+    first: list[NewEvent] = []
+    input_versions: list[str] = []
+    if parsed.kind is Kind.RUN:
+        for ref in parsed.inputs:
+            seen = known.versions.get(ref.stream)
+            if seen is None:
+                external = _version(parsed, ref, external=True)
+                first.append(external)
+                input_versions.append(external.id)
+            else:
+                input_versions.append(seen.id)
+    causes = _causes(parsed, known, input_versions)
+    head = known.heads.get(parsed.stream)
+    main = _main_event(parsed, causes, 0 if head is None else head.stream_version)
+    after = []
+    if parsed.state == "complete":
+        after = [_version(parsed, ref, external=False) for ref in parsed.outputs]
+    return [*first, main, *after]
+
+
+def _causes(parsed: Parsed, known: Known, input_versions: list[str]) -> tuple[str, ...]:
+    causes: list[str] = []
+    own = known.heads.get(parsed.stream)
+    if parsed.kind is Kind.DATASET:
+        latest = known.versions.get(parsed.stream)
+        own = latest  # a DatasetEvent follows the dataset's last version, if any
+    if own is not None:
+        causes.append(own.id)
+    if parsed.parent_run_id is not None:
+        parent = known.heads.get(run_stream(parsed.parent_run_id))
+        if parent is not None:
+            causes.append(parent.id)
+    if parsed.state == "complete":
+        causes += input_versions
+    return tuple(dict.fromkeys(c for c in causes if c != parsed.id))
+
+
+def _correlation(parsed: Parsed) -> str | None:
+    if parsed.kind is not Kind.RUN:
+        return None
+    parent = (parsed.event["run"].get("facets") or {}).get("parent") or {}
+    root = ((parent.get("root") or {}).get("run") or {}).get("runId")
+    return str(root or parsed.parent_run_id or parsed.run_id)
+
+
+def _subject(parsed: Parsed) -> str:
+    if parsed.kind is Kind.DATASET:
+        return str(parsed.event["dataset"]["name"])
+    return str(parsed.event["job"]["name"])
+
+
+def _main_event(parsed: Parsed, causes: tuple[str, ...], version: int) -> NewEvent:
+    event = parsed.event
+    time = str(event["eventTime"])
+    return NewEvent(
+        id=parsed.id,
+        source=str(event["producer"]),
+        type=parsed.type,
+        stream=parsed.stream,
+        subject=_subject(parsed),
+        time=time,
+        time_value=parse_rfc3339(time)[0],
+        datacontenttype=_CONTENT_TYPE,
+        dataschema=str(event["schemaURL"]),
+        has_data=True,
+        data_binary=parsed.body,
+        causes=causes,
+        correlation_id=_correlation(parsed),
+        expected_version=version,
+    )
+
+
+def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
+    """A dataset version event: an output written by this run's COMPLETE, or (external)
+    an input first named by this event, which has no causes."""
+    event = parsed.event
+    kind = "external" if external else "output"
+    digest = hashlib.sha256(f"{kind}\n{parsed.id}\n{ref.namespace}\n{ref.name}".encode())
+    time = str(event["eventTime"])
+    return NewEvent(
+        id="openlineage:version:" + digest.hexdigest(),
+        source=str(event["producer"]),
+        type=DATASET_VERSION,
+        stream=ref.stream,
+        subject=ref.name,
+        time=time,
+        time_value=parse_rfc3339(time)[0],
+        has_data=True,
+        data={
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "facets": ref.facets,
+            ("inputFacets" if external else "outputFacets"): ref.io_facets,
+            "external": external,
+            "run": None
+            if external
+            else {
+                "runId": parsed.run_id,
+                "job": {"namespace": event["job"]["namespace"], "name": event["job"]["name"]},
+            },
+            "namedBy": parsed.id,
+        },
+        causes=() if external else (parsed.id,),
+        correlation_id=_correlation(parsed),
+    )

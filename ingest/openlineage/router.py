@@ -1,0 +1,163 @@
+"""``POST /api/v1/lineage``: OpenLineage events in (the path the OpenLineage clients'
+HTTP transport posts to by default, and Marquez serves).
+
+Answers 201 with where the event (and the dataset versions it made) landed, 200 when the
+event was stored before (a client's retry: its id is derived from its content), 422
+``invalid-openlineage-event`` with the JSON Pointer of the first error when the spec's
+schema refuses it. The body is JSON (``Content-Encoding: gzip`` is accepted, as the
+client's ``compression: gzip`` sends it).
+"""
+
+# No `from __future__ import annotations`: FastAPI must see the Depends() built in
+# create_router, which a string annotation could not resolve.
+
+import zlib
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from app.db.engine import Engine
+from app.errors import (
+    BadRequest,
+    EventTooLarge,
+    IdConflict,
+    InvalidOpenLineageEvent,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    VersionConflict,
+)
+from app.store.append.group_commit import Appender
+from app.store.keys import Principal
+from app.store.openlineage import DATASET_VERSION, fetch_heads, fetch_stored
+from app.store.records import (
+    MAX_DATA_DEPTH,
+    Appended,
+    contains_nul,
+    is_json_media_type,
+    needs_normalising,
+    nests_deeper,
+    normalise_numbers,
+)
+from app.web.bodies import receive_body
+from ingest.limits import Limits
+from ingest.openlineage.mapping import Known, Parsed, parse, plan
+from ingest.openlineage.schema import validate
+from ingest.router import AppendResponse, answer_of
+
+# A run's events may race each other (an asynchronous transport): each is planned on the
+# run's last event, and appended on the condition that it is still last.
+_ATTEMPTS = 5
+
+
+class LineageIngest:
+    def __init__(self, engine: Engine, appender: Appender, limits: Limits) -> None:
+        self._engine = engine
+        self._appender = appender
+        self._limits = limits
+
+    async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes]:
+        if len(body) > self._limits.max_event_data_bytes:
+            raise EventTooLarge(
+                f"the event takes {len(body)} bytes, over the "
+                f"{self._limits.max_event_data_bytes}-byte limit on event data",
+                max_event_data_bytes=self._limits.max_event_data_bytes,
+            )
+        try:
+            event = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"the body is not JSON: {exc}") from None
+        parsed = parse(validate(event), event, body)
+        _check_storable(event)
+        appended = await self._store(principal.tenant, parsed)
+        return answer_of(appended)
+
+    async def _store(self, tenant: str, parsed: Parsed) -> list[Appended]:
+        for _ in range(_ATTEMPTS):
+            async with self._engine.connect() as conn:
+                stored = await fetch_stored(conn, tenant, parsed.id)
+                if stored is not None:
+                    return [stored]
+                known = Known(
+                    await fetch_heads(conn, tenant, parsed.streams_to_look_up()),
+                    await fetch_heads(
+                        conn, tenant, parsed.datasets_to_look_up(), type=DATASET_VERSION
+                    ),
+                )
+            try:
+                return await self._appender.append(tenant, plan(parsed, known))
+            except (VersionConflict, IdConflict):
+                continue  # another event of the run came first, or this one meanwhile
+        raise VersionConflict(
+            f"the stream {parsed.stream!r} kept moving while this event was planned; retry",
+            stream=parsed.stream,
+        )
+
+    async def read_body(self, request: Request) -> bytes:
+        max_bytes = self._limits.max_request_bytes
+        body = await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding == "gzip":
+            return _gunzipped(body, max_bytes)
+        if encoding != "identity":
+            raise UnsupportedMediaType(f"Content-Encoding {encoding!r}: send identity or gzip")
+        return body
+
+
+def _check_storable(event: Any) -> None:
+    """Refuse what the log cannot keep of a valid event: its facets are copied into the
+    dataset versions' JSON data, and its names into text columns."""
+    why = None
+    if nests_deeper(event):
+        why = f"it nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
+    elif contains_nul(event):
+        why = "it holds the character U+0000, which cannot be stored"
+    elif needs_normalising(event):
+        try:
+            normalise_numbers(event)
+        except ValueError as exc:
+            why = str(exc)
+    if why is not None:
+        raise InvalidOpenLineageEvent(
+            f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
+        )
+
+
+def _gunzipped(body: bytes, max_bytes: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        plain = inflater.decompress(body, max_bytes + 1)
+    except zlib.error as exc:
+        raise BadRequest(f"the gzip body does not inflate: {exc}") from None
+    if len(plain) > max_bytes or inflater.unconsumed_tail:
+        raise PayloadTooLarge(
+            f"the body inflates past the {max_bytes}-byte limit", max_request_bytes=max_bytes
+        )
+    return plain
+
+
+def create_router(
+    ingest: LineageIngest, ingest_principal: Callable[..., Coroutine[Any, Any, Principal]]
+) -> APIRouter:
+    router = APIRouter(tags=["ingest"])
+
+    @router.post(
+        "/api/v1/lineage",
+        status_code=201,
+        response_model=AppendResponse,
+        responses={200: {"model": AppendResponse, "description": "the event was a re-send"}},
+        summary="Append an OpenLineage RunEvent, DatasetEvent or JobEvent (spec 2-0-x)",
+    )
+    async def post_lineage(
+        request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
+    ) -> Response:
+        content_type = request.headers.get("content-type")
+        if content_type is not None and not is_json_media_type(content_type):
+            raise UnsupportedMediaType(f"Content-Type {content_type!r}: send application/json")
+        body = await ingest.read_body(request)
+        status, answer = await ingest.answer(principal, body)
+        return Response(answer, status_code=status, media_type="application/json")
+
+    return router

@@ -1,0 +1,118 @@
+"""Validation of an OpenLineage event against the spec's published JSON Schema
+(``spec/OpenLineage.json``, copied unchanged from the OpenLineage repository; see
+``spec/README.md``), with the ``jsonschema`` package's Draft 2020-12 validator.
+
+The top level is ``oneOf: RunEvent | DatasetEvent | JobEvent``. A failed ``oneOf`` only
+says "valid under none", so the event is first held to the one branch its members name
+(``run``: a RunEvent, else ``dataset``: a DatasetEvent, else ``job``: a JobEvent), whose
+errors point into the event; then to the whole schema. Formats are checked: ``uuid`` (a
+``runId``) and ``date-time`` (``eventTime``, RFC 3339).
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema.exceptions import ValidationError, relevance
+from referencing import Registry, Resource
+
+from app.errors import InvalidOpenLineageEvent
+from app.store.timestamps import parse_rfc3339
+
+SPEC_ID = "https://openlineage.io/spec/2-0-2/OpenLineage.json"
+
+
+class Kind(enum.Enum):
+    RUN = "RunEvent"
+    DATASET = "DatasetEvent"
+    JOB = "JobEvent"
+
+
+@cache
+def _spec() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("spec/OpenLineage.json").read_bytes()
+    spec: dict[str, Any] = orjson.loads(text)
+    return spec
+
+
+def _checker() -> FormatChecker:
+    checker = FormatChecker(formats=("uuid",))
+
+    @checker.checks("date-time")
+    def _is_date_time(value: object) -> bool:
+        return not isinstance(value, str) or parse_rfc3339(value)[0] is not None
+
+    return checker
+
+
+@cache
+def _validators() -> dict[Kind | None, Draft202012Validator]:
+    spec = _spec()
+    registry: Registry[Any] = Registry().with_resource(SPEC_ID, Resource.from_contents(spec))
+    checker = _checker()
+    found: dict[Kind | None, Draft202012Validator] = {
+        None: Draft202012Validator(spec, registry=registry, format_checker=checker)
+    }
+    for kind in Kind:
+        branch = {"$ref": f"{SPEC_ID}#/$defs/{kind.value}"}
+        found[kind] = Draft202012Validator(branch, registry=registry, format_checker=checker)
+    return found
+
+
+def kind_of(event: Any) -> Kind | None:
+    """The kind of event ``event`` says it is by its members (None: not an object)."""
+    if not isinstance(event, dict):
+        return None
+    if "run" in event:
+        return Kind.RUN
+    if "dataset" in event:
+        return Kind.DATASET
+    return Kind.JOB if "job" in event else None
+
+
+def validate(event: Any) -> Kind:
+    """The kind of a valid ``event``; raises ``InvalidOpenLineageEvent`` naming the first
+    error by its JSON Pointer (``#/run/runId``) otherwise."""
+    kind = kind_of(event)
+    validators = _validators()
+    for validator in (validators[kind], validators[None]):
+        first = _first(list(validator.iter_errors(event)))
+        if first is not None:
+            raise _refusal(first, kind)
+    if kind is None:  # cannot be: the whole schema holds, so one branch matched
+        raise InvalidOpenLineageEvent("not a RunEvent, DatasetEvent or JobEvent", schema=SPEC_ID)
+    return kind
+
+
+def _first(errors: list[ValidationError]) -> ValidationError | None:
+    """The first error in document order (by path); of several at that path, the most
+    relevant (``jsonschema``'s own ranking, as ``best_match`` uses it)."""
+    if not errors:
+        return None
+    earliest = min(tuple(str(p) for p in e.absolute_path) for e in errors)
+    at = [e for e in errors if tuple(str(p) for p in e.absolute_path) == earliest]
+    return max(at, key=relevance)
+
+
+def pointer(path: Any) -> str:
+    """An RFC 6901 JSON Pointer as a URI fragment, like the store's other problems."""
+    parts = (str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    return "#" + "".join("/" + p for p in parts)
+
+
+def _refusal(error: ValidationError, kind: Kind | None) -> InvalidOpenLineageEvent:
+    where = pointer(error.absolute_path)
+    what = (
+        kind.value if kind is not None else "OpenLineage event (RunEvent, DatasetEvent, JobEvent)"
+    )
+    detail = f"not a valid {what} of spec 2-0-2: {where}: {error.message}"
+    return InvalidOpenLineageEvent(
+        detail,
+        errors=[{"pointer": where, "detail": error.message}],
+        schema=SPEC_ID,
+    )

@@ -1,0 +1,377 @@
+"""The explorer in a real browser: Debian's Chromium (``make browser`` installs it) driven
+by Playwright, against a real ``causeway serve`` on a free loopback port. One server and
+one browser for the module (the store is read, and each test looks at its own events);
+the tamper test runs last, as it breaks the chain for every later audit.
+
+Every request the pages make goes through ``context.route``: anything not on the
+server's own origin is aborted and recorded, and the ``offline`` fixture's check fails
+the test that made it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from secrets import token_hex
+from typing import Any
+
+import httpx2
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Route, sync_playwright
+from sqlalchemy import URL
+
+from app.db.engine import create_engine
+from app.store.keys import KeyStore, parse_scopes
+from tests.conftest import janitor
+from tests.integration.app.graphql.workflow import hospital
+from tests.integration.events import BATCH, JSON, SIGNATURE, dumps, registration
+from tests.integration.events import event as cloudevent
+from tests.integration.forgery import position_of, rewrite
+from tests.integration.process import environment, serving
+
+CHROMIUM = Path("/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[4] / "docs" / "img"
+LAYERS, WIDTH = 10, 15  # the big graph: 10 layers of 15 causes above, 10 of effects below
+
+
+# Version 4 of the tumour detector: a float score, and a bounding box besides.
+SIGNATURE_4 = {
+    "inputs": SIGNATURE["inputs"],
+    "outputs": [{"name": "score", "type": "float"}, {"name": "bbox", "type": "string"}],
+}
+
+
+@dataclass
+class Served:
+    base: str
+    url: URL
+    keys: dict[str, str]
+    dead_letter: str = ""
+    blocked: list[str] = field(default_factory=list)
+    requested: list[str] = field(default_factory=list)
+
+
+async def _keys(url: URL) -> dict[str, str]:
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            store = KeyStore(conn)
+            return {
+                scopes: (await store.create("acme", parse_scopes(scopes))).key
+                for scopes in ("admin", "read", "ingest,read,worker")
+            }
+    finally:
+        await engine.dispose()
+
+
+def _big_graph() -> list[dict[str, Any]]:
+    """301 events around ``big-root``: 150 causes in 10 layers above it, 150 effects in 10
+    layers below, each event linked to two of the layer next to it."""
+
+    def ce(event_id: str, causes: list[str]) -> dict[str, Any]:
+        kind = "sensor.reading" if event_id.startswith("up") else "model.output"
+        extra = {"causationid": ",".join(causes)} if causes else {}
+        return cloudevent(id=event_id, type=f"org.big.{kind}.v1", source="/big", **extra)
+
+    batch = []
+    for layer in range(LAYERS, 0, -1):
+        for i in range(WIDTH):
+            above = [f"up{layer + 1}-{i}", f"up{layer + 1}-{(i + 1) % WIDTH}"]
+            batch.append(ce(f"up{layer}-{i}", above if layer < LAYERS else []))
+    batch.append(ce("big-root", [f"up1-{i}" for i in range(WIDTH)]))
+    for layer in range(1, LAYERS + 1):
+        for i in range(WIDTH):
+            above = (
+                ["big-root"]
+                if layer == 1
+                else [f"down{layer - 1}-{i}", f"down{layer - 1}-{(i + 1) % WIDTH}"]
+            )
+            batch.append(ce(f"down{layer}-{i}", above))
+    return batch
+
+
+def _hospital_in_time() -> list[dict[str, Any]]:
+    """The hospital workflow with event times: the imaging sources' clocks run behind the
+    store's by a minute or more, the decision's runs ahead by five seconds."""
+    now = datetime.now(UTC)
+    behind = {"img-1": 120, "img-2": 110, "pre-1": 90, "tumor-1": 60, "fracture-1": 60, "dx-1": -5}
+    return [
+        {**e, "time": (now - timedelta(seconds=behind[e["id"]])).isoformat()} for e in hospital()
+    ]
+
+
+def _seed(base: str, keys: dict[str, str]) -> str:
+    """The hospital workflow, the big graph, and one dead letter; its task id."""
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    with httpx2.Client(base_url=base, headers=admin, timeout=30) as client:
+        for name, version, signature in (
+            ("tumor-detector", "3", SIGNATURE),
+            ("tumor-detector", "4", SIGNATURE_4),
+            ("fracture-detector", "1", SIGNATURE),
+        ):
+            answer = client.post(
+                f"/models/{name}/versions", content=registration(version, signature), headers=JSON
+            )
+            assert answer.status_code == 201, answer.text
+        for batch in (_hospital_in_time(), _big_graph()):
+            answer = client.post("/events", content=dumps(batch), headers=BATCH)
+            assert answer.status_code == 201, answer.text
+        rollout = {"model": "tumor-detector", "version": "3", "reason": "first release"}
+        answer = client.post("/deployments/imaging/rollouts", content=dumps(rollout), headers=JSON)
+        assert answer.status_code in (200, 201), answer.text
+        route = {"id": "r", "types": ["job"], "kind": "k", "queue": "q", "max_retries": 0}
+        assert client.post("/routes", content=dumps(route), headers=JSON).status_code == 201
+        job = cloudevent(id="job-1", type="job", source="/jobs")
+        answer = client.post("/events", content=dumps([job]), headers=BATCH)
+        assert answer.status_code == 201, answer.text
+        body = dumps({"worker": "w1", "wait_s": 10})
+        leased = client.post("/queues/q/lease", content=body, headers=JSON)
+        assert leased.status_code == 200, leased.text
+        task = leased.json()
+        failed = client.post(
+            f"/tasks/{task['task']['id']}/fail",
+            content=dumps({"lease": task["lease"], "class": "transient", "message": "GPU lost"}),
+            headers=JSON,
+        )
+        assert failed.json()["state"] == "dead", failed.text
+        return str(task["task"]["id"])
+
+
+@pytest.fixture(scope="module")
+def served(
+    server: URL, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    name = f"causeway_test_{token_hex(4)}"
+    with janitor(server, name, template_dbname=template_db):
+        url = server.set(database=name)
+        with ThreadPoolExecutor(1) as thread:  # pytest-asyncio may run a loop in this one
+            keys = thread.submit(asyncio.run, _keys(url)).result()
+        env = environment(
+            CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
+            CAUSEWAY_DATA_DIR=str(tmp_path_factory.mktemp("explorer")),
+        )
+        with serving(env) as base:
+            yield Served(base, url, keys, _seed(base, keys))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail("no /usr/bin/chromium: `make browser` installs Debian's chromium")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        yield browser
+        browser.close()
+
+
+def open_page(browser: Browser, served: Served, key: str) -> tuple[BrowserContext, Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, service_workers="block")
+    origin = served.base
+
+    def guard(route: Route) -> None:
+        url = route.request.url
+        served.requested.append(url)
+        if url.startswith(f"{origin}/") or url.startswith("data:"):
+            route.continue_()
+        else:
+            served.blocked.append(url)
+            route.abort()
+
+    context.route("**/*", guard)
+    # The key as a user gives it: typed once into the tab's key box (sessionStorage is
+    # the tab's own, so every later page of the test opens in this tab).
+    page = context.new_page()
+    page.goto(f"{origin}/ui/")
+    page.fill("#key-input", key)
+    page.click("#key-form button[type=submit]")
+    page.wait_for_selector("body[data-ready]")
+    return context, page
+
+
+@pytest.fixture
+def offline(served: Served) -> Iterator[Served]:
+    """Every request a test's pages make stays on the server's origin."""
+    served.blocked.clear()
+    served.requested.clear()
+    yield served
+    assert served.requested, "the pages made no request at all"
+    assert served.blocked == [], f"requests outside the server: {served.blocked}"
+
+
+@pytest.fixture(scope="module")
+def admin_page(browser: Browser, served: Served) -> Iterator[Page]:
+    """A tab with the admin key typed in, for the module (a test checks its own requests
+    with ``offline``)."""
+    context, page = open_page(browser, served, served.keys["admin"])
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def reader_page(browser: Browser, served: Served) -> Iterator[Page]:
+    context, page = open_page(browser, served, served.keys["read"])
+    yield page
+    context.close()
+
+
+def visit(page: Page, served: Served, path: str, shot: str | None = None) -> None:
+    page.goto(f"{served.base}{path}")
+    page.wait_for_selector("body[data-ready]")
+    assert page.locator("#page .error").count() == 0, page.locator("#page").inner_text()
+    if shot and os.environ.get("CAUSEWAY_SCREENSHOTS"):
+        page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=False)
+
+
+class TestFind:
+    def test_the_box_finds_an_event_a_run_and_a_model(
+        self, admin_page: Page, offline: Served
+    ) -> None:
+        visit(admin_page, offline, "/ui/", "start")
+        assert admin_page.locator("table.recent tbody tr").count() == 25
+        admin_page.fill("#q", "dx-1")
+        admin_page.press("#q", "Enter")
+        admin_page.wait_for_url(f"{offline.base}/ui/events/dx-1")
+        visit(admin_page, offline, "/ui/find?q=study-42")
+        admin_page.wait_for_url(f"{offline.base}/ui/runs/study-42")
+        admin_page.wait_for_selector("body[data-ready]")
+        rows = admin_page.locator("table.timeline-table tbody tr")
+        assert rows.count() == 6
+        drift = {
+            rows.nth(i).locator("td").nth(1).inner_text(): rows.nth(i)
+            .locator("td")
+            .nth(5)
+            .inner_text()
+            for i in range(6)
+        }
+        assert drift["img-1"].startswith("+12")  # recorded two minutes after its event time
+        assert drift["dx-1"].startswith("-")  # a clock ahead of the store's
+        visit(admin_page, offline, "/ui/find?q=tumor-detector")
+        admin_page.wait_for_url(f"{offline.base}/ui/models/tumor-detector")
+        admin_page.goto(f"{offline.base}/ui/find?q=nothing-like-it")
+        admin_page.wait_for_selector("body[data-ready]")
+        assert "Nothing is named" in admin_page.inner_text("#page")
+
+
+class TestEventAndGraph:
+    def test_the_decision_shows_its_attributes_model_and_causes(
+        self, admin_page: Page, offline: Served
+    ) -> None:
+        visit(admin_page, offline, "/ui/events/tumor-1", "event")
+        text = admin_page.inner_text("#page")
+        assert "org.hospital.imaging.inferred" in text
+        assert "tumor-detector version 3" in text
+        assert "sha256:" in text
+        assert admin_page.locator("a[href='/ui/events/pre-1']").count() == 1  # its cause
+        assert admin_page.locator("a[href='/ui/events/dx-1']").count() == 1  # its effect
+
+    def test_the_graph_has_every_node_and_edge_and_a_node_opens(
+        self, admin_page: Page, offline: Served
+    ) -> None:
+        visit(admin_page, offline, "/ui/events/dx-1/lineage?up=10&down=10", "lineage")
+        summary = admin_page.locator("#graph-summary")
+        assert (summary.get_attribute("data-nodes"), summary.get_attribute("data-edges")) == (
+            "6",
+            "6",
+        )
+        assert admin_page.locator("svg.lineage a.node").count() == 6
+        assert admin_page.locator("svg.lineage path.edge").count() == 6
+        assert admin_page.locator("svg.lineage a.node.root").get_attribute("data-id") == "dx-1"
+        assert admin_page.locator("svg.lineage a.node[data-id='tumor-1'] .badge").count() == 1
+        # Causes are drawn above their effects.
+        y = {
+            node: admin_page.locator(f"a.node[data-id='{node}'] rect").first.bounding_box()
+            for node in ("img-1", "pre-1", "dx-1")
+        }
+        assert y["img-1"]["y"] < y["pre-1"]["y"] < y["dx-1"]["y"]  # type: ignore[index]
+        assert admin_page.locator("#truncated").count() == 0
+        admin_page.click("a.node[data-id='pre-1']")
+        admin_page.wait_for_url("**/ui/events/pre-1/lineage*")
+        admin_page.wait_for_selector("body[data-ready]")
+        assert admin_page.locator("svg.lineage a.node.root").get_attribute("data-id") == "pre-1"
+
+    def test_a_300_node_graph_is_laid_out_and_drawn_in_under_a_second(
+        self, admin_page: Page, offline: Served
+    ) -> None:
+        visit(admin_page, offline, "/ui/events/big-root/lineage?up=10&down=10")
+        summary = admin_page.locator("#graph-summary")
+        assert summary.get_attribute("data-nodes") == str(2 * LAYERS * WIDTH + 1)
+        assert admin_page.locator("svg.lineage a.node").count() == 301
+        assert float(summary.get_attribute("data-render-ms") or "inf") < 1000
+        visit(admin_page, offline, "/ui/events/big-root/lineage?up=2&down=1")
+        assert admin_page.locator("#truncated").count() == 1  # more lies beyond the depth
+
+
+class TestPagesOfTheRest:
+    def test_models_deployments_and_queues_render(self, admin_page: Page, offline: Served) -> None:
+        visit(admin_page, offline, "/ui/models/tumor-detector", "model")
+        changes = admin_page.locator("#model-diff tbody tr")
+        assert sorted(
+            tuple(changes.nth(i).locator("td").all_inner_texts()[:3])
+            for i in range(changes.count())
+        ) == [
+            ("outputs", "bbox", "added"),
+            ("outputs", "label", "removed"),
+            ("outputs", "score", "changed"),
+        ]
+        visit(admin_page, offline, "/ui/deployments")
+        assert "imaging" in admin_page.inner_text("#page")
+        visit(admin_page, offline, "/ui/deployments/imaging?at=2099-01-01T00:00:00Z", "deployment")
+        assert "first release" in admin_page.inner_text("#page")
+        assert "tumor-detector" in admin_page.inner_text("#state-at")
+        visit(admin_page, offline, "/ui/queues", "queues")
+        assert "GPU lost" in admin_page.inner_text("#dead-letters")
+        visit(admin_page, offline, "/ui/runs/study-42", "run")
+
+    def test_the_api_pages_load_only_from_this_server(
+        self, reader_page: Page, offline: Served
+    ) -> None:
+        for path, ready in (
+            ("/docs", ".swagger-ui .info"),
+            ("/redoc", "redoc-api-docs, [role=navigation], .api-content"),
+            ("/graphql", ".graphiql-container"),
+        ):
+            reader_page.goto(f"{offline.base}{path}")
+            reader_page.wait_for_selector(ready, timeout=15_000)
+
+
+class TestDeadLetters:
+    def test_a_read_key_sees_no_admin_buttons(self, reader_page: Page, offline: Served) -> None:
+        visit(reader_page, offline, f"/ui/dead-letters/{offline.dead_letter}")
+        assert reader_page.locator("#requeue-form").count() == 0
+        assert reader_page.locator("#read-only").count() == 1
+
+    def test_an_admin_requeues_with_a_reason(self, admin_page: Page, offline: Served) -> None:
+        visit(admin_page, offline, f"/ui/dead-letters/{offline.dead_letter}", "dead-letter")
+        admin_page.fill("#requeue-reason", "the GPU is back")
+        admin_page.click("#requeue-form button")
+        admin_page.wait_for_selector("#action-status.ok")
+        assert "ready" in admin_page.inner_text("#action-status")
+        answer = httpx2.get(
+            f"{offline.base}/tasks/{offline.dead_letter}",
+            headers={"Authorization": f"Bearer {offline.keys['read']}"},
+        )
+        assert answer.json()["state"] == "ready"
+        assert answer.json()["history"][-1]["data"].get("reason") == "the GPU is back"
+
+
+class TestZAudit:  # last: it tampers with the log
+    def test_the_badge_is_green_then_red_once_a_row_is_rewritten(
+        self, reader_page: Page, offline: Served
+    ) -> None:
+        visit(reader_page, offline, "/ui/events/dx-1/audit", "audit")
+        badge = reader_page.locator("#chain-badge")
+        assert badge.get_attribute("data-verified") == "true"
+        assert "Chain verified" in badge.inner_text()
+        text = reader_page.inner_text("#page")
+        assert "Source events (2)" in text
+        assert "Derived events (3)" in text
+        assert "fracture-detector" in text
+        assert "tumor-detector" in text
+        rewrite(offline.url, position_of(offline.url, "img-1"), {"modality": "MR"})
+        visit(reader_page, offline, "/ui/events/dx-1/audit")
+        assert badge.get_attribute("data-verified") == "false"
+        assert "NOT verified" in badge.inner_text()

@@ -1,0 +1,348 @@
+"""``POST /api/v1/lineage`` through the app: events shaped like Airflow's and Spark's,
+the dataset versions and causes they make, refusals, retries, and tenants."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+from typing import Any
+
+import httpx2
+import orjson
+from fastapi import FastAPI
+
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
+from tests.integration.events import STRUCTURED, dumps, event, registration
+from tests.integration.ingest.openlineage.shapes import (
+    SPARK,
+    SPEC,
+    dataset,
+    facet,
+    new_run,
+    run_event,
+    schema,
+)
+
+DATASET_QUERY = """
+query ($namespace: String!, $name: String!) {
+  dataset(namespace: $namespace, name: $name) {
+    namespace name
+    versions { version external schema rowCount writtenByRunId readByRunIds event { id causes { id } } }
+    runs { runId state job { namespace name } parentRunId events { type } }
+    metadataEvents { type dataBase64 }
+  }
+}
+"""
+
+
+async def post(client: httpx2.AsyncClient, event: dict[str, Any]) -> httpx2.Response:
+    return await client.post("/api/v1/lineage", content=orjson.dumps(event), headers=JSON)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def ask(client: httpx2.AsyncClient, query: str, **variables: Any) -> dict[str, Any]:
+    response = await client.post("/graphql", json={"query": query, "variables": variables})
+    body: dict[str, Any] = response.json()
+    assert "errors" not in body, body
+    data: dict[str, Any] = body["data"]
+    return data
+
+
+class TestAirflowDag:
+    async def test_a_dag_run_with_tasks_makes_versions_and_causes(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        dag, task = new_run(), new_run()
+        orders = dataset("postgres://db:5432", "shop.public.orders", schema=schema("id", "total"))
+        daily = dataset("s3://lake", "daily_totals")
+        sql = facet("SQLJobFacet", query="INSERT INTO daily_totals SELECT ...")
+        assert (await post(client, run_event("START", dag, "etl"))).status_code == 201
+        start = await post(
+            client,
+            run_event("START", task, "etl.aggregate", inputs=[orders], parent=(dag, "etl")),
+        )
+        assert start.status_code == 201
+        # the first time orders is named: an external version of it, then the START
+        [external, started] = start.json()["events"]
+        assert external["stream"] == "openlineage:dataset:postgres%3A//db%3A5432:shop.public.orders"
+        assert started["stream"] == f"openlineage:run:{task}"
+        complete = run_event(
+            "COMPLETE",
+            task,
+            "etl.aggregate",
+            inputs=[orders],
+            outputs=[
+                dict(
+                    daily,
+                    outputFacets={
+                        "outputStatistics": facet("OutputStatisticsOutputDatasetFacet", rowCount=31)
+                    },
+                )
+            ],
+            parent=(dag, "etl"),
+            time="2026-11-02T10:05:00Z",
+        )
+        complete["job"]["facets"]["sql"] = sql
+        done = await post(client, complete)
+        assert done.status_code == 201
+        [completed, written] = done.json()["events"]
+        stored = (await client.get(f"/events/{completed['id']}")).json()
+        assert stored["type"] == "io.openlineage.run.complete"
+        assert stored["source"] == complete["producer"]
+        # the START before it, the parent DAG run's START, and the input's version
+        assert stored["causes"] == [
+            started["id"],
+            _first_id(await _stream(client, dag)),
+            external["id"],
+        ]
+        answer = await ask(client, DATASET_QUERY, namespace="s3://lake", name="daily_totals")
+        [version] = answer["dataset"]["versions"]
+        assert (version["rowCount"], version["external"]) == (31, False)
+        assert version["writtenByRunId"] == task
+        assert version["event"] == {"id": written["id"], "causes": [{"id": completed["id"]}]}
+        [run] = answer["dataset"]["runs"]
+        assert (run["state"], run["parentRunId"]) == ("COMPLETE", dag)
+        assert run["job"] == {"namespace": "airflow", "name": "etl.aggregate"}
+        read = await ask(
+            client, DATASET_QUERY, namespace="postgres://db:5432", name="shop.public.orders"
+        )
+        [orders_version] = read["dataset"]["versions"]
+        assert orders_version["external"] is True
+        assert orders_version["schema"] == [
+            {"name": "id", "type": "STRING"},
+            {"name": "total", "type": "STRING"},
+        ]
+        assert orders_version["readByRunIds"] == [task]
+
+    async def test_a_failed_task_keeps_its_error_facet_and_writes_no_version(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        run = new_run()
+        out = dataset("s3://lake", "never_written")
+        error = facet(
+            "ErrorMessageRunFacet",
+            message="division by zero",
+            programmingLanguage="python",
+            stackTrace="Traceback ...",
+        )
+        await post(client, run_event("START", run, "etl.divide", outputs=[out]))
+        failed = await post(
+            client, run_event("FAIL", run, "etl.divide", outputs=[out], errorMessage=error)
+        )
+        assert failed.status_code == 201
+        [event] = failed.json()["events"]
+        assert (await client.get(f"/events/{event['id']}")).json()[
+            "type"
+        ] == "io.openlineage.run.fail"
+        answer = await ask(client, DATASET_QUERY, namespace="s3://lake", name="never_written")
+        assert answer["dataset"] is None
+
+
+class TestSparkAndStaticEvents:
+    async def test_the_original_event_is_stored_byte_for_byte(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        run = new_run()
+        event = run_event("RUNNING", run, "spark_app.execute_insert", producer=SPARK)
+        # Spark's own spacing, key order and a float the log would otherwise normalise
+        body = orjson.dumps(event, option=orjson.OPT_INDENT_2).replace(b'"RUNNING"', b'"RUNNING" ')
+        body = body.replace(b'"run": {', b'"extra": 1.0, "run": {')
+        response = await client.post("/api/v1/lineage", content=body, headers=JSON)
+        assert response.status_code == 201, response.text
+        [stored] = response.json()["events"]
+        read = (await client.get(f"/events/{stored['id']}")).json()
+        assert base64.b64decode(read["data_base64"]) == body
+        assert read["datacontenttype"] == "application/json"
+        assert read["dataschema"] == f"{SPEC}#/$defs/RunEvent"
+
+    async def test_a_gzip_body_from_the_client_compression(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        body = orjson.dumps(run_event("START", new_run(), "spark_app", producer=SPARK))
+        response = await client.post(
+            "/api/v1/lineage",
+            content=gzip.compress(body),
+            headers={**JSON, "Content-Encoding": "gzip"},
+        )
+        assert response.status_code == 201, response.text
+        [stored] = response.json()["events"]
+        read = (await client.get(f"/events/{stored['id']}")).json()
+        assert base64.b64decode(read["data_base64"]) == body
+
+    async def test_a_dataset_event_alone(self, client: httpx2.AsyncClient) -> None:
+        event = {
+            "eventTime": "2026-11-02T09:00:00Z",
+            "producer": SPARK,
+            "schemaURL": f"{SPEC}#/$defs/DatasetEvent",
+            "dataset": dataset("s3://lake", "customers", schema=schema("id", "email")),
+        }
+        response = await post(client, event)
+        assert response.status_code == 201, response.text
+        [stored] = response.json()["events"]
+        assert stored["stream"] == "openlineage:dataset:s3%3A//lake:customers"
+        answer = await ask(client, DATASET_QUERY, namespace="s3://lake", name="customers")
+        [static] = answer["dataset"]["metadataEvents"]
+        assert static["type"] == "io.openlineage.dataset.event"
+        assert orjson.loads(base64.b64decode(static["dataBase64"])) == event
+        assert answer["dataset"]["versions"] == []
+
+    async def test_a_job_event(self, client: httpx2.AsyncClient) -> None:
+        event = {
+            "eventTime": "2026-11-02T09:00:00Z",
+            "producer": SPARK,
+            "schemaURL": f"{SPEC}#/$defs/JobEvent",
+            "job": {"namespace": "spark", "name": "nightly"},
+        }
+        response = await post(client, event)
+        assert response.status_code == 201, response.text
+        [stored] = response.json()["events"]
+        read = (await client.get(f"/events/{stored['id']}")).json()
+        assert read["type"] == "io.openlineage.job.event"
+        assert read["stream"] == "openlineage:job:spark:nightly"
+
+
+class TestOrderAndRetries:
+    async def test_complete_before_start_is_stored_and_start_follows_it(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        run = new_run()
+        done = await post(client, run_event("COMPLETE", run, "late", time="2026-11-02T10:05:00Z"))
+        start = await post(client, run_event("START", run, "late"))
+        assert (done.status_code, start.status_code) == (201, 201)
+        [completed], [started] = done.json()["events"], start.json()["events"]
+        read = (await client.get(f"/events/{started['id']}")).json()
+        assert read["causes"] == [completed["id"]]  # causes follow arrival, not eventTime
+        assert started["stream_version"] == 2
+
+    async def test_a_retry_is_stored_once(self, client: httpx2.AsyncClient) -> None:
+        event = run_event("START", new_run(), "once")
+        first, again = await post(client, event), await post(client, event)
+        assert (first.status_code, again.status_code) == (201, 200)
+        assert again.json()["events"] == [dict(first.json()["events"][0], duplicate=True)]
+
+
+class TestRefusals:
+    async def test_a_malformed_event_is_refused_with_its_pointer(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        event = run_event("START", "not-a-uuid", "bad")
+        response = await post(client, event)
+        assert response.status_code == 422
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["type"] == "/problems/invalid-openlineage-event"
+        assert problem["errors"][0]["pointer"] == "#/run/runId"
+        missing = {k: v for k, v in run_event("START", new_run(), "x").items() if k != "eventTime"}
+        assert (await post(client, missing)).json()["errors"][0]["pointer"] == "#"
+        bad_facet = run_event("START", new_run(), "x", nominalTime={"nominalStartTime": "x"})
+        assert (await post(client, bad_facet)).json()["errors"][0]["pointer"] == "#/run/facets"
+        nul = await post(client, run_event("START", new_run(), "nul\u0000"))
+        assert nul.status_code == 422
+        assert "U+0000" in nul.json()["detail"]
+
+    async def test_the_ingest_scope_is_needed(self, app: FastAPI, make_key: MakeKey) -> None:
+        async with asgi_client(app, await make_key("acme", "read")) as reader:
+            response = await post(reader, run_event("START", new_run(), "x"))
+        assert response.status_code == 403
+        async with asgi_client(app, "nope") as stranger:
+            assert (await post(stranger, run_event("START", new_run(), "x"))).status_code == 401
+
+
+class TestTenants:
+    async def test_another_tenant_sees_no_dataset_and_builds_its_own(
+        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey
+    ) -> None:
+        event = run_event("COMPLETE", new_run(), "t", outputs=[dataset("s3://x", "shared")])
+        await post(client, event)
+        async with asgi_client(app, await make_key("other", "ingest,read")) as other:
+            answer = await ask(other, DATASET_QUERY, namespace="s3://x", name="shared")
+            assert answer["dataset"] is None
+            again = await post(other, event)  # the same event, new in this tenant
+            assert again.status_code == 201
+
+
+AUDIT = """
+query ($id: ID!) {
+  audit(decisionId: $id) {
+    trainingRuns { run { runId state events { id } } }
+    datasets { name }
+    chainVerified
+  }
+}
+"""
+
+
+class TestAuditTenants:
+    async def test_an_audit_never_reaches_another_tenants_training_run(
+        self, client: httpx2.AsyncClient, app: FastAPI, make_key: MakeKey
+    ) -> None:
+        run = new_run()
+        await post(client, run_event("COMPLETE", run, "train", inputs=[dataset("s3://x", "d")]))
+        async with (
+            asgi_client(app, await make_key("other", "ingest,read")) as other,
+            asgi_client(app, await make_key("other", "admin")) as other_admin,
+        ):
+            body = registration("1", training_run=run)  # acme's run, named in tenant other
+            response = await other_admin.post("/models/m/versions", content=body, headers=JSON)
+            assert response.status_code == 201, response.text
+            used = event(modelname="m", modelversion="1")
+            decision = event(causationid=used["id"])
+            for sent in (used, decision):
+                stored = await other.post("/events", content=dumps(sent), headers=STRUCTURED)
+                assert stored.status_code == 201, stored.text
+            answer = (await ask(other, AUDIT, id=decision["id"]))["audit"]
+        assert answer["trainingRuns"] == [{"run": {"runId": run, "state": None, "events": []}}]
+        assert answer["datasets"] == []
+        assert answer["chainVerified"] is True
+
+
+async def _stream(client: httpx2.AsyncClient, run: str) -> list[dict[str, Any]]:
+    response = await client.get(f"/streams/openlineage:run:{run}")
+    assert response.status_code == 200, response.text
+    events: list[dict[str, Any]] = response.json()
+    return events
+
+
+def _first_id(events: list[dict[str, Any]]) -> str:
+    return str(events[0]["id"])
+
+
+LINEAGE = """
+query ($id: ID!) {
+  lineage(id: $id, direction: DOWNSTREAM, maxDepth: 10) { nodes { event { type } } }
+}
+"""
+
+
+class TestModels:
+    async def test_a_model_version_names_its_training_run_and_lineage_crosses_to_it(
+        self, client: httpx2.AsyncClient, admin: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        run = new_run()
+        data = dataset("s3://lake", "labelled")
+        start = await post(client, run_event("START", run, "train", inputs=[data]))
+        [external, _] = start.json()["events"]
+        await post(client, run_event("COMPLETE", run, "train", inputs=[data]))
+        body = registration("1", training_run=run)
+        registered = await admin.post("/models/churn/versions", content=body, headers=JSON)
+        assert registered.status_code == 201, registered.text
+        again = await admin.post("/models/churn/versions", content=body, headers=JSON)
+        assert again.status_code == 200
+        later = new_run()
+        linked = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": later})
+        assert linked.status_code == 201, linked.text
+        refused = await admin.post("/models/churn/versions/1/training-runs", json={"run_id": "x"})
+        assert refused.status_code == 422
+        assert refused.json()["errors"][0]["pointer"] == "#/body/run_id"
+        await catch_up(app)
+        model = (await client.get("/models/churn")).json()
+        assert model["versions"][0]["training_runs"] == [run, later]
+        answer = await ask(client, LINEAGE, id=external["id"])
+        types = [n["event"]["type"] for n in answer["lineage"]["nodes"]]
+        assert types == [
+            "io.openlineage.dataset.version",
+            "io.openlineage.run.complete",
+            "causeway.model.trained",
+        ]
