@@ -78,8 +78,8 @@ def demo(
         f"added {added} events" if added else "the demo data set was already loaded: added nothing"
     )
     typer.echo(
-        "try: the audit of a triage decision, in GraphiQL at "
-        f"{target}/graphql:\n"
+        f"look around in the explorer at {target}/ui/, or ask for the audit of a triage "
+        f"decision in GraphiQL at {target}/graphql:\n"
         '  { audit(decisionId: "demo-triage-1001") { sourceEvents { id } derivedEvents { id } '
         "models { name version } chainVerified } }"
     )

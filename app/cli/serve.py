@@ -124,7 +124,11 @@ def _announce(
     address is kept in ``<data_dir>/address`` for ``causeway demo`` (not when the port is
     0: only the server knows which one it got)."""
     address = _address(host, port)
-    where = f"{address}  (GraphiQL at {address}/graphql)" if port else f"{host}, a free port"
+    where = (
+        f"{address}  (the explorer at {address}/ui/, GraphiQL at {address}/graphql)"
+        if port
+        else f"{host}, a free port"
+    )
     typer.echo(f"Causeway on {where}", err=True)
     if key_line is not None:
         typer.echo(key_line, err=True)

@@ -81,7 +81,7 @@ def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path:
         # start-up went to its log file.
         first = (tmp_path / "serve.log").read_text().splitlines()[:3]
         assert first == [
-            f"Causeway on {base}  (GraphiQL at {base}/graphql)",
+            f"Causeway on {base}  (the explorer at {base}/ui/, GraphiQL at {base}/graphql)",
             f"admin key for tenant 'default': {key} (kept in {data / 'admin.key'})",
             f"data: {data / 'pg'} (embedded PostgreSQL; its log: {data / 'postgres.log'})",
         ]
