@@ -11,7 +11,7 @@ PYTEST_PARALLEL ?= -n auto --dist worksteal
 
 VENDOR := app/web/vendor
 
-.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick clean
+.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick relay-chaos clean
 
 # Two installs: `make run` takes only what `causeway` needs to serve (the package and its
 # dependencies); everything else (`make lint`, `make test`, ...) takes the dev extras too:
@@ -79,6 +79,7 @@ bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
 	$(BIN)/python -m bench.lineage
 	$(BIN)/python -m bench.scheduler
 	$(BIN)/python -m bench.evs_filter
+	$(BIN)/python -m bench.relay
 
 bench-quick: install  ## the benchmarks on small data: a smoke test, not a measurement
 	$(BIN)/python -m bench.ingest --quick
@@ -86,6 +87,10 @@ bench-quick: install  ## the benchmarks on small data: a smoke test, not a measu
 	$(BIN)/python -m bench.lineage --quick
 	$(BIN)/python -m bench.scheduler --quick
 	$(BIN)/python -m bench.evs_filter --quick
+	$(BIN)/python -m bench.relay --quick
+
+relay-chaos: install  ## the relay's cluster test at the issue's size: 20,000 events (the suite runs 3,000)
+	CAUSEWAY_TEST_RELAY_EVENTS=20000 $(BIN)/pytest tests/integration/app/projections/relay/test_relay_chaos.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

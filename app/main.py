@@ -32,6 +32,8 @@ from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
 from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
+from app.projections.relay.relay import NatsRelay, RelayConfig
+from app.projections.relay.subjects import Tenants
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
@@ -52,6 +54,7 @@ from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.router import LeasePolicy, Principals
 from scheduler.router import create_router as create_scheduler_router
+from scheduler.rows.wakeups import TaskWakeups
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
 
@@ -111,6 +114,29 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
     )
 
 
+def create_relay(settings: Settings, database_url: str | URL) -> NatsRelay | None:
+    """The relay to NATS JetStream when ``CAUSEWAY_NATS_URL`` is set, on an engine of its
+    own (its leader holds a connection); else None."""
+    if settings.nats_url is None:
+        return None
+    engine = create_engine(
+        database_url, pool_size=3, statement_timeout_ms=settings.statement_timeout_ms
+    )
+    config = RelayConfig(
+        servers=settings.nats_url.split(","),
+        stream=settings.nats_stream,
+        replicas=settings.nats_replicas,
+        tenants=Tenants.parse(settings.nats_tenants),
+        mode=settings.nats_mode,
+        duplicate_window_s=settings.nats_duplicate_window_s,
+        ack_timeout_s=settings.nats_ack_timeout_s,
+        max_pending=settings.nats_max_pending,
+        batch_events=settings.nats_batch_events,
+        poll_interval_s=settings.projection_poll_interval_s,
+    )
+    return NatsRelay(engine, config, listen_dsn=libpq_conninfo(database_url))
+
+
 def create_app(
     settings: Settings,
     *,
@@ -134,8 +160,11 @@ def create_app(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
     decisions = Appender(decisions_engine, plan_ahead=False)
+    # Long-polling leases wait for a wake-up on one listening connection of the process.
+    wakeups = TaskWakeups(libpq_conninfo(database_url))
     walks, graphql_reads = _graphql_connections(settings, database_url)
     runner = create_runner(settings, database_url)
+    relay = create_relay(settings, database_url)
     controller = controller_from(settings)
     timers = timers_from(settings)
 
@@ -143,8 +172,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await walks.open()  # connects in the background; the first walk need not wait
         background = []
+        wakeups.start()
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
+        if relay is not None:
+            background.append(asyncio.create_task(relay.run()))
         if settings.run_scheduler:
             sweeper = SchedulerLoop(engine, controller, timers, decisions)
             background.append(asyncio.create_task(sweeper.run()))
@@ -173,11 +205,13 @@ def create_app(
     app.state.replay_slots = ReplaySlots(settings.replay_max_streams)
     app.state.appender = appender
     app.state.runner = runner
+    app.state.relay = relay
     app.state.scheduler_controller = controller
     app.state.decisions_engine = decisions_engine
     app.state.walks = walks
     app.state.graphql_reads = graphql_reads
     app.state.decisions = decisions
+    app.state.wakeups = wakeups
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
@@ -257,6 +291,7 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
                 worker=require(KeyScope.WORKER),
                 read=require(KeyScope.READ),
             ),
+            app.state.wakeups,
         )
     )
 
@@ -370,7 +405,10 @@ async def dispose(app: FastAPI) -> None:
     """Close every engine of ``app`` (its lifespan does this; tests without one call it)."""
     await app.state.appender.close()
     await app.state.decisions.close()
+    await app.state.wakeups.close()
     await app.state.runner.dispose()
+    if app.state.relay is not None:
+        await app.state.relay.dispose()
     await app.state.decisions_engine.dispose()
     await app.state.walks.close()
     await app.state.graphql_reads.dispose()

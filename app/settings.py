@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -76,6 +77,19 @@ class Settings(BaseSettings):
     scheduler_min_workers: int = Field(default=1, ge=0)
     scheduler_max_workers: int = Field(default=64, ge=1)
     scheduler_max_step: int = Field(default=4, ge=1)
+    # The relay to NATS JetStream (docs/relay.md): on with a URL (several, comma-separated,
+    # for a cluster); `causeway relay nats` runs it alone, `serve` runs it beside the app.
+    nats_url: str | None = None
+    nats_stream: str = "CAUSEWAY"
+    nats_replicas: int = Field(default=1, ge=1, le=5)  # JetStream's most
+    # Unset: every tenant. "a,b": only these. "-a,-b": every tenant but these.
+    nats_tenants: str | None = None
+    nats_mode: Literal["structured", "binary"] = "structured"
+    nats_ack_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    # At least twice the ack timeout: see docs/relay.md, "The duplicate window".
+    nats_duplicate_window_s: float = Field(default=120.0, ge=1, le=86_400)
+    nats_max_pending: int = Field(default=4000, ge=1, le=1_000_000)  # acks in flight
+    nats_batch_events: int = Field(default=1000, ge=1, le=100_000)
 
     @field_validator("scheduler_max_workers")
     @classmethod
@@ -101,6 +115,44 @@ class Settings(BaseSettings):
         if value and not re.fullmatch(r"\s*([01]?\d|2[0-3])\s*-\s*([01]?\d|2[0-4])\s*", value):
             raise ValueError("must be 'START-END' in whole UTC hours, e.g. '22-6'")
         return value or None
+
+    @field_validator("nats_stream")
+    @classmethod
+    def _is_stream_name(cls, value: str) -> str:
+        # JetStream refuses names with whitespace, '.', '*', '>' (and '/', '\\' from 2.14).
+        if not re.fullmatch(r"[^\s.*>/\\]{1,255}", value):
+            raise ValueError(
+                "must be a JetStream stream name: no whitespace, '.', '*', '>', '/', '\\'"
+            )
+        return value
+
+    @field_validator("nats_tenants")
+    @classmethod
+    def _is_tenant_list(cls, value: str | None) -> str | None:
+        names = [n.strip() for n in (value or "").split(",") if n.strip()]
+        if names and len({n.startswith("-") for n in names}) > 1:
+            raise ValueError("list tenants to relay ('a,b') or to leave out ('-a,-b'), not both")
+        return ",".join(names) or None
+
+    @field_validator("nats_duplicate_window_s")
+    @classmethod
+    def _outlasts_a_retry(cls, value: float, info: ValidationInfo) -> float:
+        ack_timeout_s = info.data.get("nats_ack_timeout_s")
+        if ack_timeout_s is not None and value < 2 * ack_timeout_s:
+            raise ValueError(
+                f"must be at least twice CAUSEWAY_NATS_ACK_TIMEOUT_S ({ack_timeout_s} s): "
+                "a message is published again at most that long after its first try"
+            )
+        return value
+
+    @field_validator("nats_url")
+    @classmethod
+    def _are_nats_urls(cls, value: str | None) -> str | None:
+        urls = [u.strip() for u in (value or "").split(",") if u.strip()]
+        for url in urls:
+            if not re.fullmatch(r"(nats|tls)://[^\s/]+/?", url):
+                raise ValueError(f"{url!r} is not a nats:// or tls:// server URL")
+        return ",".join(urls) or None
 
     @field_validator("database_url")
     @classmethod

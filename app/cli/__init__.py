@@ -1,5 +1,5 @@
-"""The ``causeway`` command: serve, demo, migrate, verify, anchor, replay, keys, projections,
-evs.
+"""The ``causeway`` command: serve, demo, migrate, verify, anchor, replay, projections,
+relay, keys and evs.
 
 Bad input prints ``error: <detail>`` on stderr and exits 2; a failed check (``verify``)
 exits 1. With no ``CAUSEWAY_DATABASE_URL`` every command uses the embedded PostgreSQL
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import demo, keys, log, projections, serve
-from app.cli.app import cli, keys_cli, projections_cli
+from app.cli import demo, keys, log, projections, relay, serve
+from app.cli.app import cli, keys_cli, projections_cli, relay_cli
 from app.store.failures import connection_problem
 from evs_bridge.cli import run_commands
 
@@ -31,6 +31,8 @@ projections_cli.command("status")(projections.projections_status)
 projections_cli.command("rebuild")(projections.projections_rebuild)
 projections_cli.command("skip")(projections.projections_skip)
 projections_cli.command("unskip")(projections.projections_unskip)
+relay_cli.command("nats")(relay.relay_nats)
+relay_cli.command("status")(relay.relay_status)
 keys_cli.command("create")(keys.keys_create)
 keys_cli.command("revoke")(keys.keys_revoke)
 

@@ -1,5 +1,5 @@
 """The Typer apps: ``causeway`` and its command groups (``keys``, ``projections``,
-``evs``). The command modules register their commands on them."""
+``relay``, ``evs``). The command modules register their commands on them."""
 
 from __future__ import annotations
 
@@ -22,4 +22,8 @@ projections_cli = typer.Typer(
     help="Inspect and rebuild read models.", no_args_is_help=True, rich_markup_mode=None
 )
 cli.add_typer(projections_cli, name="projections")
+relay_cli = typer.Typer(
+    help="Relay the log to NATS JetStream.", no_args_is_help=True, rich_markup_mode=None
+)
+cli.add_typer(relay_cli, name="relay")
 cli.add_typer(evs_cli, name="evs")  # the edge bridge, also `python -m evs_bridge`

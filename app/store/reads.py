@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, Text, bindparam, case, cast, func, literal, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Select, Text, any_, bindparam, case, cast, func, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -107,11 +107,25 @@ def _json_text() -> ColumnElement[str]:
     return cast(_structured(), Text).label("json")
 
 
+def structured_json() -> ColumnElement[str]:
+    """An event's structured CloudEvent JSON (what ``GET /events/{id}`` answers), as a
+    column for other readers of the log (the relay)."""
+    return _json_text()
+
+
 # Built once: constructing the envelope expression costs more than running the query.
 # On the driver: every lease reads its task's trigger with it.
 _READ_EVENT = DriverStatement.of(
     select(_json_text()).where(
         events.c.tenant == bindparam("tenant"), events.c.id == bindparam("event_id")
+    )
+)
+
+
+_READ_EVENTS = DriverStatement.of(
+    select(events.c.id, _json_text()).where(
+        events.c.tenant == bindparam("tenant"),
+        events.c.id == any_(bindparam("event_ids", type_=ARRAY(Text))),
     )
 )
 
@@ -125,6 +139,12 @@ class EventReader:
         ``tenant``."""
         row = await _READ_EVENT.first(self._conn, tenant=tenant, event_id=event_id)
         return None if row is None else compact_json(row[0])
+
+    async def read_events(self, tenant: str, event_ids: list[str]) -> dict[str, str]:
+        """The events of ``event_ids`` stored in ``tenant``, each as structured CloudEvent
+        JSON text, by id (one statement for them all)."""
+        found = await _READ_EVENTS.rows(self._conn, tenant=tenant, event_ids=event_ids)
+        return {row[0]: row[1] for row in found}
 
     async def read_stream(
         self, tenant: str, stream: str, *, from_version: int, limit: int

@@ -64,6 +64,8 @@ def test_usage_errors_are_one_line_and_exit_2(
         (["replay", "--out", "-"], "error: cannot use the database:"),
         (["migrate"], "error: cannot use the database:"),
         (["project"], "error: cannot use the database:"),  # it used to retry forever
+        (["relay", "status"], "error: cannot use the database:"),
+        (["relay", "nats"], "error: cannot use the database:"),
     ],
 )  # fmt: skip
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
@@ -74,6 +76,7 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
 ) -> None:
     # Port 1 on loopback: nothing listens there, so the connection is refused at once.
     monkeypatch.setenv("CAUSEWAY_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    monkeypatch.setenv("CAUSEWAY_NATS_URL", "nats://127.0.0.1:1")
     monkeypatch.setattr("sys.argv", ["causeway", *command])
     with pytest.raises(SystemExit) as exited:
         main()
@@ -100,6 +103,12 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         ("DATABASE_URL", f"{_URL}?foo=bar", 'invalid URI query parameter: "foo"'),
         ("DATABASE_URL", f"{_URL}?connect_timeout=abc", "connect_timeout must be a whole number"),
         ("DATABASE_URL", f"{_URL}?port=abc", "port must be a whole number"),
+        # JetStream refuses a stream name with a dot; the relay would retry for ever.
+        ("NATS_STREAM", "causeway.events", "must be a JetStream stream name"),
+        ("NATS_TENANTS", "acme,-globex", "not both"),
+        ("NATS_DUPLICATE_WINDOW_S", "5", "at least twice CAUSEWAY_NATS_ACK_TIMEOUT_S"),
+        ("NATS_URL", "http://127.0.0.1:4222", "is not a nats:// or tls:// server URL"),
+        ("NATS_REPLICAS", "7", "Input should be less than or equal to 5"),
     ],
 )
 def test_a_setting_out_of_its_range_is_one_line_and_exit_2(
@@ -160,4 +169,18 @@ def test_demo_without_a_service_says_how_to_start_one(
     assert capsys.readouterr().err == (
         f"error: no address in {tmp_path / 'address'}: start the service with `make run` "
         "(in another terminal) first, or give --target URL --key KEY\n"
+    )
+
+
+def test_the_relay_without_a_nats_url_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CAUSEWAY_NATS_URL", raising=False)
+    monkeypatch.setattr("sys.argv", ["causeway", "relay", "nats"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert (
+        capsys.readouterr().err
+        == "error: set CAUSEWAY_NATS_URL to the NATS server(s) to relay to\n"
     )

@@ -1,0 +1,166 @@
+"""What the relay reads of the log, and its checkpoint.
+
+The checkpoint is a row of ``projection_checkpoints`` (named ``relay:nats:<stream>``):
+the position up to which JetStream has acknowledged every event the relay sends. It only
+moves forward. One relay leads per stream, through a session advisory lock on a
+connection of its own, as a projection's runner does (``app.projections.runner``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import any_, bindparam, func, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.types import Text
+
+from app.db.engine import DriverStatement
+from app.db.tables import events, projection_checkpoints
+from app.projections import checkpoints
+from app.projections.relay.subjects import Tenants
+from app.store.reads import structured_json
+
+_c = projection_checkpoints.c
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    position: int
+    tenant: str
+    type: str
+    document: bytes  # the structured CloudEvent JSON
+
+
+@dataclass(frozen=True, slots=True)
+class RelayStatus:
+    stream: str
+    tenants: str
+    checkpoint: int
+    head: int
+    lag_events: int
+    lag_seconds: float
+    updated_at: datetime | None
+
+
+def checkpoint_name(stream: str) -> str:
+    return f"relay:nats:{stream}"
+
+
+async def read_batch(
+    conn: AsyncConnection, after: int, head: int, limit: int, tenants: Tenants
+) -> list[Relayed]:
+    """The events to send in (after, head], in position order, ``limit`` at most."""
+    rows = await _statement(_BATCH, tenants).rows(
+        conn, after=after, head=head, limit=limit, names=sorted(tenants.names)
+    )
+    return [Relayed(r.position, r.tenant, r.type, r.json.encode()) for r in rows]
+
+
+async def read_checkpoint(conn: AsyncConnection, name: str) -> int:
+    await checkpoints.ENSURE_CHECKPOINT.run(conn, which=name)
+    row = await _CHECKPOINT.first(conn, which=name)
+    return 0 if row is None else int(row[0])
+
+
+async def advance(conn: AsyncConnection, name: str, position: int) -> None:
+    """Move the checkpoint to ``position`` (never back: a deposed leader's late write
+    cannot undo its successor's)."""
+    await _ADVANCE.run(conn, which=name, to=position, at=datetime.now(UTC))
+
+
+async def fetch_relay_status(conn: AsyncConnection, stream: str, tenants: Tenants) -> RelayStatus:
+    """How far the relay of ``stream`` lags the head: in positions, and the age of the
+    oldest event it has still to send."""
+    name = checkpoint_name(stream)
+    row = (await conn.execute(select(_c.position, _c.updated_at).where(_c.name == name))).first()
+    checkpoint = int(row.position) if row else 0
+    head = await checkpoints.read_head(conn)
+    pending = select(events.c.recorded_at).where(events.c.position > checkpoint)
+    if tenants.names:
+        chosen = events.c.tenant == any_(bindparam("names", type_=ARRAY(Text)))
+        pending = pending.where(~chosen if tenants.excluding else chosen)
+    oldest = (
+        await conn.execute(
+            pending.order_by(events.c.position).limit(1), {"names": sorted(tenants.names)}
+        )
+    ).scalar()
+    lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
+    return RelayStatus(
+        stream=stream,
+        tenants=tenants.describe(),
+        checkpoint=checkpoint,
+        head=head,
+        lag_events=head - checkpoint if oldest else 0,
+        lag_seconds=round(max(lag_s, 0.0), 3),
+        updated_at=row.updated_at if row else None,
+    )
+
+
+class Leadership:
+    """The lead of one relay: its advisory lock, held by one connection."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def confirm(self) -> None:
+        """Raises when the lock's connection is gone (and the lock with it)."""
+        await self._conn.execute(select(1))
+
+
+@contextlib.asynccontextmanager
+async def leadership(engine: AsyncEngine, name: str) -> AsyncIterator[Leadership | None]:
+    """Try to lead the relay ``name``; yields the lead when this process has it, else None.
+    A crashed leader's connection closes, and its lock goes with it."""
+    conn = await engine.connect()
+    try:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        key = func.hashtextextended(f"causeway.{name}", 0)
+        leading = bool((await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar())
+        try:
+            yield Leadership(conn) if leading else None
+        finally:
+            if leading:
+                with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
+                    await conn.execute(select(func.pg_advisory_unlock(key)))
+    finally:
+        with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
+            await conn.close()
+
+
+def _statement(kinds: tuple[DriverStatement, ...], tenants: Tenants) -> DriverStatement:
+    every, only, but = kinds
+    if not tenants.names:
+        return every
+    return but if tenants.excluding else only
+
+
+def _three(base: Any) -> tuple[DriverStatement, DriverStatement, DriverStatement]:
+    """``base`` for every tenant, for the ``names`` only, and for all but the ``names``."""
+    chosen = events.c.tenant == any_(bindparam("names", type_=ARRAY(Text)))
+    return (
+        DriverStatement.of(base),
+        DriverStatement.of(base.where(chosen)),
+        DriverStatement.of(base.where(~chosen)),
+    )
+
+
+# Built once: the envelope expression costs more to build than the query takes to run.
+_BATCH = _three(
+    select(events.c.position, events.c.tenant, events.c.type, structured_json())
+    .where(events.c.position > bindparam("after"), events.c.position <= bindparam("head"))
+    .order_by(events.c.position)
+    .limit(bindparam("limit"))
+)
+_CHECKPOINT = DriverStatement.of(select(_c.position).where(_c.name == bindparam("which")))
+_ADVANCE = DriverStatement.of(
+    update(projection_checkpoints)
+    .where(_c.name == bindparam("which"))
+    .values(position=func.greatest(_c.position, bindparam("to")), updated_at=bindparam("at"))
+)

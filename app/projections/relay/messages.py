@@ -1,0 +1,62 @@
+"""What the relay sends for an event: the CloudEvents NATS protocol binding.
+
+Structured mode (the default; the only mode of the released binding, v1.0.2): the
+payload is the event as ``application/cloudevents+json``, byte for byte what
+``GET /events/{id}`` answers (with ``position``, ``stream``, ``stream_version``, ``hash``
+and the other store attributes), and ``Content-Type: application/cloudevents+json``
+says so. Binary mode (the binding's working draft, 1.0.3-wip): every attribute is a
+``ce-<name>`` header and the payload is the data alone; there is no ``Content-Type``
+header (its absence is how a receiver tells the modes apart), the data's type goes in
+``ce-datacontenttype``. Header values are percent-encoded as that draft says: space,
+``"``, ``%`` and every byte outside ``!``..``~``. A list (``causes``) is its items
+joined by commas; numbers and booleans are their JSON text.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any, Literal
+
+import orjson
+
+STRUCTURED_TYPE = "application/cloudevents+json"
+Mode = Literal["structured", "binary"]
+_PLAIN = frozenset(range(0x21, 0x7F)) - {ord(c) for c in '"%'}
+
+
+def headers_and_payload(document: bytes, mode: Mode) -> tuple[dict[str, str], bytes]:
+    """The binding's headers and payload for one event, given as its structured JSON."""
+    if mode == "structured":
+        return {"Content-Type": STRUCTURED_TYPE}, document
+    event: dict[str, Any] = orjson.loads(document)
+    data_base64 = event.pop("data_base64", None)
+    has_data = "data" in event
+    data = event.pop("data", None)
+    headers = {f"ce-{name}": encode_header_value(_text(value)) for name, value in event.items()}
+    if data_base64 is not None:
+        return headers, base64.b64decode(data_base64)
+    if not has_data:
+        return headers, b""
+    if isinstance(data, str) and not _is_json(event.get("datacontenttype")):
+        return headers, data.encode()
+    return headers, orjson.dumps(data)
+
+
+def encode_header_value(value: str) -> str:
+    return "".join(chr(b) if b in _PLAIN else f"%{b:02X}" for b in value.encode())
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return ",".join(_text(v) for v in value)
+    return orjson.dumps(value).decode()
+
+
+def _is_json(content_type: str | None) -> bool:
+    """As CloudEvents decides whether ``data`` is JSON: no type, or a JSON media type."""
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media in {"application/json", "text/json"} or media.endswith("+json")

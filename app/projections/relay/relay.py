@@ -1,0 +1,357 @@
+"""The relay: publish every event to JetStream, in position order, exactly once.
+
+How a message gets in once, and in order (docs/relay.md has the long form):
+
+- Each message carries ``Nats-Msg-Id: <tenant>:<position>`` and
+  ``Nats-Expected-Last-Msg-Id``: the id of the message the relay sent before it. The
+  stream refuses a message whose predecessor is not its last one, so a message that
+  failed (a leader election, a node gone) takes every later one with it: the stream
+  always holds a prefix of what the relay sends, never one with a hole.
+- Publishing is pipelined: up to ``max_pending`` acknowledgements in flight, across
+  batches, and the log is read a batch ahead of the publisher. The checkpoint (``log``)
+  moves to a batch's end once every ack of it, and of every batch before it, has come.
+- Anything wrong (no ack within ``ack_timeout_s``, a refused publish, NATS unreachable)
+  ends the session: the connection is closed, and the next session resumes from the
+  stream's last message (a message of the relay names its position) or the checkpoint,
+  whichever is further. A message that landed after that look is published again; the
+  stream's duplicate window (at least twice the ack timeout) drops it.
+- One relay leads per stream (``log.leadership``); others wait for the lead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+import psycopg
+from nats.js import JetStreamContext
+from nats.js.api import PubAck, StreamConfig
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.projections import checkpoints
+from app.projections.relay import log
+from app.projections.relay.messages import Mode, headers_and_payload
+from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
+from app.store.append.writes import NOTIFY_CHANNEL
+
+logger = logging.getLogger(__name__)
+SUBJECTS = f"{PREFIX}.>"
+_NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+
+
+class PublishRefused(Exception):
+    """JetStream answered a publish with an error (the ack future never resolves then:
+    nats-py reports the error to the connection's error callback instead)."""
+
+
+class StreamMisconfigured(Exception):
+    pass
+
+
+class EventTooLarge(Exception):
+    """An event's message is over the server's ``max_payload``: the relay cannot pass it
+    and will not skip it (every event, in order), so it says so until the limit is raised."""
+
+
+_SESSION_ERRORS = (*_NATS_ERRORS, PublishRefused, StreamMisconfigured, EventTooLarge)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    servers: Sequence[str]
+    stream: str = "CAUSEWAY"
+    replicas: int = 1
+    tenants: Tenants = field(default_factory=Tenants)
+    mode: Mode = "structured"
+    duplicate_window_s: float = 120.0
+    ack_timeout_s: float = 5.0
+    max_pending: int = 4000
+    batch_events: int = 1000
+    poll_interval_s: float = 1.0
+    max_backoff_s: float = 5.0
+
+
+class NatsRelay:
+    def __init__(
+        self, engine: AsyncEngine, config: RelayConfig, *, listen_dsn: str | None = None
+    ) -> None:
+        self._engine = engine
+        self.config = config
+        self._listen_dsn = listen_dsn
+        self._name = log.checkpoint_name(config.stream)
+        self._wake = asyncio.Event()
+        self._refused = asyncio.Event()
+        self._logged: dict[str, float] = {}
+        self._checkpoints_moved = 0
+
+    async def dispose(self) -> None:
+        await self._engine.dispose()
+
+    async def run(self) -> None:
+        """Lead (or stand by for) the relay until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            if self._listen_dsn:
+                group.create_task(self._listen(self._listen_dsn))
+            group.create_task(self._follow())
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                async with log.leadership(self._engine, self._name) as lead:
+                    if lead is not None:
+                        logger.info("relay to %s: leading", self.config.stream)
+                        await self._lead(lead)
+            except (DBAPIError, psycopg.OperationalError) as exc:
+                logger.warning("relay: database unavailable: %s", exc)
+            except Exception:
+                logger.exception("relay: unexpected failure")
+            await asyncio.sleep(self.config.poll_interval_s)
+
+    async def _lead(self, lead: log.Leadership) -> None:
+        backoff_s = 0.1
+        while True:
+            await lead.confirm()
+            moved = self._checkpoints_moved
+            try:
+                await self._session(lead)
+            except _SESSION_ERRORS as exc:
+                self._log_once(f"relay to {self.config.stream}: {_describe(exc)}; retrying")
+            # A session that got somewhere starts the backoff over.
+            backoff_s = 0.1 if self._checkpoints_moved > moved else backoff_s * 2
+            backoff_s = min(backoff_s, self.config.max_backoff_s)
+            await asyncio.sleep(backoff_s)
+
+    async def _session(self, lead: log.Leadership) -> None:
+        """Connect, make sure of the stream, and publish until something fails."""
+        self._refused.clear()
+        nc = await nats.connect(
+            servers=list(self.config.servers),
+            connect_timeout=2,
+            reconnect_time_wait=0.5,
+            max_reconnect_attempts=-1,
+            error_cb=self._on_error,
+            disconnected_cb=self._on_disconnected,
+            name="causeway-relay",
+        )
+        try:
+            js = nc.jetstream(
+                timeout=self.config.ack_timeout_s, publish_async_max_pending=self.config.max_pending
+            )
+            await self._ensure_stream(js)
+            start, expected = await self._resume(js)
+            found: asyncio.Queue[tuple[int, list[log.Relayed]]] = asyncio.Queue(maxsize=1)
+            batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]] = asyncio.Queue(
+                maxsize=max(2, self.config.max_pending // self.config.batch_events + 1)
+            )
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._read_ahead(lead, start, found))
+                group.create_task(self._publish(js, expected, found, batches, nc.max_payload))
+                group.create_task(self._acknowledge(batches))
+        except* _SESSION_ERRORS as failed:
+            raise failed.exceptions[0] from None
+        except* (DBAPIError, psycopg.OperationalError) as failed:
+            raise failed.exceptions[0] from None  # the lead ends (``_follow``)
+        finally:
+            with contextlib.suppress(*_NATS_ERRORS):
+                await asyncio.wait_for(nc.close(), 2)
+
+    async def _ensure_stream(self, js: JetStreamContext) -> None:
+        """Create the stream if absent; refuse one that does not take the relay's subjects."""
+        try:
+            info = await js.stream_info(self.config.stream)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(
+                StreamConfig(
+                    name=self.config.stream,
+                    subjects=[SUBJECTS],
+                    num_replicas=self.config.replicas,
+                    duplicate_window=self.config.duplicate_window_s,
+                )
+            )
+            logger.info(
+                "relay: created stream %s (%s, %d replicas, duplicate window %.0f s)",
+                self.config.stream,
+                SUBJECTS,
+                self.config.replicas,
+                self.config.duplicate_window_s,
+            )
+            return
+        if SUBJECTS not in (info.config.subjects or []):
+            raise StreamMisconfigured(
+                f"stream {self.config.stream} does not take {SUBJECTS} "
+                f"(its subjects: {info.config.subjects})"
+            )
+        window = info.config.duplicate_window or 0
+        if window < 2 * self.config.ack_timeout_s:
+            logger.warning(
+                "relay: stream %s keeps message ids for %.1f s, under twice the ack timeout",
+                self.config.stream,
+                window,
+            )
+
+    async def _resume(self, js: JetStreamContext) -> tuple[int, str | None]:
+        """Where to start: past the checkpoint and past the stream's last message (the
+        stream holds a prefix of what the relay sent, so everything up to it is in);
+        and the id the first message must expect as the stream's last."""
+        async with self._engine.begin() as conn:
+            checkpoint = await log.read_checkpoint(conn, self._name)
+        info = await js.stream_info(self.config.stream)
+        last_seq = info.state.last_seq or 0
+        if last_seq == 0 or (info.state.messages or 0) == 0:
+            return checkpoint, None
+        last = await js.get_msg(self.config.stream, seq=last_seq)
+        last_id = (last.headers or {}).get("Nats-Msg-Id")
+        position = position_of(last_id)
+        logger.info(
+            "relay: checkpoint at %d, the stream's last message at %s; resuming past both",
+            checkpoint,
+            f"position {position}" if position is not None else "no position of ours",
+        )
+        if position is not None and position > checkpoint:
+            async with self._engine.begin() as conn:
+                await log.advance(conn, self._name, position)
+            return position, last_id
+        if position is not None and position < checkpoint:
+            logger.warning(
+                "relay: stream %s ends at position %d, its checkpoint is %d: events between "
+                "are not in it (was the stream purged?)",
+                self.config.stream,
+                position,
+                checkpoint,
+            )
+        return checkpoint, last_id
+
+    async def _read_ahead(
+        self, lead: log.Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]
+    ) -> None:
+        """Read the log a batch ahead of the publisher: the next batch's query runs while
+        the one before is sent."""
+        config = self.config
+        while True:
+            async with self._engine.connect() as conn:
+                head = await checkpoints.read_head(conn)
+                batch = await log.read_batch(conn, after, head, config.batch_events, config.tenants)
+            reached = batch[-1].position if len(batch) == config.batch_events else head
+            if reached <= after:
+                await self._wait()
+                await lead.confirm()  # idle: is this relay still the leader?
+                continue
+            await found.put((reached, batch))
+            after = reached
+
+    async def _publish(
+        self,
+        js: JetStreamContext,
+        expected: str | None,
+        found: asyncio.Queue[tuple[int, list[log.Relayed]]],
+        batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]],
+        max_payload: int,
+    ) -> None:
+        config = self.config
+        while True:
+            reached, batch = await found.get()
+            acks = []
+            for event in batch:
+                headers, payload = headers_and_payload(event.document, config.mode)
+                headers["Nats-Msg-Id"] = this = msg_id(event.tenant, event.position)
+                if expected is not None:
+                    headers["Nats-Expected-Last-Msg-Id"] = expected
+                if len(payload) + 4096 > max_payload:  # headers are small: count them then
+                    _check_size(event.position, payload, headers, max_payload)
+                acks.append(
+                    await js.publish_async(
+                        subject_for(event.tenant, event.type),
+                        payload,
+                        headers=headers,
+                        stream=config.stream,
+                    )
+                )
+                expected = this
+            await batches.put((reached, acks))
+
+    async def _acknowledge(
+        self, batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]]
+    ) -> None:
+        while True:
+            reached, acks = await batches.get()
+            if acks:
+                await self._all_acked(acks)
+            async with self._engine.begin() as conn:
+                await log.advance(conn, self._name, reached)
+            self._checkpoints_moved += 1
+
+    async def _all_acked(self, acks: list[asyncio.Future[PubAck]]) -> None:
+        every = asyncio.gather(*acks)
+        refused = asyncio.ensure_future(self._refused.wait())
+        waiting: set[asyncio.Future[Any]] = {every, refused}
+        try:
+            done, _ = await asyncio.wait(
+                waiting,
+                timeout=self.config.ack_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            refused.cancel()
+        if every in done:
+            every.result()
+            return
+        every.cancel()
+        if refused in done:
+            raise PublishRefused("JetStream refused a publish")
+        raise TimeoutError(f"no ack within {self.config.ack_timeout_s} s")
+
+    async def _wait(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), self.config.poll_interval_s)
+        self._wake.clear()
+
+    async def _listen(self, dsn: str) -> None:
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except (psycopg.Error, OSError) as exc:
+                logger.warning("relay: LISTEN lost (%s); polling meanwhile", exc)
+            await asyncio.sleep(self.config.poll_interval_s)
+
+    async def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, nats.js.errors.APIError):
+            self._refused.set()
+        self._log_once(f"relay: NATS: {_describe(exc)}")
+
+    async def _on_disconnected(self) -> None:
+        self._log_once("relay: disconnected from NATS")
+
+    def _log_once(self, line: str) -> None:
+        """Log ``line`` unless it was logged less than 10 s ago: an unreachable server,
+        or an event the relay cannot pass, is reported once in a while, not on every try."""
+        now = time.monotonic()
+        if now - self._logged.get(line, -1e9) > 10:
+            logger.warning("%s", line)
+            self._logged = {k: v for k, v in self._logged.items() if now - v <= 10}
+            self._logged[line] = now
+
+
+def _check_size(position: int, payload: bytes, headers: dict[str, str], max_payload: int) -> None:
+    size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 14
+    if size > max_payload:
+        raise EventTooLarge(
+            f"the event at position {position} makes a message of about {size} bytes, over "
+            f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
+            "server's configuration (docs/relay.md)"
+        )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".rstrip(": ") if str(exc) else type(exc).__name__

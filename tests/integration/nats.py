@@ -1,0 +1,131 @@
+"""Real ``nats-server`` processes with JetStream for the relay's tests: one server, or a
+cluster of three, on free loopback ports, each with its own store folder, stopped when
+the block ends (also on failure)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from tests.integration.process import free_port
+
+NATS_SERVER = shutil.which("nats-server")
+needs_nats = pytest.mark.skipif(NATS_SERVER is None, reason="nats-server is not installed")
+
+
+@dataclass
+class Node:
+    name: str
+    port: int
+    cluster_port: int
+    http_port: int
+    config: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+
+class Nats:
+    def __init__(self, folder: Path, size: int, extra: tuple[str, ...] = ()) -> None:
+        self.nodes = [
+            Node(f"n{i}", free_port(), free_port(), free_port(), folder / f"n{i}.conf")
+            for i in range(size)
+        ]
+        for node in self.nodes:
+            lines = [
+                f"server_name: {node.name}",
+                f"listen: 127.0.0.1:{node.port}",
+                f"http: 127.0.0.1:{node.http_port}",
+                f'jetstream {{ store_dir: "{folder / node.name}" }}',
+                *extra,
+            ]
+            if size > 1:
+                routes = ", ".join(
+                    f"nats://127.0.0.1:{o.cluster_port}" for o in self.nodes if o is not node
+                )
+                lines.append(
+                    f"cluster {{ name: causeway-test, listen: 127.0.0.1:{node.cluster_port}, "
+                    f"routes: [{routes}] }}"
+                )
+            node.config.write_text("\n".join(lines) + "\n")
+
+    @property
+    def url(self) -> str:
+        return ",".join(n.url for n in self.nodes)
+
+    def start(self, index: int | None = None) -> None:
+        for node in self.nodes if index is None else [self.nodes[index]]:
+            assert NATS_SERVER is not None
+            node.process = subprocess.Popen(
+                [NATS_SERVER, "-c", str(node.config)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = 30) -> None:
+        """Until every running node says its JetStream is healthy (in a cluster: it has
+        a meta leader)."""
+        deadline = time.monotonic() + timeout_s
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            while True:
+                try:
+                    answer = httpx2.get(f"http://127.0.0.1:{node.http_port}/healthz", timeout=1)
+                    if answer.status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"nats-server {node.name} is not healthy")
+                time.sleep(0.1)
+
+    def kill(self, index: int) -> None:
+        node = self.nodes[index]
+        if node.process is not None:
+            node.process.kill()
+            node.process.wait()
+            node.process = None
+
+    def pause(self) -> None:
+        """Every node stops answering (SIGSTOP): clients see a server that hangs."""
+        for node in self.nodes:
+            if node.process is not None:
+                os.kill(node.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for node in self.nodes:
+            if node.process is not None:
+                os.kill(node.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        self.resume()
+        for index in range(len(self.nodes)):
+            self.kill(index)
+
+
+@contextmanager
+def nats_servers(size: int = 1, *extra: str) -> Iterator[Nats]:
+    """``extra``: lines added to every node's configuration."""
+    folder = Path(tempfile.mkdtemp(prefix="causeway-nats-"))
+    servers = Nats(folder, size, extra)
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+        shutil.rmtree(folder, ignore_errors=True)
