@@ -157,14 +157,8 @@ def create_router(
                     max_tasks=body.max_tasks or 1,
                 )
             if found:
-                document: Any = [_lease_json(one) for one in found]
-                document = {"tasks": document} if body.max_tasks is not None else document[0]
-                headers = {POSITION_HEADER: str(max(one.task.position for one in found))}
-                return Response(
-                    orjson.dumps(document), media_type="application/json", headers=headers
-                )
-            left = deadline - loop.time()
-            if left <= 0:
+                return _leased(found, batch=body.max_tasks is not None)
+            if (left := deadline - loop.time()) <= 0:
                 return Response(status_code=204)
             pause = await _pause(wakeups, seen, left, pause)
 
@@ -304,6 +298,15 @@ def _batch_routes(
                 for item, outcome in zip(body.tasks, outcomes, strict=True)
             ]
         }
+
+
+def _leased(found: list[Lease], *, batch: bool) -> Response:
+    """The leases' answer: ``{"tasks": [...]}`` to a batch, the one lease otherwise; the
+    position of the last decision in the header."""
+    leases = [_lease_json(one) for one in found]
+    document = {"tasks": leases} if batch else leases[0]
+    headers = {POSITION_HEADER: str(max(one.task.position for one in found))}
+    return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
 def _answered(state: TaskState, response: Response) -> dict[str, Any]:
