@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+STAMP := $(VENV)/.installed-dev
+RUN_STAMP := $(VENV)/.installed-run
 # One pytest worker per core (pytest-xdist); each starts its own embedded PostgreSQL.
 # A test that waits (a server starting, a timeout running out) leaves its core to the
 # other worker. `make test PYTEST_PARALLEL=` runs the suites in one process.
@@ -10,12 +11,28 @@ PYTEST_PARALLEL ?= -n auto --dist worksteal
 
 VENDOR := app/web/vendor
 
-.PHONY: browser install run fmt lint test migrate schema bench bench-quick relay-chaos clean
+.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick relay-chaos clean
+
+# Two installs: `make run` takes only what `causeway` needs to serve (the package and its
+# dependencies); everything else (`make lint`, `make test`, ...) takes the dev extras too:
+# linters, test tools, numba, the benchmarks' baselines. `make run` installs them with uv
+# (from PyPI, a few seconds where pip takes half a minute on a fresh clone: it downloads
+# and unpacks in parallel), and with pip if uv cannot be had. Bytecode is compiled at install,
+# as pip does: a start that compiles every module it imports takes seconds more.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+UV_VERSION := uv>=0.13,<0.14
+
+$(RUN_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing causeway into $(VENV) (once, and again when pyproject.toml changes)"
+	@($(PIP) '$(UV_VERSION)' && $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e .) \
+		|| $(PIP) -e .
+	@touch $(RUN_STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) -e '.[dev]'
+	touch $(RUN_STAMP) $(STAMP)
 
 # Swagger UI, ReDoc and GraphiQL's files, from the npm packages pinned in the lock file
 # (app/web/assets.py serves them: no page loads anything from a CDN).
@@ -29,8 +46,10 @@ install: $(STAMP) $(VENDOR)/node_modules/.installed-stamp
 browser:  ## Debian's Chromium, which the explorer's browser tests drive (as root: apt-get)
 	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
-run: install  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
-	$(BIN)/causeway serve
+install-run: $(RUN_STAMP) $(VENDOR)/node_modules/.installed-stamp
+
+run: install-run  ## start the service on 127.0.0.1:8000 (embedded PostgreSQL unless CAUSEWAY_DATABASE_URL)
+	@$(BIN)/causeway serve
 
 fmt: install
 	$(BIN)/ruff format .

@@ -2,6 +2,7 @@
 
     AppError                    500 internal
     ├── BadRequest              400 bad-request
+    │   ├── InvalidJSON         400 invalid-json
     │   ├── InvalidCloudEvent   400 invalid-cloudevent
     │   └── AnswerTooLarge      400 answer-too-large
     ├── Unauthenticated         401 unauthenticated
@@ -52,6 +53,16 @@ class BadRequest(AppError):
     code = "bad-request"
     title = "Bad request"
     about = "The request could not be understood: a parameter or the body is malformed."
+
+
+class InvalidJSON(BadRequest):
+    code = "invalid-json"
+    title = "Not valid JSON"
+    about = (
+        "A JSON body (of any endpoint: events, GraphQL, models, deployments, routes, "
+        "queues, tasks) is not JSON text, or an object in it names a member twice, which "
+        "I-JSON (RFC 7493) forbids; the detail says where, and member names the duplicate."
+    )
 
 
 class InvalidCloudEvent(BadRequest):

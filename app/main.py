@@ -39,12 +39,14 @@ from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
+from app.store.replication import FallbackConnector, replica_name
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
-from app.web.dependencies import authorize, require
+from app.web.dependencies import authorization_of, authorize, require
 from app.web.openapi import bearer, finish
-from app.web.timeouts import Timeouts
+from app.web.reads import ReadRouter, ReadSource
+from app.web.timeouts import Linger, Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
 from ingest.openlineage.router import LineageIngest
@@ -56,6 +58,7 @@ from scheduler.placement import OffPeak
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.router import LeasePolicy, Principals
 from scheduler.router import create_router as create_scheduler_router
+from scheduler.rows.wakeups import TaskWakeups
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
 
@@ -74,6 +77,8 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
         max_query_depth=settings.graphql_max_query_depth,
         max_tokens=settings.graphql_max_tokens,
         max_aliases=settings.graphql_max_aliases,
+        max_selections=settings.graphql_max_selections,
+        max_fragments=settings.graphql_max_fragments,
         max_page_size=settings.graphql_max_page_size,
         max_lineage_depth=settings.graphql_max_lineage_depth,
         max_lineage_nodes=settings.graphql_max_lineage_nodes,
@@ -161,7 +166,10 @@ def create_app(
         database_url, pool_size=2, statement_timeout_ms=settings.statement_timeout_ms
     )
     decisions = Appender(decisions_engine, plan_ahead=False)
+    # Long-polling leases wait for a wake-up on one listening connection of the process.
+    wakeups = TaskWakeups(libpq_conninfo(database_url))
     walks, graphql_reads = _graphql_connections(settings, database_url)
+    read_router = _read_router(settings, engine, walks, graphql_reads)
     runner = create_runner(settings, database_url)
     relay = create_relay(settings, database_url)
     controller = controller_from(settings)
@@ -170,7 +178,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await walks.open()  # connects in the background; the first walk need not wait
-        background = []
+        background = [asyncio.create_task(read_router.watch())]
+        wakeups.start()
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
         if relay is not None:
@@ -208,18 +217,25 @@ def create_app(
     app.state.decisions_engine = decisions_engine
     app.state.walks = walks
     app.state.graphql_reads = graphql_reads
+    app.state.read_router = read_router
     app.state.decisions = decisions
+    app.state.wakeups = wakeups
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
     app.timeouts = Timeouts(
-        app.answer, body_timeout_s=settings.body_timeout_s, send_timeout_s=settings.send_timeout_s
+        app.answer,
+        body_timeout_s=settings.body_timeout_s,
+        send_timeout_s=settings.send_timeout_s,
+        linger=Linger(max_bytes=settings.linger_bytes, max_s=settings.linger_s),
     )
     _mount_routes(app, settings, controller)
     return app
 
 
-def _graphql_connections(settings: Settings, database_url: str | URL) -> tuple[DriverPool, Engine]:
+def _graphql_connections(
+    settings: Settings, database_url: str | URL, *, pre_ping: bool = False
+) -> tuple[DriverPool, Engine]:
     """The walks' driver pool and the engine of GraphQL's other reads."""
     # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
     # time budget: PostgreSQL stops a walk past it, however many a request asks for.
@@ -244,8 +260,47 @@ def _graphql_connections(settings: Settings, database_url: str | URL) -> tuple[D
         pool_size=settings.db_pool_size,
         statement_timeout_ms=settings.graphql_timeout_ms,
         pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait
+        pre_ping=pre_ping,
     )
     return walks, graphql_reads
+
+
+def _read_router(
+    settings: Settings, engine: Engine, walks: DriverPool, graphql_reads: Engine
+) -> ReadRouter:
+    """Where reads run: the primary's connections, and each read replica's own."""
+    primary_graphql = graphql_reads.execution_options(isolation_level="AUTOCOMMIT")
+    primary = ReadSource(
+        "primary", rest=engine, direct=engine, graphql=primary_graphql, walks=walks,
+        is_primary=True,
+    )  # fmt: skip
+    replicas: list[ReadSource] = []
+    router = ReadRouter(
+        primary, replicas, max_lag_s=settings.read_max_lag_s, wait_ms=settings.read_wait_ms
+    )
+    for url in settings.read_database_urls:
+        rest_engine = create_engine(
+            url,
+            pool_size=settings.db_pool_size,
+            statement_timeout_ms=settings.statement_timeout_ms,
+            pre_ping=True,
+        )
+        replica_walks, replica_graphql = _graphql_connections(settings, url, pre_ping=True)
+        graphql = replica_graphql.execution_options(isolation_level="AUTOCOMMIT")
+        replica = ReadSource(
+            replica_name(url),
+            rest=engine,  # replaced below, once the replica exists to be marked down
+            direct=rest_engine,
+            graphql=graphql,
+            walks=replica_walks,
+            is_primary=False,
+            engines=[rest_engine, replica_graphql],
+        )
+        on_failure = partial(router.mark_down, replica)
+        replica.rest = FallbackConnector(rest_engine, engine, on_failure)
+        replica.graphql = FallbackConnector(graphql, primary_graphql, on_failure)
+        replicas.append(replica)
+    return router
 
 
 def _mount_routes(app: Causeway, settings: Settings, controller: PidController) -> None:
@@ -259,8 +314,8 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     lineage = LineageIngest(engine, appender, limits_from(settings))
     app.include_router(create_lineage_router(lineage, require(KeyScope.INGEST)))
     graphql = create_graphql(
-        app.state.graphql_reads,
-        app.state.walks,
+        app.state.read_router,
+        app.state.runner,
         app.state.authenticator,
         graphql_limits_from(settings),
     )
@@ -283,11 +338,13 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
             partial(parse_request, BATCH, [], limits=limits_from(settings)),
             lease_policy_from(settings),
             controller,
+            app.state.read_router.exposition,
             Principals(
                 admin=require(KeyScope.ADMIN),
                 worker=require(KeyScope.WORKER),
                 read=require(KeyScope.READ),
             ),
+            app.state.wakeups,
         )
     )
 
@@ -362,16 +419,18 @@ class Causeway(FastAPI):
         headers = scope["headers"]
         try:
             principal = await authorize(
-                self.state.authenticator, _header(headers, b"authorization"), KeyScope.INGEST
+                self.state.authenticator, authorization_of(headers), KeyScope.INGEST
             )
             body = await self.ingest.read_body(receive, _header(headers, b"content-length"))
-            status, answer = await self.ingest.answer(
+            status, answer, position = await self.ingest.answer(
                 principal, _header(headers, b"content-type") or None, headers, body
             )
         except Exception as exc:
             await problems.response_for(exc, "POST", "/events")(scope, receive, send)
             return
-        await send({"type": "http.response.start", "status": status, "headers": _json(answer)})
+        answer_headers = _json(answer)
+        answer_headers.append((b"causeway-position", b"%d" % position))
+        await send({"type": "http.response.start", "status": status, "headers": answer_headers})
         await send({"type": "http.response.body", "body": answer})
 
 
@@ -407,10 +466,12 @@ async def dispose(app: FastAPI) -> None:
     """Close every engine of ``app`` (its lifespan does this; tests without one call it)."""
     await app.state.appender.close()
     await app.state.decisions.close()
+    await app.state.wakeups.close()
     await app.state.runner.dispose()
     if app.state.relay is not None:
         await app.state.relay.dispose()
     await app.state.decisions_engine.dispose()
+    await app.state.read_router.close()
     await app.state.walks.close()
     await app.state.graphql_reads.dispose()
     await app.state.engine.dispose()

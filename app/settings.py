@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     # None: start the embedded PostgreSQL. A plain string, not PostgresDsn: libpq URLs may
     # name a socket folder instead of a host (postgresql://user@/db?host=/run/postgresql).
     database_url: str | None = None
+    # Read replicas (app.web.reads, docs/replicas.md): one URL or several, comma-separated;
+    # a replica further behind than read_max_lag_s is skipped; a read that names a
+    # position waits read_wait_ms at most for its source to reach it.
+    read_database_url: str | None = None
+    read_max_lag_s: float = Field(default=10.0, gt=0)
+    read_wait_ms: int = Field(default=2000, ge=0, le=600_000)
     data_dir: Path = Path(".causeway")
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -38,6 +44,10 @@ class Settings(BaseSettings):
     # between two reads of a body; the time a client may take no byte of its answer.
     body_timeout_s: float = Field(default=30.0, gt=0)
     send_timeout_s: float = Field(default=60.0, gt=0)
+    # After an answer given before its body was read (a 413, a 401): read at most this
+    # much more of the body, for at most this long, then close (app.web.timeouts).
+    linger_bytes: int = Field(default=32 << 20, ge=0)
+    linger_s: float = Field(default=5.0, ge=0)
     db_pool_size: int = Field(default=5, ge=1)
     key_cache_ttl_s: float = Field(default=5.0, ge=0)
     # At most 2048: an attribute is indexed (id, stream, source, type, ...), and a btree
@@ -46,6 +56,8 @@ class Settings(BaseSettings):
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
+    # The JSON endpoints but POST /events, GraphQL and task completions (app.web.bodies)
+    max_json_body_bytes: int = Field(default=256 << 10, ge=1024)
     replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits
     replay_max_streams: int = Field(default=8, ge=1)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
@@ -55,6 +67,8 @@ class Settings(BaseSettings):
     graphql_max_query_depth: int = Field(default=12, ge=1)
     graphql_max_tokens: int = Field(default=2000, ge=10)
     graphql_max_aliases: int = Field(default=20, ge=0)
+    graphql_max_selections: int = Field(default=1000, ge=1)  # fragments expanded
+    graphql_max_fragments: int = Field(default=32, ge=0)
     graphql_max_page_size: int = Field(default=500, ge=1)
     graphql_max_lineage_depth: int = Field(default=100, ge=1)
     graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
@@ -115,6 +129,20 @@ class Settings(BaseSettings):
         if value and not re.fullmatch(r"\s*([01]?\d|2[0-3])\s*-\s*([01]?\d|2[0-4])\s*", value):
             raise ValueError("must be 'START-END' in whole UTC hours, e.g. '22-6'")
         return value or None
+
+    @field_validator("read_database_url")
+    @classmethod
+    def _are_postgres_urls(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        for url in split_urls(value):
+            cls._is_postgres_url(url)
+        return value
+
+    @property
+    def read_database_urls(self) -> list[str]:
+        """The replicas' URLs, in the order given (none: every read is on the primary)."""
+        return split_urls(self.read_database_url or "")
 
     @field_validator("nats_stream")
     @classmethod
@@ -178,3 +206,10 @@ class Settings(BaseSettings):
             if given is not None and not all(p.strip().isdigit() for p in str(given).split(",")):
                 raise ValueError(f"{name} must be a whole number, got {given!r}")
         return value
+
+
+def split_urls(text: str) -> list[str]:
+    """The URLs of a comma-separated list. A comma inside one URL (libpq's host list,
+    ``postgresql://h1,h2/db``) does not split it: a URL starts at a scheme."""
+    parts = re.split(r",\s*(?=[A-Za-z][A-Za-z0-9+.-]*://)", text.strip())
+    return [part.strip() for part in parts if part.strip()]

@@ -1,11 +1,16 @@
-"""Scheduler throughput: lease + complete by worker processes over HTTP, against a bare
-``FOR UPDATE SKIP LOCKED`` loop on an identical table, in the same run.
+"""Scheduler throughput: lease + complete by worker processes over HTTP (the worker
+library, ``ingest.worker``), against a bare ``FOR UPDATE SKIP LOCKED`` loop on an
+identical table and against pgqueuer on the same PostgreSQL, in the same run; and the
+dispatcher's rate with one route and with ten.
 
 The tasks are made the real way: trigger events are appended and the dispatcher routes
-them. The baseline then gets a copy of the task table (same rows, same indexes) and
-worker processes that lease (``SELECT ... FOR UPDATE SKIP LOCKED`` + ``UPDATE``) and
-complete (``UPDATE``) in two transactions, as Causeway's workers do; what it leaves out is
-what Causeway adds: HTTP, keys, and every decision appended to the hash-chained log.
+them. The bare loop then gets a copy of the task table (same rows, same indexes) and
+leases (``SELECT ... FOR UPDATE SKIP LOCKED`` + ``UPDATE``) and completes (``UPDATE``) one
+task per transaction, fsync on, at 1, 2, 4 and 8 processes and with 8 threads: its best
+is the baseline. What it leaves out is what Causeway adds: HTTP, keys, and every decision
+appended to the hash-chained log (which is verified at the end). pgqueuer enqueues the
+same number of jobs with its own ``enqueue`` and dequeues and acknowledges them with as
+many worker processes as Causeway has, at the same batch size.
 """
 
 from __future__ import annotations
@@ -16,9 +21,14 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import psycopg
+from pgqueuer.domain.types import QueueExecutionMode
+from pgqueuer.models import Job
+from pgqueuer.qm import QueueManager
+from pgqueuer.queries import Queries
 from sqlalchemy import URL, func, select
 
 from app.db.engine import create_engine, libpq_conninfo
@@ -27,8 +37,16 @@ from app.projections.runner import ProjectionRunner
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.records import NewEvent
-from bench._harness import Row, bench_server, ensure_database, print_table, serving
-from ingest.client import CausewayClient
+from app.store.verify import verify_chain
+from bench._harness import (
+    Row,
+    bench_server,
+    checkpoint,
+    ensure_database,
+    print_table,
+    serving,
+)
+from ingest.worker import Worker
 from scheduler import tasks as t
 from scheduler.projections import scheduler_projections
 from scheduler.routes import define_event, parse_route
@@ -100,15 +118,49 @@ async def seed(url: URL, count: int, dispatched: int) -> tuple[str, float]:
     return key, rate
 
 
-def frame(n: int) -> NewEvent:
+def frame(n: int, *, lane: int = 0) -> NewEvent:
     return NewEvent(
         id=f"frame-{n}",
         source="/bench/cameras/1",
         type="bench.frame",
         stream="bench-frames",
         has_data=True,
-        data={"frame": n},
+        data={"frame": n, "lane": lane},
     )
+
+
+def dispatch_rate(url: URL, routes: int, events: int) -> float:
+    """Tasks/s the dispatcher makes of ``events`` trigger events under ``routes`` routes
+    (each event matches one of them, by its ``lane``), in a tenant of their own."""
+    return asyncio.run(_dispatch(url, f"dispatch-{routes}", routes, events))
+
+
+async def _dispatch(url: URL, tenant: str, routes: int, events: int) -> float:
+    engine = create_engine(url, pool_size=2)
+    async with engine.begin() as conn:
+        log = EventLog(conn)
+        for n in range(routes):
+            spec = {"id": f"lane-{n}", "types": ["bench.frame"], "kind": "detect",
+                    "queue": QUEUE, "where": [f"lane={n}"]}  # fmt: skip
+            [last] = await log.append(tenant, [define_event(parse_route(spec))])
+    frames = [frame(n, lane=n % routes) for n in range(events)]
+    async with engine.begin() as conn:
+        await EventLog(conn).append(tenant, frames)
+    runner = ProjectionRunner(engine, scheduler_projections(), batch_size=events)
+    dispatcher = runner.projection("scheduler-dispatch")
+    while await runner.step(dispatcher, until=last.position):
+        pass  # the routes: a batch ends after each
+    started = time.perf_counter()
+    await runner.step(dispatcher, until=last.position + events)
+    rate = events / (time.perf_counter() - started)
+    async with engine.connect() as conn:
+        made = (
+            await conn.execute(select(func.count()).where(tasks.c.tenant == tenant))
+        ).scalar_one()
+    await engine.dispose()
+    if made != events:
+        raise RuntimeError(f"{made} tasks were made of {events} events")
+    return rate
 
 
 def copy_table(url: URL) -> None:
@@ -117,20 +169,33 @@ def copy_table(url: URL) -> None:
         conn.execute("CREATE TABLE bench_tasks (LIKE tasks INCLUDING ALL)")
         conn.execute("INSERT INTO bench_tasks SELECT * FROM tasks")
         conn.execute("VACUUM ANALYZE bench_tasks")
+    checkpoint(url)
 
 
 def run_workers(args: list[str], workers: int, ops: int) -> tuple[float, int]:
     """Start ``workers`` copies of this script in worker mode, each to lease and complete
-    ``ops / workers`` tasks; wall time and tasks done."""
+    ``ops / workers`` tasks; wall time and tasks done. The clock starts once every
+    process has started (imports take seconds on a busy machine) and says it is ready."""
     each = str(ops // workers)
-    started = time.perf_counter()
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "bench.scheduler", *args, "--name", f"w{n}", "--ops", each],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            text=True,
         )
         for n in range(workers)
     ]
+    for process in processes:
+        assert process.stdout is not None
+        assert process.stdin is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError("a worker did not start")
+    started = time.perf_counter()
+    for process in processes:
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
     done = 0
     for process in processes:
         out, _ = process.communicate(timeout=3600)
@@ -140,13 +205,9 @@ def run_workers(args: list[str], workers: int, ops: int) -> tuple[float, int]:
     return time.perf_counter() - started, done
 
 
-def causeway_worker(base: str, key: str, name: str, ops: int) -> int:
-    done = 0
-    with CausewayClient(base, key) as client:
-        while done < ops and (lease := client.lease(QUEUE, name)) is not None:
-            client.complete(lease)
-            done += 1
-    return done
+def causeway_worker(base: str, key: str, name: str, ops: int, batch: int) -> int:
+    with Worker(base, key, queue=QUEUE, name=name, handler=lambda _: [], batch=batch) as worker:
+        return worker.run(max_tasks=ops, until_idle=True).completed
 
 
 def bare_worker(dsn: str, name: str, ops: int) -> int:
@@ -179,53 +240,164 @@ def bare_worker(dsn: str, name: str, ops: int) -> int:
     return done
 
 
-def main() -> None:
+def bare_threads(dsn: str, threads: int, ops: int) -> tuple[float, int]:
+    """The bare loop on ``threads`` threads of this process: wall time and tasks done."""
+    with ThreadPoolExecutor(threads) as pool:
+        started = time.perf_counter()
+        done = sum(pool.map(lambda n: bare_worker(dsn, f"t{n}", ops // threads), range(threads)))
+        return time.perf_counter() - started, done
+
+
+def enqueue_pgqueuer(url: URL, jobs: int) -> None:
+    """pgqueuer's schema, and ``jobs`` jobs enqueued with its own ``enqueue``."""
+
+    async def enqueue() -> None:
+        async with await psycopg.AsyncConnection.connect(
+            libpq_conninfo(url), autocommit=True
+        ) as conn:
+            queries = Queries.from_psycopg_connection(conn)
+            if not await queries.schema_is_installed():
+                await queries.install()
+            await queries.clear_queue()
+            for start in range(0, jobs, 1000):
+                size = min(1000, jobs - start)
+                await queries.enqueue(["bench"] * size, [b"{}"] * size, [0] * size)
+
+    asyncio.run(enqueue())
+    checkpoint(url)
+
+
+def pgqueuer_worker(dsn: str, batch: int) -> int:
+    """Dequeue and acknowledge pgqueuer's jobs until the queue is drained."""
+    done = 0
+
+    async def work() -> None:
+        nonlocal done
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            manager = QueueManager(Queries.from_psycopg_connection(conn))
+
+            @manager.entrypoint("bench")
+            async def job(_: Job) -> None:
+                nonlocal done
+                done += 1
+
+            await manager.run(
+                batch_size=batch,
+                mode=QueueExecutionMode.drain,
+                dequeue_timeout=timedelta(seconds=1),
+                log_aggregation_interval=timedelta(0),
+            )
+
+    asyncio.run(work())
+    return done
+
+
+def verify(url: URL) -> None:
+    """The log still verifies after every decision the run appended."""
+
+    async def walk() -> bool:
+        engine = create_engine(url, pool_size=1)
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="REPEATABLE READ")
+            async with conn.begin():
+                intact = (await verify_chain(conn)).is_intact
+        await engine.dispose()
+        return intact
+
+    if not asyncio.run(walk()):
+        raise RuntimeError("the chain does not verify after the run")
+
+
+def _worker_mode(args: argparse.Namespace) -> bool:
+    if args.causeway or args.bare or args.pgqueuer:
+        print("ready", flush=True)
+        sys.stdin.readline()  # the go: every worker has started
+    if args.causeway:
+        base, key = args.causeway
+        print(causeway_worker(base, key, args.name, args.ops, args.batch))
+    elif args.bare:
+        print(bare_worker(args.bare, args.name, args.ops))
+    elif args.pgqueuer:
+        print(pgqueuer_worker(args.pgqueuer, args.batch))
+    else:
+        return False
+    return True
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small counts, for CI")
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=10, help="tasks per lease (and pgqueuer's)")
     parser.add_argument(
         "--ops", type=int, default=None, help="tasks each side leases and completes"
     )
     # Worker mode, used by the benchmark itself.
     parser.add_argument("--causeway", nargs=2, metavar=("BASE", "KEY"), help=argparse.SUPPRESS)
     parser.add_argument("--bare", metavar="DSN", help=argparse.SUPPRESS)
+    parser.add_argument("--pgqueuer", metavar="DSN", help=argparse.SUPPRESS)
     parser.add_argument("--name", default="w", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.causeway:
-        base, key = args.causeway
-        print(causeway_worker(base, key, args.name, args.ops))
-        return
-    if args.bare:
-        print(bare_worker(args.bare, args.name, args.ops))
-        return
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = _arguments()
+    if _worker_mode(args):
+        return
     count = args.tasks or (500 if args.quick else 100_000)
     workers = args.workers or (2 if args.quick else 8)
     ops = args.ops or (100 if args.quick else 10_000)
     dispatched = min(count, 100 if args.quick else 2_000)
-    rows: list[Row] = []
+    batch = ["--batch", str(args.batch)]
     with bench_server() as server:
         url, _ = ensure_database(server, "causeway_bench_scheduler", fresh=True)
-        key, dispatch_rate = asyncio.run(seed(url, count, dispatched))
+        key, _ = asyncio.run(seed(url, count, dispatched))
+        dsn = libpq_conninfo(url)
+        bare: dict[str, float] = {}
+        for processes in (2,) if args.quick else (1, 2, 4, 8):
+            copy_table(url)
+            seconds, done = run_workers(["--bare", dsn], processes, ops)
+            bare[f"{processes} processes"] = done / seconds
         copy_table(url)
-        bare_s, bare_done = run_workers(["--bare", libpq_conninfo(url)], workers, ops)
-        bare_rate = bare_done / bare_s
+        seconds, done = bare_threads(dsn, 8, ops)
+        bare["8 threads"] = done / seconds
+        enqueue_pgqueuer(url, ops)
+        seconds, done = run_workers(["--pgqueuer", dsn, *batch], workers, workers)
+        pgqueuer = done / seconds
+        ours: dict[int, float] = {}
         for processes in (1, 2):
+            checkpoint(url)
             with serving(url, workers=processes) as base:
-                ours_s, ours_done = run_workers(["--causeway", base, key], workers, ops)
-            if ours_done != bare_done:
-                raise RuntimeError(f"done: bare {bare_done}, Causeway {ours_done}")
-            figure = f"lease + complete, {workers} workers, {processes} server process(es)"
-            rows.append(Row(figure, ours_done / ours_s, bare_rate, "tasks/s"))
-    rows.append(
-        Row(f"dispatch: events routed into tasks ({dispatched:,})", dispatch_rate, None, "tasks/s")
-    )
-    print_table(
-        f"scheduler: {ops:,} tasks leased and completed from a queue of {count:,}",
-        rows,
-        "bare SKIP LOCKED loop",
-    )
+                seconds, done = run_workers(["--causeway", base, key, *batch], workers, ops)
+            ours[processes] = done / seconds
+        verify(url)
+        one_route = dispatch_rate(url, 1, dispatched)
+        ten_routes = dispatch_rate(url, 10, dispatched)
+    best = max(bare, key=lambda k: bare[k])
+    rows = [
+        Row(
+            f"lease + complete, {workers} workers, batches of {args.batch}, {n} server process(es)",
+            rate,
+            bare[best],
+            "tasks/s",
+        )
+        for n, rate in ours.items()
+    ]
+    rows += [Row(f"(the bare loop itself, at {k})", v, None, "tasks/s") for k, v in bare.items()]
+    title = f"scheduler: {ops:,} tasks leased and completed from a queue of {count:,}"
+    print_table(title, rows, f"bare SKIP LOCKED loop, best ({best})")
+    rows = [Row(f"lease + complete, {n} server process(es)", r, pgqueuer, "tasks/s")
+            for n, r in ours.items()]  # fmt: skip
+    print_table(f"against pgqueuer ({workers} workers, batches of {args.batch})", rows, "pgqueuer")
+    rows = [
+        Row(f"dispatch: events routed into tasks ({dispatched:,}), 1 route", one_route,
+            None, "tasks/s"),
+        Row(f"dispatch: events routed into tasks ({dispatched:,}), 10 routes", ten_routes,
+            None, "tasks/s"),
+    ]  # fmt: skip
+    print_table("dispatch", rows, "-")
+    print("\nthe chain verifies after the run")
 
 
 if __name__ == "__main__":

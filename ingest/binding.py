@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -24,8 +25,10 @@ import orjson
 
 from app.errors import (
     AppError,
+    EventTooLarge,
     InvalidCloudEvent,
     InvalidEvent,
+    InvalidJSON,
     PayloadTooLarge,
     UnsupportedMediaType,
 )
@@ -37,6 +40,7 @@ from app.store.records import (
     nests_deeper,
     normalise_numbers,
 )
+from app.web import json_text
 from ingest.attributes import (
     EventProblems,
     Payload,
@@ -97,6 +101,8 @@ def parse_in_parts(
     essence = _essence(content_type)
     if essence != BATCH:
         raise UnsupportedMediaType(f"batch format {essence!r} is not supported; use {BATCH}")
+    if content_type is not None and ";" in content_type:
+        json_text.refuse_other_charsets(content_type)
     yield from _parse_batch(body, limits)
 
 
@@ -115,6 +121,9 @@ def parse_event(
             raise UnsupportedMediaType(
                 f"event format {essence!r} is not supported; use {STRUCTURED}"
             )
+        if content_type is not None and ";" in content_type:
+            json_text.refuse_other_charsets(content_type)
+        _refuse_past_one_event(body, limits)
         document = _load_json(body, "the body")
         if not isinstance(document, dict):
             raise InvalidCloudEvent("a structured event must be a JSON object")
@@ -124,6 +133,41 @@ def parse_event(
 
 
 def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
+    """The batch's events in parts; once an event has a problem, empty parts (the caller
+    still runs other tasks between them) and at the end the error naming every one."""
+    may_have_nul = _NUL_ESCAPE in body  # scanned once: a U+0000 is rare, and costly to seek
+    problems: list[Problem] = []
+    part: list[NewEvent] = []
+    for index, item in enumerate(_batch_items(body, limits)):
+        try:
+            if not isinstance(item, dict):
+                detail = "each batch item must be a JSON object"
+                raise EventProblems([Problem(InvalidCloudEvent, index, "", detail)])
+            part.append(_from_json(index, item, may_have_nul, limits))
+        except EventProblems as exc:
+            problems.extend(exc.problems)
+        if len(part) == PART_EVENTS or (problems and index % PART_EVENTS == PART_EVENTS - 1):
+            yield [] if problems else part  # every problem is named; no event is handed out
+            part = []
+    if problems:
+        raise _as_error(problems, batch=True)
+    if part:
+        yield part
+
+
+def _batch_items(body: bytes, limits: Limits) -> Iterator[Any]:
+    """The items of a batch's JSON array: read at once (orjson) up to ``WHOLE_BYTES``,
+    past it an item at a time (``json_text.array_items``), so that reading a large batch
+    does not hold the event loop."""
+    if len(body) > json_text.WHOLE_BYTES and json_text.is_array(body):
+        for count, item in enumerate(json_text.array_items(body), start=1):
+            if count > limits.max_batch_events:
+                raise PayloadTooLarge(
+                    f"the batch has more than {limits.max_batch_events} events, the limit",
+                    limit="max_batch_events",
+                )
+            yield item
+        return
     document = _load_json(body, "the body")
     if not isinstance(document, list):
         raise InvalidCloudEvent("a batch must be a JSON array of events")
@@ -133,24 +177,21 @@ def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
             f"by {len(document) - limits.max_batch_events}",
             limit="max_batch_events",
         )
-    may_have_nul = _NUL_ESCAPE in body  # scanned once: a U+0000 is rare, and costly to seek
-    problems: list[Problem] = []
-    for start in range(0, len(document), PART_EVENTS):
-        part: list[NewEvent] = []
-        for index in range(start, min(start + PART_EVENTS, len(document))):
-            item = document[index]
-            try:
-                if not isinstance(item, dict):
-                    detail = "each batch item must be a JSON object"
-                    raise EventProblems([Problem(InvalidCloudEvent, index, "", detail)])
-                part.append(_from_json(index, item, may_have_nul, limits))
-            except EventProblems as exc:
-                problems.extend(exc.problems)
-        if problems:
-            continue  # every problem is named, and no event is handed out
-        yield part
-    if problems:
-        raise _as_error(problems, batch=True)
+    yield from document
+
+
+def _refuse_past_one_event(body: bytes, limits: Limits) -> None:
+    """Refuse, before reading it, a one-event body larger than any event within the
+    limits can be written: data of ``max_event_data_bytes`` four times over (base64 is
+    4/3 of it, white space in JSON text), attributes six times over (each character an
+    escape). orjson reads a body in one call, and 16 MiB held the event loop."""
+    most = 4 * limits.max_event_data_bytes + 6 * limits.max_attributes_bytes + 4096
+    if len(body) > most:
+        raise EventTooLarge(
+            f"the event's body is {len(body)} bytes, more than an event within "
+            f"max_event_data_bytes ({limits.max_event_data_bytes}) can take ({most})",
+            limit="max_event_data_bytes",
+        )
 
 
 def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
@@ -248,6 +289,9 @@ def _from_binary(
     if not body:
         payload = Payload()
     elif content_type and is_json_media_type(content_type):
+        if ";" in content_type:
+            json_text.refuse_other_charsets(content_type)
+        _refuse_past_one_event(body, limits)
         value = _storable(
             0,
             _load_json(body, "the body (datacontenttype is JSON)", event=True),
@@ -264,6 +308,9 @@ def _header_problem(attribute: str, detail: str) -> Problem:
     return Problem(InvalidCloudEvent, 0, attribute, detail)
 
 
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
 def _decode_header(raw: bytes) -> str:
     """RFC 7230 quoted-string unescaping, then one round of percent-decoding to UTF-8."""
     if any(b < 0x20 or b > 0x7E for b in raw.replace(b"\t", b" ")):
@@ -278,6 +325,10 @@ def _decode_header(raw: bytes) -> str:
             else:
                 escaped = True
         text = "".join(out)
+    if "%" in text and _BAD_PERCENT.search(text):
+        raise ValueError(
+            "a '%' is not followed by two hexadecimal digits (percent-encode '%' as %25)"
+        )
     try:
         return unquote_to_bytes(text).decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -285,14 +336,15 @@ def _decode_header(raw: bytes) -> str:
 
 
 def _load_json(body: bytes, what: str, *, event: bool = False) -> Any:
+    """``body`` read by the one rule for JSON (``app.web.json_text``): an ``InvalidJSON``
+    when it is not JSON or names a member twice; in binary mode, as a problem of the
+    event's data."""
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        return json_text.loads(body, what)
+    except InvalidJSON as exc:
         if event:
-            raise EventProblems(
-                [Problem(InvalidCloudEvent, 0, "data", f"{what} is not valid JSON: {exc}")]
-            ) from exc
-        raise InvalidCloudEvent(f"{what} is not valid JSON: {exc}") from exc
+            raise EventProblems([Problem(InvalidJSON, 0, "data", exc.detail)]) from None
+        raise
 
 
 def _storable(index: int, value: Any, may_have_nul: bool, may_be_deep: bool) -> Any:

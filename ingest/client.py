@@ -44,10 +44,13 @@ class Lease:
 class CausewayError(Exception):
     """The service refused a request; ``problem`` is its RFC 9457 body."""
 
-    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+    def __init__(
+        self, status: int, problem: dict[str, Any], *, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(f"{status} {problem.get('type', '')}: {problem.get('detail', '')}")
         self.status = status
         self.problem = problem
+        self.retry_after_s = retry_after_s  # the answer's Retry-After, in seconds
 
 
 class CausewayClient:
@@ -78,26 +81,30 @@ class CausewayClient:
         lease_s: float | None = None,
     ) -> Lease | None:
         """The best task of ``queue`` this worker can run, or None (after ``wait_s``)."""
-        body: dict[str, Any] = {
-            "worker": worker,
-            "capabilities": capabilities or {},
-            "spot": spot,
-            "labels": labels or {},
-            "wait_s": wait_s,
-        }
-        if lease_s is not None:
-            body["lease_s"] = lease_s
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        response = self._call("POST", f"/queues/{queue}/lease", body)
+        return None if response.status_code == 204 else _lease_of(response.json())
+
+    def lease_many(
+        self,
+        queue: str,
+        worker: str,
+        max_tasks: int,
+        *,
+        capabilities: dict[str, bool | float] | None = None,
+        spot: bool = False,
+        labels: dict[str, str] | None = None,
+        wait_s: float = 0.0,
+        lease_s: float | None = None,
+    ) -> list[Lease]:
+        """Up to ``max_tasks`` (at most 100) of the best tasks of ``queue`` this worker
+        can run, each under a lease of its own; empty when there is none (after ``wait_s``)."""
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        body["max_tasks"] = max_tasks
         response = self._call("POST", f"/queues/{queue}/lease", body)
         if response.status_code == 204:
-            return None
-        found = response.json()
-        return Lease(
-            found["task"]["id"],
-            found["lease"],
-            found["expires_at"],
-            found["task"],
-            found["trigger"],
-        )
+            return []
+        return [_lease_of(found) for found in response.json()["tasks"]]
 
     def heartbeat(self, lease: Lease, *, lease_s: float | None = None) -> None:
         """Extend the lease (raises ``CausewayError`` 409 when it was lost)."""
@@ -121,6 +128,31 @@ class CausewayClient:
         body = {"lease": lease.lease, "class": error_class, "message": message}
         result: dict[str, Any] = self._call("POST", f"/tasks/{lease.task_id}/fail", body).json()
         return result
+
+    def complete_many(self, done: list[tuple[Lease, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+        """Finish many tasks (each with its result events) in one request. Each task's
+        answer, in order: ``status`` 200 with its ``results``, or its own ``problem``
+        (409 ``lease-lost``, ...): one refused does not fail the others."""
+        tasks = [
+            {"task": lease.task_id, "lease": lease.lease, "events": events}
+            for lease, events in done
+        ]
+        answers: list[dict[str, Any]] = self._call(
+            "POST", "/tasks/complete", {"tasks": tasks}
+        ).json()["tasks"]
+        return answers
+
+    def fail_many(self, failed: list[tuple[Lease, str, str]]) -> list[dict[str, Any]]:
+        """Report many failed attempts ``(lease, class, message)`` in one request; each
+        task's answer, in order, as ``complete_many``."""
+        tasks = [
+            {"task": lease.task_id, "lease": lease.lease, "class": error_class, "message": message}
+            for lease, error_class, message in failed
+        ]
+        answers: list[dict[str, Any]] = self._call("POST", "/tasks/fail", {"tasks": tasks}).json()[
+            "tasks"
+        ]
+        return answers
 
     def close(self) -> None:
         self._http.close()
@@ -156,6 +188,32 @@ class CausewayClient:
         return response
 
 
+def _lease_body(
+    worker: str,
+    capabilities: dict[str, bool | float] | None,
+    spot: bool,
+    labels: dict[str, str] | None,
+    wait_s: float,
+    lease_s: float | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "worker": worker,
+        "capabilities": capabilities or {},
+        "spot": spot,
+        "labels": labels or {},
+        "wait_s": wait_s,
+    }
+    if lease_s is not None:
+        body["lease_s"] = lease_s
+    return body
+
+
+def _lease_of(found: dict[str, Any]) -> Lease:
+    return Lease(
+        found["task"]["id"], found["lease"], found["expires_at"], found["task"], found["trigger"]
+    )
+
+
 def _raise_for_problem(response: httpx2.Response) -> None:
     if response.status_code >= 400:
         try:
@@ -164,4 +222,16 @@ def _raise_for_problem(response: httpx2.Response) -> None:
             problem = {"detail": response.text}
         if not isinstance(problem, dict):  # a proxy's JSON string, list or number
             problem = {"detail": response.text}
-        raise CausewayError(response.status_code, problem)
+        raise CausewayError(
+            response.status_code,
+            problem,
+            retry_after_s=_seconds(response.headers.get("retry-after")),
+        )
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A ``Retry-After`` in seconds (its HTTP-date form is read as none)."""
+    try:
+        return max(float(retry_after), 0.0) if retry_after is not None else None
+    except ValueError:
+        return None

@@ -36,6 +36,8 @@ from ingest.attributes import RESERVED_ID_PREFIX, SET_BY_STORE
 from ingest.binding import parse_in_parts
 from ingest.limits import Limits
 
+POSITION_HEADER = "Causeway-Position"  # as app.web.reads names it (ingest imports no web)
+
 
 class AppendedEvent(BaseModel):
     id: str
@@ -64,6 +66,7 @@ _NOT_RESERVED = {
     "anyOf": [{"type": "string", "pattern": f"^(?!{RESERVED_ID_PREFIX}){_PRINTABLE}+$"}, _NULL]
 }
 _ID_CHAR = "[^\\x00-\\x1f\\x7f-\\x9f,]"  # an id names no comma: causationid lists ids with them
+_CAUSE = f"{_ID_CHAR}*{_ID_END}{_ID_CHAR}*"  # one id of a causationid: stripped, not empty
 CLOUDEVENT_SCHEMA: dict[str, Any] = {
     "title": "CloudEvent",
     "type": "object",
@@ -102,7 +105,7 @@ CLOUDEVENT_SCHEMA: dict[str, Any] = {
             "anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, _NULL]
         },
         "causationid": {
-            **_SOME_TEXT,
+            "anyOf": [{"type": "string", "pattern": f"^{_CAUSE}(?:,{_CAUSE})*$"}, _NULL],
             "description": "the ids of the stored events it derives from, comma-separated",
         },
         "correlationid": _SOME_TEXT,
@@ -175,11 +178,12 @@ class Ingest:
         content_type: str | None,
         headers: Sequence[tuple[bytes, bytes]],
         body: bytes,
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, int]:
+        """The status, the JSON body, and the position to answer in ``Causeway-Position``."""
         events: list[NewEvent] = []
-        for part in parse_in_parts(content_type, headers, body, self.limits):
-            if events:
-                await asyncio.sleep(0)  # a group holding the log head goes on meanwhile
+        for number, part in enumerate(parse_in_parts(content_type, headers, body, self.limits)):
+            if number:
+                await asyncio.sleep(0)  # other tasks (a group holding the log head) go on
             events += part
         appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         return answer_of(appended)
@@ -188,9 +192,10 @@ class Ingest:
         return await receive_body(receive, declared, self.limits.max_request_bytes)
 
 
-def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
+def answer_of(appended: list[Appended]) -> tuple[int, bytes, int]:
     """The status and JSON body that answer an append: 201 when anything was appended,
-    200 when every event was stored before."""
+    200 when every event was stored before; and the highest position of its events (0
+    for none), the read-your-writes token: a read that names it shows them all."""
     # Built directly (AppendResponse documents the shape): a model per event would
     # cost more than planning the event did.
     answer = {
@@ -207,7 +212,8 @@ def answer_of(appended: list[Appended]) -> tuple[int, bytes]:
         ]
     }
     status = 201 if any(not a.duplicate for a in appended) else 200
-    return status, orjson.dumps(answer)
+    position = max([a.position for a in appended], default=0)
+    return status, orjson.dumps(answer), position
 
 
 def create_router(
@@ -241,9 +247,14 @@ def create_router(
         request: Request, principal: Annotated[Principal, Depends(ingest_principal)]
     ) -> Response:
         body = await ingest.read_body(request.receive, request.headers.get("content-length"))
-        status, answer = await ingest.answer(
+        status, answer, position = await ingest.answer(
             principal, request.headers.get("content-type"), request.scope["headers"], body
         )
-        return Response(answer, status_code=status, media_type="application/json")
+        return Response(
+            answer,
+            status_code=status,
+            media_type="application/json",
+            headers={POSITION_HEADER: str(position)},
+        )
 
     return router

@@ -15,9 +15,8 @@ task's stream, never a second lease.
 Locks are taken in one order, task rows before the log head, so commands never deadlock;
 the dispatcher, which holds the log head when it supersedes a pending task, takes task
 rows with ``SKIP LOCKED`` and never waits for one. Leasing walks ``ix_tasks_ready`` in
-priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take a
-different row, and none waits for another.
-"""
+priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take
+different rows (a batch: many, one append), and none waits for another."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
-from app.errors import IdConflict, VersionConflict
+from app.errors import AppError, IdConflict, VersionConflict
 from app.store import decision_reads as log
 from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
@@ -46,6 +45,10 @@ if TYPE_CHECKING:
     from app.store.records import Appended, NewEvent
 
 _LEASE_TRIES = 5
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,35 +133,86 @@ class TaskQueue:
         *,
         lease_s: float,
         off_peak: OffPeak | None,
-    ) -> Lease | None:
-        """The best ready task ``profile`` can run, leased to it; None when there is none."""
+        max_tasks: int = 1,
+    ) -> list[Lease]:
+        """Up to ``max_tasks`` of the best ready tasks ``profile`` can run, each leased to it
+        under a lease of its own; their decisions are appended as one group. Empty when
+        there is none."""
         now = datetime.now(UTC)
         lowest, highest = d.lease_band(profile, off_peak, now)
         fit = rows.Fit(profile.numbers, sorted(profile.flags), profile.labels, lowest, highest)
+        expires = now + timedelta(seconds=lease_s)
         skip: list[str] = []
         # A row can lag the log (its process died after appending, or a rebuild runs):
         # its decision then conflicts on the task's stream, and the next task is tried.
         for _ in range(_LEASE_TRIES):
-            state = await rows.fetch_next_ready(self._conn, tenant, queue, fit, now=now, skip=skip)
-            if state is None:
-                return None
-            lease_id = uuid.uuid4().hex
-            expires = now + timedelta(seconds=lease_s)
-            deployment_version = None
-            if state.service is not None:
-                deployment = await DeploymentReader(self._conn).fetch_state(tenant, state.service)
-                deployment_version = deployment.stream_version
-            decision = d.lease_data(
-                state, profile, lease_id, expires=expires, deployment_version=deployment_version
+            found = await rows.fetch_next_ready(
+                self._conn, tenant, queue, fit, now=now, skip=skip, limit=max_tasks
             )
+            if not found:
+                return []
+            granted: list[tuple[t.TaskState, str]] = []
+            batch: list[NewEvent] = []
+            for state in found:
+                lease_id = uuid.uuid4().hex
+                decision = d.lease_data(
+                    state,
+                    profile,
+                    lease_id,
+                    expires=expires,
+                    deployment_version=await self._deployment_version(tenant, state),
+                )
+                granted.append((state, lease_id))
+                batch.append(t.decision(state, t.LEASED, decision, at=now))
             try:
-                state = await self._decide(tenant, state, t.LEASED, decision, at=now)
+                appended = await self._append(tenant, batch)
+            except (VersionConflict, IdConflict):
+                # One stale row spoils the group: lease these one at a time, passing it.
+                leased = await self._lease_each(tenant, granted, batch, skip)
+                if leased:
+                    return await self._leases(tenant, leased, expires)
+                continue
+            after = [
+                (t.fold(state, e.type, e.data, a.position), lease_id)
+                for (state, lease_id), e, a in zip(granted, batch, appended, strict=True)
+            ]
+            await rows.write_tasks(self._conn, [state for state, _ in after])
+            return await self._leases(tenant, after, expires)
+        return []
+
+    async def _deployment_version(self, tenant: str, state: t.TaskState) -> int | None:
+        if state.service is None:
+            return None
+        return (
+            await DeploymentReader(self._conn).fetch_state(tenant, state.service)
+        ).stream_version
+
+    async def _lease_each(
+        self,
+        tenant: str,
+        granted: list[tuple[t.TaskState, str]],
+        batch: list[NewEvent],
+        skip: list[str],
+    ) -> list[tuple[t.TaskState, str]]:
+        leased = []
+        for (state, lease_id), event in zip(granted, batch, strict=True):
+            try:
+                leased.append(((await self._commit(tenant, state, [event]))[0], lease_id))
             except (VersionConflict, IdConflict):
                 skip.append(state.id)
-                continue
-            trigger = await EventReader(self._conn).read_event(tenant, state.trigger_id)
-            return Lease(state, lease_id, expires, trigger or "null")
-        return None
+        return leased
+
+    async def _leases(
+        self, tenant: str, leased: list[tuple[t.TaskState, str]], expires: datetime
+    ) -> list[Lease]:
+        """The leases of ``leased``, each with its trigger event (read in one statement)."""
+        triggers = await EventReader(self._conn).read_events(
+            tenant, [state.trigger_id for state, _ in leased]
+        )
+        return [
+            Lease(state, lease_id, expires, triggers.get(state.trigger_id, "null"))
+            for state, lease_id in leased
+        ]
 
     async def extend(
         self,
@@ -198,17 +252,59 @@ class TaskQueue:
         A retry of a completion that went through (the same lease: its answer was lost on
         the way back) gets the same answer and writes nothing, provided it sends the same
         results; other results under that lease are a ``Conflict``."""
-        state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
-        if state is not None and state.state == "completed":
-            last = await log.read_entry(self._conn, tenant, state.last_decision_id)
-            first = d.completed_data(last)
-            if first is not None and first.get("lease") == lease_id:
-                return state, await self._complete_again(tenant, state, first, results)
-        state = d.holding(state, task_id, lease_id, datetime.now(UTC))
-        caused = d.caused_by_trigger(state, results)
-        done = d.completion(state, lease_id, caused, at=datetime.now(UTC))
-        _, appended = await self._commit(tenant, state, [*caused, done])
-        return state, [a.position for a in appended[:-1]]
+        [outcome] = await self.complete_many(tenant, [(task_id, lease_id, results)])
+        if isinstance(outcome, AppError):
+            raise outcome
+        return outcome
+
+    async def complete_many(
+        self, tenant: str, items: Sequence[tuple[str, str, Sequence[NewEvent]]]
+    ) -> list[tuple[t.TaskState, list[int]] | AppError]:
+        """Complete each ``(task, lease, results)`` of ``items`` as ``complete`` does, all
+        in one append group; each answered on its own (a lease lost, a result refused,
+        fails its task alone), in the order of ``items``."""
+        outcomes: dict[int, tuple[t.TaskState, list[int]] | AppError] = {}
+        ready: list[tuple[int, t.TaskState, list[NewEvent]]] = []
+        # Rows locked in one order (by task id), so two batches never deadlock.
+        order = sorted(range(len(items)), key=lambda n: items[n][0])
+        locked = await rows.fetch_tasks_locked(self._conn, tenant, [items[n][0] for n in order])
+        for n in order:
+            task_id, lease_id, results = items[n]
+            try:
+                state = locked[task_id]
+                if state is not None and state.state == "completed":
+                    last = await log.read_entry(self._conn, tenant, state.last_decision_id)
+                    first = d.completed_data(last)
+                    if first is not None and first.get("lease") == lease_id:
+                        again = await self._complete_again(tenant, state, first, results)
+                        outcomes[n] = (state, again)
+                        continue
+                state = d.holding(state, task_id, lease_id, datetime.now(UTC))
+                caused = d.caused_by_trigger(state, results)
+                ready.append((n, state, [*caused, d.completion(state, lease_id, caused, at=now())]))
+            except AppError as refused:
+                outcomes[n] = refused
+        if len(ready) > 1:
+            try:
+                appended = await self._append(tenant, [e for _, _, batch in ready for e in batch])
+            except AppError:
+                pass  # one of them is refused: each is committed on its own below
+            else:
+                after = []
+                for n, state, batch in ready:
+                    mine, appended = appended[: len(batch)], appended[len(batch) :]
+                    done = t.fold(state, batch[-1].type, batch[-1].data, mine[-1].position)
+                    after.append(done)
+                    outcomes[n] = (done, [a.position for a in mine[:-1]])
+                await rows.write_tasks(self._conn, after)
+                ready = []
+        for n, state, batch in ready:
+            try:
+                done, mine = await self._commit(tenant, state, batch)
+                outcomes[n] = (done, [a.position for a in mine[:-1]])
+            except AppError as refused:
+                outcomes[n] = refused
+        return [outcomes[n] for n in range(len(items))]
 
     async def _complete_again(
         self,
@@ -234,6 +330,20 @@ class TaskQueue:
     ) -> t.TaskState:
         state = await self._held(tenant, task_id, lease_id)
         return await self._after_failure(tenant, state, error_class, message)
+
+    async def fail_many(
+        self, tenant: str, items: Sequence[tuple[str, str, str, str]]
+    ) -> list[t.TaskState | AppError]:
+        """Fail each ``(task, lease, class, message)`` of ``items`` as ``fail`` does, each
+        answered on its own, in the order of ``items`` (rows locked by task id)."""
+        outcomes: dict[int, t.TaskState | AppError] = {}
+        for n in sorted(range(len(items)), key=lambda n: items[n][0]):
+            task_id, lease_id, error_class, message = items[n]
+            try:
+                outcomes[n] = await self.fail(tenant, task_id, lease_id, error_class, message)
+            except AppError as refused:
+                outcomes[n] = refused
+        return [outcomes[n] for n in range(len(items))]
 
     async def expire_leases(self, *, limit: int = 100) -> int:
         """Put tasks whose lease ran out back in the queue (or the dead-letter queue: the

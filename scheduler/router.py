@@ -2,9 +2,9 @@
 in one, in this order (it is the order of ``docs/openapi.json``).
 
 - ``POST/GET/DELETE /routes``: which events become which tasks (``web.routes``).
-- ``POST /queues/{queue}/lease``: the best task this worker can run, or 204 after waiting
-  up to ``wait_s``; ``POST /tasks/{id}/heartbeat|complete|fail`` with the lease id
-  (``web.leases``).
+- ``POST /queues/{queue}/lease``: the best task(s) this worker can run (``max_tasks``), or
+  204 after waiting up to ``wait_s``; ``POST /tasks/{id}/heartbeat|complete|fail`` with
+  the lease id, ``POST /tasks/complete|fail`` for many at once (``web.leases``).
 - ``GET /tasks/{id}``, ``GET /queues``, ``GET /queues/{queue}/autoscale``, ``GET /metrics``
   (Prometheus) (``web.queues``).
 - ``GET /dead-letters``, ``GET /dead-letters/{id}``, ``POST /dead-letters/{id}/requeue``,
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from app.store.append.group_commit import Appender
     from app.store.records import NewEvent
     from scheduler.autoscale import PidController
+    from scheduler.rows.wakeups import TaskWakeups
 
 __all__ = ["LeasePolicy", "Principals", "create_router"]
 
@@ -46,18 +47,27 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
+    more_metrics: Callable[[], bytes],
     principals: Principals,
+    wakeups: TaskWakeups,
 ) -> APIRouter:
     """``appender`` appends route definitions; ``decisions`` (an appender of its own) the
-    decisions of leases, results and dead-letter handling."""
+    decisions of leases, results and dead-letter handling; ``more_metrics`` adds the
+    service's own gauges (read replicas) to ``GET /metrics``."""
     router = APIRouter()
     router.include_router(routes.create_router(engine, appender, principals.admin))
     router.include_router(
         leases.create_router(
-            engine, decisions, max_request_bytes, parse_events, policy, principals.worker
+            engine,
+            decisions,
+            max_request_bytes,
+            parse_events,
+            policy,
+            principals.worker,
+            wakeups,
         )
     )
-    router.include_router(queues.create_router(engine, controller, principals.read))
+    router.include_router(queues.create_router(engine, controller, more_metrics, principals.read))
     router.include_router(
         dead_letters.create_router(engine, decisions, principals.admin, principals.read)
     )

@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from app.db.engine import Engine
+from app.db.engine import Connector, Engine
 from app.errors import BadRequest, Conflict, NotFound, VersionConflict
+from app.projections.deployments import Deployments
 from app.store.deployment_commands import Applied, DeploymentCommands
 from app.store.deployment_commands import Rollout as StoreRollout
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
@@ -28,8 +29,9 @@ from app.store.model_registry import NAME_PATTERN
 from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
-from app.web.dependencies import engine_of, require
+from app.web.dependencies import engine_of, read_model_reads, require
 from app.web.openapi import TIME_FORMAT, Name, answers
+from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["deployments"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
@@ -71,9 +73,11 @@ def commands_of(request: Request) -> DeploymentCommands:
 Admin = Annotated[Principal, Depends(_admin)]
 Database = Annotated[Engine, Depends(engine_of)]
 Commands = Annotated[DeploymentCommands, Depends(commands_of)]
+ReadModel = Annotated[Connector, Depends(read_model_reads(Deployments.name))]
 
 
-def _applied_json(applied: Applied) -> dict[str, Any]:
+def _applied_json(applied: Applied, response: Response) -> dict[str, Any]:
+    response.headers[POSITION_HEADER] = str(applied.position)
     return {**_state_json(applied.state), "position": applied.position}
 
 
@@ -88,7 +92,7 @@ _COMMAND = answers(Conflict, VersionConflict)
     responses=answers(NotFound, Conflict, VersionConflict),
 )
 async def start_rollout(
-    service: Name, body: Rollout, principal: Admin, commands: Commands
+    service: Name, body: Rollout, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     rollout = StoreRollout(
         model=body.model,
@@ -101,7 +105,7 @@ async def start_rollout(
     applied = await commands.start_rollout(
         principal.tenant, service, rollout, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post(
@@ -110,12 +114,12 @@ async def start_rollout(
     responses=_COMMAND,
 )
 async def shift_traffic(
-    service: Name, body: Traffic, principal: Admin, commands: Commands
+    service: Name, body: Traffic, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.shift_traffic(
         principal.tenant, service, percent=body.percent, reason=body.reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post(
@@ -124,13 +128,17 @@ async def shift_traffic(
     responses=_COMMAND,
 )
 async def promote(
-    service: Name, principal: Admin, commands: Commands, body: Promote | None = None
+    service: Name,
+    principal: Admin,
+    commands: Commands,
+    response: Response,
+    body: Promote | None = None,
 ) -> dict[str, Any]:
     reason = None if body is None else body.reason  # the body is optional: a reason only
     applied = await commands.promote(
         principal.tenant, service, reason=reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.post(
@@ -139,17 +147,17 @@ async def promote(
     responses=_COMMAND,
 )
 async def rollback(
-    service: Name, body: Rollback, principal: Admin, commands: Commands
+    service: Name, body: Rollback, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.rollback(
         principal.tenant, service, reason=body.reason, actor=principal.key_id
     )
-    return _applied_json(applied)
+    return _applied_json(applied, response)
 
 
 @router.get("/deployments", summary="Every service's deployment state")
 async def list_deployments(
-    principal: Annotated[Principal, Depends(_read)], engine: Database
+    principal: Annotated[Principal, Depends(_read)], engine: ReadModel
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await DeploymentReader(conn).read_deployments(principal.tenant)
@@ -164,7 +172,7 @@ async def list_deployments(
 async def read_deployment(
     service: Name,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Database,
+    engine: ReadModel,
     at: Annotated[
         str | None,
         Query(description="RFC 3339: the state at that time", json_schema_extra=TIME_FORMAT),

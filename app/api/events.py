@@ -7,12 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
-from app.db.engine import Engine
+from app.db.engine import Connector
 from app.errors import NotFound
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
-from app.web.dependencies import engine_of, require
+from app.web.dependencies import log_reads, require
 from app.web.openapi import StoredText, answers
 
 router = APIRouter(tags=["events"])
@@ -31,7 +31,7 @@ _read = require(Scope.READ)
 async def read_event(
     event_id: StoredText,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(log_reads)],
 ) -> Response:
     async with engine.connect() as conn:
         found = await EventReader(conn).read_event(principal.tenant, event_id)
@@ -52,7 +52,7 @@ async def read_event(
 async def read_stream(
     stream: StoredText,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(log_reads)],
     from_version: Annotated[int, Query(ge=1, le=MAX_POSITION)] = 1,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> Response:

@@ -11,24 +11,27 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
-from app.db.engine import Engine
+from app.db.engine import Connector
 from app.errors import Conflict, NotFound
+from app.projections.model_registry import ModelRegistry
 from app.store.keys import Principal, Scope
 from app.store.model_commands import ModelCommands
 from app.store.model_registry import NAME_PATTERN, Signature
 from app.store.model_registry_reads import Model, RegistryReader
 from app.store.records import Text
 from app.web.bodies import JSONRoute
-from app.web.dependencies import engine_of, require
+from app.web.dependencies import read_model_reads, require
 from app.web.openapi import Name, answers
+from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
+_registry = read_model_reads(ModelRegistry.name)
 
 
 def _uuid(text: str) -> str:
@@ -102,7 +105,11 @@ async def register_version(
         )
         answer |= {"training_run": body.training_run, "position": linked.position}
         answer["duplicate"] = appended.duplicate and linked.duplicate
-    return JSONResponse(answer, status_code=200 if answer["duplicate"] else 201)
+    return JSONResponse(
+        answer,
+        status_code=200 if answer["duplicate"] else 201,
+        headers={POSITION_HEADER: str(answer["position"])},
+    )
 
 
 @router.post(
@@ -127,7 +134,11 @@ async def link_training_run(
         "position": linked.position,
         "duplicate": linked.duplicate,
     }
-    return JSONResponse(answer, status_code=200 if linked.duplicate else 201)
+    return JSONResponse(
+        answer,
+        status_code=200 if linked.duplicate else 201,
+        headers={POSITION_HEADER: str(linked.position)},
+    )
 
 
 @router.put(
@@ -141,8 +152,10 @@ async def set_alias(
     body: SetAlias,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
+    response: Response,
 ) -> dict[str, Any]:
     appended = await commands.set_alias(principal.tenant, name, alias, body.version)
+    response.headers[POSITION_HEADER] = str(appended.position)
     return {"name": name, "alias": alias, "version": body.version, "position": appended.position}
 
 
@@ -154,15 +167,17 @@ async def remove_alias(
     alias: Name,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
+    response: Response,
 ) -> dict[str, Any]:
     appended = await commands.remove_alias(principal.tenant, name, alias)
+    response.headers[POSITION_HEADER] = str(appended.position)
     return {"name": name, "alias": alias, "version": None, "position": appended.position}
 
 
 @router.get("/models", summary="Registered models with their versions and aliases")
 async def list_models(
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(_registry)],
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await RegistryReader(conn).read_models(principal.tenant)
@@ -177,7 +192,7 @@ async def list_models(
 async def read_model(
     name: Name,
     principal: Annotated[Principal, Depends(_read)],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(_registry)],
 ) -> dict[str, Any]:
     async with engine.connect() as conn:
         found = await RegistryReader(conn).read_models(principal.tenant, name)

@@ -26,14 +26,14 @@ from pydantic import StringConstraints
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from app.db.engine import Engine
+from app.db.engine import Connector
 from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
-from app.web.dependencies import engine_of, require, settings_of
+from app.web.dependencies import log_reads, require, settings_of
 from app.web.openapi import TIME_FORMAT
 
 T = TypeVar("T")
@@ -200,7 +200,7 @@ def split_types(text: str | None) -> tuple[str, ...]:
 
 
 async def ndjson_lines(
-    engine: Engine, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[bytes]:
     async with engine.connect() as conn:
         async for chunk in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
@@ -208,7 +208,7 @@ async def ndjson_lines(
 
 
 async def row_chunks(
-    engine: Engine, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[list[tuple[Any, ...]]]:
     async with engine.connect() as conn:
         async for rows in EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows):
@@ -230,7 +230,7 @@ _SOME_TYPE = r"^[^\x00]*[^\x00\s,][^\x00]*$"
 async def replay(
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.READ))],
-    engine: Annotated[Engine, Depends(engine_of)],
+    engine: Annotated[Connector, Depends(log_reads)],
     settings: Annotated[Settings, Depends(settings_of)],
     after: Annotated[
         int, Query(ge=0, le=MAX_POSITION, description="resume after this position")

@@ -1,5 +1,5 @@
-"""The ``causeway`` command: serve, migrate, verify, anchor, replay, projections, relay and
-keys.
+"""The ``causeway`` command: serve, demo, migrate, verify, anchor, replay, projections,
+relay, keys and evs.
 
 Bad input prints ``error: <detail>`` on stderr and exits 2; a failed check (``verify``)
 exits 1. With no ``CAUSEWAY_DATABASE_URL`` every command uses the embedded PostgreSQL
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import keys, log, projections, relay, serve
+from app.cli import demo, keys, log, projections, relay, serve
 from app.cli.app import cli, keys_cli, projections_cli, relay_cli
 from app.store.failures import connection_problem
 from evs_bridge.cli import run_commands
@@ -21,6 +21,7 @@ __all__ = ["cli", "main"]
 
 # In the order `causeway --help` lists them.
 cli.command()(serve.serve)
+cli.command()(demo.demo)
 cli.command()(serve.migrate)
 cli.command()(log.verify)
 cli.command()(log.anchor)

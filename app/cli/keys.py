@@ -20,10 +20,15 @@ from app.store.keys import KeyStore, Scope, parse_scopes
 
 
 def keys_create(
-    tenant: Annotated[str, typer.Option(help="the tenant the key belongs to")],
-    scopes: Annotated[str, typer.Option(help="comma-separated: ingest, read, worker, admin")],
+    tenant: Annotated[str, typer.Option(metavar="TENANT", help="the tenant the key belongs to")],
+    scopes: Annotated[
+        str, typer.Option(metavar="SCOPES", help="comma-separated: ingest, read, worker, admin")
+    ],
     description: Annotated[
-        str | None, typer.Option(help="what the key is for", callback=utf8)
+        str | None,
+        typer.Option(
+            metavar="TEXT", help="what the key is for", show_default="none", callback=utf8
+        ),
     ] = None,
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
@@ -41,7 +46,9 @@ def keys_create(
 
 
 def keys_revoke(
-    key_id: Annotated[str, typer.Argument(help="the id in cw_<id>_...", callback=utf8)],
+    key_id: Annotated[
+        str, typer.Argument(metavar="KEY_ID", help="the id in cw_<id>_...", callback=utf8)
+    ],
 ) -> None:
     """Revoke a key: requests with it get 401 from now on."""
     settings = load_settings()

@@ -40,6 +40,7 @@ def verify(
             metavar="POSITION:HASH",
             help="a hash the chain must still carry at that position, kept outside the "
             "database: the '<events>:<head>' of an earlier verify (repeatable)",
+            show_default="none",
         ),
     ] = None,
     anchors_file: Annotated[
@@ -49,6 +50,7 @@ def verify(
             metavar="FILE",
             help="every anchor of a file that 'causeway anchor' appended to, one "
             "POSITION:HASH at the start of each line",
+            show_default="none",
         ),
     ] = None,
 ) -> None:
@@ -81,6 +83,11 @@ def _parse_anchor(text: str, where: str) -> tuple[int, bytes]:
     if found is None or not position:
         fail(f"{where} takes POSITION:HASH (a position and 64 hex digits), not {text!r}")
     return position, bytes.fromhex(found[2])
+
+
+def _filter(metavar: str, help: str) -> Any:
+    """A ``replay`` filter: a text that must match exactly, unset to take every event."""
+    return typer.Option(metavar=metavar, help=help, show_default="any", callback=utf8)
 
 
 def _anchor_lines(path: Path) -> list[tuple[str, str]]:
@@ -148,25 +155,57 @@ async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
 
 
 def replay(
-    out: Annotated[Path, typer.Option("--out", help="file to write ('-' for stdout)")],
-    tenant: Annotated[str, typer.Option(help="tenant to replay", callback=utf8)] = "default",
+    out: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="file to write ('-' for stdout)")
+    ],
+    tenant: Annotated[
+        str, typer.Option(metavar="TENANT", help="tenant to replay", callback=utf8)
+    ] = "default",
     after: Annotated[
-        int, typer.Option(min=0, max=MAX_POSITION, help="resume after this position")
+        int,
+        typer.Option(
+            min=0, max=MAX_POSITION, metavar="POSITION", help="resume after this position"
+        ),
     ] = 0,
     types: Annotated[
         list[str] | None,
-        typer.Option(help="event types, comma-separated; may be repeated", callback=utf8),
+        typer.Option(
+            metavar="TYPE",
+            help="only events of these types, comma-separated; may be repeated",
+            show_default="every type",
+            callback=utf8,
+        ),
     ] = None,
-    stream: Annotated[str | None, typer.Option(callback=utf8)] = None,
-    source: Annotated[str | None, typer.Option(callback=utf8)] = None,
-    correlationid: Annotated[str | None, typer.Option(callback=utf8)] = None,
-    modelname: Annotated[str | None, typer.Option(callback=utf8)] = None,
-    modelversion: Annotated[str | None, typer.Option(callback=utf8)] = None,
-    since: Annotated[str | None, typer.Option(help="event time >= (RFC 3339)")] = None,
-    until: Annotated[str | None, typer.Option(help="event time < (RFC 3339)")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, max=MAX_POSITION)] = None,
+    stream: Annotated[str | None, _filter("STREAM", "only the events of this stream")] = None,
+    source: Annotated[str | None, _filter("SOURCE", "only events with this source")] = None,
+    correlationid: Annotated[
+        str | None, _filter("ID", "only the events of this workflow run")
+    ] = None,
+    modelname: Annotated[str | None, _filter("NAME", "only events produced by this model")] = None,
+    modelversion: Annotated[
+        str | None, _filter("VERSION", "only events produced by this model version")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="TIME", help="event time >= (RFC 3339)", show_default="no bound"),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(metavar="TIME", help="event time < (RFC 3339)", show_default="no bound"),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            max=MAX_POSITION,
+            metavar="COUNT",
+            help="stop after this many events",
+            show_default="no limit",
+        ),
+    ] = None,
     format: Annotated[
-        str, typer.Option("--format", help="ndjson (a CloudEvent a line) or parquet")
+        str,
+        typer.Option("--format", metavar="FORMAT", help="ndjson (a CloudEvent a line) or parquet"),
     ] = "ndjson",
 ) -> None:
     """Write matching events as NDJSON or Parquet, in position order, with progress on

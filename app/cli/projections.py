@@ -77,9 +77,9 @@ async def _status(url: URL | str) -> tuple[list[ProjectionStatus], list[Skip]]:
 
 
 def projections_rebuild(
-    name: Annotated[str, typer.Argument(help="the projection to rebuild")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the projection to rebuild")],
     timeout_s: Annotated[
-        float, typer.Option(min=0, help="how long to wait for a running leader")
+        float, typer.Option(min=0, metavar="SECONDS", help="how long to wait for a running leader")
     ] = 600,
 ) -> None:
     """Rebuild a read model from position 0; readers see the old one until it is done."""
@@ -146,10 +146,15 @@ def _position_argument(text: str) -> int:
 
 
 def projections_skip(
-    name: Annotated[str, typer.Argument(help="the projection that is stopped, failing")],
-    position: Annotated[str, typer.Argument(help="the position it is stopped at")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="the projection that is stopped, failing")
+    ],
+    position: Annotated[
+        str, typer.Argument(metavar="POSITION", help="the position it is stopped at")
+    ],
     reason: Annotated[
-        str, typer.Option(help="why it may pass over the event (kept)", callback=utf8)
+        str,
+        typer.Option(metavar="TEXT", help="why it may pass over the event (kept)", callback=utf8),
     ],
 ) -> None:
     """Let a projection pass over the event it keeps failing on, now and in every rebuild.
@@ -166,8 +171,8 @@ def projections_skip(
 
 
 def projections_unskip(
-    name: Annotated[str, typer.Argument(help="the projection")],
-    position: Annotated[str, typer.Argument(help="a position it skips")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="the projection")],
+    position: Annotated[str, typer.Argument(metavar="POSITION", help="a position it skips")],
 ) -> None:
     """Take a skip back: the next rebuild of the projection applies the event again."""
     at = _position_argument(position)

@@ -19,6 +19,7 @@ from app.settings import Settings
 
 err_console = Console(stderr=True)
 ADMIN_KEY_FILE = "admin.key"
+ADDRESS_FILE = "address"  # where `serve` answers, for `causeway demo`
 
 
 def fail(detail: str, code: int = 2) -> NoReturn:
@@ -68,7 +69,11 @@ def database(settings: Settings) -> Iterator[Database]:
     try:
         url = embedded.start()
     except Exception as exc:  # pgserver raises assorted errors; report any of them
-        fail(f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc}", 1)
+        fail(
+            f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc} "
+            f"(its log: {embedded.log_path})",
+            1,
+        )
     db = Database(url, embedded)
     try:
         yield db

@@ -1,21 +1,32 @@
 """``causeway serve`` and ``causeway migrate``: the service under uvicorn, on the
-database at the Alembic head."""
+database at the Alembic head.
+
+``serve``'s first lines say where the service answers, the admin key and where the data
+lives; the embedded PostgreSQL's start-up and the migrations go to its log file. The
+address also goes to ``<data_dir>/address`` (removed at exit), where ``causeway demo``
+finds it with the admin key.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 import typer
 import uvicorn
-from sqlalchemy import URL
+from sqlalchemy import URL, make_url
 
 from app.cli.keys import create_key
 from app.cli.runtime import (
+    ADDRESS_FILE,
     ADMIN_KEY_FILE,
+    Database,
     database,
     fail,
     load_settings,
@@ -28,13 +39,35 @@ from app.store.keys import Scope
 
 
 def serve(
-    host: Annotated[str | None, typer.Option(help="bind address [CAUSEWAY_HOST]")] = None,
-    port: Annotated[
-        int | None, typer.Option(min=0, max=65535, help="port, 0 for any free one [CAUSEWAY_PORT]")
+    host: Annotated[
+        str | None,
+        typer.Option(
+            metavar="ADDRESS",
+            help="address to listen on, e.g. 0.0.0.0 for every interface",
+            show_default="CAUSEWAY_HOST, else 127.0.0.1",
+        ),
     ] = None,
-    migrate: Annotated[bool, typer.Option(help="migrate the database to head first")] = False,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            metavar="PORT",
+            help="port to listen on, 0 for any free one",
+            show_default="CAUSEWAY_PORT, else 8000",
+        ),
+    ] = None,
+    migrate: Annotated[
+        bool, typer.Option(help="migrate the database to head first (the embedded one always is)")
+    ] = False,
     workers: Annotated[
-        int | None, typer.Option(min=1, help="server processes [CAUSEWAY_WORKERS]")
+        int | None,
+        typer.Option(
+            min=1,
+            metavar="COUNT",
+            help="server processes",
+            show_default="CAUSEWAY_WORKERS, else 1",
+        ),
     ] = None,
 ) -> None:
     """Start the HTTP service (the embedded PostgreSQL unless CAUSEWAY_DATABASE_URL is set)."""
@@ -44,13 +77,14 @@ def serve(
     _check_bind(bind_host, bind_port)  # before a database is started for nothing
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     with database(settings) as db:
-        url, embedded = db.url, db.embedded is not None
-        if embedded or migrate:
-            upgrade_to_head(url)
+        url = db.url
+        if db.embedded is not None or migrate:
+            with _migrations_logged_to(db):
+                upgrade_to_head(url)
         else:
             require_head(url, "run `causeway migrate` or pass --migrate")
-        if embedded:
-            _bootstrap_admin_key(settings, url)
+        key_line = _bootstrap_admin_key(settings, url) if db.embedded is not None else None
+        address_file = _announce(settings, db, bind_host, bind_port, key_line)
         # The server builds the app from the environment (in each worker process, when
         # there are several); this process keeps the embedded PostgreSQL until the
         # server has stopped.
@@ -58,7 +92,70 @@ def serve(
         try:
             run_server(settings, bind_host, bind_port, workers or settings.workers)
         finally:
+            if address_file is not None:
+                address_file.unlink(missing_ok=True)
             db.close()
+
+
+@contextlib.contextmanager
+def _migrations_logged_to(db: Database) -> Iterator[None]:
+    """Alembic's lines go to the embedded PostgreSQL's log (the console shows them for a
+    database of one's own, where an operator asked for ``--migrate``)."""
+    if db.embedded is None:
+        yield
+        return
+    alembic_log = logging.getLogger("alembic")
+    handler = logging.FileHandler(db.embedded.log_path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    alembic_log.addHandler(handler)
+    alembic_log.propagate = False
+    try:
+        yield
+    finally:
+        alembic_log.removeHandler(handler)
+        alembic_log.propagate = True
+        handler.close()
+
+
+def _announce(
+    settings: Settings, db: Database, host: str, port: int, key_line: str | None
+) -> Path | None:
+    """The first lines on the console: the address, the key, where the data lives. The
+    address is kept in ``<data_dir>/address`` for ``causeway demo`` (not when the port is
+    0: only the server knows which one it got)."""
+    address = _address(host, port)
+    where = (
+        f"{address}  (the explorer at {address}/ui/, GraphiQL at {address}/graphql)"
+        if port
+        else f"{host}, a free port"
+    )
+    typer.echo(f"Causeway on {where}", err=True)
+    if key_line is not None:
+        typer.echo(key_line, err=True)
+    if db.embedded is not None:
+        typer.echo(
+            f"data: {settings.data_dir / 'pg'} (embedded PostgreSQL; its log: "
+            f"{settings.data_dir / db.embedded.log_path.name})",
+            err=True,
+        )
+    else:
+        shown = make_url(url_text(db.url)).render_as_string(hide_password=True)
+        typer.echo(f"data: {shown}", err=True)
+    path = settings.data_dir / ADDRESS_FILE
+    with contextlib.suppress(OSError):  # a data folder it cannot write is no reason to stop
+        if not port:
+            path.unlink(missing_ok=True)
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(address + "\n")
+        return path
+    return None
+
+
+def _address(host: str, port: int) -> str:
+    """Where a client on this machine reaches ``host:port`` (a wildcard: the loopback)."""
+    reach = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104  # a name, not a bind
+    return f"http://[{reach}]:{port}" if ":" in reach else f"http://{reach}:{port}"
 
 
 def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
@@ -94,17 +191,17 @@ def _check_bind(host: str, port: int) -> None:
         fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
 
 
-def _bootstrap_admin_key(settings: Settings, url: URL | str) -> None:
-    """On the embedded server's first start, make an admin key for tenant ``default``."""
+def _bootstrap_admin_key(settings: Settings, url: URL | str) -> str:
+    """On the embedded server's first start, make an admin key for tenant ``default``;
+    the line that says where it is (and, the first time, what it is)."""
     path = settings.data_dir / ADMIN_KEY_FILE
     if path.exists():
-        typer.echo(f"admin key for tenant 'default' is in {path}", err=True)
-        return
+        return f"admin key for tenant 'default': in {path}"
     issued = asyncio.run(create_key(url, "default", frozenset({Scope.ADMIN}), "bootstrap"))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(issued + "\n")
     os.chmod(path, 0o600)
-    typer.echo(f"created an admin key for tenant 'default' (kept in {path}):\n{issued}", err=True)
+    return f"admin key for tenant 'default': {issued} (kept in {path})"
 
 
 def migrate() -> None:

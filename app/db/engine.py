@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
@@ -27,6 +27,15 @@ from app.errors import Unavailable
 # that only the database layer, the store and the projections import SQLAlchemy.
 Engine = AsyncEngine
 Connection = AsyncConnection
+
+
+class Connector(Protocol):
+    """What reads connect through: an ``Engine``, or a replica's ``Connector``
+    (``app.store.replication``), which falls back to the primary."""
+
+    def connect(self) -> AbstractAsyncContextManager[AsyncConnection]: ...
+
+
 DriverConnection = PsycopgConnection  # a walk's, from ``DriverPool``
 
 
@@ -46,13 +55,17 @@ def create_engine(
     pool_size: int = 5,
     statement_timeout_ms: int = 30_000,
     pool_timeout_s: float = 30.0,
+    pre_ping: bool = False,
 ) -> AsyncEngine:
-    """``pool_timeout_s``: how long a checkout waits for a connection to come free."""
+    """``pool_timeout_s``: how long a checkout waits for a connection to come free;
+    ``pre_ping``: a checkout tests its connection first (a round trip), and replaces one
+    that broke (for replicas, which may go away while the service runs)."""
     options = _session_options(statement_timeout_ms, generic_plans=False)
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         pool_timeout=pool_timeout_s,
+        pool_pre_ping=pre_ping,
         json_serializer=_json_text,
         # orjson reads integers past 64 bits as floats; the chain hashes numbers as doubles,
         # so nothing that matters changes, and it decodes jsonb several times faster.

@@ -5,6 +5,7 @@ fields concurrently, and one connection cannot serve two queries at once.
 """
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -13,14 +14,18 @@ from typing import Any, TypeVar
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
-from app.db.engine import Connection, DriverPool, Engine
+from app.db.engine import Connection, Connector
 from app.errors import AnswerTooLarge, AppError, Timeout, Unavailable
 from app.graphql.limits import GraphQLLimits
+from app.projections.deployments import Deployments
+from app.projections.model_registry import ModelRegistry
+from app.projections.runner import ProjectionRunner
 from app.store.failures import is_pool_exhausted, is_statement_cancelled
 from app.store.graph import GraphReader, Page
 from app.store.keys import Principal
 from app.store.model_registry_reads import ModelVersion, RegistryReader
 from app.store.records import StoredEvent
+from app.web.reads import ReadRouter, ReadSource
 
 EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
 # What an item counts against the answer budget, where an item of a plain list counts
@@ -29,6 +34,8 @@ EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
 # a field awaits a resolver of its own (causes, effects: a coroutine and a loader's
 # future each) ten to thirty.
 SYNC_ITEM_COST = 2
+REGISTRY = ModelRegistry.name  # the read models GraphQL reads
+DEPLOYMENTS = Deployments.name
 GENERIC_ITEM_COST = 10
 
 
@@ -98,29 +105,27 @@ class AnswerBudget:
 
 
 @asynccontextmanager
-async def reading(engine: Engine, budget: AnswerBudget) -> AsyncIterator[Connection]:
+async def reading(engine: Connector, budget: AnswerBudget) -> AsyncIterator[Connection]:
     """A connection for reads of the request that are not walks (events, pages of causes
     and effects, models). ``engine``'s sessions have the time budget as their statement
     timeout (``app.main``), so PostgreSQL stops each read past it, as it stops a walk; on
     the main pool's 30 s, a page of effects on a dense graph once took 8 s. A read that is
     stopped answers TIMEOUT, and no read starts past the budget."""
     budget.check_time()
-    conn = engine.connect()
-    try:
-        await conn.start()
-    except Exception as exc:
-        if is_pool_exhausted(exc):  # none came free: as a walk answers when its pool has none
-            raise Unavailable("no database connection came free for this GraphQL read") from exc
-        raise
-    try:
-        budget.check_time()  # nor after waiting that long for a connection
-        yield conn
-    except Exception as exc:
-        if is_statement_cancelled(exc):
-            raise budget.timed_out() from exc
-        raise
-    finally:
-        await conn.close()
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            conn = await stack.enter_async_context(engine.connect())
+        except Exception as exc:
+            if is_pool_exhausted(exc):  # none came free: as a walk answers when its pool has none
+                raise Unavailable("no database connection came free for this GraphQL read") from exc
+            raise
+        try:
+            budget.check_time()  # nor after waiting that long for a connection
+            yield conn
+        except Exception as exc:
+            if is_statement_cancelled(exc):
+                raise budget.timed_out() from exc
+            raise
 
 
 K = TypeVar("K", bound=Hashable)
@@ -152,9 +157,19 @@ def _retrieved(future: "asyncio.Future[Any]") -> None:
         future.exception()
 
 
+ReadModelReading = Callable[[str], Awaitable[AbstractAsyncContextManager[Connection]]]
+
+
 class Loaders:
-    def __init__(self, engine: Engine, tenant: str, budget: AnswerBudget) -> None:
+    def __init__(
+        self,
+        engine: Connector,
+        tenant: str,
+        budget: AnswerBudget,
+        reading_model: ReadModelReading,
+    ) -> None:
         self._engine = engine
+        self._reading_model = reading_model
         self._tenant = tenant
         self._budget = budget
         self.causes = SharedLoader[int, list[StoredEvent]](load_fn=self._load_causes)
@@ -197,30 +212,63 @@ class Loaders:
         return [pages[k] for k in keys]
 
     async def _load_model_versions(self, keys: list[tuple[str, str]]) -> list[ModelVersion | None]:
-        async with reading(self._engine, self._budget) as conn:
+        async with await self._reading_model(REGISTRY) as conn:
             found = await RegistryReader(conn).read_versions(self._tenant, keys)
         return [found.get(k) for k in keys]
 
 
 class Context(BaseContext):
+    """``source``: where the request reads the log (``app.web.reads``); ``min_position``:
+    the position it named, which its reads of read models must show too."""
+
     def __init__(
         self,
-        engine: Engine,
-        walks: DriverPool,
+        source: ReadSource,
         principal: Principal,
         limits: GraphQLLimits,
+        *,
+        reads: ReadRouter,
+        projections: ProjectionRunner,
+        min_position: int | None = None,
     ) -> None:
         super().__init__()
-        self.engine = engine
-        self.walks = walks  # its sessions' statement_timeout is the walk's time budget
+        self._source = source
+        self.engine = source.graphql
+        self.walks = source.walks  # its sessions' statement_timeout is the walk's time budget
         self.principal = principal
         self.limits = limits
+        self.min_position = min_position
+        self._reads = reads
+        self._projections = projections
         self.budget = AnswerBudget(limits.max_answer_items, limits.timeout_ms)
-        self.loaders = Loaders(engine, principal.tenant, self.budget)
+        self.loaders = Loaders(self.engine, principal.tenant, self.budget, self.reading_model)
 
     def reading(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for one of the request's reads, within its time budget."""
         return reading(self.engine, self.budget)
+
+    def fall_back(self, exc: BaseException) -> bool:
+        """After a read on a replica failed for want of its database: the replica is
+        marked down, and the request reads the primary from now on. False when the
+        request reads the primary already (nothing to fall back to)."""
+        if self._source.is_primary:
+            return False
+        self._reads.mark_down(self._source, exc)
+        self._source = self._reads.primary
+        self.engine = self._source.graphql
+        self.walks = self._source.walks
+        self.loaders = Loaders(self.engine, self.tenant, self.budget, self.reading_model)
+        return True
+
+    async def reading_model(self, projection: str) -> AbstractAsyncContextManager[Connection]:
+        """A connection for a read of ``projection``'s read model: where it shows the
+        request's ``min_position`` (``Unavailable`` when none does within the wait)."""
+        if self.min_position is None:
+            return self.reading()
+        source = await self._reads.for_read_model(
+            self._projections.projection(projection), self.min_position
+        )
+        return reading(source.graphql, self.budget)
 
     @property
     def tenant(self) -> str:

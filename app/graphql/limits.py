@@ -11,6 +11,11 @@ class GraphQLLimits:
     max_query_depth: int = 12  # nesting of selections
     max_tokens: int = 2000  # tokens in the query document
     max_aliases: int = 20  # aliased fields in one document
+    # With every fragment expanded at every spread (app.graphql.budget): selections in the
+    # document's operations, fragments it defines, times one name is selected in one set.
+    max_selections: int = 1000
+    max_fragments: int = 32
+    max_repeated_fields: int = 10
     max_page_size: int = 500  # ``first`` is cut to this
     max_lineage_depth: int = 100  # ``maxDepth`` is cut to this
     max_lineage_nodes: int = 10_000  # ``limit`` is cut to this

@@ -26,16 +26,23 @@ from strawberry.asgi import GraphQL
 from strawberry.fastapi import GraphQLRouter
 from strawberry.types.unset import UNSET
 
-from app.db.engine import DriverPool, Engine
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
+from app.projections.runner import ProjectionRunner
 from app.store.keys import Principal, Scope
+from app.web import json_text
 from app.web.assets import graphiql_html
 from app.web.auth import Authenticator
 from app.web.bodies import receive_body
-from app.web.dependencies import authorize
+from app.web.dependencies import authorization_of, authorize
+from app.web.reads import (
+    MIN_POSITION_HEADER,
+    MIN_POSITION_PARAMETER,
+    ReadRouter,
+    parse_min_position,
+)
 
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
 ContextOf = Callable[[HTTPConnection], Awaitable[Context]]
@@ -49,6 +56,7 @@ def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
         would ask it for its ``query`` and fail with a 500."""
 
         async def get_body(self) -> bytes:
+            json_text.refuse_other_charsets(self.headers.get("content-type", ""))
             body = await receive_body(
                 self._request.receive,
                 self.headers.get("content-length"),
@@ -57,6 +65,7 @@ def _bounded_bodies(max_bytes: int) -> type[StarletteRequestAdapter]:
             )
             start = body.lstrip(b" \t\r\n")[:1]
             if start and start not in b"{[":
+                json_text.loads(body)  # not JSON at all is the same problem everywhere
                 raise BadRequest("a GraphQL request is a JSON object")
             return body
 
@@ -98,6 +107,30 @@ def _encode(data: object) -> bytes:
         return orjson.dumps({"data": None, "errors": [_TOO_DEEP]})
 
 
+# Values (strings, numbers, lists, objects) in one request's JSON: graphql-core coerces
+# each variable value in Python, and 100,000 of them held the event loop for 0.2 s.
+MAX_JSON_VALUES = 10_000
+
+
+def _decode(data: str | bytes) -> Any:
+    # The one rule for JSON (app.web.json_text): not JSON, or a member named twice, is
+    # an InvalidJSON problem, as on every endpoint.
+    document = json_text.loads(data.encode() if isinstance(data, str) else data)
+    pending, count = [document], 0
+    while pending:
+        value = pending.pop()
+        count += 1
+        if count > MAX_JSON_VALUES:
+            raise BadRequest(
+                f"the request holds more than {MAX_JSON_VALUES} JSON values (its variables)"
+            )
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return document
+
+
 class _Router(GraphQLRouter[Context, None]):
     async def render_graphql_ide(self, request: StarletteRequest) -> HTMLResponse:  # noqa: ARG002
         # Strawberry's page loads GraphiQL from a CDN: this one, from this server.
@@ -110,7 +143,7 @@ class _Router(GraphQLRouter[Context, None]):
         return _encode(data)
 
     def decode_json(self, data: str | bytes) -> Any:
-        return orjson.loads(data)
+        return _decode(data)
 
 
 class GraphQLApp(GraphQL[Context, None]):
@@ -139,7 +172,7 @@ class GraphQLApp(GraphQL[Context, None]):
         return _encode(data)
 
     def decode_json(self, data: str | bytes) -> Any:
-        return orjson.loads(data)
+        return _decode(data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,25 +182,39 @@ class GraphQLFaces:
 
 
 def create_graphql(
-    engine: Engine, walks: DriverPool, authenticator: Authenticator, limits: GraphQLLimits
+    reads: ReadRouter,
+    projections: ProjectionRunner,
+    authenticator: Authenticator,
+    limits: GraphQLLimits,
 ) -> GraphQLFaces:
-    """``walks`` serves the lineage and audit walks, ``engine`` every other read: the
-    ``statement_timeout`` of both's sessions is the request's time budget, so PostgreSQL
-    itself stops a read past it."""
-    # GraphQL only reads, and each of its statements stands alone (under READ COMMITTED
-    # each had a snapshot of its own anyway): without a transaction, a read is one round
-    # trip instead of three (BEGIN, the read, ROLLBACK).
-    reads = engine.execution_options(isolation_level="AUTOCOMMIT")
+    """Each request reads where ``reads`` sends it (a replica, or the primary): its
+    walks on the source's walk pool, its other reads on the source's GraphQL engine, in
+    autocommit (each statement stands alone: one round trip, not BEGIN and ROLLBACK
+    around it). The ``statement_timeout`` of both's sessions is the request's time
+    budget, so PostgreSQL itself stops a read past it. A request that names a position
+    (``Causeway-Min-Position``, or ``min_position`` in the URL) reads where it shows."""
 
     async def context_of(request: HTTPConnection) -> Context:
         if (
             request.scope["type"] == "http"
             and request.scope["method"] == "GET"
             and "query" not in request.query_params
-        ):
-            return Context(reads, walks, _GRAPHIQL, limits)  # the GraphiQL page: no data in it
-        header = request.headers.get("authorization", "")
-        return Context(reads, walks, await authorize(authenticator, header, Scope.READ), limits)
+        ):  # the GraphiQL page: no data in it
+            return Context(reads.primary, _GRAPHIQL, limits, reads=reads, projections=projections)
+        header = authorization_of(request.scope["headers"])
+        principal = await authorize(authenticator, header, Scope.READ)
+        min_position = (
+            max(
+                parse_min_position(request.headers.get(MIN_POSITION_HEADER)) or 0,
+                parse_min_position(request.query_params.get(MIN_POSITION_PARAMETER)) or 0,
+            )
+            or None
+        )
+        source = await reads.for_log(min_position)
+        return Context(
+            source, principal, limits, reads=reads, projections=projections,
+            min_position=min_position,
+        )  # fmt: skip
 
     async def context(request: HTTPConnection) -> Context:  # a FastAPI dependency
         return await context_of(request)

@@ -18,14 +18,14 @@ from strawberry.extensions import (
     ParserCache,
     QueryDepthLimiter,
     SchemaExtension,
-    ValidationCache,
 )
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout
-from app.graphql.context import Context
+from app.graphql.budget import bounded_validation
+from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
@@ -47,13 +47,13 @@ from app.graphql.types import (
 )
 from app.store.deployment_reads import DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
-from app.store.failures import is_statement_cancelled
+from app.store.failures import is_statement_cancelled, is_unavailable
 from app.store.graph import GraphReader
 from app.store.lineage import audit, trace
 from app.store.model_registry_reads import RegistryReader
 from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
-from app.store.records import refuse_empty_filters
+from app.store.records import refuse_empty_filters, refuse_long_filters
 from app.store.timestamps import parse_time_parameter
 
 Info = strawberry.Info[Context, None]
@@ -122,6 +122,17 @@ async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]
     statement too, but a second cancellation while psycopg waits for the first
     (graphql-core cancels sibling fields when one fails) makes psycopg drop the
     connection, possibly before the server heard of it; the pool then replaces it."""
+    try:
+        return await _walk_once(info, run)
+    except Exception as exc:
+        # A replica gone since the request chose it (its pooled connections broke): the
+        # walk again on the primary, where the request's other reads go from now on.
+        if is_unavailable(exc) and info.context.fall_back(exc):
+            return await _walk_once(info, run)
+        raise
+
+
+async def _walk_once(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]) -> T:
     budget_ms = info.context.limits.timeout_ms
     info.context.budget.check_time()  # no walk starts past the request's budget
     async with info.context.walks.connect() as conn:
@@ -183,13 +194,13 @@ class Query:
 
     @strawberry.field(description="Registered models, with versions and aliases.")
     async def models(self, info: Info) -> list[Model]:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(REGISTRY) as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant)
         return [Model.from_store(m) for m in found]
 
     @strawberry.field(description="One registered model; null when there is none.")
     async def model(self, info: Info, name: str) -> Model | None:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(REGISTRY) as conn:
             found = await RegistryReader(conn).read_models(info.context.tenant, name)
         return Model.from_store(found[0]) if found else None
 
@@ -210,7 +221,7 @@ class Query:
 
     @strawberry.field(description="Every service's deployment, now.")
     async def deployments(self, info: Info) -> list[Deployment]:
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(DEPLOYMENTS) as conn:
             reader = DeploymentReader(conn)
             found = await reader.read_deployments(info.context.tenant)
             return [
@@ -225,7 +236,7 @@ class Query:
         self, info: Info, service: str, at: str | None = None
     ) -> Deployment | None:
         when = parse_time_parameter("at", at)
-        async with info.context.reading() as conn:
+        async with await info.context.reading_model(DEPLOYMENTS) as conn:
             history = await DeploymentReader(conn).read_history(
                 info.context.tenant,
                 service,
@@ -260,6 +271,7 @@ class Query:
             max(1, _bound(limit, caps.max_lineage_nodes, "limit")),
         )
 
+        refuse_long_filters({"types": types})
         answer = await _walk(
             info,
             lambda conn: trace(
@@ -318,7 +330,7 @@ class OperationChosen(SchemaExtension):
     first one (it names it for graphql-core), where the GraphQL spec's GetOperation
     refuses: a client that forgot the name would get an answer to another question.
 
-    It runs before validation, after ``ValidationCache`` (which sets the validation
+    It runs before validation, after ``bounded_validation`` (which sets the validation
     errors): a request error here ends the request as a validation error does."""
 
     def on_validate(self) -> Iterator[None]:
@@ -365,7 +377,9 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # Parsing and validating (with the limiters' rules) cost more than a small
             # audit itself; clients repeat the same documents, so both are cached.
             lambda: ParserCache(maxsize=256),
-            lambda: ValidationCache(maxsize=256),
+            # The validation cache, behind the caps on the expanded document: a document
+            # over them is refused before any rule runs (app.graphql.budget).
+            bounded_validation(limits, cache_size=256),
             OperationChosen,
             lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),

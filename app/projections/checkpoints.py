@@ -18,7 +18,7 @@ from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selection
+from app.projections.base import Projection, Selection, Selective
 from app.store.log import full_row, record_from_row
 from app.store.records import StoredEvent
 
@@ -131,3 +131,26 @@ _ADVANCE = (
     )
 )
 _ADVANCE_ON_DRIVER = DriverStatement.of(_ADVANCE)
+
+
+_CHECKPOINT = DriverStatement.of(select(_c.position).where(_c.name == bindparam("which")))
+
+
+async def has_reached(conn: AsyncConnection, projection: Projection, position: int) -> bool:
+    """Whether the read model on ``conn``'s database shows everything of the log up to
+    ``position``: its checkpoint is there, or no event it reads lies between its
+    checkpoint and ``position`` (the runner moves the checkpoint past events of no
+    interest only once a batch's worth has gone by). An event it stopped at (a failure)
+    counts as not applied; one an operator told it to skip, as applied. Each statement
+    reads a snapshot no older than the one before, so the answer errs on the side of
+    "not yet", and the read that follows sees at least as much."""
+    row = await _CHECKPOINT.first(conn, which=projection.name)
+    checkpoint = 0 if row is None else int(row[0])
+    if checkpoint >= position:
+        return True
+    if await read_head(conn) < position:
+        return False  # this database (a replica) has not got that far in the log
+    selection = None
+    if isinstance(projection, Selective):
+        selection = await projection.selection(conn)
+    return not await read_events(conn, projection, checkpoint, position, 1, selection)

@@ -179,6 +179,23 @@ def refuse_empty_filters(given: Mapping[str, str | Sequence[str] | None]) -> Non
     ]
     if empty:
         raise BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
+    refuse_long_filters(given)
+
+
+# Values one filter may list: the statement holds one parameter per value, and building
+# and planning one of 100,000 took minutes of the server's event loop.
+MAX_FILTER_VALUES = 100
+
+
+def refuse_long_filters(given: Mapping[str, str | Sequence[str] | None]) -> None:
+    """Raise ``BadRequest`` naming a filter of ``given`` that lists more than
+    ``MAX_FILTER_VALUES`` values."""
+    for name, value in given.items():
+        if value is not None and not isinstance(value, str) and len(value) > MAX_FILTER_VALUES:
+            raise BadRequest(
+                f"{name} lists {len(value)} values, over the limit of {MAX_FILTER_VALUES}",
+                argument=name,
+            )
 
 
 def normalise_numbers(value: Any) -> Any:

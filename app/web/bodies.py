@@ -14,7 +14,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Send
 
-from app.errors import PayloadTooLarge
+from app.errors import InvalidJSON, PayloadTooLarge
+from app.web import json_text
 
 MAX_REQUEST_BYTES = "max_request_bytes"  # the setting that caps every request body
 
@@ -98,28 +99,44 @@ def too_large(size: int, limit: int, setting: str, *, at_least: bool = False) ->
 
 
 class JSONRequest(Request):
-    """A request whose JSON body holds text only. JSON may escape half of a UTF-16 pair
-    (``"\\ud800"``), which Python's ``json`` reads into a ``str`` that no UTF-8 encoder
-    takes, so such a value, deep in a model's tags or a route's types, failed only when
-    the store encoded it: a 500. It is refused here as a body that is not JSON text
-    (FastAPI answers a ``json.JSONDecodeError`` with a 422, ``json_invalid``). The
-    standard library still reads the body: what it reads that orjson would not (numbers
-    past 64 bits, ``Infinity``) reaches the route's own checks, which name the field."""
+    """A request whose JSON body is at most ``max_json_body_bytes`` (a model version, a
+    route, a lease request: small documents, whose reading by the standard library takes
+    a millisecond per 10,000 objects on the event loop; past it, a 413), read by the
+    one rule for JSON (``json_text``): what
+    is not JSON, or names a member twice, is an ``InvalidJSON`` (400), as on ``POST
+    /events`` (FastAPI raises any error but a ``json.JSONDecodeError`` as a 400 caused by
+    it, which ``problems`` answers as that error). And the body holds text only: JSON may
+    escape half of a UTF-16 pair (``"\\ud800"``), which Python's ``json`` reads into a
+    ``str`` that no UTF-8 encoder takes, so such a value, deep in a model's tags or a
+    route's types, failed only when the store encoded it: a 500. The standard library
+    reads the body: what it reads that orjson would not (numbers past 64 bits,
+    ``Infinity``) reaches the route's own checks, which name the field."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            content_type = self.headers.get("content-type", "")
             body = await self.body()
-            value = json.loads(body)
-            try:  # written back as UTF-8 text, which fails on a lone surrogate, anywhere
-                json.dumps(value, ensure_ascii=False).encode()
-            except UnicodeEncodeError:
-                raise json.JSONDecodeError(
-                    "a string holds a lone UTF-16 surrogate (\\ud800-\\udfff), which is not text",
-                    body.decode(errors="replace"),
-                    0,
-                ) from None
-            self._json = value
+            max_bytes = self.app.state.settings.max_json_body_bytes
+            if len(body) > max_bytes:
+                raise too_large(len(body), max_bytes, "max_json_body_bytes")
+            self._json = read_json(body, content_type)
         return self._json
+
+
+def read_json(body: bytes, content_type: str) -> Any:
+    """A JSON endpoint's body (``JSONRequest``), read and refused as ``JSONRequest``
+    says (and in a charset other than UTF-8, a 415): for a route that reads its body
+    itself."""
+    json_text.refuse_other_charsets(content_type)
+    value = json_text.loads_standard(body)
+    try:  # written back as UTF-8 text, which fails on a lone surrogate, anywhere
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise InvalidJSON(
+            "the body is not valid JSON: a string holds a lone UTF-16 surrogate "
+            "(\\ud800-\\udfff), which is not text"
+        ) from None
+    return value
 
 
 class JSONRoute(APIRoute):

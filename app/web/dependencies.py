@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
-from fastapi import Request, Security
+from fastapi import Header, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
-from app.db.engine import Engine
-from app.errors import Forbidden, Unauthenticated
+from app.db.engine import Connector, Engine
+from app.errors import BadRequest, Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
+from app.store.records import MAX_POSITION
 from app.web.auth import Authenticator
 from app.web.openapi import bearer
+from app.web.reads import ReadRouter
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -21,6 +23,88 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 def engine_of(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
+
+
+def _integer_only(schema: dict[str, Any]) -> None:
+    """The document's schema of an optional integer parameter: an integer. Left out, it is
+    None; a query or a header has no way to say null ("null" is text, refused)."""
+    [integer] = [s for s in schema.pop("anyOf", []) if s.get("type") != "null"]
+    schema.update(integer)
+
+
+MinPositionQuery = Annotated[
+    int | None,
+    Query(
+        ge=0,
+        le=MAX_POSITION,
+        description="read-your-writes: wait until what is read shows this position "
+        "(a Causeway-Position answered by a write)",
+        examples=[0],
+        json_schema_extra=_integer_only,
+    ),
+]
+MinPositionHeader = Annotated[
+    int | None,
+    Header(
+        ge=0,
+        le=MAX_POSITION,
+        description="the same as the min_position parameter",
+        examples=[0],
+        json_schema_extra=_integer_only,
+    ),
+]
+
+
+async def log_reads(
+    request: Request,
+    min_position: MinPositionQuery = None,
+    causeway_min_position: MinPositionHeader = None,
+) -> Connector:
+    """Connections for a read of the log: on a replica, or the primary (``app.web.reads``);
+    with a position named, on one that shows it."""
+    router: ReadRouter = request.app.state.read_router
+    source = await router.for_log(_highest(min_position, causeway_min_position))
+    return source.rest
+
+
+def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, Connector]]:
+    """A dependency: connections for a read of the read model of ``projection_name``;
+    with a position named, where that read model shows it (else 503)."""
+
+    async def reads(
+        request: Request,
+        min_position: MinPositionQuery = None,
+        causeway_min_position: MinPositionHeader = None,
+    ) -> Connector:
+        router: ReadRouter = request.app.state.read_router
+        projection = request.app.state.runner.projection(projection_name)
+        wanted = _highest(min_position, causeway_min_position)
+        return (await router.for_read_model(projection, wanted)).rest
+
+    return reads
+
+
+def settled_on_primary(*projection_names: str) -> Callable[..., Coroutine[Any, Any, None]]:
+    """A dependency for reads that stay on the primary (the scheduler's): with a position
+    named, wait until the read models ``projection_names`` show it, one after the other
+    (``ReadRouter.settle_on_primary``), else 503."""
+
+    async def settled(
+        request: Request,
+        min_position: MinPositionQuery = None,
+        causeway_min_position: MinPositionHeader = None,
+    ) -> None:
+        router: ReadRouter = request.app.state.read_router
+        runner = request.app.state.runner
+        chain = [runner.projection(name) for name in projection_names]
+        await router.settle_on_primary(chain, _highest(min_position, causeway_min_position))
+
+    return settled
+
+
+def _highest(*positions: int | None) -> int | None:
+    given = [p for p in positions if p is not None]
+    return max(given) if given else None
 
 
 def settings_of(request: Request) -> Settings:
@@ -36,10 +120,26 @@ def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
         _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],  # the document's
     ) -> Principal:
         return await authorize(
-            request.app.state.authenticator, request.headers.get("authorization", ""), scope
+            request.app.state.authenticator, authorization_of(request.scope["headers"]), scope
         )
 
     return principal
+
+
+def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """A request's one ``Authorization`` header (ASGI headers), ``""`` when it has none.
+    Two are refused (400): servers and proxies differ on which one counts, so a request
+    that names two callers is not answered as either."""
+    found: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization":
+            if found is not None:
+                raise BadRequest(
+                    "the request has more than one Authorization header; send one",
+                    header="authorization",
+                )
+            found = value
+    return "" if found is None else found.decode("latin-1")
 
 
 async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:

@@ -19,14 +19,28 @@ nothing but ASGI's own calls:
   the time runs per write, not over the whole answer: a slow reader that keeps reading is
   served to the end.
 
+And a bounded lingering close of an answer given before its request's body was read to
+its end (a 413 on the declared length, a 401 before the body): uvicorn, after such an
+answer on a kept-alive connection, reads and drops the rest of the declared body however
+long it is (29.5 GB in 15 s, without a key), and with ``Connection: close`` closes at
+once, so a client still sending gets a reset instead of the answer. Here such an answer
+says ``Connection: close`` (uvicorn then closes the connection after it rather than read
+on), its body is sent whole, and before the answer is ended the rest of the request's
+body is read and dropped, at most ``linger_bytes`` of it and for at most ``linger_s``
+(``CAUSEWAY_LINGER_BYTES``, ``CAUSEWAY_LINGER_S``): a client that finishes sending within
+them reads its answer; past them the connection closes with the client's bytes unread.
+A request that asked for ``Expect: 100-continue`` has sent no body, and one whose body
+stopped arriving (408) will send no more: nothing is read for them.
+
 What the server gives no setting for and the app cannot see (the request head's size and
-time, a lingering close after a refusal) is the proxy's in front: docs/deployment.md.
+time, a lingering close past those bounds) is the proxy's in front: docs/deployment.md.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,6 +51,15 @@ logger = logging.getLogger(__name__)
 
 class SendTimedOut(Exception):
     """The client took no byte of its answer for ``send_timeout_s``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Linger:
+    """How much of a body still coming after its answer is read before the connection
+    closes: at most ``max_bytes``, for at most ``max_s``."""
+
+    max_bytes: int = 32 << 20
+    max_s: float = 5.0
 
 
 class Timeouts:
@@ -53,10 +76,18 @@ class Timeouts:
     ends). So a time is kept to within ``tick_s``: a tenth of the shorter time, at most a
     second."""
 
-    def __init__(self, app: ASGIApp, *, body_timeout_s: float, send_timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        body_timeout_s: float,
+        send_timeout_s: float,
+        linger: Linger | None = None,
+    ) -> None:
         self.app = app
         self.body_timeout_s = body_timeout_s
         self.send_timeout_s = send_timeout_s
+        self.linger = linger or Linger()
         self.tick_s = min(1.0, body_timeout_s / 10, send_timeout_s / 10)
         self._waiting: dict[_Wait, None] = {}  # the calls under way (a dict keeps order)
         self._timer: asyncio.TimerHandle | None = None
@@ -66,7 +97,7 @@ class Timeouts:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        timed = _Timed(self, receive, send)
+        timed = _Timed(self, scope, receive, send)
         try:
             await self.app(scope, timed.receive, timed.send)
         except* SendTimedOut:  # a streaming answer's task group may wrap it
@@ -118,14 +149,26 @@ class _Wait:
 
 
 class _Timed:
-    __slots__ = ("_has_body", "_receive", "_send", "_stalled", "_timeouts")
+    __slots__ = (
+        "_has_body",
+        "_lingers",
+        "_receive",
+        "_scope",
+        "_send",
+        "_stalled",
+        "_timed_out",
+        "_timeouts",
+    )
 
-    def __init__(self, timeouts: Timeouts, receive: Receive, send: Send) -> None:
+    def __init__(self, timeouts: Timeouts, scope: Scope, receive: Receive, send: Send) -> None:
         self._timeouts = timeouts
+        self._scope = scope
         self._receive = receive
         self._send = send
         self._has_body = True  # until a message says the body is complete
         self._stalled = False  # a send timed out: the client is not reading
+        self._lingers = False  # answered before its body was read: linger, then close
+        self._timed_out = False  # the body stopped arriving: nothing to linger for
 
     async def receive(self) -> Message:
         if not self._has_body:
@@ -136,6 +179,7 @@ class _Timed:
             message = await self._receive()
         except asyncio.CancelledError:
             if wait.timed_out():
+                self._timed_out = True
                 raise BodyTimeout(
                     f"no byte of the request body arrived for {timeouts.body_timeout_s:g} s"
                 ) from None
@@ -149,6 +193,52 @@ class _Timed:
     async def send(self, message: Message) -> None:
         if self._stalled:
             raise SendTimedOut
+        if self._has_body:  # answered before the body was read to its end (or a GET)
+            if message["type"] == "http.response.start":
+                message = self._closing(message)
+            elif self._lingers and not message.get("more_body", False):
+                await self._timed_send({**message, "more_body": True})
+                await self._drain()
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+        await self._timed_send(message)
+
+    def _closing(self, start: Message) -> Message:
+        """``start``, saying ``Connection: close`` when the request has a body not read
+        to its end (and lingering for it unless the client waits for ``100 Continue``
+        or its body stopped arriving)."""
+        length, expects = b"", False
+        for name, value in self._scope["headers"]:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                length = b"chunked"
+            elif name == b"expect":
+                expects = value.lower() == b"100-continue"
+        if not length or length.strip(b"0") == b"":
+            self._has_body = False  # no body: nothing to linger for
+            return start
+        self._lingers = not (expects or self._timed_out)
+        headers = [*start.get("headers", []), (b"connection", b"close")]
+        return {**start, "headers": headers}
+
+    async def _drain(self) -> None:
+        """Read and drop what comes of the body, within the linger's bounds. (A refused
+        request's path, so ``asyncio.timeout`` rather than the process's watch.)"""
+        linger = self._timeouts.linger
+        left = linger.max_bytes
+        try:
+            async with asyncio.timeout(linger.max_s):
+                while left > 0:
+                    message = await self._receive()
+                    if message["type"] != "http.request":
+                        return
+                    left -= len(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        return
+        except TimeoutError:
+            return
+
+    async def _timed_send(self, message: Message) -> None:
         timeouts = self._timeouts
         wait = timeouts.watch(timeouts.send_timeout_s)
         try:

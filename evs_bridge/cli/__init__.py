@@ -33,6 +33,7 @@ cli = typer.Typer(
     help="The edge bridge for event-based vision sensors: recordings and live streams in, "
     "lineage events out.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # plain help: metavars as words, as `causeway --help` shows them
 )
 # In this order in --help.
 for command in (replay, mqtt, inspect, drain):

@@ -15,11 +15,14 @@ from evs_bridge.spool import Spool, SpoolBusy
 
 
 def drain(
-    spool: Annotated[Path, typer.Option(help="Spool directory to send")],
+    spool: Annotated[Path, typer.Option(metavar="DIR", help="Spool directory to send")],
     target: Target = None,
     key: Key = None,
     timeout_s: Annotated[
-        float, typer.Option(min=0.0, callback=check_finite, help="Give up after this long, s")
+        float,
+        typer.Option(
+            min=0.0, metavar="SECONDS", callback=check_finite, help="Give up after this long, s"
+        ),
     ] = 60.0,
 ) -> None:
     """Send what a spool holds (oldest first), e.g. after a replay ended with the store down."""

@@ -12,7 +12,9 @@ from evs_bridge.decoders import UnknownFormat
 from evs_bridge.inspect import summarise
 
 
-def inspect(file: Annotated[Path, typer.Argument(help="Recording to summarise")]) -> None:
+def inspect(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="Recording to summarise")],
+) -> None:
     """Print a recording's sensor, resolution, event count, duration and rates."""
     if not file.is_file():
         fail(f"{file}: no such file")

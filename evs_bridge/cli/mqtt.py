@@ -42,14 +42,16 @@ from evs_bridge.output import Output, OutputConfig, StoreRefused
 
 
 def mqtt(
-    broker: Annotated[str, typer.Option(help="mqtt://host[:port]")],
-    topic: Annotated[str, typer.Option(help="The sensor's topic")],
+    broker: Annotated[str, typer.Option(metavar="URL", help="the MQTT broker, mqtt://host[:port]")],
+    topic: Annotated[str, typer.Option(metavar="TOPIC", help="The sensor's topic")],
     sensor: Sensor,
     target: Target = None,
     key: Key = None,
     spool: SpoolDir = None,
     spool_mb: SpoolMb = 256,
-    queue_packets: Annotated[int, typer.Option(help="Packets queued for the worker")] = 1024,
+    queue_packets: Annotated[
+        int, typer.Option(metavar="COUNT", help="Packets queued for the worker")
+    ] = 1024,
     window_ms: WindowMs = 20,
     segment_windows: SegmentWindows = 5,
     cell_px: CellPx = 8,
@@ -63,10 +65,20 @@ def mqtt(
     filter_backend: Backend = "numpy",
     neighbourhood: Neighbourhood = 8,
     width: Annotated[
-        int | None, typer.Option(help="Pin the geometry: packets of another width are bad")
+        int | None,
+        typer.Option(
+            metavar="PX",
+            help="Pin the geometry: packets of another width are bad",
+            show_default="the first packet's",
+        ),
     ] = None,
     height: Annotated[
-        int | None, typer.Option(help="Pin the geometry: packets of another height are bad")
+        int | None,
+        typer.Option(
+            metavar="PX",
+            help="Pin the geometry: packets of another height are bad",
+            show_default="the first packet's",
+        ),
     ] = None,
     lazy_interval_s: LazyS = 2.0,
 ) -> None:

@@ -25,41 +25,90 @@ from evs_bridge.windows import WindowSpec
 
 DEFAULT_SPOOL = Path(".causeway-evs/spool")
 
-Target = Annotated[str | None, typer.Option(help="Causeway base URL, e.g. http://127.0.0.1:8000")]
-Key = Annotated[str | None, typer.Option(help="API key with the ingest scope")]
-Sensor = Annotated[str, typer.Option(help="Sensor id: names the source evs://<id> and the ids")]
+Target = Annotated[
+    str | None,
+    typer.Option(
+        metavar="URL",
+        help="Causeway base URL, e.g. http://127.0.0.1:8000",
+        show_default="none: give it, or --out",
+    ),
+]
+Key = Annotated[
+    str | None,
+    typer.Option(metavar="KEY", help="API key with the ingest scope", show_default="none"),
+]
+Sensor = Annotated[
+    str, typer.Option(metavar="ID", help="Sensor id: names the source evs://<id> and the ids")
+]
 SpoolDir = Annotated[
     Path | None,
     typer.Option(
-        help="Spool directory for events the store cannot take yet "
-        f"(default {DEFAULT_SPOOL}/<sensor>; giving it also allows starting while the "
-        "store is down)"
+        metavar="DIR",
+        help="Spool directory for events the store cannot take yet (giving it also allows "
+        "starting while the store is down)",
+        show_default=f"{DEFAULT_SPOOL}/<sensor>",
     ),
 ]
-SpoolMb = Annotated[int, typer.Option(min=1, help="Spool size limit, MiB")]
-WindowMs = Annotated[int, typer.Option(help="Window length, ms (aligned to sensor time)")]
+SpoolMb = Annotated[int, typer.Option(min=1, metavar="MIB", help="Spool size limit, MiB")]
+WindowMs = Annotated[
+    int, typer.Option(metavar="MS", help="Window length, ms (aligned to sensor time)")
+]
 SegmentWindows = Annotated[
-    int, typer.Option(min=1, max=100_000, help="Windows per evs.segment.recorded event")
+    int,
+    typer.Option(
+        min=1, max=100_000, metavar="COUNT", help="Windows per evs.segment.recorded event"
+    ),
 ]
 CellPx = Annotated[
-    int, typer.Option(min=1, max=MAX_SIDE_PX, help="Grid cell of the per-window count map, px")
+    int,
+    typer.Option(
+        min=1, max=MAX_SIDE_PX, metavar="PX", help="Grid cell of the per-window count map, px"
+    ),
 ]
-MinCell = Annotated[int, typer.Option(help="Events for a cell to count as active")]
-MinRegion = Annotated[int, typer.Option(help="Events for a connected component to be a region")]
-DtUs = Annotated[int, typer.Option(help="Background-activity filter support time, µs")]
-Sustained = Annotated[int, typer.Option(help="Consecutive active windows for a sustained event")]
+MinCell = Annotated[int, typer.Option(metavar="COUNT", help="Events for a cell to count as active")]
+MinRegion = Annotated[
+    int,
+    typer.Option(metavar="COUNT", help="Events for a connected component to be a region"),
+]
+DtUs = Annotated[
+    int, typer.Option(metavar="US", help="Background-activity filter support time, µs")
+]
+Sustained = Annotated[
+    int,
+    typer.Option(metavar="COUNT", help="Consecutive active windows for a sustained event"),
+]
 ClassifierPath = Annotated[
-    str | None, typer.Option(help="Your classifier, 'package.module:Name' (default: heuristic)")
+    str | None,
+    typer.Option(
+        metavar="MODULE:NAME",
+        help="Your classifier, 'package.module:Name'",
+        show_default="the built-in heuristic",
+    ),
 ]
 Channels = Annotated[
     list[str] | None,
-    typer.Option("--channel", help="LABEL=NAME:PRIORITY, repeatable, e.g. face=red:9"),
+    typer.Option(
+        "--channel",
+        metavar="LABEL=NAME:PRIORITY",
+        help="a label's channel and priority, repeatable, e.g. face=red:9",
+        show_default="the built-in channels",
+    ),
 ]
-Run = Annotated[str | None, typer.Option(help="Tag added to every id (re-run with new params)")]
+Run = Annotated[
+    str | None,
+    typer.Option(
+        metavar="TAG", help="Tag added to every id (re-run with new params)", show_default="none"
+    ),
+]
 Backend = Annotated[
-    str, typer.Option(help="Background filter backend: numpy, or numba (needs numba installed)")
+    str,
+    typer.Option(
+        metavar="BACKEND", help="Background filter backend: numpy, or numba (needs numba installed)"
+    ),
 ]
-Neighbourhood = Annotated[int, typer.Option(help="Background filter neighbourhood: 4 or 8")]
+Neighbourhood = Annotated[
+    int, typer.Option(metavar="4|8", help="Background filter neighbourhood: 4 or 8")
+]
 
 
 def check_finite(value: float) -> float:
@@ -71,12 +120,20 @@ def check_finite(value: float) -> float:
 LazyS = Annotated[
     float,
     typer.Option(
-        min=0.0, callback=check_finite, help="Longest wait before green events are sent, s"
+        min=0.0,
+        metavar="SECONDS",
+        callback=check_finite,
+        help="Longest wait before green events are sent, s",
     ),
 ]
 DrainS = Annotated[
     float,
-    typer.Option(min=0.0, callback=check_finite, help="At the end, how long to retry a spool, s"),
+    typer.Option(
+        min=0.0,
+        metavar="SECONDS",
+        callback=check_finite,
+        help="At the end, how long to retry a spool, s",
+    ),
 ]
 
 

@@ -48,11 +48,16 @@ _err = Console(stderr=True)
 
 
 def replay(
-    file: Annotated[Path, typer.Argument(help="Recording: .raw, .db3, .aedat4, .npz or .npy")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="Recording: .raw, .db3, .aedat4, .npz or .npy")
+    ],
     sensor: Sensor,
     target: Target = None,
     key: Key = None,
-    out: Annotated[Path | None, typer.Option(help="Write events as NDJSON instead")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Write events as NDJSON instead", show_default="none"),
+    ] = None,
     spool: SpoolDir = None,
     spool_mb: SpoolMb = 256,
     window_ms: WindowMs = 20,

@@ -15,7 +15,6 @@ import zlib
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
@@ -41,12 +40,13 @@ from app.store.records import (
     nests_deeper,
     normalise_numbers,
 )
+from app.web import json_text
 from app.web.bodies import receive_body
 from app.web.openapi import answers
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Known, Parsed, parse, plan
 from ingest.openlineage.schema import SPEC_ID, validate
-from ingest.router import AppendResponse, answer_of
+from ingest.router import POSITION_HEADER, AppendResponse, answer_of
 
 # A run's events may race each other (an asynchronous transport): each is planned on the
 # run's last event, and appended on the condition that it is still last.
@@ -59,17 +59,15 @@ class LineageIngest:
         self._appender = appender
         self._limits = limits
 
-    async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes]:
+    async def answer(self, principal: Principal, body: bytes) -> tuple[int, bytes, int]:
+        """The status, the JSON body, and the position for ``Causeway-Position``."""
         if len(body) > self._limits.max_event_data_bytes:
             raise EventTooLarge(
                 f"the event takes {len(body)} bytes, over the "
                 f"{self._limits.max_event_data_bytes}-byte limit on event data",
                 max_event_data_bytes=self._limits.max_event_data_bytes,
             )
-        try:
-            event = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise BadRequest(f"the body is not JSON: {exc}") from None
+        event = json_text.loads(body)  # the one rule for JSON: invalid-json, as everywhere
         parsed = parse(validate(event), event, body)
         _check_storable(event)
         appended = await self._store(principal.tenant, parsed)
@@ -98,6 +96,7 @@ class LineageIngest:
 
     async def read_body(self, request: Request) -> bytes:
         max_bytes = self._limits.max_request_bytes
+        json_text.refuse_other_charsets(request.headers.get("content-type", ""))
         body = await receive_body(request.receive, request.headers.get("content-length"), max_bytes)
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding == "gzip":
@@ -183,7 +182,12 @@ def create_router(
         if content_type is not None and not is_json_media_type(content_type):
             raise UnsupportedMediaType(f"Content-Type {content_type!r}: send application/json")
         body = await ingest.read_body(request)
-        status, answer = await ingest.answer(principal, body)
-        return Response(answer, status_code=status, media_type="application/json")
+        status, answer, position = await ingest.answer(principal, body)
+        return Response(
+            answer,
+            status_code=status,
+            media_type="application/json",
+            headers={POSITION_HEADER: str(position)},
+        )
 
     return router

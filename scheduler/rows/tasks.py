@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
-from app.db.engine import DriverStatement
+from app.db.engine import DriverStatement, driver_of
 from app.db.tables import routes, tasks
 from scheduler.tasks import NEEDS_ATTENTION, TaskState
 
@@ -34,7 +34,7 @@ _FITS = text(
     "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
     "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, 0) < need.value::float8)"
 ).bindparams(bindparam("numbers", type_=JSONB))
-_NEXT_READY = DriverStatement.of(
+_READY = (
     select(tasks)
     .where(
         _c.tenant == bindparam("tenant"),
@@ -51,12 +51,21 @@ _NEXT_READY = DriverStatement.of(
         ),  # not = ANY: an empty list skips none
     )
     .order_by(_c.priority.desc(), _c.seq)
-    .limit(literal_column("1"))  # written out too: a generic plan then reads the index in order
     .with_for_update(skip_locked=True)
 )
+# The limit is written out too: a generic plan then reads the index in order. One statement
+# per limit a lease has asked for (1 to 100), each compiled once.
+_NEXT_READY: dict[int, DriverStatement] = {}
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 _FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
 _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
+# Many rows, locked in id order (the sort runs below the lock): two batches never deadlock.
+_FETCH_MANY_LOCKED = DriverStatement.of(
+    select(tasks)
+    .where(_c.tenant == bindparam("tenant"), _c.id == any_(bindparam("ids", type_=ARRAY(Text))))
+    .order_by(_c.id)
+    .with_for_update()
+)
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -123,6 +132,19 @@ async def fetch_task(
     return TaskState(*row) if row is not None else None
 
 
+async def fetch_tasks_locked(
+    conn: AsyncConnection, tenant: str, task_ids: list[str]
+) -> dict[str, TaskState | None]:
+    """The rows of ``task_ids``, locked in id order, in one statement (None: no such
+    row, read again alone, as ``fetch_task`` does, in case a rebuild replaced it)."""
+    rows = await _FETCH_MANY_LOCKED.rows(conn, tenant=tenant, ids=task_ids)
+    found: dict[str, TaskState | None] = {row[1]: TaskState(*row) for row in rows}
+    for task_id in task_ids:
+        if task_id not in found:
+            found[task_id] = await fetch_task(conn, tenant, task_id, lock=True)
+    return {task_id: found[task_id] for task_id in task_ids}
+
+
 async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:
     """The position of the last decision written to the task's row."""
     row = await _FETCH_POSITION.first(conn, tenant=tenant, id=task_id)
@@ -130,11 +152,23 @@ async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> in
 
 
 async def fetch_next_ready(
-    conn: AsyncConnection, tenant: str, queue: str, fit: Fit, *, now: datetime, skip: list[str]
-) -> TaskState | None:
-    """The best ready task of ``queue`` that ``fit`` takes, locked, in priority-then-age
-    order (``ix_tasks_ready``); rows another transaction holds, and ``skip``, are passed."""
-    row = await _NEXT_READY.first(
+    conn: AsyncConnection,
+    tenant: str,
+    queue: str,
+    fit: Fit,
+    *,
+    now: datetime,
+    skip: list[str],
+    limit: int = 1,
+) -> list[TaskState]:
+    """The best ``limit`` ready tasks of ``queue`` that ``fit`` takes, locked, in
+    priority-then-age order (``ix_tasks_ready``); rows another transaction holds, and
+    ``skip``, are passed."""
+    statement = _NEXT_READY.get(limit)
+    if statement is None:
+        statement = DriverStatement.of(_READY.limit(literal_column(str(int(limit)))))
+        _NEXT_READY[limit] = statement
+    found = await statement.rows(
         conn,
         tenant=tenant,
         queue=queue,
@@ -146,7 +180,7 @@ async def fetch_next_ready(
         highest=fit.highest,
         skip=skip,
     )
-    return None if row is None else TaskState(*row)
+    return [TaskState(*row) for row in found]
 
 
 async def fetch_debounced(
@@ -193,10 +227,25 @@ async def fetch_expired_leases(
 
 
 async def write_task(conn: AsyncConnection, state: TaskState) -> None:
+    await _UPSERT.run(conn, **_values(state))
+
+
+async def write_tasks(conn: AsyncConnection, states: list[TaskState]) -> None:
+    """Write every row of ``states`` in one pipelined round trip (``executemany``)."""
+    if len(states) == 1:
+        await write_task(conn, states[0])
+    elif states:
+        driver = await driver_of(conn)
+        async with driver.cursor() as cursor:
+            rows = [{**_UPSERT.fixed, **_values(state)} for state in states]
+            await cursor.executemany(_UPSERT.sql, rows)
+
+
+def _values(state: TaskState) -> dict[str, Any]:
     values = {name: getattr(state, name) for name in _FIELDS}
     values["req_numbers"] = Jsonb(state.req_numbers)
     values["req_labels"] = Jsonb(state.req_labels)
-    await _UPSERT.run(conn, **values)
+    return values
 
 
 async def delete_finished(

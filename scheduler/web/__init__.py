@@ -10,14 +10,30 @@ Depends() each router factory builds, which a string annotation could not resolv
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import Path
+from fastapi import Depends, Path
 
 from app.store.keys import Principal
+from app.web.dependencies import settled_on_primary
+from scheduler.projections import Dispatcher, TaskBook
 from scheduler.routes import NAME_PATTERN
 
-__all__ = ["NAME_PATTERN", "PrincipalOf", "QueueName"]
+__all__ = [
+    "NAME_PATTERN",
+    "POSITION_HEADER",
+    "ROUTES_SETTLED",
+    "TASKS_SETTLED",
+    "PrincipalOf",
+    "QueueName",
+]
 
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
 # A queue is named by a route, whose names are these: any other name is a typo, not a queue
 # that happens to be empty (a lease would wait and answer 204 for ever).
 QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]
+
+# The scheduler's reads stay on the primary. One that names a position (read-your-writes)
+# waits for the read models it reads: the routing table (the dispatcher's), or the task
+# rows (the dispatcher's decisions, then the task book that folds them).
+ROUTES_SETTLED = [Depends(settled_on_primary(Dispatcher.name))]
+TASKS_SETTLED = [Depends(settled_on_primary(Dispatcher.name, TaskBook.name))]
+POSITION_HEADER = "Causeway-Position"  # every command's answer: its decision's position

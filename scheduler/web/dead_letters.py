@@ -22,7 +22,7 @@ from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as task_rows
-from scheduler.web import NAME_PATTERN, PrincipalOf
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
 from scheduler.web.documents import history_json, task_json
 
 
@@ -43,7 +43,11 @@ def create_router(
     Admin = Annotated[Principal, Depends(admin)]
     Reader = Annotated[Principal, Depends(read)]
 
-    @router.get("/dead-letters", summary="Dead-lettered tasks (filters: queue, class, since)")
+    @router.get(
+        "/dead-letters",
+        summary="Dead-lettered tasks (filters: queue, class, since)",
+        dependencies=TASKS_SETTLED,
+    )
     async def list_dead_letters(
         principal: Reader,
         queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
@@ -69,6 +73,7 @@ def create_router(
         "/dead-letters/{task_id}",
         summary="A dead letter: task, trigger, attempts",
         responses=answers(NotFound),
+        dependencies=TASKS_SETTLED,
     )
     async def read_dead_letter(task_id: str, principal: Reader) -> Response:
         async with engine.connect() as conn:
@@ -103,7 +108,7 @@ def create_router(
         responses=answers(NotFound, Conflict),
     )
     async def requeue(
-        task_id: str, principal: Admin, body: Requeue | None = None
+        task_id: str, principal: Admin, response: Response, body: Requeue | None = None
     ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).requeue(
@@ -112,6 +117,7 @@ def create_router(
                 reason=body.reason if body else None,
                 actor=principal.key_id,
             )
+        response.headers[POSITION_HEADER] = str(state.position)
         return task_json(state)
 
     @router.post(
@@ -119,11 +125,14 @@ def create_router(
         summary="Drop a dead letter, with a reason",
         responses=answers(NotFound, Conflict),
     )
-    async def discard(task_id: str, body: Discard, principal: Admin) -> dict[str, Any]:
+    async def discard(
+        task_id: str, body: Discard, principal: Admin, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).discard(
                 principal.tenant, task_id, reason=body.reason, actor=principal.key_id
             )
+        response.headers[POSITION_HEADER] = str(state.position)
         return task_json(state)
 
     return router

@@ -3,7 +3,6 @@ task this worker can run, or 204 after waiting up to ``wait_s``; ``POST
 /tasks/{id}/heartbeat|complete|fail`` with the lease id extend, finish or fail it."""
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -24,6 +23,8 @@ from pydantic import (
 
 from app.db.engine import Engine
 from app.errors import (
+    AppError,
+    BadRequest,
     Conflict,
     IdConflict,
     InvalidCloudEvent,
@@ -34,12 +35,14 @@ from app.errors import (
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import EXACT_LIMIT, NewEvent, Text
+from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
 from app.web.openapi import CLOUDEVENT_REF, answers
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
-from scheduler.tasks import ErrorClass
-from scheduler.web import NAME_PATTERN, PrincipalOf, QueueName
+from scheduler.rows.wakeups import TaskWakeups
+from scheduler.tasks import ErrorClass, TaskState
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
@@ -48,7 +51,9 @@ Capability = (
     | Annotated[StrictInt, Field(ge=-EXACT_LIMIT, le=EXACT_LIMIT)]
     | Annotated[StrictFloat, Field(allow_inf_nan=False)]
 )
-_POLL_S = (0.05, 0.5)  # long-poll: first and longest pause between lease attempts
+_POLL_S = (0.05, 0.5)  # long-poll without wake-ups: first and longest pause between tries
+_WOKEN_POLL_S = 1.0  # long-poll with wake-ups: the longest wait (a retry's backoff ending)
+MAX_TASKS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,13 @@ class LeaseRequest(BaseModel):
         default=0.0, ge=0, allow_inf_nan=False, description="long-poll: wait this long for a task"
     )
     lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_tasks: StrictInt | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TASKS,
+        description="lease up to this many tasks at once (each under a lease of its own); "
+        "given, the answer is {'tasks': [...]}, else one task's document",
+    )
 
 
 class Heartbeat(BaseModel):
@@ -109,6 +121,52 @@ _COMPLETION_BODY = {
 }
 
 
+class TaskCompletion(Completion):
+    task: Text
+
+
+class Completions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tasks: list[TaskCompletion] = Field(min_length=1, max_length=MAX_TASKS)
+
+
+class TaskFailure(Failure):
+    task: Text
+
+
+class Failures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tasks: list[TaskFailure] = Field(min_length=1, max_length=MAX_TASKS)
+
+
+# POST /tasks/complete's body, inline (no $defs): each task's results are CloudEvents.
+_TASK_COMPLETION_SCHEMA = TaskCompletion.model_json_schema()
+_TASK_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
+_COMPLETIONS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "title": "Completions",
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["tasks"],
+                    "properties": {
+                        "tasks": {
+                            "type": "array",
+                            "items": _TASK_COMPLETION_SCHEMA,
+                            "minItems": 1,
+                            "maxItems": MAX_TASKS,
+                        }
+                    },
+                }
+            }
+        },
+    }
+}
+
+
 def create_router(
     engine: Engine,
     decisions: Appender,
@@ -116,13 +174,14 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     worker: PrincipalOf,
+    wakeups: TaskWakeups,
 ) -> APIRouter:
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Worker = Annotated[Principal, Depends(worker)]
 
     @router.post(
         "/queues/{queue}/lease",
-        summary="Lease the best task this worker can run (204: none, after wait_s)",
+        summary="Lease the best task(s) this worker can run (204: none, after wait_s)",
         responses={204: {"description": "no task this worker can run"}},
     )
     async def lease(
@@ -139,26 +198,26 @@ def create_router(
             if await request.is_disconnected():
                 # Leasing to a worker that is gone would only burn one of the task's attempts.
                 return Response(status_code=204)
+            seen = wakeups.generation  # a wake-up from here on is one this try may miss
             async with engine.begin() as conn:
                 found = await TaskQueue(conn, appender=decisions).lease(
-                    principal.tenant, queue, profile, lease_s=lease_s, off_peak=policy.off_peak
+                    principal.tenant,
+                    queue,
+                    profile,
+                    lease_s=lease_s,
+                    off_peak=policy.off_peak,
+                    max_tasks=body.max_tasks or 1,
                 )
-            if found is not None:
-                return Response(_lease_document(found), media_type="application/json")
-            left = deadline - loop.time()
-            if left <= 0:
+            if found:
+                return _leased(found, batch=body.max_tasks is not None)
+            if (left := deadline - loop.time()) <= 0:
                 return Response(status_code=204)
-            # The last pause ends at the deadline, for one more try: a task that turns
-            # ready in the last half second of wait_s is still offered.
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, _POLL_S[1])
+            pause = await _pause(wakeups, seen, left, pause)
 
-    @router.post(
-        "/tasks/{task_id}/heartbeat",
-        summary="Extend a lease",
-        responses=answers(NotFound, LeaseLost),
-    )
-    async def heartbeat(task_id: str, body: Heartbeat, principal: Worker) -> dict[str, Any]:
+    @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease", responses=_HELD)
+    async def heartbeat(
+        task_id: str, body: Heartbeat, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).extend(
                 principal.tenant,
@@ -168,7 +227,9 @@ def create_router(
                 default_lease_s=policy.lease_s,
                 max_lease_s=policy.max_lease_s,
             )
-        return task_json(state)
+        return _answered(state, response)
+
+    _batch_routes(router, engine, decisions, max_request_bytes, parse_events, Worker)
 
     @router.post(
         "/tasks/{task_id}/complete",
@@ -176,62 +237,189 @@ def create_router(
         responses=_RESULTS,
         openapi_extra=_COMPLETION_BODY,
     )
-    async def complete(task_id: str, request: Request, principal: Worker) -> dict[str, Any]:
+    async def complete(
+        task_id: str, request: Request, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         # Read under the same cap as POST /events: results can be large.
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
-        body, results = _completion_of(raw, parse_events)
+        body, results = _completion_of(raw, request.headers.get("content-type", ""), parse_events)
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
             )
-        return {
-            "task": task_id,
-            "state": "completed",
-            "trigger": state.trigger_id,
-            "results": [
-                {"id": e.id, "position": p} for e, p in zip(results, positions, strict=True)
-            ],
-        }
+        response.headers[POSITION_HEADER] = str(max([state.position, *positions]))
+        return {"task": task_id, **_completed(state, results, positions)}
 
     @router.post(
         "/tasks/{task_id}/fail", summary="Report a failed attempt and its class", responses=_HELD
     )
-    async def fail(task_id: str, body: Failure, principal: Worker) -> dict[str, Any]:
+    async def fail(
+        task_id: str, body: Failure, principal: Worker, response: Response
+    ) -> dict[str, Any]:
         async with engine.begin() as conn:
             state = await TaskQueue(conn, appender=decisions).fail(
                 principal.tenant, task_id, body.lease, body.error_class, body.message
             )
-        return task_json(state)
+        return _answered(state, response)
 
     return router
 
 
-def _lease_document(found: Lease) -> bytes:
-    document = {
+def _batch_routes(
+    router: APIRouter,
+    engine: Engine,
+    decisions: Appender,
+    max_request_bytes: int,
+    parse_events: Callable[[bytes], list[NewEvent]],
+    Worker: Any,  # the dependency's annotated type, as create_router names it
+) -> None:
+    """``POST /tasks/complete`` and ``POST /tasks/fail``: many tasks in one request, each
+    answered on its own (before ``/tasks/{id}/...``, as in ``docs/openapi.json``)."""
+
+    @router.post(
+        "/tasks/complete",
+        summary="Finish many tasks, each answered on its own",
+        openapi_extra=_COMPLETIONS_BODY,
+    )
+    async def complete_many(
+        request: Request, principal: Worker, response: Response
+    ) -> dict[str, Any]:
+        raw = await receive_body(
+            request.receive, request.headers.get("content-length"), max_request_bytes
+        )
+        json_text.refuse_other_charsets(request.headers.get("content-type", ""))
+        try:
+            body = Completions.model_validate(json_text.loads(raw))  # the one rule for JSON
+        except ValidationError as invalid:
+            raise RequestValidationError(invalid.errors(include_url=False)) from None
+        if len({item.task for item in body.tasks}) < len(body.tasks):
+            raise BadRequest("tasks: a task is named twice")
+        parsed: dict[int, list[NewEvent] | AppError] = {}
+        for n, item in enumerate(body.tasks):
+            try:
+                parsed[n] = _results_of(item.events, parse_events)
+            except AppError as refused:
+                parsed[n] = refused
+        valid = [n for n, p in parsed.items() if not isinstance(p, AppError)]
+        async with engine.begin() as conn:
+            done = await TaskQueue(conn, appender=decisions).complete_many(
+                principal.tenant,
+                [(body.tasks[n].task, body.tasks[n].lease, _events(parsed[n])) for n in valid],
+            )
+        outcomes: dict[int, Any] = {**parsed, **dict(zip(valid, done, strict=True))}
+        answers, highest = [], 0
+        for n, item in enumerate(body.tasks):
+            outcome = outcomes[n]
+            if isinstance(outcome, AppError):
+                answers.append(_refused(item.task, outcome))
+                continue
+            state, positions = outcome
+            highest = max(highest, state.position, *positions)
+            results = _events(parsed[n])
+            answers.append(
+                {"task": item.task, "status": 200, **_completed(state, results, positions)}
+            )
+        response.headers[POSITION_HEADER] = str(highest)
+        return {"tasks": answers}
+
+    @router.post("/tasks/fail", summary="Report many failed attempts, each answered on its own")
+    async def fail_many(body: Failures, principal: Worker, response: Response) -> dict[str, Any]:
+        if len({item.task for item in body.tasks}) < len(body.tasks):
+            raise BadRequest("tasks: a task is named twice")
+        async with engine.begin() as conn:
+            outcomes = await TaskQueue(conn, appender=decisions).fail_many(
+                principal.tenant,
+                [(i.task, i.lease, i.error_class, i.message) for i in body.tasks],
+            )
+        decided = [o.position for o in outcomes if not isinstance(o, AppError)]
+        response.headers[POSITION_HEADER] = str(max(decided, default=0))
+        return {
+            "tasks": [
+                _refused(item.task, outcome)
+                if isinstance(outcome, AppError)
+                else {"task": item.task, "status": 200, "result": task_json(outcome)}
+                for item, outcome in zip(body.tasks, outcomes, strict=True)
+            ]
+        }
+
+
+def _leased(found: list[Lease], *, batch: bool) -> Response:
+    """The leases' answer: ``{"tasks": [...]}`` to a batch, the one lease otherwise; the
+    position of the last decision in the header."""
+    leases = [_lease_json(one) for one in found]
+    document = {"tasks": leases} if batch else leases[0]
+    headers = {POSITION_HEADER: str(max(one.task.position for one in found))}
+    return Response(orjson.dumps(document), media_type="application/json", headers=headers)
+
+
+def _answered(state: TaskState, response: Response) -> dict[str, Any]:
+    """A command's answer: the task, and the position of the decision in the header."""
+    response.headers[POSITION_HEADER] = str(state.position)
+    return task_json(state)
+
+
+async def _pause(wakeups: TaskWakeups, seen: int, left: float, pause: float) -> float:
+    """Wait before a long-poll's next try, ``left`` at most (the last wait ends at the
+    deadline, for one more try); the pause after this one."""
+    if wakeups.listening:
+        # Until the dispatcher (or a retry, a requeue) makes a task ready.
+        await wakeups.wait(seen, min(_WOKEN_POLL_S, left))
+        return pause
+    await asyncio.sleep(min(pause, left))
+    return min(pause * 2, _POLL_S[1])
+
+
+def _completed(state: TaskState, results: list[NewEvent], positions: list[int]) -> dict[str, Any]:
+    return {
+        "state": "completed",
+        "trigger": state.trigger_id,
+        "results": [{"id": e.id, "position": p} for e, p in zip(results, positions, strict=True)],
+    }
+
+
+def _refused(task_id: str, refused: AppError) -> dict[str, Any]:
+    """A task's answer in a batch when it was refused: its status and RFC 9457 problem."""
+    problem = {
+        "type": f"/problems/{refused.code}",
+        "title": refused.title,
+        "status": refused.status,
+        "detail": refused.detail,
+        **refused.extensions,
+    }
+    return {"task": task_id, "status": refused.status, "problem": problem}
+
+
+def _events(parsed: list[NewEvent] | AppError) -> list[NewEvent]:
+    return parsed if not isinstance(parsed, AppError) else []
+
+
+def _lease_json(found: Lease) -> dict[str, Any]:
+    return {
         "task": task_json(found.task),
         "lease": found.lease_id,
         "expires_at": found.expires_at.isoformat(),
         "trigger": orjson.Fragment(found.trigger),  # stored JSON, as it is
     }
-    return orjson.dumps(document)
 
 
 def _completion_of(
-    raw: bytes, parse_events: Callable[[bytes], list[NewEvent]]
+    raw: bytes, content_type: str, parse_events: Callable[[bytes], list[NewEvent]]
 ) -> tuple[Completion, list[NewEvent]]:
     """The completion in ``raw``, and its result events as ingest parses them."""
+    json_text.refuse_other_charsets(content_type)
     try:
-        body = Completion.model_validate_json(raw)
+        body = Completion.model_validate(json_text.loads(raw))  # the one rule for JSON, first
     except ValidationError as invalid:
         raise RequestValidationError(invalid.errors(include_url=False)) from None
-    # The standard library writes integers of any size; ingest's binding then treats
-    # them as it treats those of POST /events.
-    try:
-        encoded = json.dumps(body.events, ensure_ascii=False, allow_nan=False).encode()
-    except ValueError:  # 1e400 read as infinity: no JSON can carry it on
-        raise InvalidCloudEvent(
-            "events: a number is infinite or NaN when read as a double"
-        ) from None
-    return body, parse_events(encoded) if body.events else []
+    return body, _results_of(body.events, parse_events)
+
+
+def _results_of(
+    events: list[dict[str, Any]], parse_events: Callable[[bytes], list[NewEvent]]
+) -> list[NewEvent]:
+    """A completion's result events, as ingest parses them: read as POST /events reads its
+    body (orjson: no infinity, an integer past 64 bits a float), so written back as it was
+    read."""
+    return parse_events(orjson.dumps(events)) if events else []

@@ -2,12 +2,14 @@
 every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autoscale``
 (the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.db.engine import Engine
 from app.errors import NotFound
@@ -17,20 +19,44 @@ from app.web.bodies import JSONRoute
 from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
-from scheduler.web import PrincipalOf, QueueName
+from scheduler.web import TASKS_SETTLED, PrincipalOf, QueueName
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
 
-def create_router(engine: Engine, controller: PidController, read: PrincipalOf) -> APIRouter:
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+class TaskIdConvertor(Convertor[str]):
+    """A task id as ``scheduler.tasks.task_id_for`` makes them: 32 hex digits. ``GET
+    /tasks/{task_id}`` matches no other path, so ``/tasks/complete`` and ``/tasks/fail``
+    are theirs alone (``GET`` on them is a 405 naming ``POST``, not a task not found)."""
+
+    regex = "[0-9a-f]{32}"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("task_id", TaskIdConvertor())
+TaskId = Annotated[str, Path(pattern=f"^{TaskIdConvertor.regex}$", description="32 hex digits")]
+
+
+def create_router(
+    engine: Engine,
+    controller: PidController,
+    more_metrics: Callable[[], bytes],
+    read: PrincipalOf,
+) -> APIRouter:
+    """``more_metrics``: gauges of the service's own (the read replicas'), appended."""
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
     @router.get(
-        "/tasks/{task_id}",
+        "/tasks/{task_id:task_id}",
         summary="A task's state and every decision about it",
         responses=answers(NotFound),
     )
-    async def read_task(task_id: str, principal: Reader) -> dict[str, Any]:
+    async def read_task(task_id: TaskId, principal: Reader) -> dict[str, Any]:
         async with engine.connect() as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
             if state is None:
@@ -58,13 +84,13 @@ def create_router(engine: Engine, controller: PidController, read: PrincipalOf) 
 
     @router.get(
         "/metrics",
-        summary="Prometheus gauges per queue (the tenant's)",
+        summary="Prometheus gauges per queue (the tenant's), and each read replica's lag",
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
     async def metrics(principal: Reader) -> Response:
         async with engine.connect() as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
-        return Response(exposition(depths), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(depths) + more_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -3,7 +3,7 @@ defined and deleted by appending to the route's stream (scope ``admin``)."""
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
@@ -15,7 +15,7 @@ from app.web.bodies import JSONRoute
 from app.web.openapi import answers
 from scheduler import routes as r
 from scheduler.route_reads import RouteReader
-from scheduler.web import PrincipalOf
+from scheduler.web import POSITION_HEADER, ROUTES_SETTLED, PrincipalOf
 
 # What ``scheduler.routes.parse_new_route`` accepts, as JSON Schema: the body of ``POST
 # /routes`` in the OpenAPI document. The parser's own rules, spelt with its patterns.
@@ -171,16 +171,23 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
             }
         },
     )
-    async def define_route(body: dict[str, Any], principal: Admin) -> dict[str, Any]:
+    async def define_route(
+        body: dict[str, Any], principal: Admin, response: Response
+    ) -> dict[str, Any]:
         route = r.parse_new_route(body)
         [appended] = await appender.append(principal.tenant, [r.define_event(route)])
+        response.headers[POSITION_HEADER] = str(appended.position)
         return {
             "route": route.as_json(),
             "position": appended.position,
             "detail": f"events after position {appended.position} are routed by it",
         }
 
-    @router.get("/routes", summary="Every route of the tenant, as the dispatcher applies them")
+    @router.get(
+        "/routes",
+        summary="Every route of the tenant, as the dispatcher applies them",
+        dependencies=ROUTES_SETTLED,
+    )
     async def list_routes(principal: Admin) -> dict[str, Any]:
         async with engine.connect() as conn:
             return {"routes": await RouteReader(conn).read_routes(principal.tenant)}
@@ -193,12 +200,13 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         "/routes/{route_id}", summary="Stop routing by this route", responses=answers(NotFound)
     )
     async def delete_route(
-        route_id: str, principal: Admin, body: DeleteRoute | None = None
+        route_id: str, principal: Admin, response: Response, body: DeleteRoute | None = None
     ) -> dict[str, Any]:
         await _route(route_id, principal.tenant)
         reason = body.reason if body else None
         event = r.delete_event(route_id, reason=reason, actor=principal.key_id)
         [appended] = await appender.append(principal.tenant, [event])
+        response.headers[POSITION_HEADER] = str(appended.position)
         return {"id": route_id, "deleted": True, "position": appended.position}
 
     async def _route(route_id: str, tenant: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx2
 
@@ -26,12 +27,17 @@ def environment(**values: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: dict[str, str], *args: str, timeout_s: float = 60) -> Iterator[str]:
+def serving(
+    env: dict[str, str], *args: str, timeout_s: float = 60, output: Path | None = None
+) -> Iterator[str]:
+    """``causeway serve`` on a free port until the block ends; what it prints goes to
+    ``output`` when given."""
     port = free_port()
+    sink = output.open("wb") if output is not None else subprocess.PIPE
     process = subprocess.Popen(
         [sys.executable, "-m", "app.cli", "serve", "--port", str(port), *args],
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=sink,
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
@@ -39,8 +45,8 @@ def serving(env: dict[str, str], *args: str, timeout_s: float = 60) -> Iterator[
         deadline = time.monotonic() + timeout_s
         while True:
             if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise AssertionError(f"serve exited with {process.returncode}:\n{output}")
+                said = process.stdout.read().decode() if process.stdout else ""
+                raise AssertionError(f"serve exited with {process.returncode}:\n{said}")
             try:
                 if httpx2.get(f"{base}/healthz", timeout=1).status_code == 200:
                     break
@@ -55,6 +61,8 @@ def serving(env: dict[str, str], *args: str, timeout_s: float = 60) -> Iterator[
         process.wait(timeout=30)
         if process.stdout:
             process.stdout.close()
+        if not isinstance(sink, int):
+            sink.close()
 
 
 def create_key(env: dict[str, str], tenant: str, scopes: str) -> str:

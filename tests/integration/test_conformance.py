@@ -34,8 +34,14 @@ def served(server: URL, template_db: str) -> Iterator[tuple[str, str]]:
     name = f"causeway_conformance_{token_hex(4)}"
     with janitor(server, name, template_dbname=template_db):
         url = server.set(database=name).render_as_string(hide_password=False)
-        # A lease waits at most this long for a task: generated requests ask for hours.
-        env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_SCHEDULER_MAX_WAIT_S="0.2")
+        # A lease waits at most this long for a task: generated requests ask for hours. A
+        # read that names a position past the head (min_position) waits this long, then
+        # answers as documented (the log from the primary, else 503 with Retry-After).
+        env = environment(
+            CAUSEWAY_DATABASE_URL=url,
+            CAUSEWAY_SCHEDULER_MAX_WAIT_S="0.2",
+            CAUSEWAY_READ_WAIT_MS="50",
+        )
         key = create_key(env, "conformance", "admin")
         with serving(env) as base:
             yield base, key

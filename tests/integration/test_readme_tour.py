@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,11 @@ class Call:
 
 
 def _tour() -> str:
-    section = README.read_text().split("## A five-minute tour", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, flags=re.DOTALL)
-    assert block is not None, "the tour's shell block is gone"
-    return block.group(1)
+    """The tour's shell blocks (the demo's, then the walk-through's), as one script."""
+    section = README.read_text().split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    assert blocks, "the tour's shell blocks are gone"
+    return "".join(blocks)
 
 
 def _curl(words: list[str]) -> Call:
@@ -120,6 +122,9 @@ async def test_the_tour_runs_as_written(app: FastAPI, make_key: MakeKey) -> None
                 raise AssertionError(f"{where}: {answer['errors']}")
             if isinstance(answer, dict) and "lease" in answer:
                 placeholders = {"<TASK>": answer["task"]["id"], "<LEASE>": answer["lease"]}
+                # Long enough for a person to type the next command, as the tour says.
+                expires = datetime.fromisoformat(answer["expires_at"].replace("Z", "+00:00"))
+                assert expires - datetime.now(UTC) > timedelta(minutes=5), where
 
 
 def _filled(text: str, values: dict[str, str]) -> str:

@@ -72,10 +72,21 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
 
 
 def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path: Path) -> None:
-    env = environment(CAUSEWAY_DATA_DIR=str(tmp_path / "data"))
+    data = tmp_path / "data"
+    env = environment(CAUSEWAY_DATA_DIR=str(data))
     sent = event()
-    with serving(env) as base:
-        key = (tmp_path / "data" / "admin.key").read_text().strip()
+    with serving(env, output=tmp_path / "serve.log") as base:
+        key = (data / "admin.key").read_text().strip()
+        # The first lines say where it answers, the key and where the data is; PostgreSQL's
+        # start-up went to its log file.
+        first = (tmp_path / "serve.log").read_text().splitlines()[:3]
+        assert first == [
+            f"Causeway on {base}  (the explorer at {base}/ui/, GraphiQL at {base}/graphql)",
+            f"admin key for tenant 'default': {key} (kept in {data / 'admin.key'})",
+            f"data: {data / 'pg'} (embedded PostgreSQL; its log: {data / 'postgres.log'})",
+        ]
+        assert "initdb" in (data / "postgres.log").read_text()
+        assert (data / "address").read_text() == f"{base}\n"
         auth = {"Authorization": f"Bearer {key}"}
         posted = httpx2.post(
             f"{base}/events", content=orjson.dumps(sent), headers={**STRUCTURED, **auth}

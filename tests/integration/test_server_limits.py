@@ -5,6 +5,7 @@ the head's are the proxy's in front (docs/deployment.md): uvicorn gives none."""
 
 from __future__ import annotations
 
+import http.client
 import socket
 import time
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from tests.integration.events import event
 from tests.integration.process import create_key, environment, serving
 
 MAX_REQUEST_BYTES = 64 * 1024
+LINGER_BYTES = 16 << 20
+LINGER_S = 2
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,8 @@ def served(server: URL, template_db: str) -> Iterator[tuple[int, str]]:
             CAUSEWAY_DATABASE_URL=url,
             CAUSEWAY_BODY_TIMEOUT_S="1",
             CAUSEWAY_MAX_REQUEST_BYTES=str(MAX_REQUEST_BYTES),
+            CAUSEWAY_LINGER_BYTES=str(LINGER_BYTES),
+            CAUSEWAY_LINGER_S=str(LINGER_S),
             CAUSEWAY_RUN_PROJECTIONS="false",
             CAUSEWAY_RUN_SCHEDULER="false",
         )
@@ -97,6 +102,67 @@ class TestBody:
             head = conn.recv(65536)
         assert head.startswith(b"HTTP/1.1 413 ")
         assert b"application/problem+json" in head
+
+
+class TestLingeringClose:
+    """After answering a body it did not read to its end, the server reads at most
+    LINGER_BYTES more of it, for at most LINGER_S, then closes."""
+
+    def test_the_rest_of_a_huge_refused_body_is_not_read(self, served: tuple[int, str]) -> None:
+        port, key = served
+        chunk = b"x" * (1 << 16)
+        sent = 0
+        with connect(port) as conn:  # kept alive: no Connection: close from the client
+            conn.sendall(post(key, chunk, length=10 << 30))  # 10 GiB declared
+            head = conn.recv(65536)
+            started = time.monotonic()
+            closed = False
+            try:
+                while sent < 512 << 20 and time.monotonic() - started < 30:
+                    conn.sendall(chunk)
+                    sent += len(chunk)
+            except OSError:  # the server closed: a reset, or a broken pipe
+                closed = True
+        assert closed, f"the server read {sent} bytes and kept the connection"
+        assert head.startswith(b"HTTP/1.1 413 ")
+        assert b"connection: close" in head.lower()
+        # What was read, plus what socket buffers on both sides held.
+        assert sent < LINGER_BYTES + (32 << 20)
+        assert time.monotonic() - started < LINGER_S + 5
+
+    def test_a_client_still_sending_with_connection_close_gets_its_413(
+        self, served: tuple[int, str]
+    ) -> None:
+        port, key = served
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request(  # a plain sendall of the whole body, then the answer is read
+                "POST",
+                "/events",
+                body=b"x" * (8 << 20),
+                headers={
+                    "Authorization": f"Bearer {key}",
+                    "Content-Type": "application/cloudevents+json",
+                    "Connection": "close",
+                },
+            )
+            answer = conn.getresponse()
+            assert answer.status == 413
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert orjson.loads(answer.read())["type"] == "/problems/payload-too-large"
+        finally:
+            conn.close()
+
+    def test_a_client_waiting_for_100_continue_is_answered_and_closed(
+        self, served: tuple[int, str]
+    ) -> None:
+        port, key = served
+        with connect(port) as conn:
+            request = post(key, b"", length=10 << 30)
+            conn.sendall(request.replace(b"\r\n\r\n", b"\r\nexpect: 100-continue\r\n\r\n", 1))
+            answer, _ = read_all(conn)
+        assert answer.startswith(b"HTTP/1.1 413 ")
+        assert b"100 Continue" not in answer
 
 
 class TestConnection:

@@ -149,7 +149,7 @@ class GroupPlan:
         request = _Overlay(self.position, self.prev_hash)
         for index, event in enumerate(batch):
             key = (tenant, event.id)
-            if self._is_seen(request, tenant, index, event, key):
+            if self._is_seen(request, tenant, batch, index, key):
                 continue
             cause_positions = self._cause_positions(request, tenant, index, event)
             if cause_positions is None or self._is_unfit(request, tenant, index, event):
@@ -192,15 +192,25 @@ class GroupPlan:
         return request.outcomes
 
     def _is_seen(
-        self, request: _Overlay, tenant: str, index: int, event: NewEvent, key: Key
+        self, request: _Overlay, tenant: str, batch: Sequence[NewEvent], index: int, key: Key
     ) -> bool:
-        """Whether ``event``'s id is stored or earlier in the group: a re-send of the same
-        event is answered as a duplicate, another event with that id refused."""
-        earlier = request.known.get(key) or self.known.get(key)
+        """Whether ``batch[index]``'s id is stored or earlier in the group: a re-send of
+        the same event is answered as a duplicate, another event with that id refused
+        (named as a duplicate in the batch when it is one)."""
+        event = batch[index]
+        in_batch = request.known.get(key)
+        earlier = in_batch or self.known.get(key)
         if earlier is None:
             return False
         problem = _compare(event, tenant, earlier.content)
         if problem is not None:
+            if in_batch is not None:
+                same = [i for i in range(index) if batch[i].id == event.id]
+                first = next((i for i in same if batch[i] is in_batch.content), same[0])
+                problem = (
+                    f"id {event.id!r} is duplicated in the batch: events {first} and {index} "
+                    "have it, with other content"
+                )
             request.id_errors.append({"index": index, "attribute": "id", "detail": problem})
             request.refused.add(event.id)
             return True

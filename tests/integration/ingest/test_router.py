@@ -148,7 +148,7 @@ class TestStructuredMode:
     async def test_malformed_json_is_400(self, client: httpx2.AsyncClient) -> None:
         response = await client.post("/events", content=b"{not json", headers=STRUCTURED)
         assert response.status_code == 400
-        assert problem_type(response) == "/problems/invalid-cloudevent"
+        assert problem_type(response) == "/problems/invalid-json"
 
     async def test_an_unsupported_format_is_415(self, client: httpx2.AsyncClient) -> None:
         response = await client.post(
@@ -574,7 +574,7 @@ class TestBehindAPathPrefix:
                 assert refused.headers["www-authenticate"] == "Bearer"
                 assert problem_type(refused) == "/problems/unauthenticated"
                 bad = await client.post("/events", content=b"{", headers=STRUCTURED)
-                assert (bad.status_code, problem_type(bad)) == (400, "/problems/invalid-cloudevent")
+                assert (bad.status_code, problem_type(bad)) == (400, "/problems/invalid-json")
             routed = await prefixed.post("/events", content=dumps(event()), headers=STRUCTURED)
             assert routed.status_code == 201
             assert (

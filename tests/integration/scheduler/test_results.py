@@ -84,7 +84,8 @@ class TestResults:
         response = await worker.post(f"/tasks/{leased['task']['id']}/complete", content=body,
                                      headers=JSON)  # fmt: skip
         assert response.status_code == 400
-        assert "infinite" in response.json()["detail"]
+        assert response.json()["type"] == "/problems/invalid-json"  # as on POST /events
+        assert "infinity" in response.json()["detail"]
 
     @staticmethod
     async def completed(

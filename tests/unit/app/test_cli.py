@@ -158,6 +158,20 @@ def test_a_port_in_use_is_one_line_and_exit_2(
     )
 
 
+def test_demo_without_a_service_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("CAUSEWAY_DATA_DIR", str(tmp_path))  # no address, no key kept there
+    monkeypatch.setattr("sys.argv", ["causeway", "demo"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"error: no address in {tmp_path / 'address'}: start the service with `make run` "
+        "(in another terminal) first, or give --target URL --key KEY\n"
+    )
+
+
 def test_the_relay_without_a_nats_url_is_one_line_and_exit_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

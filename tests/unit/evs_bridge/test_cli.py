@@ -401,7 +401,7 @@ def test_a_usage_error_of_python_m_evs_bridge_is_one_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "evs_bridge", "inspect"], capture_output=True, text=True, check=False
     )
-    assert (done.returncode, done.stderr) == (2, "error: Missing argument 'file'.\n")
+    assert (done.returncode, done.stderr) == (2, "error: Missing argument 'FILE'.\n")
 
 
 @pytest.mark.parametrize("seconds", ["inf", "nan", "-1"])

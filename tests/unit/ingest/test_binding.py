@@ -11,6 +11,7 @@ from app.errors import (
     EventTooLarge,
     InvalidCloudEvent,
     InvalidEvent,
+    InvalidJSON,
     PayloadTooLarge,
     ReservedType,
     UnsupportedMediaType,
@@ -129,6 +130,57 @@ class TestBinaryMode:
         ]
         with pytest.raises(InvalidCloudEvent):
             parse_request(None, headers, b"", LIMITS)
+
+    @pytest.mark.parametrize("sent", [b"x-%ZZ", b"x-%4", b"100%", b"%g0"])
+    def test_a_percent_that_does_not_decode_is_refused(self, sent: bytes) -> None:
+        headers = [(b"ce-specversion", b"1.0"), (b"ce-id", sent), (b"ce-source", b"/s"),
+                   (b"ce-type", b"t")]  # fmt: skip
+        with pytest.raises(InvalidCloudEvent, match="two hexadecimal digits") as refused:
+            parse_request(None, headers, b"", LIMITS)
+        assert refused.value.extensions["errors"][0]["attribute"] == "id"
+
+    def test_a_percent_encoded_percent_is_a_percent(self) -> None:
+        headers = [(b"ce-specversion", b"1.0"), (b"ce-id", b"100%25"), (b"ce-source", b"/s"),
+                   (b"ce-type", b"t")]  # fmt: skip
+        assert parse_request(None, headers, b"", LIMITS)[0].id == "100%"
+
+
+class TestJSONRule:
+    """The one rule for JSON (``app.web.json_text``) as the binding applies it."""
+
+    @pytest.mark.parametrize(
+        "body",
+        [
+            b'{"specversion":"1.0","id":"A","id":"B","source":"/s","type":"t"}',
+            b'{"specversion":"1.0","id":"1","source":"/s","type":"t","data":{"k":1,"k":1}}',
+            b'{"specversion":"1.0","id":"1","source":"/s","type":"t","x":"\\u003a","x":"y"}',
+        ],
+    )
+    def test_a_member_named_twice_is_refused(self, body: bytes) -> None:
+        with pytest.raises(InvalidJSON, match="twice"):
+            parse_request("application/cloudevents+json", [], body, LIMITS)
+
+    def test_a_duplicate_inside_a_batch_event_is_refused(self) -> None:
+        body = b"[" + structured() + b"," + structured(id="2")[:-1] + b',"type":"u"}]'
+        with pytest.raises(InvalidJSON, match="'type'"):
+            parse_request(BATCH, [], body, LIMITS)
+
+    def test_colons_and_escaped_colons_in_strings_are_no_duplicates(self) -> None:
+        body = structured(subject="a:b:c", data={"t": "12:00:00"})[:-1] + b',"x":"\\u003A"}'
+        (parsed,) = parse_request("application/cloudevents+json", [], body, LIMITS)
+        assert parsed.data == {"t": "12:00:00"}
+
+    @pytest.mark.parametrize(
+        "content_type",
+        ["application/cloudevents+json; charset=latin-1", f'{BATCH}; charset="utf-16"'],
+    )
+    def test_another_charset_is_unsupported(self, content_type: str) -> None:
+        with pytest.raises(UnsupportedMediaType, match="charset"):
+            parse_request(content_type, [], b"[]", LIMITS)
+
+    def test_utf8_is_the_charset_of_json(self) -> None:
+        content_type = "application/cloudevents+json; charset=UTF-8"
+        assert parse_request(content_type, [], structured(), LIMITS)[0].id == "1"
 
 
 class TestValidation:

@@ -57,6 +57,20 @@ class TestStreams:
     async def test_an_unknown_event_is_404(self, client: httpx2.AsyncClient) -> None:
         assert (await client.get("/events/missing")).status_code == 404
 
+    async def test_an_event_and_a_stream_answer_compact_json_as_every_endpoint(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        sent = event(
+            stream="notes",
+            data={"text": 'a "quoted" word, then: a colon \\', "n": [1, 2.5, 1e3], "ok": True},
+        )
+        await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        one = await client.get(f"/events/{sent['id']}")
+        stream = await client.get("/streams/notes")
+        for answer in (one.text, stream.text):
+            assert answer == orjson.dumps(orjson.loads(answer)).decode()
+        assert one.json()["data"] == sent["data"]
+
 
 class TestReplay:
     @pytest.fixture

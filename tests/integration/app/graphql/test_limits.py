@@ -158,6 +158,7 @@ class TestLimits:
             graphql_max_tokens=200,
             graphql_max_page_size=3,
             graphql_max_request_bytes=2048,
+            linger_bytes=0,  # the rest of a refused body is never read (none lingers)
         ) as client:
             yield client
 
@@ -170,6 +171,17 @@ class TestLimits:
         await tight.post("/events", content=dumps([cloudevent() for _ in range(5)]), headers=BATCH)
         page = (await ask(tight, "{ events(first: 1000) { edges { cursor } } }"))["data"]
         assert len(page["events"]["edges"]) == 3
+
+    async def test_a_fragment_fan_out_is_refused_before_validation(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        n = 30  # issue 37: each fragment spreads the next twice; it held the server for minutes
+        fragments = " ".join(f"fragment F{i} on Query{{...F{i + 1} ...F{i + 1}}}" for i in range(n))
+        query = f"query{{...F0}} {fragments} fragment F{n} on Query{{__typename}}"
+        body = await ask(client, query)
+        assert body["data"] is None
+        assert "'__typename' 16 times" in body["errors"][0]["message"]
+        assert body["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
 
     async def test_too_deep_a_query_is_refused(self, tight: httpx2.AsyncClient) -> None:
         body = await ask(

@@ -11,11 +11,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.db.engine import DriverPool, create_engine
+from app.db.engine import DriverPool, Engine, create_engine
 from app.graphql.context import Context
 from app.graphql.limits import GraphQLLimits
 from app.graphql.schema import create_schema
+from app.projections.runner import ProjectionRunner
 from app.store.keys import Principal, Scope
+from app.web.reads import ReadRouter, ReadSource
 
 AUDIT = 'query { audit(decisionId: "dx-1") { chainVerified } }'
 LIMITS = GraphQLLimits(timeout_ms=2000)
@@ -43,12 +45,21 @@ async def pool(nothing_listening: str) -> AsyncIterator[DriverPool]:
     await walks.close()
 
 
+def context(engine: Engine, walks: DriverPool, principal: Principal) -> Context:
+    """The context of a request that reads on ``engine`` and ``walks`` (no replicas)."""
+    source = ReadSource(
+        "primary", rest=engine, direct=engine, graphql=engine, walks=walks, is_primary=True
+    )
+    reads = ReadRouter(source, [], max_lag_s=1.0, wait_ms=0)
+    return Context(source, principal, LIMITS, reads=reads, projections=ProjectionRunner(engine, []))
+
+
 async def audit(walks: DriverPool, url: str) -> dict[str, object]:
     engine = create_engine(url)
     principal = Principal(key_id="k", tenant="acme", scopes=frozenset({Scope.READ}))
     try:
         result = await create_schema(LIMITS).execute(
-            AUDIT, context_value=Context(engine, walks, principal, LIMITS)
+            AUDIT, context_value=context(engine, walks, principal)
         )
     finally:
         await engine.dispose()
@@ -84,7 +95,7 @@ async def test_any_read_with_the_database_unreachable_is_unavailable_as_over_res
     principal = Principal(key_id="k", tenant="acme", scopes=frozenset({Scope.READ}))
     try:
         result = await create_schema(LIMITS).execute(
-            '{ event(id: "dx-1") { id } }', context_value=Context(engine, pool, principal, LIMITS)
+            '{ event(id: "dx-1") { id } }', context_value=context(engine, pool, principal)
         )
     finally:
         await engine.dispose()

@@ -1,0 +1,152 @@
+"""Batches and wake-ups: leasing many tasks at once under concurrent leasers, completing
+and failing many at once with each task answered on its own, and a long-poll answered as
+soon as the dispatcher makes a task, not at its next poll."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import URL
+
+from app.main import create_app, dispose
+from app.settings import Settings
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
+from tests.integration.events import BATCH, JSON, STRUCTURED, dumps, event
+from tests.integration.scheduler.conftest import Client, define, queued
+
+
+@pytest.fixture
+async def app(database_url: URL) -> AsyncIterator[FastAPI]:
+    app = create_app(
+        Settings(_env_file=None, db_pool_size=16, run_scheduler=False), database_url=database_url
+    )
+    yield app
+    await dispose(app)
+
+
+async def lease_many(client: Client, max_tasks: int, **body: Any) -> list[dict[str, Any]]:
+    response = await client.post(
+        "/queues/q/lease",
+        content=dumps({"worker": "w1", "max_tasks": max_tasks, **body}),
+        headers=JSON,
+    )
+    if response.status_code == 204:
+        return []
+    assert response.status_code == 200, response.text
+    return list(response.json()["tasks"])
+
+
+async def test_sixteen_concurrent_batch_leasers_lease_each_task_once(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    async with asgi_client(app, await make_key("acme", "admin")) as admin:
+        await define(admin, id="r", types=["job"], kind="infer", queue="q")
+        jobs = [event(type="job") for _ in range(300)]
+        assert (await admin.post("/events", content=dumps(jobs), headers=BATCH)).status_code == 201
+        await catch_up(app)
+
+        async def leaser(n: int) -> list[dict[str, Any]]:
+            got = []
+            while leased := await lease_many(admin, 7, worker=f"w{n}"):
+                assert len(leased) <= 7
+                got.extend(leased)
+            return got
+
+        found = await asyncio.gather(*(leaser(n) for n in range(16)))
+    every = [leased["task"]["id"] for got in found for leased in got]
+    assert len(every) == len(set(every)) == 300
+    assert len({leased["lease"] for got in found for leased in got}) == 300  # a lease each
+    assert sum(1 for got in found if got) > 1  # they really ran side by side
+    triggers = {leased["trigger"]["id"] for got in found for leased in got}
+    assert triggers == {job["id"] for job in jobs}
+
+
+async def test_a_batch_completion_answers_each_task_and_one_lost_lease_fails_only_it(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    async with (
+        asgi_client(app, await make_key("acme", "admin")) as admin,
+        asgi_client(app, await make_key("acme", "worker")) as worker,
+    ):
+        await queued(app, admin, jobs=4)
+        leased = await lease_many(worker, 4)
+        assert len(leased) == 4
+        done = [
+            {
+                "task": one["task"]["id"],
+                "lease": one["lease"] if n != 1 else "not-the-lease",
+                "events": [event(type="job.done", data={"n": n})],
+            }
+            for n, one in enumerate(leased[:3])
+        ]
+        response = await worker.post(
+            "/tasks/complete", content=dumps({"tasks": done}), headers=JSON
+        )
+        assert response.status_code == 200, response.text
+        answers = response.json()["tasks"]
+        assert [a["status"] for a in answers] == [200, 409, 200]
+        assert answers[1]["problem"]["type"] == "/problems/lease-lost"
+        assert [a["task"] for a in answers] == [d["task"] for d in done]
+        for answer, one in ((answers[0], leased[0]), (answers[2], leased[2])):
+            assert answer["trigger"] == one["trigger"]["id"]
+            [result] = answer["results"]
+            found = (await admin.get(f"/events/{result['id']}")).json()
+            assert one["trigger"]["id"] in str(found)  # caused by the task's trigger
+        states = [(await admin.get(f"/tasks/{one['task']['id']}")).json() for one in leased]
+        assert [s["state"] for s in states] == ["completed", "leased", "completed", "leased"]
+        # Sent again (its answer was lost), the batch is answered as before and writes nothing.
+        again = await worker.post("/tasks/complete", content=dumps({"tasks": done}), headers=JSON)
+        assert [a["status"] for a in again.json()["tasks"]] == [200, 409, 200]
+        assert again.json()["tasks"][0]["results"] == answers[0]["results"]
+
+        failures = [
+            {"task": leased[1]["task"]["id"], "lease": leased[1]["lease"], "class": "transient",
+             "message": "out of memory"},
+            {"task": leased[3]["task"]["id"], "lease": "lost", "class": "transient",
+             "message": "out of memory"},
+        ]  # fmt: skip
+        response = await worker.post(
+            "/tasks/fail", content=dumps({"tasks": failures}), headers=JSON
+        )
+        answers = response.json()["tasks"]
+        assert [a["status"] for a in answers] == [200, 409]
+        assert answers[0]["result"]["attempts"] == 1
+        assert answers[0]["result"]["error"]["class"] == "transient"
+
+
+async def test_a_long_poll_answers_within_100_ms_of_the_task_being_made(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    app.state.wakeups.start()
+    running = asyncio.create_task(app.state.runner.run())
+    try:
+        async with (
+            asgi_client(app, await make_key("acme", "admin")) as admin,
+            asgi_client(app, await make_key("acme", "worker")) as worker,
+        ):
+            await define(admin, id="r", types=["job"], kind="infer", queue="q")
+            async with asyncio.timeout(10):
+                while not app.state.wakeups.listening:
+                    await asyncio.sleep(0.05)
+            latencies = []
+            for _ in range(50):
+                waiting = asyncio.create_task(lease_many(worker, 1, wait_s=10))
+                await asyncio.sleep(0.02)  # the lease is waiting
+                posted = await admin.post(
+                    "/events", content=dumps(event(type="job")), headers=STRUCTURED
+                )
+                assert posted.status_code == 201
+                [leased] = await waiting
+                answered = datetime.now(UTC)
+                made = datetime.fromisoformat(leased["task"]["created_at"])
+                latencies.append((answered - made).total_seconds())
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    assert statistics.median(latencies) < 0.1, sorted(latencies)
