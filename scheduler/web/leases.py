@@ -234,7 +234,7 @@ def _batch_routes(
         openapi_extra={
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": Completions.model_json_schema()}},
+                "content": {"application/json": {"schema": _inlined(Completions)}},
             }
         },
     )
@@ -298,6 +298,26 @@ def _batch_routes(
                 for item, outcome in zip(body.tasks, outcomes, strict=True)
             ]
         }
+
+
+def _inlined(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its nested models written in place: pydantic refers to
+    them as ``#/$defs/...``, which means nothing inside an OpenAPI document (ReDoc and
+    Swagger UI fail on it)."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return inline(definitions[ref.removeprefix("#/$defs/")])
+            return {key: inline(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    return dict(inline(schema))
 
 
 def _leased(found: list[Lease], *, batch: bool) -> Response:
