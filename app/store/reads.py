@@ -108,8 +108,9 @@ def _json_text() -> ColumnElement[str]:
 
 
 def structured_json() -> ColumnElement[str]:
-    """An event's structured CloudEvent JSON (what ``GET /events/{id}`` answers), as a
-    column for other readers of the log (the relay)."""
+    """An event's structured CloudEvent JSON as a column for other readers of the log
+    (the relay): PostgreSQL's text of it, which ``compact_json`` makes what ``GET
+    /events/{id}`` answers."""
     return _json_text()
 
 

@@ -25,7 +25,7 @@ from app.db.engine import DriverStatement
 from app.db.tables import events, projection_checkpoints
 from app.projections import checkpoints
 from app.projections.relay.subjects import Tenants
-from app.store.reads import structured_json
+from app.store.reads import compact_json, structured_json
 
 _c = projection_checkpoints.c
 
@@ -60,7 +60,7 @@ async def read_batch(
     rows = await _statement(_BATCH, tenants).rows(
         conn, after=after, head=head, limit=limit, names=sorted(tenants.names)
     )
-    return [Relayed(r.position, r.tenant, r.type, r.json.encode()) for r in rows]
+    return [Relayed(r.position, r.tenant, r.type, compact_json(r.json).encode()) for r in rows]
 
 
 async def read_checkpoint(conn: AsyncConnection, name: str) -> int:

@@ -33,6 +33,60 @@ from tests.integration.events import event as cloudevent
 from tests.integration.forgery import position_of, rewrite
 from tests.integration.process import environment, serving
 
+# Every visible piece of text on the page, with its contrast against what is behind it
+# (WCAG 2.x relative luminance; backgrounds with alpha blended down to the page's). SVG
+# text is read against the shape drawn before it in its group (a graph node's box).
+CONTRAST = """() => {
+  const rgba = (c) => {
+    const m = c && c.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) return null;
+    const p = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    return { r: p[0], g: p[1], b: p[2], a: p.length > 3 ? p[3] : 1 };
+  };
+  const over = (top, under) => ({
+    r: top.r * top.a + under.r * (1 - top.a), g: top.g * top.a + under.g * (1 - top.a),
+    b: top.b * top.a + under.b * (1 - top.a), a: 1,
+  });
+  const lum = (c) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(c.r) + 0.7152 * f(c.g) + 0.0722 * f(c.b);
+  };
+  const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p); return (x + 0.05) / (y + 0.05); };
+  const behind = (el) => {
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c && c.a > 0) { layers.push(c); if (c.a >= 1) break; }
+    }
+    return layers.reverse().reduce((under, c) => over(c, under), { r: 255, g: 255, b: 255, a: 1 });
+  };
+  const found = [];
+  for (const el of document.querySelectorAll("body *")) {
+    const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+    if (!own) continue;
+    const box = el.getBoundingClientRect();
+    const style = getComputedStyle(el);
+    if (!box.width || !box.height || style.visibility === "hidden" || style.display === "none") continue;
+    let fg, bg;
+    if (el instanceof SVGElement) {
+      fg = rgba(style.fill);
+      let shape = el.previousElementSibling;
+      while (shape && !["rect", "circle", "path"].includes(shape.tagName)) shape = shape.previousElementSibling;
+      bg = (shape && rgba(getComputedStyle(shape).fill)) || behind(el.closest("svg"));
+      if (bg.a < 1) bg = over(bg, behind(el.closest("svg")));
+    } else {
+      fg = rgba(style.color);
+      bg = behind(el);
+    }
+    if (!fg) continue;
+    fg = over(fg, bg);
+    const size = parseFloat(style.fontSize), bold = Number(style.fontWeight) >= 700;
+    const large = size >= 24 || (bold && size >= 18.66);
+    found.push({ text: el.textContent.trim().slice(0, 40), ratio: ratio(fg, bg), need: large ? 3 : 4.5 });
+  }
+  return found;
+}"""
+
 CHROMIUM = Path("/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[4] / "docs" / "img"
 LAYERS, WIDTH = 10, 15  # the big graph: 10 layers of 15 causes above, 10 of effects below
@@ -356,6 +410,30 @@ class TestDeadLetters:
         )
         assert answer.json()["state"] == "ready"
         assert answer.json()["history"][-1]["data"].get("reason") == "the GPU is back"
+
+
+class TestContrast:
+    @pytest.mark.parametrize(
+        "path",
+        [
+            "/ui/",
+            "/ui/events/tumor-1",
+            "/ui/events/dx-1/lineage?up=10&down=10",
+            "/ui/events/dx-1/audit",
+            "/ui/runs/study-42",
+            "/ui/models/tumor-detector",
+            "/ui/deployments/imaging",
+            "/ui/queues",
+        ],
+    )
+    def test_text_passes_wcag_aa_on_every_page(
+        self, admin_page: Page, offline: Served, path: str
+    ) -> None:
+        visit(admin_page, offline, path)
+        texts = admin_page.evaluate(CONTRAST)
+        assert len(texts) > 5
+        failing = [t for t in texts if t["ratio"] < t["need"]]
+        assert failing == [], failing
 
 
 class TestZAudit:  # last: it tampers with the log
