@@ -8,9 +8,10 @@ import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Security
 from sqlalchemy import URL
 from starlette.types import Receive, Scope, Send
 
@@ -43,13 +44,14 @@ from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
 from app.web.dependencies import authorization_of, authorize, require
+from app.web.openapi import bearer, finish
 from app.web.reads import ReadRouter, ReadSource
 from app.web.timeouts import Linger, Timeouts
 from ingest.binding import BATCH, parse_request
 from ingest.limits import Limits
 from ingest.openlineage.router import LineageIngest
 from ingest.openlineage.router import create_router as create_lineage_router
-from ingest.router import Ingest
+from ingest.router import CLOUDEVENT_SCHEMA, Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.autoscale import PidController
 from scheduler.placement import OffPeak
@@ -318,7 +320,7 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
         graphql_limits_from(settings),
     )
     app.graphql = graphql.app
-    app.include_router(graphql.router, prefix="/graphql")
+    app.include_router(graphql.router, prefix="/graphql", dependencies=[Security(bearer)])
     app.include_router(events.router)
     app.include_router(replay.router)
     app.include_router(health.router)
@@ -368,6 +370,12 @@ class Causeway(FastAPI):
     ingest: Ingest
     graphql: GraphQLApp
     timeouts: Timeouts  # around every HTTP request: body and send timeouts (app.web.timeouts)
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document, with the problems every operation answers (``app.web.openapi``)."""
+        if self.openapi_schema is None:
+            self.openapi_schema = finish(super().openapi(), CLOUDEVENT_SCHEMA)
+        return self.openapi_schema
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

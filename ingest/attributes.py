@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
-from app.store.records import RESERVED_TYPE_PREFIX, NewEvent
+from app.store.records import EXACT_LIMIT, RESERVED_TYPE_PREFIX, NewEvent
 from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
 
@@ -45,7 +45,8 @@ _STORED_ELSEWHERE = {
     "modelversion",
     "modelsig",
 }
-_SET_BY_STORE = {"position", "hash", "causes", "recordedtime"}
+SET_BY_STORE = frozenset({"position", "hash", "causes", "recordedtime"})
+_SET_BY_STORE = SET_BY_STORE
 _NOT_EXTENSIONS = frozenset({*_STORED_ELSEWHERE, *_STRING_ATTRIBUTES, "specversion", "time"})
 _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 # Attribute names already found valid: producers send the same few names again and again.
@@ -164,6 +165,10 @@ def _checked(
     of the checks below (the order the response lists them in)."""
     # One list, passed down: the slow path builds nothing more per event than it did.
     problems: list[Problem] = []
+    # A number written with a fraction of zero (7.0) is the integer it equals, as JSON
+    # Schema has it (and the OpenAPI document says "integer"); one past 2**53 (1e20) is no
+    # exact integer, and stays the float it is.
+    attrs = {k: int(v) if _whole(v) else v for k, v in attrs.items()}
     _check_names_and_values(problems, index, attrs)
     _check_context(problems, index, attrs)
     time_value = _checked_time(problems, index, attrs)
@@ -403,6 +408,10 @@ def _check_sizes(
             f"limit by {payload.size_bytes - limits.max_event_data_bytes}",
             kind=EventTooLarge,
         )
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is float and value.is_integer() and abs(value) < EXACT_LIMIT
 
 
 def _nameable(event_id: str) -> bool:

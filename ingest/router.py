@@ -17,10 +17,22 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.types import Receive
 
+from app.errors import (
+    EventTooLarge,
+    IdConflict,
+    InvalidCloudEvent,
+    InvalidEvent,
+    ReservedType,
+    UnknownCause,
+    UnsupportedMediaType,
+    VersionConflict,
+)
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
 from app.web.bodies import receive_body
+from app.web.openapi import CLOUDEVENT_REF, JSON_VALUE_REF, answers
+from ingest.attributes import RESERVED_ID_PREFIX, SET_BY_STORE
 from ingest.binding import parse_in_parts
 from ingest.limits import Limits
 
@@ -38,6 +50,117 @@ class AppendedEvent(BaseModel):
 
 class AppendResponse(BaseModel):
     events: list[AppendedEvent]
+
+
+# The JSON format of one event, as ``ingest.attributes`` checks it: what the OpenAPI
+# document says of the body of ``POST /events`` (binary mode is told in its description).
+_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f]"  # an attribute's text holds no control character
+_TEXT = {"type": "string", "pattern": f"^{_PRINTABLE}*$"}
+_NULL = {"type": "null"}
+# A URI's character: neither whitespace (str.isspace) nor a control character.
+_URI_CHAR = "[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+_ID_END = _URI_CHAR.replace("]", ",]")  # nor a comma
+_MEDIA = "[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # a media type's type or subtype  # an attribute that is null is left out
+_SOME_TEXT = {"anyOf": [{"type": "string", "pattern": f"^{_PRINTABLE}+$"}, _NULL]}
+_NOT_RESERVED = {
+    "anyOf": [{"type": "string", "pattern": f"^(?!{RESERVED_ID_PREFIX}){_PRINTABLE}+$"}, _NULL]
+}
+_ID_CHAR = "[^\\x00-\\x1f\\x7f-\\x9f,]"  # an id names no comma: causationid lists ids with them
+_CAUSE = f"{_ID_CHAR}*{_ID_END}{_ID_CHAR}*"  # one id of a causationid: stripped, not empty
+CLOUDEVENT_SCHEMA: dict[str, Any] = {
+    "title": "CloudEvent",
+    "type": "object",
+    "required": ["specversion", "id", "source", "type"],
+    "properties": {
+        "specversion": {"const": "1.0"},
+        "id": {
+            "type": "string",
+            "pattern": f"^(?!{RESERVED_ID_PREFIX}){_ID_END}(?:{_ID_CHAR}*{_ID_END})?$",
+            "description": "unique in the tenant; no comma, no whitespace at either end",
+        },
+        "source": {"type": "string", "pattern": f"^{_PRINTABLE}+$"},
+        "type": {"type": "string", "pattern": f"^(?!causeway\\.){_PRINTABLE}+$"},
+        "subject": _SOME_TEXT,
+        "time": {"anyOf": [{"type": "string", "format": "date-time"}, _NULL]},
+        "data": {**JSON_VALUE_REF, "description": "JSON, nesting 128 levels at most"},
+        "data_base64": {"anyOf": [{"type": "string", "contentEncoding": "base64"}, _NULL]},
+        "datacontenttype": {
+            "anyOf": [
+                {"type": "string", "pattern": f"^{_MEDIA}/{_MEDIA} *(?:;{_PRINTABLE}*)?$"},
+                _NULL,
+            ]
+        },
+        "dataschema": {
+            "anyOf": [
+                {
+                    "type": "string",
+                    "pattern": f"^[A-Za-z][A-Za-z0-9+.\\-]*:{_URI_CHAR}*$",
+                },
+                _NULL,
+            ],
+            "description": "an absolute URI",
+        },
+        "stream": {**_NOT_RESERVED, "description": "the stream (default: subject, else source)"},
+        "expectedversion": {
+            "anyOf": [{"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, _NULL]
+        },
+        "causationid": {
+            "anyOf": [{"type": "string", "pattern": f"^{_CAUSE}(?:,{_CAUSE})*$"}, _NULL],
+            "description": "the ids of the stored events it derives from, comma-separated",
+        },
+        "correlationid": _SOME_TEXT,
+        "modelname": _SOME_TEXT,
+        "modelversion": _SOME_TEXT,
+        "modelsig": _SOME_TEXT,
+    },
+    # A model is named by modelname and modelversion together (a null one is left out).
+    "allOf": [
+        {
+            "if": {"required": [given], "properties": {given: {"type": "string"}}},
+            "then": {
+                "required": needed,
+                "properties": {name: {"type": "string"} for name in needed},
+            },
+        }
+        for given, needed in (
+            ("modelname", ["modelversion"]),
+            ("modelversion", ["modelname"]),
+            ("modelsig", ["modelname", "modelversion"]),
+        )
+    ],
+    # data and data_base64 are not both given (a null data_base64 is left out)
+    "not": {"required": ["data", "data_base64"], "properties": {"data_base64": {"type": "string"}}},
+    "propertyNames": {"pattern": "^[a-z0-9]+$", "not": {"enum": sorted(SET_BY_STORE)}},
+    "additionalProperties": {
+        "anyOf": [
+            _TEXT,
+            {"type": "integer", "minimum": -(2**31), "maximum": 2**31 - 1},
+            {"type": "boolean"},
+            _NULL,
+        ]
+    },
+    "description": (
+        "A CloudEvent in the JSON format. Extensions (lower-case letters and digits) are "
+        "text, 32-bit integers or booleans; Causeway's own: causationid, correlationid, "
+        "modelname and modelversion (a registered version) with modelsig, stream, "
+        "expectedversion."
+    ),
+}
+_EVENTS_BODY = {
+    "required": True,
+    "description": (
+        "Structured mode: one event (application/cloudevents+json). Batch mode: a list of "
+        "them, appended together or not at all (application/cloudevents-batch+json). "
+        "Binary mode, not listed here: the attributes in ce-* headers, the data as the body "
+        "with its own Content-Type."
+    ),
+    "content": {
+        "application/cloudevents+json": {"schema": CLOUDEVENT_REF},
+        "application/cloudevents-batch+json": {
+            "schema": {"type": "array", "items": CLOUDEVENT_REF}
+        },
+    },
+}
 
 
 class Ingest:
@@ -104,8 +227,21 @@ def create_router(
         "/events",
         status_code=201,
         response_model=AppendResponse,
-        responses={200: {"model": AppendResponse, "description": "every event was a re-send"}},
+        responses={
+            200: {"model": AppendResponse, "description": "every event was a re-send"},
+            **answers(
+                InvalidCloudEvent,
+                IdConflict,
+                VersionConflict,
+                UnsupportedMediaType,
+                InvalidEvent,
+                UnknownCause,
+                ReservedType,
+                EventTooLarge,
+            ),
+        },
         summary="Append CloudEvents (structured, batch or binary mode)",
+        openapi_extra={"requestBody": _EVENTS_BODY},
     )
     async def post_events(
         request: Request, principal: Annotated[Principal, Depends(ingest_principal)]

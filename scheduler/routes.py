@@ -30,7 +30,7 @@ import orjson
 
 from app.errors import BadRequest
 from app.store.chain import ChainRecord
-from app.store.records import EXACT_LIMIT, NewEvent, contains_nul
+from app.store.records import EXACT_LIMIT, NewEvent, contains_nul, integral
 from app.store.timestamps import parse_rfc3339
 
 PREFIX = "causeway.route."
@@ -40,19 +40,22 @@ TYPES = frozenset({DEFINED, DELETED})
 SOURCE = "causeway:scheduler"
 
 ON_MODEL_MISMATCH = ("propose", "rollback")
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}\Z")
-_ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
+NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+_NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
+ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
+_ATTRIBUTE = ATTRIBUTE
 _EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)\s*(.*?)\s*$")
 _IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)
 _EXISTS = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+exists|exists)\s*$", re.IGNORECASE)
 # What the scheduler writes never triggers a route, so no route can feed itself.
-_UNROUTABLE = (
+UNROUTABLE = (
     "causeway.task.",
     "causeway.route.",
     "causeway.alert.",
     "causeway.queue.",
     "causeway.model.prewarm_requested",
 )
+_UNROUTABLE = UNROUTABLE
 _KEYS = frozenset(
     {
         "id", "types", "type", "where", "kind", "queue", "priority", "requires", "debounce",
@@ -231,7 +234,7 @@ def parse_route(spec: dict[str, Any]) -> Route:
         raise BadRequest("a route that makes tasks names both kind and queue")
     if kind is None and prewarm is None:
         raise BadRequest("a route makes tasks (kind and queue), asks for pre-warming, or both")
-    priority = spec.get("priority")
+    priority = integral(spec.get("priority"))
     if priority is not None and (type(priority) is not int or not 0 <= priority <= 9):
         raise BadRequest("priority is an integer 0-9 (omit it to take the event's 'priority')")
     debounce = spec.get("debounce")
@@ -377,7 +380,7 @@ def _number(
     default: float | None = None,
     integer: bool = False,
 ) -> float:
-    value = spec.get(key)
+    value = integral(spec.get(key)) if integer else spec.get(key)
     if value is None:
         value = default
     is_number = isinstance(value, int) or (isinstance(value, float) and not integer)
@@ -439,7 +442,13 @@ def _prewarm(raw: Any) -> Prewarm | None:
 def parse_new_route(spec: dict[str, Any]) -> Route:
     """``parse_route`` for a route being defined now, with the checks that came after
     routes were first stored (so that a stored route always reads back): the debounce
-    key is an attribute as ``where`` names one."""
+    key is an attribute as ``where`` names one, ``types`` and its alias ``type`` are not
+    both given, and ``on_model_mismatch`` is a mode or null (``scheduler.web.routes``
+    documents the body these checks accept)."""
+    if "types" in spec and "type" in spec:
+        raise BadRequest("give types or type, not both")
+    if spec.get("on_model_mismatch") not in (None, *ON_MODEL_MISMATCH):
+        raise BadRequest("on_model_mismatch is 'propose' or 'rollback'")
     debounce = spec.get("debounce")
     if isinstance(debounce, dict):
         key = debounce.get("key")

@@ -25,7 +25,7 @@ import random
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, get_args
 
 from app.store.records import NewEvent
 
@@ -55,7 +55,8 @@ TYPES = frozenset(
 ALERT_RAISED = "causeway.alert.raised"
 SOURCE = "causeway:scheduler"
 
-ERROR_CLASSES = ("data_invalid", "model_version_mismatch", "transient", "unknown")
+ErrorClass = Literal["data_invalid", "model_version_mismatch", "transient", "unknown"]
+ERROR_CLASSES: tuple[ErrorClass, ...] = get_args(ErrorClass)
 
 ARCHIVED = "archived"
 ROLLBACK_PROPOSED = "rollback_proposed"

@@ -15,20 +15,22 @@ from typing import Annotated, Any, Literal
 import orjson
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.db.engine import Connector, Engine
-from app.errors import BadRequest, NotFound
+from app.errors import BadRequest, Conflict, NotFound, VersionConflict
 from app.projections.deployments import Deployments
 from app.store.deployment_commands import Applied, DeploymentCommands
 from app.store.deployment_commands import Rollout as StoreRollout
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
 from app.store.keys import Principal, Scope
-from app.store.records import MAX_POSITION, Text, parse_position
+from app.store.model_registry import NAME_PATTERN
+from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
 from app.web.dependencies import engine_of, read_model_reads, require
+from app.web.openapi import TIME_FORMAT, Name, answers
 from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["deployments"], route_class=JSONRoute)
@@ -40,17 +42,17 @@ _KEEPALIVE_S = 15.0
 
 class Rollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: Text = Field(min_length=1, max_length=128)
-    version: Text = Field(min_length=1, max_length=128)
-    percent: int = Field(default=10, ge=0, le=100)
+    model: str = Field(pattern=NAME_PATTERN)
+    version: str = Field(pattern=NAME_PATTERN)
+    percent: Integer = Field(default=10, ge=0, le=100)
     strategy: Literal["canary", "rolling"] = "canary"
-    force: bool = False
+    force: StrictBool = False
     reason: Text | None = Field(default=None, max_length=500)
 
 
 class Traffic(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    percent: int = Field(ge=0, le=100)
+    percent: Integer = Field(ge=0, le=100)
     reason: Text | None = Field(default=None, max_length=500)
 
 
@@ -79,9 +81,18 @@ def _applied_json(applied: Applied, response: Response) -> dict[str, Any]:
     return {**_state_json(applied.state), "position": applied.position}
 
 
-@router.post("/deployments/{service}/rollouts", summary="Start a canary or rolling rollout")
+# A command reads the service's state and appends expecting its version: a transition the
+# state does not allow, or a command that lost a race, is a 409.
+_COMMAND = answers(Conflict, VersionConflict)
+
+
+@router.post(
+    "/deployments/{service}/rollouts",
+    summary="Start a canary or rolling rollout",
+    responses=answers(NotFound, Conflict, VersionConflict),
+)
 async def start_rollout(
-    service: str, body: Rollout, principal: Admin, commands: Commands, response: Response
+    service: Name, body: Rollout, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     rollout = StoreRollout(
         model=body.model,
@@ -97,9 +108,13 @@ async def start_rollout(
     return _applied_json(applied, response)
 
 
-@router.post("/deployments/{service}/traffic", summary="Shift the candidate's traffic share")
+@router.post(
+    "/deployments/{service}/traffic",
+    summary="Shift the candidate's traffic share",
+    responses=_COMMAND,
+)
 async def shift_traffic(
-    service: str, body: Traffic, principal: Admin, commands: Commands, response: Response
+    service: Name, body: Traffic, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.shift_traffic(
         principal.tenant, service, percent=body.percent, reason=body.reason, actor=principal.key_id
@@ -107,9 +122,13 @@ async def shift_traffic(
     return _applied_json(applied, response)
 
 
-@router.post("/deployments/{service}/promote", summary="Make the candidate the stable version")
+@router.post(
+    "/deployments/{service}/promote",
+    summary="Make the candidate the stable version",
+    responses=_COMMAND,
+)
 async def promote(
-    service: str,
+    service: Name,
     principal: Admin,
     commands: Commands,
     response: Response,
@@ -123,10 +142,12 @@ async def promote(
 
 
 @router.post(
-    "/deployments/{service}/rollback", summary="Drop the candidate, or restore the previous stable"
+    "/deployments/{service}/rollback",
+    summary="Drop the candidate, or restore the previous stable",
+    responses=_COMMAND,
 )
 async def rollback(
-    service: str, body: Rollback, principal: Admin, commands: Commands, response: Response
+    service: Name, body: Rollback, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.rollback(
         principal.tenant, service, reason=body.reason, actor=principal.key_id
@@ -143,12 +164,19 @@ async def list_deployments(
     return {"deployments": [_view_json(v) for v in found]}
 
 
-@router.get("/deployments/{service}", summary="A service's state and history, now or as of ?at=")
+@router.get(
+    "/deployments/{service}",
+    summary="A service's state and history, now or as of ?at=",
+    responses=answers(NotFound),
+)
 async def read_deployment(
-    service: str,
+    service: Name,
     principal: Annotated[Principal, Depends(_read)],
     engine: ReadModel,
-    at: Annotated[str | None, Query(description="RFC 3339: the state at that time")] = None,
+    at: Annotated[
+        str | None,
+        Query(description="RFC 3339: the state at that time", json_schema_extra=TIME_FORMAT),
+    ] = None,
 ) -> dict[str, Any]:
     when = parse_time_parameter("at", at)
     async with engine.connect() as conn:
@@ -175,7 +203,7 @@ async def read_deployment(
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def watch(
-    service: str,
+    service: Name,
     request: Request,
     principal: Annotated[Principal, Depends(_read)],
     engine: Database,

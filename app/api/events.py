@@ -13,14 +13,23 @@ from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
 from app.web.dependencies import log_reads, require
+from app.web.openapi import StoredText, answers
 
 router = APIRouter(tags=["events"])
 _read = require(Scope.READ)
 
 
-@router.get("/events/{event_id:path}", summary="One stored event as structured CloudEvent JSON")
+@router.get(
+    "/events/{event_id:path}",
+    summary="One stored event as structured CloudEvent JSON",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/cloudevents+json": {"schema": {"type": "object"}}}},
+        **answers(NotFound),
+    },
+)
 async def read_event(
-    event_id: str,
+    event_id: StoredText,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Connector, Depends(log_reads)],
 ) -> Response:
@@ -31,9 +40,17 @@ async def read_event(
     return Response(found, media_type="application/cloudevents+json")
 
 
-@router.get("/streams/{stream:path}", summary="The events of one stream, in version order")
+@router.get(
+    "/streams/{stream:path}",
+    summary="The events of one stream, in version order",
+    response_class=Response,
+    responses={
+        200: {"content": {"application/cloudevents-batch+json": {"schema": {"type": "array"}}}},
+        **answers(NotFound),
+    },
+)
 async def read_stream(
-    stream: str,
+    stream: StoredText,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Connector, Depends(log_reads)],
     from_version: Annotated[int, Query(ge=1, le=MAX_POSITION)] = 1,

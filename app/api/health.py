@@ -12,6 +12,7 @@ from app.db.schema import fetch_revision
 from app.errors import Unavailable
 from app.store.failures import is_database_error
 from app.web.dependencies import engine_of
+from app.web.openapi import answers
 
 router = APIRouter(tags=["health"])
 
@@ -21,7 +22,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses=answers(Unavailable))
 async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]) -> dict[str, str]:
     head: str | None = request.app.state.schema_head
     try:

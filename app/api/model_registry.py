@@ -13,18 +13,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from app.db.engine import Connector
-from app.errors import NotFound
+from app.errors import Conflict, NotFound
 from app.projections.model_registry import ModelRegistry
 from app.store.keys import Principal, Scope
 from app.store.model_commands import ModelCommands
-from app.store.model_registry import Signature
+from app.store.model_registry import NAME_PATTERN, Signature
 from app.store.model_registry_reads import Model, RegistryReader
 from app.store.records import Text
 from app.web.bodies import JSONRoute
 from app.web.dependencies import read_model_reads, require
+from app.web.openapi import Name, answers
 from app.web.reads import POSITION_HEADER
 
 router = APIRouter(tags=["models"], route_class=JSONRoute)
@@ -39,15 +40,15 @@ def _uuid(text: str) -> str:
 
 
 # An OpenLineage runId (a UUID), as the run's events write it
-RunId = Annotated[str, AfterValidator(_uuid)]
+RunId = Annotated[str, AfterValidator(_uuid), Field(json_schema_extra={"format": "uuid"})]
 
 
 class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1, max_length=128)
+    version: str = Field(pattern=NAME_PATTERN)
     signature: Signature
     tags: dict[Text, Text] = Field(default_factory=dict)
-    enforce_outputs: bool = False
+    enforce_outputs: StrictBool = False
     training_run: RunId | None = Field(
         default=None, description="The runId of the OpenLineage run that trained this version"
     )
@@ -60,7 +61,7 @@ class LinkTrainingRun(BaseModel):
 
 class SetAlias(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: str = Field(min_length=1, max_length=128)
+    version: str = Field(pattern=NAME_PATTERN)
 
 
 def commands_of(request: Request) -> ModelCommands:
@@ -70,9 +71,14 @@ def commands_of(request: Request) -> ModelCommands:
 Commands = Annotated[ModelCommands, Depends(commands_of)]
 
 
-@router.post("/models/{name}/versions", status_code=201, summary="Register a model version")
+@router.post(
+    "/models/{name}/versions",
+    status_code=201,
+    summary="Register a model version",
+    responses={200: {"description": "registered before, exactly so"}, **answers(Conflict)},
+)
 async def register_version(
-    name: str,
+    name: Name,
     body: RegisterVersion,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
@@ -110,10 +116,11 @@ async def register_version(
     "/models/{name}/versions/{version}/training-runs",
     status_code=201,
     summary="Name an OpenLineage run that trained a registered version",
+    responses={200: {"description": "named before, exactly so"}, **answers(NotFound, Conflict)},
 )
 async def link_training_run(
-    name: str,
-    version: str,
+    name: Name,
+    version: Name,
     body: LinkTrainingRun,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
@@ -134,10 +141,14 @@ async def link_training_run(
     )
 
 
-@router.put("/models/{name}/aliases/{alias}", summary="Point an alias at a registered version")
+@router.put(
+    "/models/{name}/aliases/{alias}",
+    summary="Point an alias at a registered version",
+    responses=answers(NotFound),
+)
 async def set_alias(
-    name: str,
-    alias: str,
+    name: Name,
+    alias: Name,
     body: SetAlias,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
@@ -148,10 +159,12 @@ async def set_alias(
     return {"name": name, "alias": alias, "version": body.version, "position": appended.position}
 
 
-@router.delete("/models/{name}/aliases/{alias}", summary="Remove an alias")
+@router.delete(
+    "/models/{name}/aliases/{alias}", summary="Remove an alias", responses=answers(NotFound)
+)
 async def remove_alias(
-    name: str,
-    alias: str,
+    name: Name,
+    alias: Name,
     principal: Annotated[Principal, Depends(_admin)],
     commands: Commands,
     response: Response,
@@ -171,9 +184,13 @@ async def list_models(
     return {"models": [_model(m) for m in found]}
 
 
-@router.get("/models/{name}", summary="One model: versions, signatures, tags, aliases")
+@router.get(
+    "/models/{name}",
+    summary="One model: versions, signatures, tags, aliases",
+    responses=answers(NotFound),
+)
 async def read_model(
-    name: str,
+    name: Name,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Connector, Depends(_registry)],
 ) -> dict[str, Any]:

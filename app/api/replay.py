@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from pydantic import StringConstraints
 from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
@@ -33,6 +34,7 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
 from app.web.dependencies import log_reads, require, settings_of
+from app.web.openapi import TIME_FORMAT
 
 T = TypeVar("T")
 _END: Any = object()
@@ -213,6 +215,12 @@ async def row_chunks(
             yield rows
 
 
+# A filter names something stored, which is never empty and holds no U+0000 (ingest
+# refuses both); each ``types`` parameter names at least one type.
+_Filter = Annotated[str | None, Query(pattern=r"^[^\x00]+$")]
+_SOME_TYPE = r"^[^\x00]*[^\x00\s,][^\x00]*$"
+
+
 @router.get(
     "/replay",
     summary="Replay events as NDJSON (one structured CloudEvent a line) or as Parquet",
@@ -228,16 +236,20 @@ async def replay(
         int, Query(ge=0, le=MAX_POSITION, description="resume after this position")
     ] = 0,
     types: Annotated[
-        list[str] | None,
+        list[Annotated[str, StringConstraints(pattern=_SOME_TYPE)]] | None,
         Query(description="event types: comma-separated, or the parameter repeated"),
     ] = None,
-    stream: str | None = None,
-    source: str | None = None,
-    correlationid: str | None = None,
-    modelname: str | None = None,
-    modelversion: str | None = None,
-    since: Annotated[str | None, Query(description="event time >= (RFC 3339)")] = None,
-    until: Annotated[str | None, Query(description="event time < (RFC 3339)")] = None,
+    stream: _Filter = None,
+    source: _Filter = None,
+    correlationid: _Filter = None,
+    modelname: _Filter = None,
+    modelversion: _Filter = None,
+    since: Annotated[
+        str | None, Query(description="event time >= (RFC 3339)", json_schema_extra=TIME_FORMAT)
+    ] = None,
+    until: Annotated[
+        str | None, Query(description="event time < (RFC 3339)", json_schema_extra=TIME_FORMAT)
+    ] = None,
     limit: Annotated[int | None, Query(ge=1, le=MAX_POSITION)] = None,
     format: Annotated[
         Literal["ndjson", "parquet"],

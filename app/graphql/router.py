@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 from cross_web import HTTPException, StarletteRequestAdapter  # of both Strawberry faces
+from fastapi.routing import APIRoute
 from starlette.requests import HTTPConnection
 from starlette.requests import Request as StarletteRequest
 from starlette.responses import HTMLResponse, Response
@@ -227,4 +228,69 @@ def create_graphql(
         subscription_protocols=(),
     )
     router.request_adapter_class = _bounded_bodies(limits.max_request_bytes)
+    _document(router)
     return GraphQLFaces(router, GraphQLApp(router, context_of))
+
+
+_QUERY = {"type": "string", "minLength": 1, "description": "a GraphQL document"}
+_OPERATION = {"type": "string", "description": "the operation of the document to run"}
+_ANSWER: dict[str, Any] = {
+    "description": "The GraphQL answer: data, and errors (a query that does not parse or "
+    "validate is answered here too, with errors and no data)",
+    "content": {"application/json": {"schema": {"type": "object"}}},
+}
+# What Strawberry's routes take and answer, for the OpenAPI document: the schema itself is
+# at /graphql (introspection) and in docs/schema.graphql.
+_DOCUMENTED: dict[str, dict[str, Any]] = {
+    "GET": {
+        "summary": "GraphiQL in a browser; a query (read only) with ?query=",
+        "openapi_extra": {
+            "parameters": [
+                {"name": "query", "in": "query", "schema": _QUERY},
+                {"name": "operationName", "in": "query", "schema": _OPERATION},
+            ]
+        },
+        "responses": {
+            200: {
+                "description": "GraphiQL, without query; the answer, with one",
+                "content": {"text/html": {"schema": {"type": "string"}}, **_ANSWER["content"]},
+            }
+        },
+    },
+    "POST": {
+        "summary": "Run a GraphQL query",
+        "openapi_extra": {
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["query"],
+                            "properties": {
+                                "query": _QUERY,
+                                # anything but a string names no operation: ignored
+                                "operationName": {},
+                                "variables": {"anyOf": [{"type": "object"}, {"type": "null"}]},
+                            },
+                        }
+                    }
+                },
+            }
+        },
+        "responses": {200: _ANSWER},
+    },
+}
+
+
+def _document(router: GraphQLRouter[Context, None]) -> None:
+    """Strawberry's routes, as the OpenAPI document shows them (it declares neither the
+    query parameters nor the body, and a 404 it never gives here)."""
+    for route in router.routes:
+        if isinstance(route, APIRoute) and (
+            methods := set(route.methods or ()) & _DOCUMENTED.keys()
+        ):
+            documented = _DOCUMENTED[methods.pop()]
+            route.summary = documented["summary"]
+            route.openapi_extra = documented["openapi_extra"]
+            route.responses = documented["responses"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.db.engine import Engine
-from app.errors import BadRequest, InvalidEvent
+from app.errors import BadRequest, Conflict, NotFound
 from app.store import deployments
 from app.store.append.group_commit import Appender
 from app.store.deployment_reads import DeploymentReader
@@ -92,13 +92,14 @@ class DeploymentCommands:
     async def _check_signatures(
         self, tenant: str, state: DeploymentState, rollout: Rollout
     ) -> None:
-        """The candidate must be registered, and its signature must be able to replace the
-        stable version's (unless ``force``)."""
+        """The candidate must be registered (else a 404), and its signature must be able to
+        replace the stable version's, unless ``force`` (else a 409: it conflicts with what
+        is stored)."""
         async with self._engine.connect() as conn:
             reader = DeploymentReader(conn)
             candidate = await reader.fetch_signature(tenant, rollout.model, rollout.version)
             if candidate is None:
-                raise InvalidEvent(
+                raise NotFound(
                     f"model {rollout.model!r} version {rollout.version!r} is not registered",
                     model=rollout.model,
                     version=rollout.version,
@@ -108,7 +109,7 @@ class DeploymentCommands:
             current = await reader.fetch_signature(tenant, state.model, state.stable_version)
         why = incompatibility(current or {}, candidate)
         if why is not None and not rollout.force:
-            raise InvalidEvent(
+            raise Conflict(
                 f"version {rollout.version!r} cannot replace {state.stable_version!r}: {why}; "
                 "send force: true to roll out anyway",
                 reason=why,

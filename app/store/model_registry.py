@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    WithJsonSchema,
+)
 
 from app.store.records import (
     EXACT_LIMIT,
@@ -33,6 +42,7 @@ from app.store.records import (
     NewEvent,
     Text,
     contains_nul,
+    integral,
     nests_deeper,
     normalise_numbers,
 )
@@ -43,7 +53,9 @@ ALIASED = "causeway.model.aliased"
 # A model version names an OpenLineage run that trained it (docs/openlineage.md).
 TRAINED = "causeway.model.trained"
 SOURCE = "causeway:models"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+# A model's name or version, a deployment's service: as the OpenAPI document says it.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+_NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 
 ColumnType = Literal[
     "boolean", "integer", "long", "float", "double", "string", "binary", "datetime"
@@ -69,14 +81,16 @@ def _interoperable(value: Any) -> Any:
     return normalise_numbers(value)
 
 
-Dimension = Annotated[int, Field(gt=-EXACT_LIMIT, lt=EXACT_LIMIT)]  # -1: any size
+Dimension = Annotated[
+    int, Strict(), Field(gt=-EXACT_LIMIT, lt=EXACT_LIMIT), BeforeValidator(integral)
+]  # -1: any size
 
 
 class ColumnSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Text | None = None
     type: ColumnType
-    required: bool = True
+    required: StrictBool = True
 
 
 class TensorInfo(BaseModel):
@@ -96,7 +110,12 @@ class ParamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: Text
     type: Text
-    default: Annotated[Any, AfterValidator(_interoperable)] = None
+    # The OpenAPI document's JsonValue (app.web.openapi): I-JSON numbers, no U+0000.
+    default: Annotated[
+        Any,
+        AfterValidator(_interoperable),
+        WithJsonSchema({"allOf": [{"$ref": "#/components/schemas/JsonValue"}]}),
+    ] = None
     shape: list[Dimension] | None = None
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator, Field, Strict
 
 from app.errors import BadRequest
 from app.store.chain import ChainRecord, seals
@@ -66,15 +66,30 @@ def contains_nul(value: Any) -> bool:
     return False
 
 
+TEXT_PATTERN = r"^[^\x00]*$"  # text PostgreSQL can store: no U+0000
+
+
 def _without_nul(value: str) -> str:
     if "\x00" in value:
         raise ValueError("the character U+0000 cannot be stored")
     return value
 
 
+def integral(value: Any) -> Any:
+    """7.0 as the integer 7, as JSON Schema has it; nothing else becomes an integer."""
+    return int(value) if type(value) is float and value.is_integer() else value
+
+
+# An integer of a request body: what JSON Schema calls one (7 or 7.0), not a bool or a
+# string of digits, which a lax int would take.
+Integer = Annotated[int, Strict(), BeforeValidator(integral)]
+
 # A string field of a request body that is stored: refused (422, naming the field) when it
 # holds U+0000, rather than by PostgreSQL as it is written.
-Text = Annotated[str, AfterValidator(_without_nul)]
+# The pattern says so in the OpenAPI document; the validator names the field when refusing.
+Text = Annotated[
+    str, AfterValidator(_without_nul), Field(json_schema_extra={"pattern": TEXT_PATTERN})
+]
 
 
 def is_json_media_type(media_type: str | None) -> bool:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
-from fastapi import Header, Query, Request
+from fastapi import Header, Query, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials
 
 from app.db.engine import Connector, Engine
 from app.errors import BadRequest, Forbidden, Unauthenticated
@@ -13,6 +14,7 @@ from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.records import MAX_POSITION
 from app.web.auth import Authenticator
+from app.web.openapi import bearer
 from app.web.reads import ReadRouter
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
@@ -23,6 +25,13 @@ def engine_of(request: Request) -> Engine:
     return engine
 
 
+def _integer_only(schema: dict[str, Any]) -> None:
+    """The document's schema of an optional integer parameter: an integer. Left out, it is
+    None; a query or a header has no way to say null ("null" is text, refused)."""
+    [integer] = [s for s in schema.pop("anyOf", []) if s.get("type") != "null"]
+    schema.update(integer)
+
+
 MinPositionQuery = Annotated[
     int | None,
     Query(
@@ -30,11 +39,19 @@ MinPositionQuery = Annotated[
         le=MAX_POSITION,
         description="read-your-writes: wait until what is read shows this position "
         "(a Causeway-Position answered by a write)",
+        examples=[0],
+        json_schema_extra=_integer_only,
     ),
 ]
 MinPositionHeader = Annotated[
     int | None,
-    Header(ge=0, le=MAX_POSITION, description="the same as the min_position parameter"),
+    Header(
+        ge=0,
+        le=MAX_POSITION,
+        description="the same as the min_position parameter",
+        examples=[0],
+        json_schema_extra=_integer_only,
+    ),
 ]
 
 
@@ -95,10 +112,13 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
-def require(scope: Scope) -> Callable[[Request], Coroutine[Any, Any, Principal]]:
+def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
     """A dependency that authenticates the Bearer key and demands ``scope``."""
 
-    async def principal(request: Request) -> Principal:
+    async def principal(
+        request: Request,
+        _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],  # the document's
+    ) -> Principal:
         return await authorize(
             request.app.state.authenticator, authorization_of(request.scope["headers"]), scope
         )

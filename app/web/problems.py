@@ -22,8 +22,9 @@ from starlette.routing import Match
 
 from app.errors import AppError, NotFound, error_classes
 from app.store.failures import DRIVER_ERRORS, as_app_error
+from app.web.openapi import PROBLEM_MEDIA_TYPE, answers
 
-MEDIA_TYPE = "application/problem+json"
+MEDIA_TYPE = PROBLEM_MEDIA_TYPE
 logger = logging.getLogger(__name__)
 
 _CATALOGUE: dict[str, type[AppError]] = {cls.code: cls for cls in error_classes()}
@@ -190,6 +191,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(ClientDisconnect, on_client_disconnect)
     app.add_exception_handler(Exception, on_unexpected)
 
-    @app.get("/problems/{code}", tags=["problems"])
+    @app.get("/problems/{code}", tags=["problems"], responses=answers(NotFound))
     async def read_problem(code: str) -> dict[str, Any]:
         return describe(code)

@@ -42,9 +42,10 @@ from app.store.records import (
 )
 from app.web import json_text
 from app.web.bodies import receive_body
+from app.web.openapi import answers
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Known, Parsed, parse, plan
-from ingest.openlineage.schema import validate
+from ingest.openlineage.schema import SPEC_ID, validate
 from ingest.router import POSITION_HEADER, AppendResponse, answer_of
 
 # A run's events may race each other (an asynchronous transport): each is planned on the
@@ -137,6 +138,21 @@ def _gunzipped(body: bytes, max_bytes: int) -> bytes:
     return plain
 
 
+# The OpenLineage spec's own JSON Schema decides (a 422 naming the first error); this
+# document names it rather than copying it.
+_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "description": f"An OpenLineage RunEvent, DatasetEvent or JobEvent: {SPEC_ID}",
+            }
+        }
+    },
+}
+
+
 def create_router(
     ingest: LineageIngest, ingest_principal: Callable[..., Coroutine[Any, Any, Principal]]
 ) -> APIRouter:
@@ -146,8 +162,18 @@ def create_router(
         "/api/v1/lineage",
         status_code=201,
         response_model=AppendResponse,
-        responses={200: {"model": AppendResponse, "description": "the event was a re-send"}},
+        responses={
+            200: {"model": AppendResponse, "description": "the event was a re-send"},
+            **answers(
+                IdConflict,
+                VersionConflict,
+                UnsupportedMediaType,
+                InvalidOpenLineageEvent,
+                EventTooLarge,
+            ),
+        },
         summary="Append an OpenLineage RunEvent, DatasetEvent or JobEvent (spec 2-0-x)",
+        openapi_extra={"requestBody": _BODY},
     )
     async def post_lineage(
         request: Request, principal: Annotated[Principal, Depends(ingest_principal)]

@@ -15,9 +15,18 @@ from fastapi import Depends, Path
 from app.store.keys import Principal
 from app.web.dependencies import settled_on_primary
 from scheduler.projections import Dispatcher, TaskBook
+from scheduler.routes import NAME_PATTERN
+
+__all__ = [
+    "NAME_PATTERN",
+    "POSITION_HEADER",
+    "ROUTES_SETTLED",
+    "TASKS_SETTLED",
+    "PrincipalOf",
+    "QueueName",
+]
 
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
-NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
 # A queue is named by a route, whose names are these: any other name is a typo, not a queue
 # that happens to be empty (a lease would wait and answer 204 for ever).
 QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
-from app.errors import BadRequest, NotFound
+from app.errors import Conflict, NotFound
 from app.store.append.group_commit import Appender
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
@@ -18,6 +18,7 @@ from app.store.reads import EventReader
 from app.store.records import Text
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
+from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as task_rows
@@ -50,12 +51,12 @@ def create_router(
     async def list_dead_letters(
         principal: Reader,
         queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-        error_class: Annotated[str | None, Query(alias="class")] = None,
-        since: Annotated[str | None, Query(description="RFC 3339")] = None,
+        error_class: Annotated[t.ErrorClass | None, Query(alias="class")] = None,
+        since: Annotated[
+            str | None, Query(description="RFC 3339", json_schema_extra=TIME_FORMAT)
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
-        if error_class is not None and error_class not in t.ERROR_CLASSES:
-            raise BadRequest(f"class must be one of {', '.join(t.ERROR_CLASSES)}")
         when = parse_time_parameter("since", since)
         async with engine.connect() as conn:
             found = await task_rows.read_dead_letters(
@@ -71,6 +72,7 @@ def create_router(
     @router.get(
         "/dead-letters/{task_id}",
         summary="A dead letter: task, trigger, attempts",
+        responses=answers(NotFound),
         dependencies=TASKS_SETTLED,
     )
     async def read_dead_letter(task_id: str, principal: Reader) -> Response:
@@ -100,7 +102,11 @@ def create_router(
         }
         return Response(orjson.dumps(document), media_type="application/json")
 
-    @router.post("/dead-letters/{task_id}/requeue", summary="Put a dead letter back in its queue")
+    @router.post(
+        "/dead-letters/{task_id}/requeue",
+        summary="Put a dead letter back in its queue",
+        responses=answers(NotFound, Conflict),
+    )
     async def requeue(
         task_id: str, principal: Admin, response: Response, body: Requeue | None = None
     ) -> dict[str, Any]:
@@ -114,7 +120,11 @@ def create_router(
         response.headers[POSITION_HEADER] = str(state.position)
         return task_json(state)
 
-    @router.post("/dead-letters/{task_id}/discard", summary="Drop a dead letter, with a reason")
+    @router.post(
+        "/dead-letters/{task_id}/discard",
+        summary="Drop a dead letter, with a reason",
+        responses=answers(NotFound, Conflict),
+    )
     async def discard(
         task_id: str, body: Discard, principal: Admin, response: Response
     ) -> dict[str, Any]:

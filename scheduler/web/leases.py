@@ -5,7 +5,7 @@ task this worker can run, or 204 after waiting up to ``wait_s``; ``POST
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request
@@ -22,16 +22,26 @@ from pydantic import (
 )
 
 from app.db.engine import Engine
-from app.errors import AppError, BadRequest
+from app.errors import (
+    AppError,
+    BadRequest,
+    Conflict,
+    IdConflict,
+    InvalidCloudEvent,
+    InvalidEvent,
+    LeaseLost,
+    NotFound,
+)
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import EXACT_LIMIT, NewEvent, Text
 from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
+from app.web.openapi import CLOUDEVENT_REF, answers
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
 from scheduler.rows.wakeups import TaskWakeups
-from scheduler.tasks import TaskState
+from scheduler.tasks import ErrorClass, TaskState
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
@@ -61,11 +71,13 @@ class LeaseRequest(BaseModel):
         default_factory=dict,
         description="e.g. {'gpu_memory_gb': 24, 'fp16': true, 'int8': false}",
     )
-    spot: bool = False
+    spot: StrictBool = False
     labels: dict[Text, Text] = Field(default_factory=dict)
-    wait_s: float = Field(default=0.0, ge=0, description="long-poll: wait this long for a task")
-    lease_s: float | None = Field(default=None, gt=0)
-    max_tasks: int | None = Field(
+    wait_s: StrictFloat = Field(
+        default=0.0, ge=0, allow_inf_nan=False, description="long-poll: wait this long for a task"
+    )
+    lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_tasks: StrictInt | None = Field(
         default=None,
         ge=1,
         le=MAX_TASKS,
@@ -77,7 +89,7 @@ class LeaseRequest(BaseModel):
 class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
-    lease_s: float | None = Field(default=None, gt=0)
+    lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class Completion(BaseModel):
@@ -91,10 +103,22 @@ class Completion(BaseModel):
 class Failure(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
-    error_class: Literal["data_invalid", "model_version_mismatch", "transient", "unknown"] = Field(
-        alias="class"
-    )
+    error_class: ErrorClass = Field(alias="class")
     message: Text = Field(max_length=4000)
+
+
+# A task's results are events: refused as POST /events would refuse them.
+_RESULTS = answers(InvalidCloudEvent, NotFound, LeaseLost, Conflict, IdConflict, InvalidEvent)
+_HELD = answers(NotFound, LeaseLost)  # a command under a lease
+# The body, as read by hand below: its events are CloudEvents, as POST /events reads them.
+_COMPLETION_SCHEMA = Completion.model_json_schema()
+_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
+_COMPLETION_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": _COMPLETION_SCHEMA}},
+    }
+}
 
 
 class TaskCompletion(Completion):
@@ -113,6 +137,34 @@ class TaskFailure(Failure):
 class Failures(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tasks: list[TaskFailure] = Field(min_length=1, max_length=MAX_TASKS)
+
+
+# POST /tasks/complete's body, inline (no $defs): each task's results are CloudEvents.
+_TASK_COMPLETION_SCHEMA = TaskCompletion.model_json_schema()
+_TASK_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
+_COMPLETIONS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "title": "Completions",
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["tasks"],
+                    "properties": {
+                        "tasks": {
+                            "type": "array",
+                            "items": _TASK_COMPLETION_SCHEMA,
+                            "minItems": 1,
+                            "maxItems": MAX_TASKS,
+                        }
+                    },
+                }
+            }
+        },
+    }
+}
 
 
 def create_router(
@@ -162,7 +214,7 @@ def create_router(
                 return Response(status_code=204)
             pause = await _pause(wakeups, seen, left, pause)
 
-    @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease")
+    @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease", responses=_HELD)
     async def heartbeat(
         task_id: str, body: Heartbeat, principal: Worker, response: Response
     ) -> dict[str, Any]:
@@ -182,12 +234,8 @@ def create_router(
     @router.post(
         "/tasks/{task_id}/complete",
         summary="Finish a task with its result events",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": Completion.model_json_schema()}},
-            }
-        },
+        responses=_RESULTS,
+        openapi_extra=_COMPLETION_BODY,
     )
     async def complete(
         task_id: str, request: Request, principal: Worker, response: Response
@@ -204,7 +252,9 @@ def create_router(
         response.headers[POSITION_HEADER] = str(max([state.position, *positions]))
         return {"task": task_id, **_completed(state, results, positions)}
 
-    @router.post("/tasks/{task_id}/fail", summary="Report a failed attempt and its class")
+    @router.post(
+        "/tasks/{task_id}/fail", summary="Report a failed attempt and its class", responses=_HELD
+    )
     async def fail(
         task_id: str, body: Failure, principal: Worker, response: Response
     ) -> dict[str, Any]:
@@ -231,12 +281,7 @@ def _batch_routes(
     @router.post(
         "/tasks/complete",
         summary="Finish many tasks, each answered on its own",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _inlined(Completions)}},
-            }
-        },
+        openapi_extra=_COMPLETIONS_BODY,
     )
     async def complete_many(
         request: Request, principal: Worker, response: Response
@@ -298,26 +343,6 @@ def _batch_routes(
                 for item, outcome in zip(body.tasks, outcomes, strict=True)
             ]
         }
-
-
-def _inlined(model: type[BaseModel]) -> dict[str, Any]:
-    """``model``'s JSON Schema with its nested models written in place: pydantic refers to
-    them as ``#/$defs/...``, which means nothing inside an OpenAPI document (ReDoc and
-    Swagger UI fail on it)."""
-    schema = model.model_json_schema()
-    definitions = schema.pop("$defs", {})
-
-    def inline(node: Any) -> Any:
-        if isinstance(node, dict):
-            ref = node.get("$ref", "")
-            if ref.startswith("#/$defs/"):
-                return inline(definitions[ref.removeprefix("#/$defs/")])
-            return {key: inline(value) for key, value in node.items()}
-        if isinstance(node, list):
-            return [inline(value) for value in node]
-        return node
-
-    return dict(inline(schema))
 
 
 def _leased(found: list[Lease], *, batch: bool) -> Response:

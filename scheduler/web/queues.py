@@ -6,19 +6,39 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import Response
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.db.engine import Engine
 from app.errors import NotFound
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
 from app.web.bodies import JSONRoute
+from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
 from scheduler.web import TASKS_SETTLED, PrincipalOf, QueueName
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
+
+
+class TaskIdConvertor(Convertor[str]):
+    """A task id as ``scheduler.tasks.task_id_for`` makes them: 32 hex digits. ``GET
+    /tasks/{task_id}`` matches no other path, so ``/tasks/complete`` and ``/tasks/fail``
+    are theirs alone (``GET`` on them is a 405 naming ``POST``, not a task not found)."""
+
+    regex = "[0-9a-f]{32}"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("task_id", TaskIdConvertor())
+TaskId = Annotated[str, Path(pattern=f"^{TaskIdConvertor.regex}$", description="32 hex digits")]
 
 
 def create_router(
@@ -31,8 +51,12 @@ def create_router(
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
-    @router.get("/tasks/{task_id}", summary="A task's state and every decision about it")
-    async def read_task(task_id: str, principal: Reader) -> dict[str, Any]:
+    @router.get(
+        "/tasks/{task_id:task_id}",
+        summary="A task's state and every decision about it",
+        responses=answers(NotFound),
+    )
+    async def read_task(task_id: TaskId, principal: Reader) -> dict[str, Any]:
         async with engine.connect() as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
             if state is None:

@@ -111,7 +111,8 @@ class TestCommands:
             ([("traffic", {"percent": 5})], 409, "/problems/conflict"),
             ([("rollback", {"reason": "why"})], 409, "/problems/conflict"),
             ([("rollback", {})], 422, "/problems/invalid-request"),
-            ([("rollouts", {"model": "faces", "version": "9"})], 422, "/problems/invalid-event"),
+            # An unregistered version: nothing of that name is stored.
+            ([("rollouts", {"model": "faces", "version": "9"})], 404, "/problems/not-found"),
             (
                 [
                     ("rollouts", {"model": "faces", "version": "1"}),
@@ -148,7 +149,8 @@ class TestCommands:
         await command(admin, "rollouts", model="faces", version="1")
         await command(admin, "promote")
         refused = await command(admin, "rollouts", model="faces", version="3")
-        assert refused.status_code == 422
+        assert refused.status_code == 409  # with the stable version's signature
+        assert refused.json()["type"] == "/problems/conflict"
         assert "requires input 'depth'" in refused.json()["detail"]
         forced = await command(admin, "rollouts", model="faces", version="3", force=True)
         assert forced.status_code == 200

@@ -262,17 +262,20 @@ class TestOddParameters:
         ("path", "status"),
         [
             ("/replay?after=99999999999999999999", 422),
-            ("/streams/a%00b", 400),
-            ("/events/a%00b", 400),
-            ("/replay?source=a%00b", 400),
+            # U+0000 and empty filters: refused by the parameters' own patterns, which
+            # the OpenAPI document shows (422, naming the parameter)
+            ("/streams/a%00b", 422),
+            ("/events/a%00b", 422),
+            ("/replay?source=a%00b", 422),
             ("/events/%ff", 400),  # not UTF-8: not the id U+FFFD, which is %EF%BF%BD
             ("/events/%EF%BF%BD", 404),
             ("/streams/a%C3", 400),
             ("/replay?types=%ff", 400),
-            ("/replay?types=", 400),  # matched every type
-            ("/replay?types=,%20", 400),
-            ("/replay?modelversion=", 400),  # matched nothing: no event has one empty
-            ("/replay?correlationid=&format=parquet", 400),
+            ("/replay?types=", 422),  # matched every type
+            ("/replay?types=,%20", 422),
+            ("/replay?types=a&types=", 422),  # each names a type
+            ("/replay?modelversion=", 422),  # matched nothing: no event has one empty
+            ("/replay?correlationid=&format=parquet", 422),
         ],
     )
     async def test_rest(self, client: httpx2.AsyncClient, path: str, status: int) -> None:
