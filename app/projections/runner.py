@@ -24,20 +24,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
 from app.projections.base import Projection, Selection, Selective
+from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
 
@@ -49,17 +50,6 @@ class ProjectionFailed(Exception):
     def __init__(self, position: int, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.position = position
-
-
-class Leadership:
-    """The lead of one projection: its advisory lock, held by one connection."""
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
-
-    async def confirm(self) -> None:
-        """Raises when the lock's connection is gone (and the lock with it)."""
-        await self._conn.execute(select(1))
 
 
 class ProjectionRunner:
@@ -195,28 +185,11 @@ class ProjectionRunner:
             )
         return applied
 
-    @contextlib.asynccontextmanager
-    async def leadership(self, projection: Projection) -> AsyncIterator[Leadership | None]:
-        """Try to lead ``projection``; yields the lead when this runner has it, else None.
-        The lock lives as long as the connection, so a crashed leader releases it at once
-        (and a leader whose connection died has lost it: ``Leadership.confirm``)."""
-        conn = await self._engine.connect()
-        try:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            key = func.hashtextextended(f"causeway.projection:{projection.name}", 0)
-            leading = bool((await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar())
-            try:
-                yield Leadership(conn) if leading else None
-            finally:
-                if leading:
-                    # On a connection that died the lock is gone already; the error of
-                    # unlocking it must not replace what is propagating (a cancellation
-                    # at shutdown, which the loop would otherwise take for an outage).
-                    with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
-                        await conn.execute(select(func.pg_advisory_unlock(key)))
-        finally:
-            with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
-                await conn.close()
+    def leadership(
+        self, projection: Projection
+    ) -> contextlib.AbstractAsyncContextManager[Leadership | None]:
+        """Try to lead ``projection``: the lead when this runner has it, else None."""
+        return take_lead(self._engine, f"causeway.projection:{projection.name}")
 
     async def _follow(self, projection: Projection) -> None:
         while True:

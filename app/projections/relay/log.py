@@ -9,21 +9,19 @@ connection of its own, as a projection's runner does (``app.projections.runner``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
 from sqlalchemy import any_, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, projection_checkpoints
 from app.projections import checkpoints
+from app.projections.leadership import Leadership, take_lead
 from app.projections.relay.subjects import Tenants
 from app.store.reads import compact_json, structured_json
 
@@ -103,35 +101,11 @@ async def fetch_relay_status(conn: AsyncConnection, stream: str, tenants: Tenant
     )
 
 
-class Leadership:
-    """The lead of one relay: its advisory lock, held by one connection."""
-
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
-
-    async def confirm(self) -> None:
-        """Raises when the lock's connection is gone (and the lock with it)."""
-        await self._conn.execute(select(1))
-
-
-@contextlib.asynccontextmanager
-async def leadership(engine: AsyncEngine, name: str) -> AsyncIterator[Leadership | None]:
-    """Try to lead the relay ``name``; yields the lead when this process has it, else None.
-    A crashed leader's connection closes, and its lock goes with it."""
-    conn = await engine.connect()
-    try:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        key = func.hashtextextended(f"causeway.{name}", 0)
-        leading = bool((await conn.execute(select(func.pg_try_advisory_lock(key)))).scalar())
-        try:
-            yield Leadership(conn) if leading else None
-        finally:
-            if leading:
-                with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
-                    await conn.execute(select(func.pg_advisory_unlock(key)))
-    finally:
-        with contextlib.suppress(SQLAlchemyError, psycopg.Error, OSError):
-            await conn.close()
+def leadership(
+    engine: AsyncEngine, name: str
+) -> contextlib.AbstractAsyncContextManager[Leadership | None]:
+    """Try to lead the relay ``name``: the lead when this process has it, else None."""
+    return take_lead(engine, f"causeway.{name}")
 
 
 def _statement(kinds: tuple[DriverStatement, ...], tenants: Tenants) -> DriverStatement:

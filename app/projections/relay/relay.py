@@ -38,6 +38,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.projections import checkpoints
+from app.projections.leadership import Leadership
 from app.projections.relay import log
 from app.projections.relay.messages import Mode, headers_and_payload
 from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
@@ -116,7 +117,7 @@ class NatsRelay:
                 logger.exception("relay: unexpected failure")
             await asyncio.sleep(self.config.poll_interval_s)
 
-    async def _lead(self, lead: log.Leadership) -> None:
+    async def _lead(self, lead: Leadership) -> None:
         backoff_s = 0.1
         while True:
             await lead.confirm()
@@ -130,7 +131,7 @@ class NatsRelay:
             backoff_s = min(backoff_s, self.config.max_backoff_s)
             await asyncio.sleep(backoff_s)
 
-    async def _session(self, lead: log.Leadership) -> None:
+    async def _session(self, lead: Leadership) -> None:
         """Connect, make sure of the stream, and publish until something fails."""
         self._refused.clear()
         nc = await nats.connect(
@@ -231,7 +232,7 @@ class NatsRelay:
         return checkpoint, last_id
 
     async def _read_ahead(
-        self, lead: log.Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]
+        self, lead: Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]
     ) -> None:
         """Read the log a batch ahead of the publisher: the next batch's query runs while
         the one before is sent."""
