@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +30,7 @@ from app.projections.relay.log import checkpoint_name, read_batch, read_checkpoi
 from app.projections.relay.messages import headers_and_payload
 from app.projections.relay.relay import NatsRelay, RelayConfig
 from app.projections.relay.subjects import Tenants, msg_id, subject_for
-from bench._harness import Row, bench_server, ensure_database, free_port, print_table
+from bench._harness import Row, bench_server, free_port, print_table, stored_events
 from bench.replay import build
 
 Message = tuple[str, dict[str, str], bytes]
@@ -135,13 +136,9 @@ def main() -> None:
     total = args.events or (5_000 if args.quick else 200_000)
 
     with bench_server() as server:
-        url, existed = ensure_database(server, f"causeway_bench_relay_{total}", fresh=False)
-        with psycopg.connect(libpq_conninfo(url)) as conn:
-            stored = conn.execute("SELECT count(*) FROM events").fetchone()
-        if not (existed and stored and stored[0] == total + 1):
-            url, _ = ensure_database(server, url.database or "", fresh=True)
-            print(f"building a store of {total:,} events")
-            asyncio.run(build(url, total))
+        url, _ = stored_events(
+            server, f"causeway_bench_relay_{total}", total, functools.partial(build, total=total)
+        )
         messages = asyncio.run(load_messages(url))
         with nats_server() as nats_url:
             base_s = asyncio.run(bare(nats_url, messages))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import functools
 import io
 import time
 from typing import Any
@@ -31,10 +32,10 @@ from app.store.records import NewEvent
 from bench._harness import (
     Row,
     bench_server,
-    ensure_database,
     print_table,
     served,
     settle,
+    stored_events,
 )
 from bench.ingest import DETECTOR
 
@@ -173,13 +174,10 @@ def main() -> None:
     total = args.events or (20_000 if args.quick else 1_000_000)
 
     with bench_server() as server:
-        url, existed = ensure_database(server, f"causeway_bench_replay_{total}", fresh=False)
-        with psycopg.connect(libpq_conninfo(url)) as conn:
-            stored = conn.execute("SELECT count(*) FROM events").fetchone()
-        if not (existed and stored and stored[0] == total + 1):
-            url, _ = ensure_database(server, url.database or "", fresh=True)
-            print(f"building a store of {total:,} events")
-            asyncio.run(build(url, total))
+        url, built = stored_events(
+            server, f"causeway_bench_replay_{total}", total, functools.partial(build, total=total)
+        )
+        if built:
             with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
                 conn.execute("VACUUM ANALYZE events")
         key = asyncio.run(make_key(url))
