@@ -40,8 +40,8 @@ def test_every_option_says_what_it_is_and_its_default(path: list[str], command: 
         names, text = param.get_help_record(ctx)
         assert text.strip(), f"{' '.join(path)} {names}: no help"
         if param.param_type_name == "argument":
-            metavar = names.split()[0]
-            assert _WORD.fullmatch(metavar), f"{' '.join(path)}: argument {names}"
+            # the word alone: no type label after it ("FILE", never "FILE <path>")
+            assert _WORD.fullmatch(names), f"{' '.join(path)}: argument {names}"
             continue
         value = names.split(" / ")[0].split(maxsplit=1)[1:]  # what follows the option's name
         if param.is_flag:
