@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,7 +91,8 @@ def serve(
         # server has stopped.
         os.environ["CAUSEWAY_DATABASE_URL"] = url_text(url)
         try:
-            run_server(settings, bind_host, bind_port, workers or settings.workers)
+            with _sigterm_exits():
+                run_server(settings, bind_host, bind_port, workers or settings.workers)
         finally:
             if address_file is not None:
                 address_file.unlink(missing_ok=True)
@@ -156,6 +158,24 @@ def _address(host: str, port: int) -> str:
     """Where a client on this machine reaches ``host:port`` (a wildcard: the loopback)."""
     reach = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)  # noqa: S104  # a name, not a bind
     return f"http://[{reach}]:{port}" if ":" in reach else f"http://{reach}:{port}"
+
+
+@contextlib.contextmanager
+def _sigterm_exits() -> Iterator[None]:
+    """SIGTERM stops the service as Ctrl-C does, the embedded PostgreSQL included. uvicorn
+    shuts down on SIGTERM, restores the handler it found and raises the signal again (so
+    that the process ends as the signal asks); under the default handler that ends the
+    process at once, before the ``finally`` that stops PostgreSQL. This handler turns it
+    into ``SystemExit(143)`` (128 + 15, a shell's status for SIGTERM) once uvicorn is done."""
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def run_server(settings: Settings, host: str, port: int, workers: int) -> None:

@@ -92,10 +92,13 @@ def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path:
             f"{base}/events", content=orjson.dumps(sent), headers={**STRUCTURED, **auth}
         )
         assert posted.status_code == 201
+    # serving() ended it with SIGTERM, as a process manager would: PostgreSQL stopped too
+    assert not (data / "pg" / "postmaster.pid").exists()
     with serving(env) as base:
         stored = httpx2.get(f"{base}/events/{sent['id']}", headers=auth)
         assert stored.status_code == 200
         assert stored.json()["data"] == sent["data"]
+    assert not (data / "pg" / "postmaster.pid").exists()
 
 
 def test_serve_runs_the_projections(database_url: URL, tmp_path: Path) -> None:
