@@ -32,6 +32,11 @@ def test_json_logs_of_two_workers_carry_the_request_id_and_tenant(
         )
         assert posted.status_code == 201
         assert posted.headers["x-request-id"] == "json-1"
+        read = httpx2.get(  # a route of FastAPI's stack, not the fast path
+            f"{base}/events/nothing-here",
+            headers={"Authorization": f"Bearer {key}", "X-Request-Id": "json-2"},
+        )
+        assert (read.status_code, read.headers["x-request-id"]) == (403, "json-2")
     lines = [orjson.loads(line) for line in output.read_text().splitlines() if line.strip()]
     assert any(line["message"].startswith(f"Causeway on {base}") for line in lines)
     started = [line for line in lines if line["message"].startswith("Started server process")]
@@ -41,3 +46,6 @@ def test_json_logs_of_two_workers_carry_the_request_id_and_tenant(
     assert access["tenant"] == "t"
     assert '"POST /events HTTP/1.1" 201' in access["message"]
     assert {"time", "level", "logger", "message"} <= access.keys()
+    [refused] = [line for line in lines if line.get("request_id") == "json-2"]
+    assert refused["tenant"] == "t"
+    assert '"GET /events/nothing-here HTTP/1.1" 403' in refused["message"]
