@@ -1,8 +1,12 @@
-"""``causeway serve`` with ``CAUSEWAY_LOG_FORMAT=json``: every line it writes is a JSON
-object, its worker processes' lines included, and a request's lines carry its id."""
+"""``CAUSEWAY_LOG_FORMAT=json``: every line ``causeway serve`` writes is a JSON object,
+its worker processes' lines included, and a request's lines carry its id; and so are the
+lines of the projection runner run alone."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -49,3 +53,27 @@ def test_json_logs_of_two_workers_carry_the_request_id_and_tenant(
     [refused] = [line for line in lines if line.get("request_id") == "json-2"]
     assert refused["tenant"] == "t"
     assert '"GET /events/nothing-here HTTP/1.1" 403' in refused["message"]
+
+
+def test_the_projection_runner_alone_logs_json_lines_too(database_url: URL) -> None:
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_LOG_FORMAT="json",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "project"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    lines: list[dict[str, str]] = []
+    while not lines or not lines[-1]["message"].startswith("following "):  # it has started
+        said = process.stderr.readline()
+        assert said, "project ended before it said what it follows"
+        lines.append(orjson.loads(said))
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=30)
+    lines += [orjson.loads(line) for line in rest.splitlines() if line.strip()]
+    assert any(line["logger"] == "causeway" for line in lines)  # what it said it follows
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
