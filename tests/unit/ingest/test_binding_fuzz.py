@@ -76,6 +76,8 @@ CORPUS: list[tuple[str | None, list[tuple[bytes, bytes]], bytes]] = [
     ("application/json; charset=iso-8859-1", [(b"ce-specversion", b"1.0"), (b"ce-id", b"a"), (b"ce-source", b"/s"), (b"ce-type", b"t")], b'{"a":1,"a":2}'),
     ("application/octet-stream", [(b"ce-specversion", b"1.0"), (b"ce-id", b"a"), (b"ce-source", b"/s"), (b"ce-type", b"t"), (b"ce-expectedversion", b"99999999999"), (b"ce-datacontenttype", b"x/y")], b"\x00\xff"),
     ("application/json", [], b"{}"),
+    (STRUCTURED, [], b'{"specversion":"1.0","id":"A","source":"/s","type":"t","subject":"s","time":"2026-12-05T13:22:34.030523+01:00","causationid":"B, C","correlationid":"r","modelname":"m","modelversion":"1","modelsig":"sha256:00","expectedversion":0,"dataschema":"urn:x","datacontenttype":"application/json","x1":true,"x2":-7}'),
+    ("text/plain; charset=utf-8", [(b"ce-specversion", b"1.0"), (b"ce-id", b"A"), (b"ce-source", b"/s"), (b"ce-type", b"t"), (b"ce-time", b"2026-02-30T25:61:00Z"), (b"ce-expectedversion", b"007"), (b"ce-causationid", b"B,,C"), (b"ce-modelsig", b"x")], b"text"),
 ]  # fmt: skip
 
 # A byte a mutation puts in: JSON's punctuation, escapes, digits, what breaks UTF-8.
