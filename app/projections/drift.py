@@ -3,8 +3,8 @@ when a producer's median drift passes the threshold.
 
 For every event with a ``time`` (Causeway's own ``causeway.*`` events aside: they carry
 the time of what caused them, not a producer's clock), drift is ``recorded_at - time``.
-Per tenant and source it keeps the drift of the events recorded in the last minute (at
-most ``WINDOW_SAMPLES``, the newest), with ``recorded_at`` as the clock, so a rebuild
+Per tenant and source it keeps the last minute's samples (the drift of the source's
+first event in each quarter second), with ``recorded_at`` as the clock, so a rebuild
 gives the same medians. When the median passes ``alert_s`` either way it appends one
 ``causeway.alert.raised`` caused by the event that crossed the line, and raises another
 only after the median came back within half the threshold (so a median hovering at the
@@ -36,11 +36,16 @@ ALERT_RAISED = "causeway.alert.raised"
 SOURCE = "causeway:drift"
 STREAM = "causeway:drift"  # the scheduler's alerts are on causeway:alert:<queue>
 WINDOW_US = 60_000_000  # the last minute, by recorded_at
-WINDOW_SAMPLES = 256  # a busy source's median is of its newest events in that minute
+# A source's sample is the first event of each quarter second (by recorded_at; a group
+# commit's events share one): a busy source's state is written 4 times a second at most,
+# not per event, and a minute's samples fit in the window.
+SLOT_US = 250_000
+WINDOW_SAMPLES = 256
 _MICROSECOND = timedelta(microseconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAMESPACE = uuid.UUID("6c1d2a8e-3f0b-4f4e-9d57-2b8a1e0c7d41")
 _Key = tuple[str, str]  # tenant, source
+_State = tuple[list[list[int]], bool, float]  # samples, alerting, their median
 
 
 class DriftWatch:
@@ -54,7 +59,7 @@ class DriftWatch:
         self._meter = DriftMeter(max_sources)
         # Per-source state read in this batch's transaction; a new connection (the next
         # batch, a retry after a rollback, a rebuild) reads it again from the table.
-        self._state: dict[_Key, tuple[list[list[int]], bool]] = {}
+        self._state: dict[_Key, _State] = {}
         self._batch: AsyncConnection | None = None
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
@@ -68,33 +73,35 @@ class DriftWatch:
             self._state.clear()
             self._batch = conn
         key = (record.tenant, record.source)
-        samples, alerting = await self._read(conn, key)
+        samples, alerting, median_us = await self._read(conn, key)
         now_us = _micros(record.recorded_at)
         drift_us = (record.recorded_at - at) // _MICROSECOND
-        samples = [s for s in samples if s[0] > now_us - WINDOW_US]
-        samples.append([now_us, drift_us])
-        samples = samples[-WINDOW_SAMPLES:]
-        median_us = statistics.median(s[1] for s in samples)
-        if abs(median_us) > self._alert_us:
-            if not alerting:
-                await self._raise(conn, record, median_us)
-            alerting = True
-        elif abs(median_us) <= self._alert_us / 2:
-            alerting = False
-        self._state[key] = (samples, alerting)
-        values: dict[str, Any] = {
-            "samples": samples,
-            "alerting": alerting,
-            "position": record.position,
-        }
-        await conn.execute(
-            insert(drift_sources)
-            .values(tenant=record.tenant, source=record.source, **values)
-            .on_conflict_do_update(index_elements=["tenant", "source"], set_=values)
-        )
+        if not samples or samples[-1][0] // SLOT_US != now_us // SLOT_US:
+            # The slot's first event: a new sample, and a new median to judge.
+            samples = [s for s in samples if s[0] > now_us - WINDOW_US]
+            samples.append([now_us, drift_us])
+            samples = samples[-WINDOW_SAMPLES:]
+            median_us = statistics.median(s[1] for s in samples)
+            if abs(median_us) > self._alert_us:
+                if not alerting:
+                    await self._raise(conn, record, median_us)
+                alerting = True
+            elif abs(median_us) <= self._alert_us / 2:
+                alerting = False
+            self._state[key] = (samples, alerting, median_us)
+            values: dict[str, Any] = {
+                "samples": samples,
+                "alerting": alerting,
+                "position": record.position,
+            }
+            await conn.execute(
+                insert(drift_sources)
+                .values(tenant=record.tenant, source=record.source, **values)
+                .on_conflict_do_update(index_elements=["tenant", "source"], set_=values)
+            )
         self._meter.observe(record.source, drift_us / 1e6, median_us / 1e6)
 
-    async def _read(self, conn: AsyncConnection, key: _Key) -> tuple[list[list[int]], bool]:
+    async def _read(self, conn: AsyncConnection, key: _Key) -> _State:
         if key not in self._state:
             d = drift_sources.c
             row = (
@@ -102,7 +109,11 @@ class DriftWatch:
                     select(d.samples, d.alerting).where(d.tenant == key[0], d.source == key[1])
                 )
             ).one_or_none()
-            self._state[key] = ([], False) if row is None else (row.samples, row.alerting)
+            if row is None:
+                self._state[key] = ([], False, 0.0)
+            else:
+                median_us = statistics.median(s[1] for s in row.samples)
+                self._state[key] = (row.samples, row.alerting, median_us)
         return self._state[key]
 
     async def _raise(self, conn: AsyncConnection, record: ChainRecord, median_us: float) -> None:
