@@ -4,6 +4,7 @@ CAUSEWAY_MAX_FUTURE_S set, an event stamped too far ahead is refused."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -97,3 +98,18 @@ async def test_an_event_stamped_past_max_future_s_is_refused_naming_both_times(
     near = stamped(AHEAD, 3.0)
     response = await client.post("/events", content=dumps(near), headers=STRUCTURED)
     assert response.status_code == 201
+
+
+async def test_a_source_alerts_again_only_after_it_recovered(
+    app: FastAPI, client: httpx2.AsyncClient
+) -> None:
+    # A sample per quarter second of recorded_at: each post below waits past one.
+    for offset in (3.0, 0.0, 0.0, 3.0, 3.0, 3.0):
+        response = await client.post(
+            "/events", content=dumps(stamped(AHEAD, offset)), headers=STRUCTURED
+        )
+        assert response.status_code == 201, response.text
+        await catch_up(app)
+        await asyncio.sleep(0.26)
+    # Medians: -3 (alert), -1.5 (still past 1 s), 0 (recovered), -1.5 (alert), -3, -3.
+    assert len(await alerts(client)) == 2
