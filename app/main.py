@@ -143,6 +143,7 @@ def create_relay(settings: Settings, database_url: str | URL) -> NatsRelay | Non
         ack_timeout_s=settings.nats_ack_timeout_s,
         max_pending=settings.nats_max_pending,
         batch_events=settings.nats_batch_events,
+        batch_bytes=settings.nats_batch_bytes,
         poll_interval_s=settings.projection_poll_interval_s,
     )
     return NatsRelay(engine, config, listen_dsn=libpq_conninfo(database_url))

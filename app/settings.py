@@ -109,7 +109,9 @@ class Settings(BaseSettings):
     # At least twice the ack timeout: see docs/relay.md, "The duplicate window".
     nats_duplicate_window_s: float = Field(default=120.0, ge=1, le=86_400)
     nats_max_pending: int = Field(default=4000, ge=1, le=1_000_000)  # acks in flight
-    nats_batch_events: int = Field(default=1000, ge=1, le=100_000)
+    # A batch the relay reads ends at whichever comes first (docs/relay.md, "Batches").
+    nats_batch_events: int = Field(default=10_000, ge=1, le=100_000)
+    nats_batch_bytes: int = Field(default=16 << 20, ge=1 << 10, le=1 << 30)
 
     @field_validator("scheduler_max_workers")
     @classmethod

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import nats
 import psycopg
@@ -64,7 +65,7 @@ async def load_messages(url: URL) -> list[Message]:
     async with engine.connect() as conn:
         head = await read_head(conn)
         after = 0
-        while batch := await read_batch(conn, after, head, 5000, Tenants()):
+        while batch := (await read_batch(conn, after, head, 5000, 64 << 20, Tenants())).events:
             for event in batch:
                 headers, payload = headers_and_payload(event.document, "structured")
                 headers["Nats-Msg-Id"] = msg_id(event.tenant, event.position)
@@ -92,7 +93,7 @@ async def bare(server: str, messages: list[Message]) -> float:
     return elapsed
 
 
-async def relayed(server: str, url: URL, total: int) -> float:
+async def relayed(server: str, url: URL, total: int, config: RelayConfig) -> float:
     """Seconds for the relay to take its checkpoint from 0 to the head."""
     with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute(
@@ -104,7 +105,7 @@ async def relayed(server: str, url: URL, total: int) -> float:
     )
     await nc.close()
     engine = create_engine(url, pool_size=3, statement_timeout_ms=0)
-    relay = NatsRelay(engine, RelayConfig(servers=[server], poll_interval_s=0.05))
+    relay = NatsRelay(engine, replace(config, servers=[server]))
     watcher = create_engine(url, pool_size=1)
     started = time.perf_counter()
     task = asyncio.create_task(relay.run())
@@ -132,7 +133,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small store, for CI")
     parser.add_argument("--events", type=int, default=None)
+    defaults = RelayConfig(servers=[], poll_interval_s=0.05)
+    parser.add_argument(
+        "--batch-events", type=int, default=defaults.batch_events, help="CAUSEWAY_NATS_BATCH_EVENTS"
+    )
+    parser.add_argument(
+        "--batch-bytes", type=int, default=defaults.batch_bytes, help="CAUSEWAY_NATS_BATCH_BYTES"
+    )
     args = parser.parse_args()
+    config = replace(defaults, batch_events=args.batch_events, batch_bytes=args.batch_bytes)
     total = args.events or (5_000 if args.quick else 200_000)
 
     with bench_server() as server:
@@ -143,10 +152,11 @@ def main() -> None:
         with nats_server() as nats_url:
             base_s = asyncio.run(bare(nats_url, messages))
         with nats_server() as nats_url:
-            ours_s = asyncio.run(relayed(nats_url, url, len(messages)))
+            ours_s = asyncio.run(relayed(nats_url, url, len(messages), config))
     count = len(messages)
     print_table(
-        f"relay: {count:,} events into JetStream (one nats-server, R1, acks awaited)",
+        f"relay: {count:,} events into JetStream (one nats-server, R1, acks awaited; "
+        f"batches of {config.batch_events:,} events or {config.batch_bytes:,} bytes)",
         [Row("publish rate (events/s)", count / ours_s, count / base_s, "events/s")],
         "bare nats-py publish_async",
     )

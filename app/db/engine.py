@@ -247,3 +247,17 @@ class DriverStatement:
 
     async def run(self, conn: AsyncConnection, **values: Any) -> None:
         await (await driver_of(conn)).execute(self.sql, {**self.fixed, **values}, prepare=True)
+
+    @asynccontextmanager
+    async def cursor(self, conn: AsyncConnection, **values: Any) -> AsyncIterator[Fetcher]:
+        """Its rows a fetch at a time (``await fetcher.fetchmany(n)``, named tuples), from a
+        server-side cursor in ``conn``'s transaction: PostgreSQL computes a row only when
+        it is fetched, so a reader that stops early never pays for the rest."""
+        driver = await driver_of(conn)
+        async with driver.cursor(name="causeway_rows", row_factory=namedtuple_row) as cursor:
+            await cursor.execute(self.sql, {**self.fixed, **values})
+            yield cursor
+
+
+class Fetcher(Protocol):
+    async def fetchmany(self, size: int = 0) -> list[Any]: ...

@@ -51,14 +51,35 @@ def checkpoint_name(stream: str) -> str:
     return f"relay:nats:{stream}"
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    events: list[Relayed]
+    more: bool  # it stopped at its limit of events or bytes: more may follow before the head
+
+
 async def read_batch(
-    conn: AsyncConnection, after: int, head: int, limit: int, tenants: Tenants
-) -> list[Relayed]:
-    """The events to send in (after, head], in position order, ``limit`` at most."""
-    rows = await _statement(_BATCH, tenants).rows(
-        conn, after=after, head=head, limit=limit, names=sorted(tenants.names)
-    )
-    return [Relayed(r.position, r.tenant, r.type, compact_json(r.json).encode()) for r in rows]
+    conn: AsyncConnection, after: int, head: int, limit: int, max_bytes: int, tenants: Tenants
+) -> Batch:
+    """The events to send in (after, head], in position order: ``limit`` at most, and no
+    more once their documents reach ``max_bytes`` (the first always comes, whatever its
+    size). The rows come from a server-side cursor a few at a time, as many as the
+    documents read so far say fit in what is left, so PostgreSQL builds no document past
+    the cap and memory holds about ``max_bytes`` whatever the events' sizes."""
+    batch: list[Relayed] = []
+    size, fetch = 0, _FIRST_FETCH
+    statement = _statement(_BATCH, tenants)
+    values = {"after": after, "head": head, "limit": limit, "names": sorted(tenants.names)}
+    async with statement.cursor(conn, **values) as cursor:
+        while rows := await cursor.fetchmany(fetch):
+            for r in rows:
+                document = compact_json(r.json).encode()
+                batch.append(Relayed(r.position, r.tenant, r.type, document))
+                size += len(document)
+                if size >= max_bytes:
+                    return Batch(batch, more=True)
+            mean = size // len(batch) + 1
+            fetch = max(1, min(_MAX_FETCH, (max_bytes - size) // mean))
+    return Batch(batch, more=len(batch) == limit)
 
 
 async def read_checkpoint(conn: AsyncConnection, name: str) -> int:
@@ -132,6 +153,10 @@ _BATCH = _three(
     .order_by(events.c.position)
     .limit(bindparam("limit"))
 )
+# Rows a fetch of the batch's cursor: the first few tell the documents' size, and the
+# next fetches take what fits in the bytes left, never more than _MAX_FETCH at once.
+_FIRST_FETCH = 32
+_MAX_FETCH = 2000
 _CHECKPOINT = DriverStatement.of(select(_c.position).where(_c.name == bindparam("which")))
 _ADVANCE = DriverStatement.of(
     update(projection_checkpoints)

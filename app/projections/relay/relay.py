@@ -76,7 +76,8 @@ class RelayConfig:
     duplicate_window_s: float = 120.0
     ack_timeout_s: float = 5.0
     max_pending: int = 4000
-    batch_events: int = 1000
+    batch_events: int = 10_000
+    batch_bytes: int = 16 << 20
     poll_interval_s: float = 1.0
     max_backoff_s: float = 5.0
 
@@ -240,8 +241,11 @@ class NatsRelay:
         while True:
             async with self._engine.connect() as conn:
                 head = await checkpoints.read_head(conn)
-                batch = await log.read_batch(conn, after, head, config.batch_events, config.tenants)
-            reached = batch[-1].position if len(batch) == config.batch_events else head
+                read = await log.read_batch(
+                    conn, after, head, config.batch_events, config.batch_bytes, config.tenants
+                )
+            batch = read.events
+            reached = batch[-1].position if read.more else head
             if reached <= after:
                 await self._wait()
                 await lead.confirm()  # idle: is this relay still the leader?

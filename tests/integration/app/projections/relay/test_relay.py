@@ -18,6 +18,9 @@ from sqlalchemy import URL
 
 from app.cli import main
 from app.main import create_app, create_relay, dispose
+from app.projections.checkpoints import read_head
+from app.projections.relay.log import read_batch
+from app.projections.relay.subjects import Tenants
 from app.settings import Settings
 from tests.integration.app.projections.relay.jetstream import consume, wait_relayed
 from tests.integration.conftest import MakeKey, asgi_client
@@ -246,3 +249,34 @@ class TestUnreachable:
             await wait_relayed(app.state.relay._engine, "CAUSEWAY", timeout_s=60)
             got = await consume(nats_server.url, "CAUSEWAY", "check", len(ids))
         assert [orjson.loads(m.data)["id"] for m in got] == ids  # each once, in order
+
+
+class TestBatches:
+    async def test_a_batch_ends_at_its_bytes_and_every_event_still_goes_in_order(
+        self, nats_server: Nats, database_url: URL, make_key: MakeKey
+    ) -> None:
+        settings = nats_settings(nats_server.url, nats_batch_events=40, nats_batch_bytes=4096)
+        key = await make_key("acme")
+        # tiny events, and every seventh one of 3 KB: a batch of 40 would be ~20 KB
+        sent = [event(data={"blob": "x" * (3000 if i % 7 == 0 else 1)}) for i in range(120)]
+        async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+            assert (await acme.post("/events", content=dumps(sent), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+            got = await consume(nats_server.url, "CAUSEWAY", "check", 120)
+            async with app.state.engine.connect() as conn:
+                head = await read_head(conn)
+                capped = await read_batch(conn, 0, head, 40, 4096, Tenants())
+                one = await read_batch(conn, 0, head, 40, 1024, Tenants())
+                whole = await read_batch(conn, 0, head, 1000, 1 << 20, Tenants())
+        assert [orjson.loads(m.data)["id"] for m in got] == [e["id"] for e in sent]
+        # the bytes end it: more may follow; what it holds passed the cap by one document
+        sizes = [len(e.document) for e in capped.events]
+        assert capped.more
+        assert 1 < len(sizes) < 40
+        assert sum(sizes[:-1]) < 4096 <= sum(sizes)
+        # the first event always comes, however large
+        assert one.more
+        assert [len(e.document) > 3000 for e in one.events] == [True]
+        # under both limits: the head was reached
+        assert not whole.more
+        assert len(whole.events) == 120
