@@ -204,6 +204,15 @@ class ReservedType(InvalidEvent):
     )
 
 
+class TimeInFuture(InvalidEvent):
+    code = "time-in-future"
+    title = "Event time ahead of the server's clock"
+    about = (
+        "The event's time is more than CAUSEWAY_MAX_FUTURE_S seconds ahead of the server's "
+        "clock (the detail names both): the producer's clock runs ahead. Off unless set."
+    )
+
+
 class EventTooLarge(InvalidEvent):
     code = "event-too-large"
     title = "Event over a size limit"

@@ -32,6 +32,7 @@ from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
 from app.projections.base import Projection
 from app.projections.deployments import Deployments
+from app.projections.drift import DRIFT_GATHER_S, DriftWatch
 from app.projections.model_registry import ModelRegistry
 from app.projections.relay.relay import NatsRelay, RelayConfig
 from app.projections.relay.subjects import Tenants
@@ -68,6 +69,7 @@ def limits_from(settings: Settings) -> Limits:
         max_event_data_bytes=settings.max_event_data_bytes,
         max_request_bytes=settings.max_request_bytes,
         max_batch_events=settings.max_batch_events,
+        max_future_s=settings.max_future_s,
     )
 
 
@@ -87,9 +89,11 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
     )
 
 
-def every_projection() -> list[Projection]:
+def every_projection(settings: Settings | None = None) -> list[Projection]:
     """Every projection of the project, the one list: what serve runs and the CLI manages."""
-    return [ModelRegistry(), Deployments(), *scheduler_projections()]
+    settings = settings or Settings()
+    drift = DriftWatch(alert_s=settings.drift_alert_s, max_sources=settings.drift_max_sources)
+    return [ModelRegistry(), Deployments(), drift, *scheduler_projections()]
 
 
 def lease_policy_from(settings: Settings) -> LeasePolicy:
@@ -105,7 +109,7 @@ def lease_policy_from(settings: Settings) -> LeasePolicy:
 
 def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunner:
     """The projection runner, on an engine of its own (a leader holds a connection)."""
-    projections = every_projection()
+    projections = every_projection(settings)
     engine = create_engine(
         database_url,
         pool_size=len(projections) + 2,
@@ -117,6 +121,7 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
         listen_dsn=libpq_conninfo(database_url),
         poll_interval_s=settings.projection_poll_interval_s,
         batch_sizes={Dispatcher.name: DISPATCH_BATCH},
+        gathers_s={DriftWatch.name: DRIFT_GATHER_S},
     )
 
 
