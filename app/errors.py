@@ -19,7 +19,8 @@
     │   ├── InvalidOpenLineageEvent 422 invalid-openlineage-event
     │   ├── UnknownCause        422 unknown-cause
     │   ├── ReservedType        422 reserved-type
-    │   └── EventTooLarge       422 event-too-large
+    │   ├── EventTooLarge       422 event-too-large
+    │   └── TimeInFuture        422 time-in-future
     └── Unavailable             503 unavailable
         └── Timeout             503 timeout
 
