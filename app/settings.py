@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
     # Clock drift (app.projections.drift, docs/observability.md): a source's median drift
-    # past this, either way, raises an alert event; the first N sources get metric labels.
-    drift_alert_s: float = Field(default=5.0, gt=0)
+    # past this, either way, raises an alert event (unset: none, as events with past times,
+    # a backfill's, an OpenLineage run's, are common); the first N sources get metric labels.
+    drift_alert_s: float | None = Field(default=None, gt=0)
     drift_max_sources: int = Field(default=100, ge=0, le=10_000)
     statement_timeout_ms: int = Field(default=30_000, ge=0, le=2**31 - 1)  # PostgreSQL's int
     graphql_max_request_bytes: int = Field(default=1 << 20, ge=1024)

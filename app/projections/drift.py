@@ -15,6 +15,7 @@ runs once per database (the runner's leader), whatever the number of API process
 
 from __future__ import annotations
 
+import math
 import statistics
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -56,8 +57,9 @@ class DriftWatch:
     tables = (drift_sources,)
     types = None
 
-    def __init__(self, *, alert_s: float = 5.0, max_sources: int = 100) -> None:
-        self._alert_us = alert_s * 1e6
+    def __init__(self, *, alert_s: float | None = None, max_sources: int = 100) -> None:
+        """``alert_s``: None raises no alert (the metrics are kept all the same)."""
+        self._alert_us = math.inf if alert_s is None else alert_s * 1e6
         self._alert_s = alert_s
         self._meter = DriftMeter(max_sources)
         # Per-source state read in this batch's transaction; a new connection (the next

@@ -332,10 +332,11 @@ class TestProjectionsStatus:
         assert behind["name"] == "model-registry"
         assert (behind["checkpoint"], behind["head"], behind["lag_events"]) == (0, 1, 1)
         await catch_up(app)
-        current, deployments, dispatch, tasks = (await admin.get("/projections")).json()[
+        current, deployments, drift, dispatch, tasks = (await admin.get("/projections")).json()[
             "projections"
         ]
         assert deployments["name"] == "deployments"
+        assert (drift["name"], drift["lag_events"]) == ("drift", 0)
         assert (dispatch["name"], dispatch["lag_events"]) == ("scheduler-dispatch", 0)
         assert (tasks["name"], tasks["lag_events"]) == ("scheduler-tasks", 0)
         assert (current["checkpoint"], current["lag_events"], current["lag_seconds"]) == (1, 0, 0)
