@@ -53,10 +53,16 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
     tenant = f"t{token_hex(4)}"  # the counters are the process's: a tenant of this test's own
     async with asgi_client(relaying_app, await make_key(tenant, "ingest,read,admin")) as client:
         first = event(subject="cam")
-        for body in (first, first, event(subject="cam"), event(subject="cam", expectedversion=0)):
+        effect = event(subject="cam", causationid=first["id"])
+        for body in (first, first, effect, event(subject="cam", expectedversion=0)):
             await client.post("/events", content=dumps(body), headers=STRUCTURED)
         appends = samples((await client.get("/metrics")).text)
         assert (await client.get(f"/events/{first['id']}")).status_code == 200
+        walk = (
+            f'{{ lineage(id: "{first["id"]}", direction: DOWNSTREAM, limit: 0) {{ truncated }} }}'
+        )
+        asked = await client.post("/graphql", json={"query": walk})
+        assert asked.json()["data"]["lineage"]["truncated"] is True
         await define(client, id="r", types=["job"], kind="k", queue="q")
         await post(client, type="job")
         await catch_up(relaying_app)
@@ -75,6 +81,9 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
     ready = [v for (name, labels), v in found.items() if name == "causeway_queue_ready_tasks"]
     assert sum(ready) == 1
     assert value(found, "causeway_append_group_events_count") >= 1
+    assert value(found, "causeway_graphql_walk_duration_seconds_count", outcome="ok") >= 1
+    assert value(found, "causeway_graphql_walk_truncations_total", kind="lineage") >= 1
+    assert value(found, timed, route="/graphql", method="POST", status="2xx") >= 1
     assert ("causeway_db_pool_connections_in_use", frozenset({("pool", "main")})) in found
     assert ("causeway_relay_lag_events", frozenset({("stream", "CAUSEWAY")})) in found
     lags = {
