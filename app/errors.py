@@ -19,7 +19,8 @@
     │   ├── InvalidOpenLineageEvent 422 invalid-openlineage-event
     │   ├── UnknownCause        422 unknown-cause
     │   ├── ReservedType        422 reserved-type
-    │   └── EventTooLarge       422 event-too-large
+    │   ├── EventTooLarge       422 event-too-large
+    │   └── TimeInFuture        422 time-in-future
     └── Unavailable             503 unavailable
         └── Timeout             503 timeout
 
@@ -201,6 +202,15 @@ class ReservedType(InvalidEvent):
     about = (
         "Event types starting with 'causeway.', and ids and streams starting with 'causeway:', "
         "belong to the events Causeway writes itself."
+    )
+
+
+class TimeInFuture(InvalidEvent):
+    code = "time-in-future"
+    title = "Event time ahead of the server's clock"
+    about = (
+        "The event's time is more than CAUSEWAY_MAX_FUTURE_S seconds ahead of the server's "
+        "clock (the detail names both): the producer's clock runs ahead. Off unless set."
     )
 
 

@@ -24,125 +24,40 @@ from app.api import (
     replay,
 )
 from app.api.replay import ReplaySlots
-from app.db.engine import DriverPool, Engine, create_engine, libpq_conninfo
+from app.db.engine import Engine, create_engine, libpq_conninfo
 from app.db.schema import head_revision
 from app.errors import BadRequest
 from app.explorer import router as explorer
-from app.graphql.limits import GraphQLLimits
 from app.graphql.router import GraphQLApp, create_graphql
-from app.projections.base import Projection
-from app.projections.deployments import Deployments
-from app.projections.model_registry import ModelRegistry
-from app.projections.relay.relay import NatsRelay, RelayConfig
-from app.projections.relay.subjects import Tenants
-from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
-from app.store.replication import FallbackConnector, replica_name
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
 from app.web.dependencies import authorization_of, authorize, require
 from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
-from app.web.reads import ReadRouter, ReadSource
 from app.web.timeouts import Linger, Timeouts
+from app.wiring import (
+    create_relay,
+    create_runner,
+    graphql_connections,
+    graphql_limits_from,
+    lease_policy_from,
+    limits_from,
+    read_router_from,
+)
 from ingest.binding import BATCH, parse_request
-from ingest.limits import Limits
 from ingest.openlineage.router import LineageIngest
 from ingest.openlineage.router import create_router as create_lineage_router
 from ingest.router import CLOUDEVENT_SCHEMA, Ingest
 from ingest.router import create_router as create_ingest_router
 from scheduler.autoscale import PidController
-from scheduler.placement import OffPeak
-from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
-from scheduler.router import LeasePolicy, Principals
+from scheduler.router import Principals
 from scheduler.router import create_router as create_scheduler_router
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.service import SchedulerLoop, controller_from, timers_from
-
-
-def limits_from(settings: Settings) -> Limits:
-    return Limits(
-        max_attributes_bytes=settings.max_attributes_bytes,
-        max_event_data_bytes=settings.max_event_data_bytes,
-        max_request_bytes=settings.max_request_bytes,
-        max_batch_events=settings.max_batch_events,
-    )
-
-
-def graphql_limits_from(settings: Settings) -> GraphQLLimits:
-    return GraphQLLimits(
-        max_request_bytes=settings.graphql_max_request_bytes,
-        max_query_depth=settings.graphql_max_query_depth,
-        max_tokens=settings.graphql_max_tokens,
-        max_aliases=settings.graphql_max_aliases,
-        max_selections=settings.graphql_max_selections,
-        max_fragments=settings.graphql_max_fragments,
-        max_page_size=settings.graphql_max_page_size,
-        max_lineage_depth=settings.graphql_max_lineage_depth,
-        max_lineage_nodes=settings.graphql_max_lineage_nodes,
-        timeout_ms=settings.graphql_timeout_ms,
-        max_answer_items=settings.graphql_max_answer_items,
-    )
-
-
-def every_projection() -> list[Projection]:
-    """Every projection of the project, the one list: what serve runs and the CLI manages."""
-    return [ModelRegistry(), Deployments(), *scheduler_projections()]
-
-
-def lease_policy_from(settings: Settings) -> LeasePolicy:
-    return LeasePolicy(
-        lease_s=settings.scheduler_lease_s,
-        max_lease_s=settings.scheduler_max_lease_s,
-        max_wait_s=settings.scheduler_max_wait_s,
-        off_peak=OffPeak.parse(
-            settings.scheduler_off_peak_hours, settings.scheduler_off_peak_max_priority
-        ),
-    )
-
-
-def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunner:
-    """The projection runner, on an engine of its own (a leader holds a connection)."""
-    projections = every_projection()
-    engine = create_engine(
-        database_url,
-        pool_size=len(projections) + 2,
-        statement_timeout_ms=settings.statement_timeout_ms,
-    )
-    return ProjectionRunner(
-        engine,
-        projections,
-        listen_dsn=libpq_conninfo(database_url),
-        poll_interval_s=settings.projection_poll_interval_s,
-        batch_sizes={Dispatcher.name: DISPATCH_BATCH},
-    )
-
-
-def create_relay(settings: Settings, database_url: str | URL) -> NatsRelay | None:
-    """The relay to NATS JetStream when ``CAUSEWAY_NATS_URL`` is set, on an engine of its
-    own (its leader holds a connection); else None."""
-    if settings.nats_url is None:
-        return None
-    engine = create_engine(
-        database_url, pool_size=3, statement_timeout_ms=settings.statement_timeout_ms
-    )
-    config = RelayConfig(
-        servers=settings.nats_url.split(","),
-        stream=settings.nats_stream,
-        replicas=settings.nats_replicas,
-        tenants=Tenants.parse(settings.nats_tenants),
-        mode=settings.nats_mode,
-        duplicate_window_s=settings.nats_duplicate_window_s,
-        ack_timeout_s=settings.nats_ack_timeout_s,
-        max_pending=settings.nats_max_pending,
-        batch_events=settings.nats_batch_events,
-        batch_bytes=settings.nats_batch_bytes,
-        poll_interval_s=settings.projection_poll_interval_s,
-    )
-    return NatsRelay(engine, config, listen_dsn=libpq_conninfo(database_url))
 
 
 def create_app(
@@ -170,8 +85,8 @@ def create_app(
     decisions = Appender(decisions_engine, plan_ahead=False)
     # Long-polling leases wait for a wake-up on one listening connection of the process.
     wakeups = TaskWakeups(libpq_conninfo(database_url))
-    walks, graphql_reads = _graphql_connections(settings, database_url)
-    read_router = _read_router(settings, engine, walks, graphql_reads)
+    walks, graphql_reads = graphql_connections(settings, database_url)
+    read_router = read_router_from(settings, engine, walks, graphql_reads)
     runner = create_runner(settings, database_url)
     relay = create_relay(settings, database_url)
     controller = controller_from(settings)
@@ -236,76 +151,6 @@ def create_app(
     )
     _mount_routes(app, settings, controller)
     return app
-
-
-def _graphql_connections(
-    settings: Settings, database_url: str | URL, *, pre_ping: bool = False
-) -> tuple[DriverPool, Engine]:
-    """The walks' driver pool and the engine of GraphQL's other reads."""
-    # GraphQL's lineage and audit walks, on sessions whose statement timeout is their
-    # time budget: PostgreSQL stops a walk past it, however many a request asks for.
-    # The walk's plan is the same whatever the event (an index lookup of the root, the
-    # inlined causeway_walk, index joins), yet PostgreSQL kept planning it again for
-    # each one: half a millisecond of an audit. Generic plans skip that. A walk is one
-    # statement that only reads: no transaction around it. Two connections kept, twelve
-    # at most; a walk waits for one as long as its time budget, and a second at least.
-    walks = DriverPool(
-        database_url,
-        min_size=2,
-        max_size=12,
-        statement_timeout_ms=settings.graphql_timeout_ms,
-        wait_s=max(settings.graphql_timeout_ms / 1000, 1.0),
-        generic_plans=True,
-        name="walks",
-    )
-    # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
-    # at the time budget: on sessions of their own, whose statement timeout it is.
-    graphql_reads = create_engine(
-        database_url,
-        pool_size=settings.db_pool_size,
-        statement_timeout_ms=settings.graphql_timeout_ms,
-        pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait
-        pre_ping=pre_ping,
-    )
-    return walks, graphql_reads
-
-
-def _read_router(
-    settings: Settings, engine: Engine, walks: DriverPool, graphql_reads: Engine
-) -> ReadRouter:
-    """Where reads run: the primary's connections, and each read replica's own."""
-    primary_graphql = graphql_reads.execution_options(isolation_level="AUTOCOMMIT")
-    primary = ReadSource(
-        "primary", rest=engine, direct=engine, graphql=primary_graphql, walks=walks,
-        is_primary=True,
-    )  # fmt: skip
-    replicas: list[ReadSource] = []
-    router = ReadRouter(
-        primary, replicas, max_lag_s=settings.read_max_lag_s, wait_ms=settings.read_wait_ms
-    )
-    for url in settings.read_database_urls:
-        rest_engine = create_engine(
-            url,
-            pool_size=settings.db_pool_size,
-            statement_timeout_ms=settings.statement_timeout_ms,
-            pre_ping=True,
-        )
-        replica_walks, replica_graphql = _graphql_connections(settings, url, pre_ping=True)
-        graphql = replica_graphql.execution_options(isolation_level="AUTOCOMMIT")
-        replica = ReadSource(
-            replica_name(url),
-            rest=engine,  # replaced below, once the replica exists to be marked down
-            direct=rest_engine,
-            graphql=graphql,
-            walks=replica_walks,
-            is_primary=False,
-            engines=[rest_engine, replica_graphql],
-        )
-        on_failure = partial(router.mark_down, replica)
-        replica.rest = FallbackConnector(rest_engine, engine, on_failure)
-        replica.graphql = FallbackConnector(graphql, primary_graphql, on_failure)
-        replicas.append(replica)
-    return router
 
 
 def _mount_routes(app: Causeway, settings: Settings, controller: PidController) -> None:

@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     max_event_data_bytes: int = Field(default=1 << 20, ge=1)
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
+    # An event stamped more than this ahead of the server's clock is refused (422); None: off.
+    max_future_s: float | None = Field(default=None, gt=0)
     # The JSON endpoints but POST /events, GraphQL and task completions (app.web.bodies)
     max_json_body_bytes: int = Field(default=256 << 10, ge=1024)
     replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits
@@ -64,6 +66,10 @@ class Settings(BaseSettings):
     metrics_max_tenants: int = Field(default=100, ge=0)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
+    # Clock drift (app.projections.drift, docs/observability.md): a source's median drift
+    # past this, either way, raises an alert event; the first N sources get metric labels.
+    drift_alert_s: float = Field(default=5.0, gt=0)
+    drift_max_sources: int = Field(default=100, ge=0, le=10_000)
     statement_timeout_ms: int = Field(default=30_000, ge=0, le=2**31 - 1)  # PostgreSQL's int
     graphql_max_request_bytes: int = Field(default=1 << 20, ge=1024)
     graphql_max_query_depth: int = Field(default=12, ge=1)

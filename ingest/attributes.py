@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
-from app.errors import AppError, EventTooLarge, InvalidCloudEvent, ReservedType, UnknownCause
+from app.errors import (
+    AppError,
+    EventTooLarge,
+    InvalidCloudEvent,
+    ReservedType,
+    TimeInFuture,
+    UnknownCause,
+)
 from app.store.records import EXACT_LIMIT, RESERVED_TYPE_PREFIX, NewEvent
 from app.store.timestamps import parse_rfc3339
 from ingest.limits import Limits
@@ -137,7 +144,9 @@ def _plainly_valid(attrs: dict[str, Any], payload: Payload, limits: Limits) -> N
     time_value = None
     if time_text is not None:
         time_value, _ = parse_rfc3339(time_text)
-        if time_value is None:
+        if time_value is None or (
+            limits.max_future_s is not None and _too_far_ahead(time_value, limits.max_future_s)
+        ):
             return None
     for name, (pattern, _) in _FORMATS.items():
         value = attrs.get(name)
@@ -171,7 +180,7 @@ def _checked(
     attrs = {k: int(v) if _whole(v) else v for k, v in attrs.items()}
     _check_names_and_values(problems, index, attrs)
     _check_context(problems, index, attrs)
-    time_value = _checked_time(problems, index, attrs)
+    time_value = _checked_time(problems, index, attrs, limits.max_future_s)
     expected = _checked_expected_version(problems, index, attrs, binary=binary)
     causes = _checked_causes(problems, index, attrs)
     _check_string_extensions(problems, index, attrs)
@@ -262,8 +271,11 @@ def _check_context(problems: list[Problem], index: int, attrs: dict[str, Any]) -
             _report(problems, index, name, f"{name} must be {what}, got {value!r}")
 
 
-def _checked_time(problems: list[Problem], index: int, attrs: dict[str, Any]) -> datetime | None:
-    """``time`` parsed (None when absent or invalid)."""
+def _checked_time(
+    problems: list[Problem], index: int, attrs: dict[str, Any], max_future_s: float | None
+) -> datetime | None:
+    """``time`` parsed (None when absent or invalid); more than ``max_future_s`` ahead of
+    the server's clock is a problem too."""
     time_text = attrs.get("time")
     time_value = None
     if time_text is not None:
@@ -271,9 +283,23 @@ def _checked_time(problems: list[Problem], index: int, attrs: dict[str, Any]) ->
             time_value, why = parse_rfc3339(time_text)
             if why:
                 _report(problems, index, "time", why)
+            elif time_value is not None and max_future_s is not None:
+                now = datetime.now(UTC)
+                if _too_far_ahead(time_value, max_future_s, now):
+                    ahead = (time_value - now).total_seconds()
+                    detail = (
+                        f"time {time_text} is {ahead:.3f} s ahead of the server's clock "
+                        f"({now.isoformat().replace('+00:00', 'Z')}); at most {max_future_s:g} s "
+                        "is taken (CAUSEWAY_MAX_FUTURE_S)"
+                    )
+                    _report(problems, index, "time", detail, TimeInFuture)
         else:
             _report(problems, index, "time", "time must be an RFC 3339 string")
     return time_value
+
+
+def _too_far_ahead(at: datetime, max_future_s: float, now: datetime | None = None) -> bool:
+    return at - (now or datetime.now(UTC)) > timedelta(seconds=max_future_s)
 
 
 def _checked_expected_version(

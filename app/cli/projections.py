@@ -23,11 +23,11 @@ from app.cli.runtime import (
 from app.db.engine import create_engine
 from app.db.schema import upgrade_to_head
 from app.errors import AppError
-from app.main import create_runner, every_projection
 from app.projections.base import Projection
 from app.projections.runner import ProjectionFailed, ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
 from app.store.records import parse_position
+from app.wiring import create_runner, every_projection
 
 T = TypeVar("T")
 

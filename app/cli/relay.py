@@ -13,10 +13,10 @@ from sqlalchemy import URL
 from app.cli.runtime import database, fail, load_settings, require_head
 from app.db.engine import create_engine
 from app.db.schema import upgrade_to_head
-from app.main import create_relay
 from app.projections.relay.log import RelayStatus, fetch_relay_status
 from app.projections.relay.subjects import Tenants
 from app.settings import Settings
+from app.wiring import create_relay
 
 
 def relay_nats() -> None:

@@ -216,6 +216,19 @@ deployment_history = Table(
     Column("event_id", Text, nullable=False),
 )
 
+# Read model of the drift projection (app/projections/drift.py): per source, the drift
+# of its events of the last minute ([recorded_at, drift] in microseconds, oldest first,
+# at most a bounded number) and whether it is in alert.
+drift_sources = Table(
+    "drift_sources",
+    metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("source", Text, primary_key=True),
+    Column("samples", JSONB, nullable=False),
+    Column("alerting", Boolean, nullable=False),
+    Column("position", BigInteger, nullable=False),
+)
+
 # Read models of the scheduler (scheduler/): routes, tasks, pre-warm windows and autoscale
 # state. ``tasks`` is written by the commands that decide, as they append (scheduler.queue),
 # and followed by its projection behind them.

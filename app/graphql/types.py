@@ -4,6 +4,7 @@ import base64
 import enum
 import json
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Annotated, NewType
 
 import strawberry
@@ -20,6 +21,7 @@ from app.store.lineage import Audit, Trace
 from app.store.model_registry_reads import Model as StoredModel
 from app.store.model_registry_reads import ModelVersion as StoredVersion
 from app.store.records import MAX_POSITION, StoredEvent, parse_position
+from app.store.timestamps import parse_rfc3339
 
 BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
 
@@ -188,6 +190,18 @@ class Event:
             "hash": stored.hash.hex(),
         }
         return event
+
+    @strawberry.field(
+        description=(
+            "recordedTime - time in seconds, to the microsecond: positive when recorded after "
+            "the producer's time, negative when stamped ahead of the server's clock; null "
+            "without a time."
+        )
+    )
+    def drift(self) -> float | None:
+        record = self.stored.record
+        at = None if record.time is None else parse_rfc3339(record.time)[0]
+        return None if at is None else (record.recorded_at - at) / timedelta(seconds=1)
 
     @strawberry.field(description="Binary data, base64-encoded; null for JSON data.")
     def data_base64(self) -> str | None:

@@ -61,15 +61,20 @@ class ProjectionRunner:
         listen_dsn: str | None = None,
         batch_size: int = 500,
         batch_sizes: Mapping[str, int] | None = None,
+        gathers_s: Mapping[str, float] | None = None,
         poll_interval_s: float = 1.0,
         max_backoff_s: float = 60.0,
     ) -> None:
-        """``batch_sizes`` overrides ``batch_size`` (events per transaction) by name."""
+        """``batch_sizes`` overrides ``batch_size`` (events per transaction) by name;
+        ``gathers_s`` how long a woken projection lets appends gather before its next
+        batch (50 ms unless named: one that reads every event and may lag pays less per
+        event in fewer, fuller batches)."""
         self._engine = engine
         self._projections = list(projections)
         self._listen_dsn = listen_dsn
         self._batch_size = batch_size
         self._batch_sizes = dict(batch_sizes or {})
+        self._gathers_s = dict(gathers_s or {})
         self._poll_interval_s = poll_interval_s
         self._max_backoff_s = max_backoff_s
         self._wake = {p.name: asyncio.Event() for p in self._projections}
@@ -260,7 +265,8 @@ class ProjectionRunner:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), self._poll_interval_s)
             # Under load every append notifies: let a few arrive, then take them at once.
-            await asyncio.sleep(min(0.05, self._poll_interval_s))
+            gather_s = self._gathers_s.get(projection.name, 0.05)
+            await asyncio.sleep(min(gather_s, self._poll_interval_s))
         wake.clear()
 
     async def _listen(self, dsn: str) -> None:

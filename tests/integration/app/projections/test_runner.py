@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
 from app.errors import Conflict, NotFound
-from app.main import every_projection
 from app.projections import checkpoints as checkpoints_module
 from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
@@ -26,6 +25,7 @@ from app.store.deployments import DeploymentState
 from app.store.log import EventLog
 from app.store.model_registry import Signature, alias_event, registration_event
 from app.store.records import NewEvent, StoredEvent
+from app.wiring import every_projection
 
 test_metadata = MetaData()
 applied = Table("test_applied", test_metadata, Column("position", BigInteger, primary_key=True))

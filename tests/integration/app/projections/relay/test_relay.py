@@ -17,11 +17,12 @@ from fastapi import FastAPI
 from sqlalchemy import URL
 
 from app.cli import main
-from app.main import create_app, create_relay, dispose
+from app.main import create_app, dispose
 from app.projections.checkpoints import read_head
 from app.projections.relay.log import read_batch
 from app.projections.relay.subjects import Tenants
 from app.settings import Settings
+from app.wiring import create_relay
 from tests.integration.app.projections.relay.jetstream import consume, wait_relayed
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, dumps, event

@@ -1,0 +1,69 @@
+"""Clock drift metrics: how far each producer's clock is from the store's.
+
+Drift is ``recorded_at - time`` in seconds: positive when the event was recorded after
+the time its producer stamped on it (transport delay, or a clock behind the server's),
+negative when it arrived stamped in the future (a clock ahead of the server's). The
+drift projection (``app/projections/drift.py``) reports every stored event with a time
+here, in the process that leads it; ``docs/observability.md`` ("Clock drift") says why.
+
+The ``source`` label is bounded: the first ``max_sources`` sources this process reports
+get a label of their own, the rest share ``other`` (a producer may mint sources freely,
+and every label value is a series Prometheus keeps).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Gauge, Histogram
+
+OTHER = "other"
+
+# Signed buckets, the same boundaries on both sides of zero: a clock ahead gives negative
+# drift and lands in the negative buckets. Within ±10 ms is "in step"; a second either
+# way is where an alert threshold usually sits; ±1 h catches a wrong time zone. The
+# boundaries are the upper bounds (``le``), as always; +Inf is appended by the library.
+_MAGNITUDES = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+DRIFT_BUCKETS: tuple[float, ...] = (
+    *(-m for m in reversed(_MAGNITUDES)),
+    0.0,
+    *_MAGNITUDES,
+)
+
+EVENT_TIME_DRIFT = Histogram(
+    "causeway_event_time_drift_seconds",
+    "recorded_at - time of each stored event, in seconds (negative: stamped in the future).",
+    ["source"],
+    buckets=DRIFT_BUCKETS,
+)
+# Only the projection's leader sets it, and leadership may move between processes: the
+# most recent value of a live process is the one that holds (a dead leader's goes away).
+SOURCE_DRIFT_MEDIAN = Gauge(
+    "causeway_source_drift_median_seconds",
+    "Median drift of the source's events recorded in the last minute, in seconds.",
+    ["source"],
+    multiprocess_mode="livemostrecent",
+)
+
+
+class DriftMeter:
+    """Reports drift by source, at most ``max_sources`` of them by name."""
+
+    def __init__(self, max_sources: int) -> None:
+        self._max_sources = max_sources
+        self._named: set[str] = set()
+
+    def group(self, source: str) -> str:
+        """The label ``source`` is reported under: its own name or ``other``."""
+        if source in self._named:
+            return source
+        if len(self._named) < self._max_sources and source != OTHER:
+            self._named.add(source)
+            return source
+        return OTHER
+
+    def observe(self, source: str, drift_s: float, median_s: float) -> None:
+        """One event's drift, and the source's median drift now. A source reported as
+        ``other`` has no median gauge: one series cannot hold many sources' medians."""
+        label = self.group(source)
+        EVENT_TIME_DRIFT.labels(label).observe(drift_s)
+        if label != OTHER:
+            SOURCE_DRIFT_MEDIAN.labels(label).set(median_s)

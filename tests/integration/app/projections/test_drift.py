@@ -1,0 +1,115 @@
+"""Clock drift on a real PostgreSQL: a producer whose clock runs ahead gets one alert, one
+a little behind none; both show on the metrics and in GraphQL; with
+CAUSEWAY_MAX_FUTURE_S set, an event stamped too far ahead is refused."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx2
+import orjson
+import pytest
+from fastapi import FastAPI
+from prometheus_client import REGISTRY
+
+from app.settings import Settings
+from tests.integration.conftest import catch_up
+from tests.integration.events import BATCH, JSON, STRUCTURED, dumps, event
+
+AHEAD, BEHIND = "/clocks/ahead", "/clocks/behind"
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(_env_file=None, drift_alert_s=1.0, max_future_s=60.0)
+
+
+def stamped(source: str, offset_s: float) -> dict[str, Any]:
+    """An event from a producer whose clock is ``offset_s`` ahead of ours (behind if < 0)."""
+    at = datetime.now(UTC) + timedelta(seconds=offset_s)
+    return event(source=source, time=at.isoformat().replace("+00:00", "Z"))
+
+
+def drift_count(source: str) -> float:
+    value = REGISTRY.get_sample_value("causeway_event_time_drift_seconds_count", {"source": source})
+    return value or 0.0
+
+
+async def alerts(client: httpx2.AsyncClient) -> list[dict[str, Any]]:
+    response = await client.get("/replay", params={"types": "causeway.alert.raised"})
+    return [orjson.loads(line) for line in response.text.splitlines() if line]
+
+
+async def test_a_clock_3_s_ahead_raises_one_alert_and_one_0_2_s_behind_none(
+    app: FastAPI, client: httpx2.AsyncClient
+) -> None:
+    counted = {s: drift_count(s) for s in (AHEAD, BEHIND)}
+    first = [stamped(AHEAD, 3.0) for _ in range(5)] + [stamped(BEHIND, -0.2) for _ in range(5)]
+    assert (await client.post("/events", content=dumps(first), headers=BATCH)).status_code == 201
+    await catch_up(app)
+    # Still ahead in a later batch (and a later projection step): no second alert.
+    for body in [stamped(AHEAD, 3.0), stamped(BEHIND, -0.2)]:
+        response = await client.post("/events", content=dumps(body), headers=STRUCTURED)
+        assert response.status_code == 201, response.text
+    await catch_up(app)
+
+    [alert] = await alerts(client)
+    assert alert["causationid"] == first[0]["id"]  # the event that crossed the line
+    assert alert["data"]["source"] == AHEAD
+    assert alert["data"]["direction"] == "ahead"
+    assert -3.5 < alert["data"]["median_drift_s"] < -2.5
+    assert drift_count(AHEAD) - counted[AHEAD] == 6
+    assert drift_count(BEHIND) - counted[BEHIND] == 6
+    median = REGISTRY.get_sample_value("causeway_source_drift_median_seconds", {"source": BEHIND})
+    assert median is not None
+    assert 0.19 < median < 0.5
+
+    query = "query($id: ID!) { event(id: $id) { time recordedTime drift } }"
+    asked = {"query": query, "variables": {"id": first[5]["id"]}}
+    answer = await client.post("/graphql", content=dumps(asked), headers=JSON)
+    got = answer.json()["data"]["event"]
+    assert got["recordedTime"].endswith("Z")
+    assert 0.19 < got["drift"] < 0.5
+
+
+async def test_a_rebuild_raises_no_alert_again(app: FastAPI, client: httpx2.AsyncClient) -> None:
+    body = [stamped(AHEAD, 3.0) for _ in range(3)]
+    assert (await client.post("/events", content=dumps(body), headers=BATCH)).status_code == 201
+    await catch_up(app)
+    runner = app.state.runner
+    [drift] = [p for p in runner.projections if p.name == "drift"]
+    await runner.rebuild(drift)
+    assert len(await alerts(client)) == 1
+
+
+async def test_an_event_stamped_past_max_future_s_is_refused_naming_both_times(
+    client: httpx2.AsyncClient,
+) -> None:
+    body = stamped(AHEAD, 120.0)
+    response = await client.post("/events", content=dumps(body), headers=STRUCTURED)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"].endswith("time-in-future")
+    assert body["time"] in problem["detail"]
+    assert "server's clock (20" in problem["detail"]  # the server's time, named
+    near = stamped(AHEAD, 3.0)
+    response = await client.post("/events", content=dumps(near), headers=STRUCTURED)
+    assert response.status_code == 201
+
+
+async def test_a_source_alerts_again_only_after_it_recovered(
+    app: FastAPI, client: httpx2.AsyncClient
+) -> None:
+    # A sample per quarter second of recorded_at: each post below waits past one.
+    for offset in (3.0, 0.0, 0.0, 3.0, 3.0, 3.0):
+        response = await client.post(
+            "/events", content=dumps(stamped(AHEAD, offset)), headers=STRUCTURED
+        )
+        assert response.status_code == 201, response.text
+        await catch_up(app)
+        await asyncio.sleep(0.26)
+    # Medians: -3 (alert), -1.5 (still past 1 s), 0 (recovered), -1.5 (alert), -3, -3.
+    assert len(await alerts(client)) == 2
