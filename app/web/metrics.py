@@ -15,10 +15,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics import Histogram
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.db.engine import DriverPool
+from app.db.engine import DriverPool, Engine
 from app.projections.base import Projection
 from app.projections.relay.log import fetch_relay_status
 from app.projections.relay.relay import NatsRelay
@@ -72,7 +71,7 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 PoolFigures = Callable[[], Iterable[tuple[str, int, int | None]]]
 
 
-def pools_of(engines: dict[str, AsyncEngine], drivers: dict[str, DriverPool | None]) -> PoolFigures:
+def pools_of(engines: dict[str, Engine], drivers: dict[str, DriverPool | None]) -> PoolFigures:
     """(pool, in use, waiting) of each pool: SQLAlchemy's say how many connections are
     checked out (their waiters are not public); psycopg's pools say both."""
 
@@ -106,7 +105,7 @@ async def keep_sampling(read: PoolFigures, every_s: float = POOL_SAMPLE_S) -> No
 
 
 def scrape(
-    engine: AsyncEngine,
+    engine: Engine,
     projections: list[Projection],
     relay: NatsRelay | None,
     read_pools: PoolFigures,
