@@ -11,7 +11,7 @@ PYTEST_PARALLEL ?= -n auto --dist worksteal
 
 VENDOR := app/web/vendor
 
-.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick relay-chaos clean
+.PHONY: browser install install-run run fmt lint test migrate schema bench bench-quick relay-chaos fuzz clean
 
 # Two installs: `make run` takes only what `causeway` needs to serve (the package and its
 # dependencies); everything else (`make lint`, `make test`, ...) takes the dev extras too:
@@ -92,5 +92,8 @@ bench-quick: install  ## the benchmarks on small data: a smoke test, not a measu
 relay-chaos: install  ## the relay's cluster test at the issue's size: 20,000 events (the suite runs 3,000)
 	CAUSEWAY_TEST_RELAY_EVENTS=20000 $(BIN)/pytest tests/integration/app/projections/relay/test_relay_chaos.py
 
+fuzz: install  ## the CloudEvents parser's fuzz test, 20,000 examples a property (CI runs 100)
+	CAUSEWAY_FUZZ=long $(BIN)/pytest $(PYTEST_PARALLEL) tests/unit/ingest/test_binding_fuzz.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -38,6 +38,7 @@ from app.web.bodies import CappedRequest, declared_too_large
 from app.web.dependencies import authorization_of, authorize, require
 from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
+from app.web.request_ids import with_request_id
 from app.web.timeouts import Linger, Timeouts
 from app.wiring import (
     create_relay,
@@ -230,7 +231,7 @@ class Causeway(FastAPI):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        await self.timeouts(scope, receive, send)
+        await with_request_id(self.timeouts, scope, receive, send)
 
     async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An HTTP request, under ``timeouts``."""

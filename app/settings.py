@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1)
     access_log: bool = False  # one log line per request costs a measurable share of a small POST
+    # "text" (a line a human reads) or "json" (one object per line: app.telemetry.logs)
+    log_format: Literal["text", "json"] = "text"
     # The app's guards on a connection (app.web.timeouts, docs/deployment.md): the time
     # between two reads of a body; the time a client may take no byte of its answer.
     body_timeout_s: float = Field(default=30.0, gt=0)

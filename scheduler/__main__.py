@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sys
 
 from pydantic import ValidationError
@@ -17,6 +16,7 @@ from app.db.engine import create_engine, libpq_conninfo
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
+from app.telemetry import logs
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
@@ -57,7 +57,7 @@ def main() -> None:
     if settings.database_url is None:
         sys.stderr.write("error: set CAUSEWAY_DATABASE_URL to the store's database\n")
         sys.exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(settings, settings.database_url))
 

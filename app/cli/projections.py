@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from typing import Annotated, TypeVar
@@ -14,6 +13,7 @@ import typer
 from sqlalchemy import URL
 
 from app.cli.runtime import (
+    announce,
     database,
     fail,
     load_settings,
@@ -27,6 +27,7 @@ from app.projections.base import Projection
 from app.projections.runner import ProjectionFailed, ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
 from app.store.records import parse_position
+from app.telemetry import logs
 from app.wiring import create_runner, every_projection
 
 T = TypeVar("T")
@@ -35,14 +36,14 @@ T = TypeVar("T")
 def project() -> None:
     """Run the projection runner alone (several may run: one leads each projection)."""
     settings = load_settings()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_format)
     with database(settings) as db:
         if db.embedded is not None:
             upgrade_to_head(db.url)  # as serve does: the embedded one is this command's own
         else:
             require_head(db.url, "run `causeway migrate`")
         runner = create_runner(settings, db.url)
-        typer.echo(f"following {', '.join(p.name for p in runner.projections)}", err=True)
+        announce(settings, f"following {', '.join(p.name for p in runner.projections)}")
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(runner.run())
 

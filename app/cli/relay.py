@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 
 import typer
 from sqlalchemy import URL
 
-from app.cli.runtime import database, fail, load_settings, require_head
+from app.cli.runtime import announce, database, fail, load_settings, require_head
 from app.db.engine import create_engine
 from app.db.schema import upgrade_to_head
 from app.projections.relay.log import RelayStatus, fetch_relay_status
 from app.projections.relay.subjects import Tenants
 from app.settings import Settings
+from app.telemetry import logs
 from app.wiring import create_relay
 
 
@@ -25,7 +25,7 @@ def relay_nats() -> None:
     settings = load_settings()
     if settings.nats_url is None:
         fail("set CAUSEWAY_NATS_URL to the NATS server(s) to relay to")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_format)
     with database(settings) as db:
         if db.embedded is not None:
             upgrade_to_head(db.url)  # as serve does: the embedded one is this command's own
@@ -34,10 +34,10 @@ def relay_nats() -> None:
         relay = create_relay(settings, db.url)
         if relay is None:  # pragma: no cover - nats_url is set
             return
-        typer.echo(
+        announce(
+            settings,
             f"relaying {Tenants.parse(settings.nats_tenants).describe()} to "
             f"{settings.nats_stream} at {settings.nats_url}",
-            err=True,
         )
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(relay.run())

@@ -3,6 +3,7 @@ embedded one), and a one-line failure with exit code 2."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,15 @@ ADDRESS_FILE = "address"  # where `serve` answers, for `causeway demo`
 def fail(detail: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {detail}", err=True)
     raise typer.Exit(code)
+
+
+def announce(settings: Settings, line: str) -> None:
+    """A line for the operator of a long-running command, on stderr: a log line when the
+    logs are JSON (``CAUSEWAY_LOG_FORMAT``), so that every line there parses as one."""
+    if settings.log_format == "json":
+        logging.getLogger("causeway").info(line)
+    else:
+        typer.echo(line, err=True)
 
 
 def utf8(value: str | list[str] | None) -> str | list[str] | None:

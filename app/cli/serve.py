@@ -30,6 +30,7 @@ from app.cli.runtime import (
     ADDRESS_FILE,
     ADMIN_KEY_FILE,
     Database,
+    announce,
     database,
     fail,
     load_settings,
@@ -39,6 +40,7 @@ from app.cli.runtime import (
 from app.db.schema import head_revision, upgrade_to_head
 from app.settings import Settings
 from app.store.keys import Scope
+from app.telemetry import logs
 
 
 def serve(
@@ -78,7 +80,7 @@ def serve(
     bind_host = settings.host if host is None else host
     bind_port = settings.port if port is None else port
     _check_bind(bind_host, bind_port)  # before a database is started for nothing
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_format)
     with database(settings) as db:
         url = db.url
         if db.embedded is not None or migrate:
@@ -133,18 +135,18 @@ def _announce(
         if port
         else f"{host}, a free port"
     )
-    typer.echo(f"Causeway on {where}", err=True)
+    announce(settings, f"Causeway on {where}")
     if key_line is not None:
-        typer.echo(key_line, err=True)
+        announce(settings, key_line)
     if db.embedded is not None:
-        typer.echo(
+        announce(
+            settings,
             f"data: {settings.data_dir / 'pg'} (embedded PostgreSQL; its log: "
             f"{settings.data_dir / db.embedded.log_path.name})",
-            err=True,
         )
     else:
         shown = make_url(url_text(db.url)).render_as_string(hide_password=True)
-        typer.echo(f"data: {shown}", err=True)
+        announce(settings, f"data: {shown}")
     path = settings.data_dir / ADDRESS_FILE
     with contextlib.suppress(OSError):  # a data folder it cannot write is no reason to stop
         if not port:
@@ -196,6 +198,8 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
             http="httptools",
             ws="none",
             log_level="info",
+            # Each worker process configures its logging with this (uvicorn's and ours).
+            log_config=logs.logging_config(settings.log_format),
             access_log=settings.access_log,
         )
 

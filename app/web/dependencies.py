@@ -13,6 +13,7 @@ from app.errors import BadRequest, Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
 from app.store.records import MAX_POSITION
+from app.telemetry import logs
 from app.web.auth import Authenticator
 from app.web.openapi import bearer
 from app.web.reads import ReadRouter
@@ -143,8 +144,12 @@ def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
 
 
 async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:
-    """The principal of an ``Authorization`` header's Bearer key, if it has ``scope``."""
-    return _permitted(await authenticator.authenticate(_bearer_key(header)), scope)
+    """The principal of an ``Authorization`` header's Bearer key, if it has ``scope``.
+    The key's tenant goes on every line logged for the rest of the request."""
+    found = await authenticator.authenticate(_bearer_key(header))
+    if found is not None:
+        logs.tenant.set(found.tenant)
+    return _permitted(found, scope)
 
 
 def _bearer_key(header: str) -> str:

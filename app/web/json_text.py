@@ -28,6 +28,7 @@ that says another charset.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -151,8 +152,19 @@ def _constant(name: str) -> Any:
 
 
 def _integer(text: str) -> int | float:
+    if len(text) > 20:  # past 64 bits (and int() refuses past 4,300 digits: a ValueError)
+        return _float(text)
     value = int(text)
-    return value if -(1 << 63) <= value < 1 << 64 else float(text)
+    return value if -(1 << 63) <= value < 1 << 64 else _float(text)
+
+
+def _float(text: str) -> float:
+    """A number as orjson reads it: one past a double's range (``1e400``) is refused, not
+    read as infinity (which then failed the event, not the JSON, in a large batch only)."""
+    value = float(text)
+    if math.isinf(value):
+        raise _NotJSON(f"{text[:32]} is past the range of a JSON number read as a double")
+    return value
 
 
 def refuse_other_charsets(content_type: str) -> None:
@@ -202,4 +214,6 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_unique, parse_constant=_constant, parse_int=_integer)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique, parse_constant=_constant, parse_int=_integer, parse_float=_float
+)

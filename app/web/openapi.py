@@ -15,6 +15,8 @@ from what every request of a kind goes through, whatever the route:
 - a method that may carry a body (POST, PUT, PATCH, DELETE): 413 (``app.web.bodies``
   caps every such request, body or not) and 408 (``app.web.timeouts``).
 
+And every answer's ``X-Request-Id`` header (``app.web.request_ids``).
+
 Unexpected failures (500) are left out: an operation that answers one has a bug.
 """
 
@@ -88,6 +90,14 @@ _INVALID_REQUEST = (
     "missing or malformed; errors names each with a JSON Pointer."
 )
 _BODY_METHODS = frozenset({"post", "put", "patch", "delete"})
+# Every answer says its request's id (app.web.request_ids).
+_REQUEST_ID_REF = {"$ref": "#/components/headers/X-Request-Id"}
+_REQUEST_ID_HEADER = {
+    "description": "The request's id, on each line logged for it: the client's own "
+    "X-Request-Id when it is 1 to 128 of letters, digits and ._:/+=@~-, else one made here",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:/+=@~-]{1,128}$"},
+}
 
 
 def answers(*errors: type[AppError]) -> dict[int | str, dict[str, Any]]:
@@ -112,6 +122,7 @@ def finish(document: dict[str, Any], cloudevent: dict[str, Any]) -> dict[str, An
         schemas.pop(unused, None)
     schemas["Problem"] = Problem.model_json_schema()
     schemas["JsonValue"] = _JSON_VALUE
+    document["components"].setdefault("headers", {})["X-Request-Id"] = _REQUEST_ID_HEADER
     for path_item in document.get("paths", {}).values():
         for method, operation in path_item.items():
             _complete(method, operation)
@@ -135,6 +146,7 @@ def _complete(method: str, operation: dict[str, Any]) -> None:
             response["content"] = {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}}
         if response.get("description") == "Validation Error":  # FastAPI's own 422
             response["description"] = _INVALID_REQUEST
+        response.setdefault("headers", {})["X-Request-Id"] = _REQUEST_ID_REF
     operation["responses"] = dict(sorted(responses.items()))
 
 

@@ -37,6 +37,7 @@ The appender drives its transactions on psycopg directly, on connections it keep
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import deque
@@ -148,7 +149,11 @@ class Appender:
             return
         self._queue.append(_Request(tenant, batch, size_bytes, then, time.perf_counter()))
         if self._writer is None or self._writer.done():
-            self._writer = asyncio.create_task(self._drain(), name="causeway-group-commit")
+            # In a context of its own: it writes the groups of many requests, so its log
+            # lines are not the request's that happened to start it (app.telemetry.logs).
+            self._writer = asyncio.create_task(
+                self._drain(), name="causeway-group-commit", context=contextvars.Context()
+            )
         elif self._arrived is not None and not self._arrived.done():
             self._arrived.set_result(None)
 
