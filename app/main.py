@@ -36,6 +36,7 @@ from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
 from app.web.dependencies import authorization_of, authorize, require
+from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
 from app.web.request_ids import with_request_id
 from app.web.timeouts import Linger, Timeouts
@@ -96,6 +97,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await walks.open()  # connects in the background; the first walk need not wait
         background = [asyncio.create_task(read_router.watch())]
+        background.append(asyncio.create_task(keep_sampling(pools_in(app.state))))
         wakeups.start()
         if settings.run_projections:
             background.append(asyncio.create_task(runner.run()))
@@ -140,11 +142,13 @@ def create_app(
     app.state.authenticator = Authenticator(engine, ttl_s=settings.key_cache_ttl_s)
     app.state.schema_head = head_revision()
     problems.install(app)
-    app.timeouts = Timeouts(
-        app.answer,
-        body_timeout_s=settings.body_timeout_s,
-        send_timeout_s=settings.send_timeout_s,
-        linger=Linger(max_bytes=settings.linger_bytes, max_s=settings.linger_s),
+    app.timeouts = RequestTimer(  # request latencies (app.web.metrics), then the timeouts
+        Timeouts(
+            app.answer,
+            body_timeout_s=settings.body_timeout_s,
+            send_timeout_s=settings.send_timeout_s,
+            linger=Linger(max_bytes=settings.linger_bytes, max_s=settings.linger_s),
+        )
     )
     _mount_routes(app, settings, controller)
     return app
@@ -185,7 +189,7 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
             partial(parse_request, BATCH, [], limits=limits_from(settings)),
             lease_policy_from(settings),
             controller,
-            app.state.read_router.exposition,
+            scrape_of(app.state),
             Principals(
                 admin=require(KeyScope.ADMIN),
                 worker=require(KeyScope.WORKER),
@@ -204,10 +208,9 @@ class Causeway(FastAPI):
     router: for a single event their layers (routing, dependency solving, the exception
     middleware, the response wrappers) cost more CPU than parsing and appending it
     (``bench/ingest.py`` (b), measured under Granian: 3.0x ``eventsourcing`` through the
-    route, 4.6x here). It
-    calls the same ``Ingest`` as the documented route (``ingest.router``), which answers
-    under a path prefix, and its errors are the same problems. ``POST /graphql`` goes to
-    Strawberry's ASGI face of the GraphQL view (``app.graphql.router``) the same way.
+    route, 4.6x here). It calls the same ``Ingest`` as the documented route
+    (``ingest.router``), which answers under a path prefix, and its errors are the same
+    problems. ``POST /graphql`` goes to Strawberry's ASGI face of the GraphQL view the same way.
 
     The body of every other POST, PUT, PATCH or DELETE is capped at ``max_request_bytes``
     here: FastAPI reads a route's body before it runs the route's dependencies, the key
@@ -216,7 +219,7 @@ class Causeway(FastAPI):
 
     ingest: Ingest
     graphql: GraphQLApp
-    timeouts: Timeouts  # around every HTTP request: body and send timeouts (app.web.timeouts)
+    timeouts: RequestTimer  # around every HTTP request: its latency, then body and send timeouts
 
     def openapi(self) -> dict[str, Any]:
         """FastAPI's document, with the problems every operation answers (``app.web.openapi``)."""

@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     max_json_body_bytes: int = Field(default=256 << 10, ge=1024)
     replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits
     replay_max_streams: int = Field(default=8, ge=1)
+    # Tenants with a label of their own on causeway_events_appended_total; later ones: "other"
+    metrics_max_tenants: int = Field(default=100, ge=0)
     run_projections: bool = True  # serve runs the projection runner (one leader per projection)
     projection_poll_interval_s: float = Field(default=1.0, gt=0)
     # Clock drift (app.projections.drift, docs/observability.md): a source's median drift

@@ -13,7 +13,7 @@ in one, in this order (it is the order of ``docs/openapi.json``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,7 +47,7 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
-    more_metrics: Callable[[], bytes],
+    more_metrics: Callable[[], Awaitable[bytes]],
     principals: Principals,
     wakeups: TaskWakeups,
 ) -> APIRouter:

@@ -33,6 +33,7 @@ from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
+from app.telemetry import metrics
 from app.web.dependencies import log_reads, require, settings_of
 from app.web.openapi import TIME_FORMAT
 
@@ -100,9 +101,11 @@ class ReplaySlots:
                 max_streams=self.slots,
             )
         self.taken += 1
+        metrics.REPLAY_STREAMS.inc()
 
     def give_back(self) -> None:
         self.taken -= 1
+        metrics.REPLAY_STREAMS.dec()
 
 
 class _Streamed(StreamingResponse):

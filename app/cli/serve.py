@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -186,19 +188,45 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     to). uvicorn has no cap on the request head and no head timeout: put a proxy in front
     (docs/deployment.md). The body's and the answer's timeouts are the app's
     (``app.web.timeouts``)."""
-    uvicorn.run(
-        "app.main:create_app_from_environment",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers if workers > 1 else None,
-        http="httptools",
-        ws="none",
-        log_level="info",
-        # Each worker process configures its logging with this (uvicorn's and ours).
-        log_config=logs.logging_config(settings.log_format),
-        access_log=settings.access_log,
-    )
+    with _shared_metrics(workers):
+        uvicorn.run(
+            "app.main:create_app_from_environment",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers if workers > 1 else None,
+            http="httptools",
+            ws="none",
+            log_level="info",
+            # Each worker process configures its logging with this (uvicorn's and ours).
+            log_config=logs.logging_config(settings.log_format),
+            access_log=settings.access_log,
+        )
+
+
+@contextlib.contextmanager
+def _shared_metrics(workers: int) -> Iterator[None]:
+    """With several workers, an empty directory of their own for prometheus-client's
+    multiprocess mode, named in ``PROMETHEUS_MULTIPROC_DIR`` before any worker starts (a
+    worker imports prometheus-client after), and removed once they are all gone: one
+    scrape of any worker then shows every worker's counts (``app.telemetry.metrics``)."""
+    if workers <= 1:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="causeway-metrics-")
+    previous = os.environ.get(_MULTIPROC)
+    os.environ[_MULTIPROC] = folder
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_MULTIPROC, None)
+        else:
+            os.environ[_MULTIPROC] = previous
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def _check_bind(host: str, port: int) -> None:

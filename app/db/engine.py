@@ -182,6 +182,12 @@ class DriverPool:
             # lock while it closes, say) would lose the connection.
             await asyncio.shield(self._pool.putconn(conn))
 
+    def figures(self) -> tuple[int, int]:
+        """(connections in use, requests waiting for one), for ``causeway_db_pool_*``."""
+        stats = self._pool.get_stats()
+        in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+        return in_use, stats.get("requests_waiting", 0)
+
     async def _check(self) -> None:
         try:
             await self._pool.check()

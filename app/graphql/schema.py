@@ -55,6 +55,7 @@ from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
 from app.store.records import refuse_empty_filters, refuse_long_filters
 from app.store.timestamps import parse_time_parameter
+from app.telemetry import metrics
 
 Info = strawberry.Info[Context, None]
 T = TypeVar("T")
@@ -138,8 +139,9 @@ async def _walk_once(info: Info, run: Callable[[DriverConnection[Any]], Awaitabl
     async with info.context.walks.connect() as conn:
         info.context.budget.check_time()  # nor after waiting that long for a connection
         try:
-            async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
-                return await run(conn)
+            with metrics.walk_timed():
+                async with asyncio.timeout(budget_ms / 1000 + _GRACE_S):
+                    return await run(conn)
         except Exception as exc:
             # PostgreSQL's statement timeout, or the task's own.
             if not (isinstance(exc, TimeoutError) or is_statement_cancelled(exc)):
@@ -285,6 +287,7 @@ class Query:
             ),
         )
         info.context.budget.spend(len(answer.nodes))
+        metrics.WALK_TRUNCATIONS.labels("lineage").inc(answer.truncated)
         return Lineage.from_trace(answer)
 
     @strawberry.field(description="Which sources, derived events and models led to a decision.")
@@ -306,6 +309,7 @@ class Query:
         )
         trained = sum(len(t.events) for t in answer.training_runs)
         info.context.budget.spend(len(answer.trace.nodes) + trained + len(answer.datasets))
+        metrics.WALK_TRUNCATIONS.labels("audit").inc(answer.truncated)
         return DecisionAudit.from_audit(answer)
 
 

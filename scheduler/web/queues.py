@@ -2,7 +2,7 @@
 every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autoscale``
 (the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -44,10 +44,10 @@ TaskId = Annotated[str, Path(pattern=f"^{TaskIdConvertor.regex}$", description="
 def create_router(
     engine: Engine,
     controller: PidController,
-    more_metrics: Callable[[], bytes],
+    more_metrics: Callable[[], Awaitable[bytes]],
     read: PrincipalOf,
 ) -> APIRouter:
-    """``more_metrics``: gauges of the service's own (the read replicas'), appended."""
+    """``more_metrics``: the service's own metrics (``app.web.metrics``), appended."""
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
@@ -84,13 +84,13 @@ def create_router(
 
     @router.get(
         "/metrics",
-        summary="Prometheus gauges per queue (the tenant's), and each read replica's lag",
+        summary="Prometheus metrics: the queues' gauges (the tenant's) and the service's",
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
     async def metrics(principal: Reader) -> Response:
         async with engine.connect() as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
-        return Response(exposition(depths) + more_metrics(), media_type=CONTENT_TYPE_LATEST)
+        return Response(exposition(depths) + await more_metrics(), media_type=CONTENT_TYPE_LATEST)
 
     return router

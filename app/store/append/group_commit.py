@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,13 +50,14 @@ import psycopg
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import Unavailable
+from app.errors import AppError, Unavailable
 from app.store.append.connections import KeptConnection, KeptConnections
 from app.store.append.tail_cache import QUIET_GROUPS, Planned, TailCache
 from app.store.append.wake_hints import WakeHints
 from app.store.append.writes import HeadMoved, MovedGroup, appended_types, write_group, write_shared
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
+from app.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,7 @@ class _Request:
     events: Sequence[NewEvent]
     size_bytes: int
     then: Then
+    queued_at: float  # time.perf_counter() when it was queued
     answered: bool = False  # each request is answered once (a group stopped may try again)
 
 
@@ -144,7 +147,7 @@ class Appender:
         if not batch:
             then([])
             return
-        self._queue.append(_Request(tenant, batch, size_bytes, then))
+        self._queue.append(_Request(tenant, batch, size_bytes, then, time.perf_counter()))
         if self._writer is None or self._writer.done():
             # In a context of its own: it writes the groups of many requests, so its log
             # lines are not the request's that happened to start it (app.telemetry.logs).
@@ -379,6 +382,10 @@ class Appender:
             if count > self._max_events or size > self._max_bytes:
                 break
             group.append(self._queue.popleft())
+        # Per group, not per request: its size, and how long its oldest request waited.
+        metrics.QUEUE_WAIT_SECONDS.observe(time.perf_counter() - group[0].queued_at)
+        metrics.GROUP_EVENTS.observe(sum(len(r.events) for r in group))
+        metrics.GROUP_REQUESTS.observe(len(group))
         return group
 
 
@@ -440,6 +447,11 @@ def _settle(request: _Request, outcome: Outcome) -> None:
     if request.answered:
         return
     request.answered = True
+    if isinstance(outcome, list):
+        duplicate = sum(1 for a in outcome if a.duplicate)
+        metrics.count_appended(request.tenant, len(outcome) - duplicate, duplicate)
+    elif isinstance(outcome, AppError):
+        metrics.count_refused(request.tenant, len(request.events))
     try:
         request.then(outcome)
     except Exception:  # the others in its group are answered all the same

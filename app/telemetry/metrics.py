@@ -1,0 +1,189 @@
+"""The service's Prometheus metrics (``causeway_*``) and their exposition.
+
+Every metric is a ``prometheus_client`` metric on its default registry, so a metric defined
+anywhere else with ``prometheus_client`` (the clock-drift ones) is in the same answer.
+
+Several server processes (``causeway serve --workers N``): ``serve`` makes an empty
+directory and names it in ``PROMETHEUS_MULTIPROC_DIR`` before the workers start (so before
+they import ``prometheus_client``, which picks where values live at import). Each process
+then writes its values to files there, and ``exposition()`` reads every process's files
+into a registry made for that scrape (``MultiProcessCollector``): one scrape, every
+process's counts. Gauges say how the processes' values combine (``livesum``: the sum over
+the living processes); each process marks itself dead when it exits, so its gauges leave
+the sum. Custom collectors do not work in that mode, so nothing here is one: the gauges
+whose figures live in the database (queue depths, replica lag, projection lag) are made
+per scrape in a registry of their own by their owners and appended to this answer.
+
+Label bounds (docs/observability.md, "Metrics"): ``tenant`` is one of the first
+``CAUSEWAY_METRICS_MAX_TENANTS`` tenants a process appends for, the rest ``other``;
+``route`` is a route template from the app's routing table (or ``unmatched``); the
+others are closed sets named where each is defined.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+__all__ = ["CONTENT_TYPE_LATEST", "exposition"]
+
+MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+# Seconds: the client's defaults with a boundary at the 300 ms an interactive answer
+# should take, and room for the slow walks and long appends.
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.3, 0.5, 1.0, 2.5, 5.0, 10.0)
+_GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 10_000)
+
+EVENTS_APPENDED = Counter(
+    "causeway_events_appended_total",
+    "Events the store's writer answered, by tenant and outcome (stored: new; duplicate: "
+    "an id stored before, answered as it was; refused: an event of a request the store "
+    "refused, e.g. unknown causes or a stale expected version)",
+    ["tenant", "outcome"],
+)
+REQUEST_SECONDS = Histogram(
+    "causeway_http_request_duration_seconds",
+    "HTTP requests, from their head to the end of their answer, by route template, method "
+    "and status class (2xx, 3xx, 4xx, 5xx)",
+    ["route", "method", "status"],
+    buckets=_LATENCY_BUCKETS,
+)
+GROUP_EVENTS = Histogram(
+    "causeway_append_group_events",
+    "Events in each group the writer commits in one transaction",
+    buckets=_GROUP_BUCKETS,
+)
+GROUP_REQUESTS = Histogram(
+    "causeway_append_group_requests",
+    "Append requests in each group the writer commits in one transaction",
+    buckets=_GROUP_BUCKETS,
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "causeway_append_queue_wait_seconds",
+    "How long an append request waited in the writer's queue before its group was taken",
+    buckets=_LATENCY_BUCKETS,
+)
+REPLAY_STREAMS = Gauge(
+    "causeway_replay_streams_in_use",
+    "Replays streaming now (each holds a database connection)",
+    multiprocess_mode="livesum",
+)
+WALK_SECONDS = Histogram(
+    "causeway_graphql_walk_duration_seconds",
+    "GraphQL lineage and audit walks, on their connection, by outcome (ok, error)",
+    ["outcome"],
+    buckets=_LATENCY_BUCKETS,
+)
+WALK_TRUNCATIONS = Counter(
+    "causeway_graphql_walk_truncations_total",
+    "Lineage and audit answers that maxDepth, limit or a server cap cut short, by kind "
+    "(lineage, audit)",
+    ["kind"],
+)
+POOL_IN_USE = Gauge(
+    "causeway_db_pool_connections_in_use",
+    "Database connections checked out of the service's pools, by pool (a closed set: "
+    "main, decisions, graphql, walks)",
+    ["pool"],
+    multiprocess_mode="livesum",
+)
+POOL_WAITING = Gauge(
+    "causeway_db_pool_waiting",
+    "Tasks waiting for a connection of a pool that has none free, by pool",
+    ["pool"],
+    multiprocess_mode="livesum",
+)
+
+
+class TenantLabels:
+    """The ``tenant`` label of ``causeway_events_appended_total``: each of the first
+    ``limit`` tenants its own, every later one ``other`` (per process). The children are
+    kept, so an increment is a dict lookup and an add."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._children: dict[str, tuple[Counter, Counter, Counter]] = {}
+
+    def counters(self, tenant: str) -> tuple[Counter, Counter, Counter]:
+        """(stored, duplicate, refused) for ``tenant``."""
+        found = self._children.get(tenant)
+        if found is None:
+            label = tenant if len(self._children) < self.limit else "other"
+            found = tuple(  # type: ignore[assignment]
+                EVENTS_APPENDED.labels(label, outcome)
+                for outcome in ("stored", "duplicate", "refused")
+            )
+            self._children[tenant] = found  # type: ignore[assignment]  # keys name tenants
+        return found  # type: ignore[return-value]
+
+
+TENANTS = TenantLabels(100)
+
+
+def configure(*, max_tenants: int) -> None:
+    """The bound on tenant labels (``CAUSEWAY_METRICS_MAX_TENANTS``); the app sets it
+    at start-up, before a request is answered."""
+    TENANTS.limit = max_tenants
+
+
+def count_appended(tenant: str, stored: int, duplicate: int) -> None:
+    counters = TENANTS.counters(tenant)
+    if stored:
+        counters[0].inc(stored)
+    if duplicate:
+        counters[1].inc(duplicate)
+
+
+def count_refused(tenant: str, events: int) -> None:
+    TENANTS.counters(tenant)[2].inc(events)
+
+
+def status_class(status: int) -> str:
+    return _STATUS_CLASSES.get(status // 100, "5xx")
+
+
+_STATUS_CLASSES = {1: "1xx", 2: "2xx", 3: "3xx", 4: "4xx", 5: "5xx"}
+
+
+@contextmanager
+def walk_timed() -> Iterator[None]:
+    start = time.perf_counter()
+    outcome = "error"
+    try:
+        yield
+        outcome = "ok"
+    finally:
+        WALK_SECONDS.labels(outcome).observe(time.perf_counter() - start)
+
+
+def exposition() -> bytes:
+    """Every ``prometheus_client`` metric of this process, or of every process when
+    ``PROMETHEUS_MULTIPROC_DIR`` is set (a registry made for this scrape)."""
+    if not MULTIPROCESS:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry(support_collectors_without_names=True)
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def _mark_dead() -> None:
+    """This process's ``live*`` gauges leave the sum (its counters stay: they counted)."""
+    multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+if MULTIPROCESS:
+    atexit.register(_mark_dead)

@@ -1,0 +1,133 @@
+"""``GET /metrics`` on a real PostgreSQL: what each part counts, labelled by route
+template and bounded tenant, and every metric ``deploy/prometheus/alerts.yml`` names."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from secrets import token_hex
+
+import pytest
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import URL
+
+from app.main import create_app, dispose
+from app.settings import Settings
+from tests.integration.conftest import MakeKey, asgi_client, catch_up
+from tests.integration.events import STRUCTURED, dumps, event
+from tests.integration.scheduler.conftest import define, post
+
+ALERTS = Path(__file__).parents[4] / "deploy" / "prometheus" / "alerts.yml"
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of an exposition: (name, labels) to value."""
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return found.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+async def relaying_app(settings: Settings, database_url: URL) -> AsyncIterator[FastAPI]:
+    """An app that relays to NATS (not started: the relay's lag is read from the log)."""
+    app = create_app(
+        settings.model_copy(update={"nats_url": "nats://127.0.0.1:4222"}), database_url=database_url
+    )
+    yield app
+    await dispose(app)
+
+
+async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
+    relaying_app: FastAPI, make_key: MakeKey
+) -> None:
+    tenant = f"t{token_hex(4)}"  # the counters are the process's: a tenant of this test's own
+    async with asgi_client(relaying_app, await make_key(tenant, "ingest,read,admin")) as client:
+        first = event(subject="cam")
+        effect = event(subject="cam", causationid=first["id"])
+        for body in (first, first, effect, event(subject="cam", expectedversion=0)):
+            await client.post("/events", content=dumps(body), headers=STRUCTURED)
+        appends = samples((await client.get("/metrics")).text)
+        assert (await client.get(f"/events/{first['id']}")).status_code == 200
+        walk = (
+            f'{{ lineage(id: "{first["id"]}", direction: DOWNSTREAM, limit: 0) {{ truncated }} }}'
+        )
+        asked = await client.post("/graphql", json={"query": walk})
+        assert asked.json()["data"]["lineage"]["truncated"] is True
+        await define(client, id="r", types=["job"], kind="k", queue="q")
+        await post(client, type="job")
+        await catch_up(relaying_app)
+        answer = await client.get("/metrics")
+    assert answer.status_code == 200
+    found = samples(answer.text)
+    appended = "causeway_events_appended_total"
+    assert value(appends, appended, tenant=tenant, outcome="stored") == 2
+    assert value(appends, appended, tenant=tenant, outcome="duplicate") == 1
+    assert value(appends, appended, tenant=tenant, outcome="refused") == 1  # version conflict
+    timed = "causeway_http_request_duration_seconds_count"
+    assert value(found, timed, route="/events", method="POST", status="2xx") >= 3
+    assert value(found, timed, route="/events", method="POST", status="4xx") >= 1
+    assert value(found, timed, route="/events/{event_id}", method="GET", status="2xx") >= 1
+    assert not any(first["id"] in dict(labels).get("route", "") for _, labels in found)
+    ready = [v for (name, labels), v in found.items() if name == "causeway_queue_ready_tasks"]
+    assert sum(ready) == 1
+    assert value(found, "causeway_append_group_events_count") >= 1
+    assert value(found, "causeway_graphql_walk_duration_seconds_count", outcome="ok") >= 1
+    assert value(found, "causeway_graphql_walk_truncations_total", kind="lineage") >= 1
+    assert value(found, timed, route="/graphql", method="POST", status="2xx") >= 1
+    assert ("causeway_db_pool_connections_in_use", frozenset({("pool", "main")})) in found
+    assert ("causeway_relay_lag_events", frozenset({("stream", "CAUSEWAY")})) in found
+    lags = {
+        dict(labels)["projection"]
+        for name, labels in found
+        if name == "causeway_projection_lag_events"
+    }
+    assert {p.name for p in relaying_app.state.runner.projections} == lags
+
+    # The names in the rules (their comments aside): five rules name at least five.
+    rules = [line for line in ALERTS.read_text().splitlines() if not line.strip().startswith("#")]
+    named = {n for line in rules for n in re.findall(r"\bcauseway_[a-z_]+", line)}
+    assert len(named) >= 5
+    exposed = {name for name, _ in found} | {
+        family.name for family in text_string_to_metric_families(answer.text)
+    }
+    assert named <= exposed, f"alerts.yml names metrics /metrics lacks: {named - exposed}"
+
+
+async def test_tenants_past_the_bound_are_counted_as_other(
+    settings: Settings, database_url: URL, make_key: MakeKey
+) -> None:
+    from app.telemetry import metrics
+
+    app = create_app(
+        settings.model_copy(update={"metrics_max_tenants": 0}), database_url=database_url
+    )
+    tenant = f"t{token_hex(4)}"
+    try:
+        async with asgi_client(app, await make_key(tenant, "ingest,read")) as client:
+            scrape = await client.get("/metrics")
+            before = value(
+                samples(scrape.text),
+                "causeway_events_appended_total",
+                tenant="other",
+                outcome="stored",
+            )
+            await client.post("/events", content=dumps(event()), headers=STRUCTURED)
+            found = samples((await client.get("/metrics")).text)
+        assert (
+            value(found, "causeway_events_appended_total", tenant="other", outcome="stored")
+            == before + 1
+        )
+        assert value(found, "causeway_events_appended_total", tenant=tenant, outcome="stored") == 0
+    finally:
+        metrics.configure(max_tenants=settings.metrics_max_tenants)
+        await dispose(app)
