@@ -9,7 +9,8 @@ child of the trigger's stored context, linked to the worker's request span."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from opentelemetry.trace import Link, Span, SpanKind
 
@@ -40,7 +41,7 @@ def completion_spans(
     spans = []
     for state in states:
         parent = tracing.context_of(*traces.get(state.trigger_id, (None, None)))
-        attributes = {
+        attributes: dict[str, str | int] = {
             "causeway.tenant": tenant,
             "causeway.task.id": state.id,
             "causeway.task.route": state.route_id,
@@ -62,3 +63,15 @@ def completion_spans(
 def end_all(spans: Sequence[Span]) -> None:
     for span in spans:
         span.end()
+
+
+@contextmanager
+def decision_span(name: str, tenant: str, **attributes: str | int) -> Iterator[Span | None]:
+    """A span around one lease or fail decision while tracing is on (None when off:
+    nothing is built)."""
+    if not tracing.on:
+        yield None
+        return
+    named = {"causeway.tenant": tenant, **{f"causeway.{k}": v for k, v in attributes.items()}}
+    with tracing.tracer().start_as_current_span(name, attributes=named) as span:
+        yield span

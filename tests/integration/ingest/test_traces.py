@@ -35,14 +35,16 @@ class TestTraces:
         assert server.attributes["http.request.method"] == "POST"
         assert server.attributes["http.response.status_code"] == 201
         [ingested] = named(spans, "ingest event")
-        assert ingested.parent is not None and server.context is not None
+        assert ingested.parent is not None
+        assert server.context is not None
         assert ingested.parent.span_id == server.context.span_id
         assert ingested.attributes is not None
         assert ingested.attributes["cloudevents.event_id"] == sent["id"]
         assert ingested.attributes["gen_ai.response.model"] == "tumor-detector"
         assert ingested.attributes["causeway.model.version"] == "3"
         [group] = named(spans, "append group")
-        assert group.attributes is not None and group.attributes["causeway.group.events"] >= 1
+        assert group.attributes is not None
+        assert group.attributes["causeway.group.events"] == 1
         assert [link.context.span_id for link in group.links] == [server.context.span_id]
 
     async def test_a_read_is_named_by_its_route_template(
@@ -61,7 +63,8 @@ class TestTraces:
         answer = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
         assert answer.status_code == 201, answer.text
         [ingested] = named(spans, "ingest event")
-        assert ingested.context is not None and ingested.parent is not None
+        assert ingested.context is not None
+        assert ingested.parent is not None
         assert f"{ingested.context.trace_id:032x}" == TRACE
         assert f"{ingested.parent.span_id:016x}" == "00f067aa0ba902b7"
         stored = (await client.get(f"/events/{sent['id']}")).json()
@@ -93,7 +96,8 @@ class TestTraces:
         assert answer.status_code == 201, answer.text
         [server] = named(spans, "POST /events")
         [ingested] = named(spans, "ingest event")
-        assert ingested.parent is not None and server.context is not None
+        assert ingested.parent is not None
+        assert server.context is not None
         assert ingested.parent.span_id == server.context.span_id
         assert (await client.get(f"/events/{sent['id']}")).json()["traceparent"] == sent[
             "traceparent"
