@@ -330,6 +330,8 @@ def tracing_cost(url: URL, base: str, key: str, events: int, rounds: int) -> tup
     ``_SpanSink``) and off (``base``), in alternating rounds; events per second, each."""
     on_s = off_s = 0.0
     with _SpanSink() as endpoint, served(url, extra_env=endpoint) as traced:
+        warm = [cloudevent("d-warm") for _ in range(500)]  # a fresh server, as warm as base
+        run(http_singles(traced.base, key, warm, clients=32))
         for n in range(rounds):
             checkpoint(url)
             off = [cloudevent(f"d-off{n}") for _ in range(events // rounds)]

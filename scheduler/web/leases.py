@@ -262,16 +262,24 @@ def create_router(
     async def fail(
         task_id: str, body: Failure, principal: Worker, response: Response
     ) -> dict[str, Any]:
-        with decision_span("fail task", principal.tenant, **{"task.id": task_id}) as span:
-            async with engine.begin() as conn:
-                state = await TaskQueue(conn, appender=decisions).fail(
-                    principal.tenant, task_id, body.lease, body.error_class, body.message
-                )
-            if span is not None:
-                span.set_attribute("causeway.task.state", state.state)
+        state = await _fail(engine, decisions, principal.tenant, task_id, body)
         return _answered(state, response)
 
     return router
+
+
+async def _fail(
+    engine: Engine, decisions: Appender, tenant: str, task_id: str, body: Failure
+) -> TaskState:
+    """``POST /tasks/{task_id}/fail``'s decision, in its span while tracing is on."""
+    with decision_span("fail task", tenant, **{"task.id": task_id}) as span:
+        async with engine.begin() as conn:
+            state = await TaskQueue(conn, appender=decisions).fail(
+                tenant, task_id, body.lease, body.error_class, body.message
+            )
+        if span is not None:
+            span.set_attribute("causeway.task.state", state.state)
+    return state
 
 
 def _batch_routes(

@@ -125,3 +125,28 @@ class TestTraces:
         assert all(
             link.attributes and link.attributes["causeway.link"] == "cause" for link in span.links
         )
+
+    async def test_a_lineage_query_has_an_operation_span_and_a_walk_span(
+        self, client: httpx2.AsyncClient, spans: InMemorySpanExporter
+    ) -> None:
+        cause = event()
+        await client.post("/events", content=dumps(cause), headers=STRUCTURED)
+        effect = event(causationid=cause["id"])
+        await client.post("/events", content=dumps(effect), headers=STRUCTURED)
+        spans.clear()
+        query = 'query Upstream {{ lineage(id: "{}") {{ truncated }} }}'.format(effect["id"])
+        answer = await client.post("/graphql", json={"query": query})
+        assert answer.status_code == 200, answer.text
+        [operation] = named(spans, "query Upstream")
+        [walk] = named(spans, "lineage walk")
+        assert walk.parent is not None
+        assert operation.context is not None
+        assert walk.parent.span_id == operation.context.span_id
+        assert walk.attributes is not None
+        assert walk.attributes["causeway.walk.nodes"] == 2
+        assert walk.attributes["causeway.walk.depth"] == 1
+        assert walk.attributes["causeway.walk.truncated"] is False
+        [server] = named(spans, "POST /graphql")
+        assert operation.parent is not None
+        assert server.context is not None
+        assert operation.parent.span_id == server.context.span_id
