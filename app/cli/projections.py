@@ -43,9 +43,15 @@ def project() -> None:
         else:
             require_head(db.url, "run `causeway migrate`")
         runner = create_runner(settings, db.url)
-        announce(settings, f"following {', '.join(p.name for p in runner.projections)}")
+
+        async def follow() -> None:
+            # Said once the loop runs: a Ctrl-C from here on stops the runner cleanly
+            # (one while asyncio.run was still making its loop left it half made).
+            announce(settings, f"following {', '.join(p.name for p in runner.projections)}")
+            await runner.run()
+
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(runner.run())
+            asyncio.run(follow())
 
 
 def projections_status() -> None:

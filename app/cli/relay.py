@@ -34,13 +34,19 @@ def relay_nats() -> None:
         relay = create_relay(settings, db.url)
         if relay is None:  # pragma: no cover - nats_url is set
             return
-        announce(
-            settings,
-            f"relaying {Tenants.parse(settings.nats_tenants).describe()} to "
-            f"{settings.nats_stream} at {settings.nats_url}",
-        )
+        running = relay
+
+        async def follow() -> None:
+            # Said once the loop runs, so a Ctrl-C after it stops the relay cleanly.
+            announce(
+                settings,
+                f"relaying {Tenants.parse(settings.nats_tenants).describe()} to "
+                f"{settings.nats_stream} at {settings.nats_url}",
+            )
+            await running.run()
+
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(relay.run())
+            asyncio.run(follow())
 
 
 def relay_status() -> None:
