@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx2
+from fastapi import FastAPI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from tests.integration.conftest import catch_up
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -150,3 +152,13 @@ class TestTraces:
         assert operation.parent is not None
         assert server.context is not None
         assert operation.parent.span_id == server.context.span_id
+
+    async def test_each_projection_batch_has_a_span(
+        self, app: FastAPI, client: httpx2.AsyncClient, spans: InMemorySpanExporter
+    ) -> None:
+        await client.post("/events", content=dumps(event()), headers=STRUCTURED)
+        await catch_up(app)
+        batches = named(spans, "projection batch")
+        assert {s.attributes["causeway.projection"] for s in batches if s.attributes} == {
+            p.name for p in app.state.runner.projections
+        }
