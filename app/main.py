@@ -32,6 +32,7 @@ from app.graphql.router import GraphQLApp, create_graphql
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
+from app.telemetry import tracing
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
@@ -40,6 +41,7 @@ from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
 from app.web.request_ids import with_request_id
 from app.web.timeouts import Linger, Timeouts
+from app.web.traced import traced
 from app.wiring import (
     create_relay,
     create_runner,
@@ -95,6 +97,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tracing.configure()  # in each worker process, after any fork (OTEL_* variables)
         await walks.open()  # connects in the background; the first walk need not wait
         background = [asyncio.create_task(read_router.watch())]
         background.append(asyncio.create_task(keep_sampling(pools_in(app.state))))
@@ -125,6 +128,9 @@ def create_app(
         summary="An append-only, event-sourced lineage store for AI systems",
         version="0.1.0",
         lifespan=lifespan,
+        # Our own server span covers every path, the ones answered before FastAPI's router
+        # included (app.web.traced): FastAPI's native telemetry would add a second one.
+        telemetry={"tracing": False, "operation_spans": False, "metrics": False, "logs": False},
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -230,6 +236,9 @@ class Causeway(FastAPI):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
+            return
+        if tracing.on:  # a server span around the whole request (app.web.traced)
+            await with_request_id(partial(traced, self.timeouts), scope, receive, send)
             return
         await with_request_id(self.timeouts, scope, receive, send)
 

@@ -193,11 +193,15 @@ def serving(url: URL, *, workers: int = 1) -> Iterator[str]:
 
 
 @contextmanager
-def served(url: URL, *, workers: int = 1) -> Iterator[Served]:
+def served(
+    url: URL, *, workers: int = 1, extra_env: dict[str, str] | None = None
+) -> Iterator[Served]:
     """A real ``causeway serve`` on ``url`` (``workers`` processes), with its process id.
-    Nothing of the bench's own environment named ``CAUSEWAY_*`` reaches it."""
+    Nothing of the bench's own environment named ``CAUSEWAY_*`` or ``OTEL_*`` reaches it;
+    ``extra_env`` is added."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CAUSEWAY_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CAUSEWAY_", "OTEL_"))}
+    env.update(extra_env or {})
     env["CAUSEWAY_DATABASE_URL"] = url.render_as_string(hide_password=False)
     env["CAUSEWAY_DB_POOL_SIZE"] = "10"
     env["CAUSEWAY_WORKERS"] = str(workers)

@@ -8,7 +8,10 @@
     read paths' indexes cost on top of a bare log;
 (b) single-event POSTs from 32 concurrent keep-alive clients vs ``eventsourcing``'s
     Application API (one event per save, from 32 threads), with latency percentiles;
-(c) the single-event load again with 2 and 4 server processes.
+(c) the single-event load again with 2 and 4 server processes;
+(d) the single-event load with tracing on (every request sampled, spans exported over OTLP
+    HTTP to a sink in this process that answers 200) and off, in alternating rounds on two
+    servers of the same run: the ratio is what tracing costs.
 
 (a) and (b) run in rounds, each round of Causeway next to a round of its baseline: this
 machine's speed drifts by half from one minute to the next, and contenders timed minutes
@@ -31,9 +34,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 from typing import Any
 
@@ -320,6 +325,54 @@ def cpu_rows(ours: CpuTimes, theirs: CpuTimes, events: int) -> list[Row]:
     ]
 
 
+def tracing_cost(url: URL, base: str, key: str, events: int, rounds: int) -> tuple[float, float]:
+    """Single-event ingest rates with tracing on (a second server, whose spans go to
+    ``_SpanSink``) and off (``base``), in alternating rounds; events per second, each."""
+    on_s = off_s = 0.0
+    with _SpanSink() as endpoint, served(url, extra_env=endpoint) as traced:
+        warm = [cloudevent("d-warm") for _ in range(500)]  # a fresh server, as warm as base
+        run(http_singles(traced.base, key, warm, clients=32))
+        for n in range(rounds):
+            checkpoint(url)
+            off = [cloudevent(f"d-off{n}") for _ in range(events // rounds)]
+            off_s += len(off) / run(http_singles(base, key, off, clients=32))[0]
+            checkpoint(url)
+            on = [cloudevent(f"d-on{n}") for _ in range(events // rounds)]
+            on_s += len(on) / run(http_singles(traced.base, key, on, clients=32))[0]
+    done = events // rounds * rounds
+    return done / on_s, done / off_s
+
+
+class _SpanSink:
+    """An OTLP/HTTP trace receiver that answers every export with 200 and keeps nothing,
+    in a thread of this process; entered, the ``OTEL_*`` variables that point a server at
+    it."""
+
+    def __enter__(self) -> dict[str, str]:
+        class Answer(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        port = self._server.server_address[1]
+        return {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}/v1/traces",
+            "OTEL_SERVICE_NAME": "causeway-bench",
+        }
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 def _rounds(items: list[dict[str, Any]], rounds: int) -> list[list[dict[str, Any]]]:
     size = -(-len(items) // rounds)
     return [items[i : i + size] for i in range(0, len(items), size)]
@@ -375,6 +428,7 @@ def main() -> None:
                 # the postmaster has reaped them.
                 time.sleep(0.5)
                 their_cpu += meter.read() - before
+            traced_rate, untraced_rate = tracing_cost(url, base, key, single_events, rounds)
         baseline.close()
         lean.close()
         copy_rate, batch_rate = batch_events / copy_s, batch_events / batch_s
@@ -420,6 +474,12 @@ def main() -> None:
             *cpu_rows(our_cpu, their_cpu, single_events),
         ],
         "eventsourcing (32 threads)",
+    )
+    print_table(
+        f"ingest (d): {single_events:,} single-event POSTs from 32 clients with tracing on "
+        f"(OTLP HTTP, parentbased_always_on), {rounds} rounds alternating with it off",
+        [Row("(d) single POSTs, tracing on", traced_rate, untraced_rate, "events/s")],
+        "tracing off",
     )
     print(f"\ntargets: (a) >= 0.5x COPY ({batch_rate / copy_rate:.2f}x; "
           f"{batch_rate / lean_rate:.2f}x the lean COPY, >= 0.6x wanted), "

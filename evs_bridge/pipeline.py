@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from opentelemetry import trace
 
 from evs_bridge.channels import ChannelMap, Delivery
 from evs_bridge.classify import Classifier, HeuristicClassifier
@@ -43,6 +44,8 @@ from evs_bridge.events import ClockDomain, EventChunk, Events
 from evs_bridge.lineage import MAX_SUSTAINED_CAUSES, MAX_UNIX_US, MIN_UNIX_US, LineageEvents
 from evs_bridge.regions import Region, RegionParams, Tracker, TrackParams, find_regions
 from evs_bridge.windows import Segment, SegmentCutter, WindowSpec
+
+_tracer = trace.get_tracer("evs_bridge")
 
 _URGENCY = {Delivery.LAZY: 0, Delivery.SOON: 1, Delivery.IMMEDIATE: 2}
 
@@ -217,6 +220,18 @@ class Pipeline:
             self._emit(segment)
 
     def _emit(self, segment: Segment) -> None:
+        # A span per segment, through OpenTelemetry's API alone: a no-op (a few µs a
+        # segment) unless the process installed an SDK (docs/observability.md, Traces).
+        with _tracer.start_as_current_span("evs segment") as span:
+            segment_id = self._emit_segment(segment)
+            if span.is_recording():
+                span.set_attribute("causeway.evs.segment", segment_id)
+                span.set_attribute("causeway.evs.events_in", segment.events_in)
+                span.set_attribute("causeway.evs.windows", len(segment.windows))
+                span.set_attribute("causeway.evs.filter_ratio", segment.filter_ratio)
+
+    def _emit_segment(self, segment: Segment) -> str:
+        """Emit ``segment``'s event and its windows' events; the segment event's id."""
         found: list[list[Region]] = []
         for window in segment.windows:
             regions = find_regions(
@@ -238,6 +253,7 @@ class Pipeline:
         self.stats.segments += 1
         for regions in found:
             self._emit_window(regions, segment_event["id"])
+        return str(segment_event["id"])
 
     def _emit_window(self, regions: list[Region], segment_id: str) -> None:
         if not regions:

@@ -31,11 +31,13 @@ from app.errors import (
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
 from app.store.records import Appended, NewEvent
+from app.telemetry import tracing
 from app.web.bodies import receive_body
 from app.web.openapi import CLOUDEVENT_REF, JSON_VALUE_REF, answers
 from ingest.attributes import RESERVED_ID_PREFIX, SET_BY_STORE
 from ingest.binding import parse_in_parts
 from ingest.limits import Limits
+from ingest.traced import traced_append
 
 POSITION_HEADER = "Causeway-Position"  # as app.web.reads names it (ingest imports no web)
 
@@ -186,7 +188,10 @@ class Ingest:
             if number:
                 await asyncio.sleep(0)  # other tasks (a group holding the log head) go on
             events += part
-        appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
+        if tracing.on:  # a span per event, linked to its causes (ingest.traced)
+            appended = await traced_append(self._appender, principal.tenant, events, len(body))
+        else:
+            appended = await self._appender.append(principal.tenant, events, size_bytes=len(body))
         return answer_of(appended)
 
     async def read_body(self, receive: Receive, declared: str | None) -> bytes:

@@ -9,7 +9,7 @@ the task's state. The clock is an argument, never read here.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from app.errors import AppError, Conflict, LeaseLost, NotFound
 from app.store import deployments as deployment_commands
 from app.store.records import NewEvent
+from app.telemetry.tracing import TraceContext
 from scheduler import tasks as t
 from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
 
@@ -113,9 +114,30 @@ def extended_expiry(
     return expires
 
 
-def caused_by_trigger(state: t.TaskState, results: Sequence[NewEvent]) -> list[NewEvent]:
-    """``results``, each caused by the task's trigger besides its own causes."""
-    return [replace(e, causes=tuple(dict.fromkeys((*e.causes, state.trigger_id)))) for e in results]
+def caused_by_trigger(
+    state: t.TaskState,
+    results: Sequence[NewEvent],
+    traces: Mapping[str, TraceContext] | None = None,
+) -> list[NewEvent]:
+    """``results``, each caused by the task's trigger besides its own causes. ``traces``:
+    the stored trace contexts of triggers; a result that carries no ``traceparent`` of its
+    own carries its trigger's (the CloudEvents Distributed Tracing extension carries the
+    starting trace across hops), so its trace continues the trigger's."""
+    context = (traces or {}).get(state.trigger_id)
+    return [
+        _carrying(replace(e, causes=tuple(dict.fromkeys((*e.causes, state.trigger_id)))), context)
+        for e in results
+    ]
+
+
+def _carrying(event: NewEvent, context: TraceContext | None) -> NewEvent:
+    if context is None or "traceparent" in event.extensions:
+        return event
+    traceparent, tracestate = context
+    extensions = {**event.extensions, "traceparent": traceparent}
+    if tracestate is not None:
+        extensions["tracestate"] = tracestate
+    return replace(event, extensions=extensions)
 
 
 def completion(

@@ -1,9 +1,8 @@
 """The task queue's commands: every change to a task, from its creation to its end.
 
-A command runs in the caller's transaction: it locks the task's row
-(``scheduler.rows.tasks``), reads what else it needs from the log (``app.store``), asks
-``scheduler.decisions`` what follows, appends that decision to the log, and writes the
-row the decision folds to (``tasks.fold``). Appending goes through the group-commit
+A command runs in the caller's transaction: it locks the task's row (``scheduler.rows.tasks``),
+reads what else it needs from the log (``app.store``), asks ``scheduler.decisions`` what
+follows, appends that decision, and writes the row it folds to (``tasks.fold``). Appending goes through the group-commit
 ``Appender`` for the HTTP commands, so concurrent leases and completions share one
 append transaction and its fsync, while each holds its own row lock until it has written
 the row; the dispatcher and the sweeper append in their own transaction. A row is never
@@ -13,10 +12,9 @@ catches up; a command that meets such a row meanwhile gets a version conflict on
 task's stream, never a second lease.
 
 Locks are taken in one order, task rows before the log head, so commands never deadlock;
-the dispatcher, which holds the log head when it supersedes a pending task, takes task
-rows with ``SKIP LOCKED`` and never waits for one. Leasing walks ``ix_tasks_ready`` in
-priority-then-age order with ``FOR UPDATE SKIP LOCKED``: concurrent leasers each take
-different rows (a batch: many, one append), and none waits for another."""
+the dispatcher (holding the log head to supersede a pending task) takes task rows with
+``SKIP LOCKED``. Leasing walks ``ix_tasks_ready`` by priority, then age, ``FOR UPDATE SKIP
+LOCKED``: concurrent leasers each take different rows, and none waits for another."""
 
 from __future__ import annotations
 
@@ -33,11 +31,13 @@ from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
+from app.telemetry.tracing import TraceContext
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.routes import Route, event_time
 from scheduler.rows import tasks as rows
+from scheduler.traces import completion_spans, end_all, trigger_traces
 
 if TYPE_CHECKING:
     from app.store.append.group_commit import Appender
@@ -60,16 +60,15 @@ class Lease:
 
 
 class TaskQueue:
-    """Commands over the queue on ``conn`` (the caller's transaction).
-
-    Decisions are appended by ``appender`` when given (group commit: concurrent commands
-    share one append transaction and its fsync, while each keeps its row locked in its own
-    transaction), else in ``conn``'s transaction (the dispatcher, the sweeper).
-    """
+    """Commands over the queue on ``conn`` (the caller's transaction). Decisions are
+    appended by ``appender`` when given (group commit: concurrent commands share one append
+    transaction, each keeping its row locked in its own), else in ``conn``'s transaction
+    (the dispatcher, the sweeper)."""
 
     def __init__(self, conn: Connection, *, appender: Appender | None = None) -> None:
         self._conn = conn
         self._append = appender.append if appender is not None else EventLog(conn).append
+        self._traces: dict[str, TraceContext] = {}  # the triggers' (complete_many reads them)
 
     async def dispatch(self, tenant: str, route: Route, record: ChainRecord) -> bool:
         """Make ``route``'s task for ``record`` (superseding a debounced one); False when
@@ -247,11 +246,9 @@ class TaskQueue:
         self, tenant: str, task_id: str, lease_id: str, results: Sequence[NewEvent]
     ) -> tuple[t.TaskState, list[int]]:
         """Append ``results`` (each caused by the trigger, besides its own causes) and the
-        completion, atomically; the positions of the results.
-
-        A retry of a completion that went through (the same lease: its answer was lost on
-        the way back) gets the same answer and writes nothing, provided it sends the same
-        results; other results under that lease are a ``Conflict``."""
+        completion, atomically; the positions of the results. A retry of a completion that
+        went through (same lease: its answer was lost) gets the same answer and writes
+        nothing, provided it sends the same results; others under that lease: ``Conflict``."""
         [outcome] = await self.complete_many(tenant, [(task_id, lease_id, results)])
         if isinstance(outcome, AppError):
             raise outcome
@@ -268,6 +265,7 @@ class TaskQueue:
         # Rows locked in one order (by task id), so two batches never deadlock.
         order = sorted(range(len(items)), key=lambda n: items[n][0])
         locked = await rows.fetch_tasks_locked(self._conn, tenant, [items[n][0] for n in order])
+        self._traces = await trigger_traces(self._conn, tenant, locked)  # results carry them
         for n in order:
             task_id, lease_id, results = items[n]
             try:
@@ -280,10 +278,11 @@ class TaskQueue:
                         outcomes[n] = (state, again)
                         continue
                 state = d.holding(state, task_id, lease_id, datetime.now(UTC))
-                caused = d.caused_by_trigger(state, results)
+                caused = d.caused_by_trigger(state, results, self._traces)
                 ready.append((n, state, [*caused, d.completion(state, lease_id, caused, at=now())]))
             except AppError as refused:
                 outcomes[n] = refused
+        spans = completion_spans(tenant, [state for _, state, _ in ready], self._traces)
         if len(ready) > 1:
             try:
                 appended = await self._append(tenant, [e for _, _, batch in ready for e in batch])
@@ -304,6 +303,7 @@ class TaskQueue:
                 outcomes[n] = (done, [a.position for a in mine[:-1]])
             except AppError as refused:
                 outcomes[n] = refused
+        end_all(spans)
         return [outcomes[n] for n in range(len(items))]
 
     async def _complete_again(
@@ -316,7 +316,7 @@ class TaskQueue:
         """The positions of the results of the completion ``first``, which ``results``
         repeat: the same ids in the same order, each with the content stored (the log
         answers a re-send with where it is, and refuses other content under its id)."""
-        caused = d.caused_by_trigger(state, results)
+        caused = d.caused_by_trigger(state, results, self._traces)
         d.check_same_results(state, first, caused)
         if not caused:
             return []

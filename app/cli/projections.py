@@ -27,7 +27,7 @@ from app.projections.base import Projection
 from app.projections.runner import ProjectionFailed, ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
 from app.store.records import parse_position
-from app.telemetry import logs
+from app.telemetry import logs, tracing
 from app.wiring import create_runner, every_projection
 
 T = TypeVar("T")
@@ -37,6 +37,7 @@ def project() -> None:
     """Run the projection runner alone (several may run: one leads each projection)."""
     settings = load_settings()
     logs.configure(settings.log_format)
+    tracing.configure()  # projection batch spans, when the OTEL_* variables ask for traces
     with database(settings) as db:
         if db.embedded is not None:
             upgrade_to_head(db.url)  # as serve does: the embedded one is this command's own

@@ -15,7 +15,7 @@ from app.db.schema import upgrade_to_head
 from app.projections.relay.log import RelayStatus, fetch_relay_status
 from app.projections.relay.subjects import Tenants
 from app.settings import Settings
-from app.telemetry import logs
+from app.telemetry import logs, tracing
 from app.wiring import create_relay
 
 
@@ -26,6 +26,7 @@ def relay_nats() -> None:
     if settings.nats_url is None:
         fail("set CAUSEWAY_NATS_URL to the NATS server(s) to relay to")
     logs.configure(settings.log_format)
+    tracing.configure()  # its publish spans, when the OTEL_* variables ask for traces
     with database(settings) as db:
         if db.embedded is not None:
             upgrade_to_head(db.url)  # as serve does: the embedded one is this command's own

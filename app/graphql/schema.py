@@ -30,6 +30,7 @@ from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpe
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
 from app.graphql.openlineage import Dataset, run_ids
+from app.graphql.traced import TracedOperation, traced_walk
 from app.graphql.types import (
     BIG_INT,
     BigInt,
@@ -49,13 +50,13 @@ from app.store.deployment_reads import DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
 from app.store.failures import is_statement_cancelled, is_unavailable
 from app.store.graph import GraphReader
-from app.store.lineage import audit, trace
+from app.store.lineage import Trace, audit, trace
 from app.store.model_registry_reads import RegistryReader
 from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
 from app.store.records import refuse_empty_filters, refuse_long_filters
 from app.store.timestamps import parse_time_parameter
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
 
 Info = strawberry.Info[Context, None]
 T = TypeVar("T")
@@ -274,7 +275,7 @@ class Query:
         )
 
         refuse_long_filters({"types": types})
-        answer = await _walk(
+        walking = _walk(
             info,
             lambda conn: trace(
                 conn,
@@ -286,6 +287,7 @@ class Query:
                 types=tuple(types or ()),
             ),
         )
+        answer = await (traced_walk("lineage", walking, depth, _found) if tracing.on else walking)
         info.context.budget.spend(len(answer.nodes))
         metrics.WALK_TRUNCATIONS.labels("lineage").inc(answer.truncated)
         return Lineage.from_trace(answer)
@@ -297,7 +299,7 @@ class Query:
         caps = info.context.limits
         depth = _bound(max_depth, caps.max_lineage_depth, "maxDepth")
 
-        answer = await _walk(
+        auditing = _walk(
             info,
             lambda conn: audit(
                 conn,
@@ -306,6 +308,11 @@ class Query:
                 max_depth=depth,
                 max_nodes=caps.max_lineage_nodes,
             ),
+        )
+        answer = await (
+            traced_walk("audit", auditing, depth, lambda a: _found(a.trace))
+            if tracing.on
+            else auditing
         )
         trained = sum(len(t.events) for t in answer.training_runs)
         info.context.budget.spend(len(answer.trace.nodes) + trained + len(answer.datasets))
@@ -321,6 +328,11 @@ def _as_state(view: DeploymentView) -> DeploymentState:
         view.candidate_version,
         view.candidate_percent,
     )
+
+
+def _found(answer: Trace) -> tuple[int, int, bool]:
+    """A walk's nodes, the depth it reached and whether it was truncated (its span's)."""
+    return len(answer.nodes), answer.nodes[-1].depth if answer.nodes else 0, answer.truncated
 
 
 def _bound(value: int, cap: int, argument: str) -> int:
@@ -385,6 +397,7 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
             # over them is refused before any rule runs (app.graphql.budget).
             bounded_validation(limits, cache_size=256),
             OperationChosen,
+            TracedOperation,  # a span per operation, while tracing is on
             lambda: AddValidationRules(rules),
             lambda: MaxTokensLimiter(max_token_count=limits.max_tokens),
             ProblemErrors,

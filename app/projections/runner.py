@@ -41,6 +41,8 @@ from app.projections.base import Projection, Selection, Selective
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
+from app.telemetry import tracing
+from app.telemetry.batch_spans import traced_batch
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c
@@ -118,6 +120,11 @@ class ProjectionRunner:
         return moved
 
     async def _step(self, projection: Projection, until: int | None) -> tuple[int, bool]:
+        if not tracing.on:
+            return await self._apply_batch(projection, until)
+        return await traced_batch(projection.name, self._apply_batch(projection, until))
+
+    async def _apply_batch(self, projection: Projection, until: int | None) -> tuple[int, bool]:
         """``step``, and whether another batch should follow at once: this one was
         full, or ended at an event that may change what a Selective projection reads.
         Otherwise the projection has read all it reads up to the head, even when the

@@ -42,6 +42,7 @@ from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.tasks import ErrorClass, TaskState
+from scheduler.traces import decision_span
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
 from scheduler.web.documents import task_json
 
@@ -199,15 +200,18 @@ def create_router(
                 # Leasing to a worker that is gone would only burn one of the task's attempts.
                 return Response(status_code=204)
             seen = wakeups.generation  # a wake-up from here on is one this try may miss
-            async with engine.begin() as conn:
-                found = await TaskQueue(conn, appender=decisions).lease(
-                    principal.tenant,
-                    queue,
-                    profile,
-                    lease_s=lease_s,
-                    off_peak=policy.off_peak,
-                    max_tasks=body.max_tasks or 1,
-                )
+            with decision_span("lease tasks", principal.tenant, queue=queue) as span:
+                async with engine.begin() as conn:
+                    found = await TaskQueue(conn, appender=decisions).lease(
+                        principal.tenant,
+                        queue,
+                        profile,
+                        lease_s=lease_s,
+                        off_peak=policy.off_peak,
+                        max_tasks=body.max_tasks or 1,
+                    )
+                if span is not None:
+                    span.set_attribute("causeway.tasks.leased", len(found))
             if found:
                 return _leased(found, batch=body.max_tasks is not None)
             if (left := deadline - loop.time()) <= 0:
@@ -258,13 +262,24 @@ def create_router(
     async def fail(
         task_id: str, body: Failure, principal: Worker, response: Response
     ) -> dict[str, Any]:
-        async with engine.begin() as conn:
-            state = await TaskQueue(conn, appender=decisions).fail(
-                principal.tenant, task_id, body.lease, body.error_class, body.message
-            )
+        state = await _fail(engine, decisions, principal.tenant, task_id, body)
         return _answered(state, response)
 
     return router
+
+
+async def _fail(
+    engine: Engine, decisions: Appender, tenant: str, task_id: str, body: Failure
+) -> TaskState:
+    """``POST /tasks/{task_id}/fail``'s decision, in its span while tracing is on."""
+    with decision_span("fail task", tenant, **{"task.id": task_id}) as span:
+        async with engine.begin() as conn:
+            state = await TaskQueue(conn, appender=decisions).fail(
+                tenant, task_id, body.lease, body.error_class, body.message
+            )
+        if span is not None:
+            span.set_attribute("causeway.task.state", state.state)
+    return state
 
 
 def _batch_routes(

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx2
 import pytest
 from fastapi import FastAPI
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -14,6 +15,7 @@ from app.db.engine import create_engine
 from app.main import create_app, dispose
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
+from app.telemetry import tracing
 from tests.integration.events import JSON, registration
 
 MakeKey = Callable[..., Awaitable[str]]
@@ -90,3 +92,27 @@ def register(admin: httpx2.AsyncClient) -> Callable[..., Awaitable[None]]:
             assert response.status_code in (200, 201), response.text
 
     return register_versions
+
+
+_SPANS = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="session")
+def _tracing_installed() -> InMemorySpanExporter:
+    """The in-memory exporter, installed once per session (the global provider can be set
+    only once per process); tracing stays off outside the tests that ask for ``spans``."""
+    tracing.install_for_tests(_SPANS)
+    tracing.turn_off()
+    return _SPANS
+
+
+@pytest.fixture
+def spans(_tracing_installed: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    """Tracing on for this test, every finished span in the exporter it yields."""
+    _tracing_installed.clear()
+    tracing.turn_on()
+    try:
+        yield _tracing_installed
+    finally:
+        tracing.turn_off()
+        _tracing_installed.clear()

@@ -43,6 +43,8 @@ from app.projections.relay import log
 from app.projections.relay.messages import Mode, headers_and_payload
 from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
 from app.store.append.writes import NOTIFY_CHANNEL
+from app.telemetry import tracing
+from app.telemetry.batch_spans import publish_span
 
 logger = logging.getLogger(__name__)
 SUBJECTS = f"{PREFIX}.>"
@@ -264,6 +266,7 @@ class NatsRelay:
         config = self.config
         while True:
             reached, batch = await found.get()
+            span = publish_span(config.stream, len(batch)) if tracing.on else None
             acks = []
             for event in batch:
                 headers, payload = headers_and_payload(event.document, config.mode)
@@ -281,6 +284,8 @@ class NatsRelay:
                     )
                 )
                 expected = this
+            if span is not None:
+                span.end()
             await batches.put((reached, acks))
 
     async def _acknowledge(

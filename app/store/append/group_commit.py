@@ -57,7 +57,8 @@ from app.store.append.wake_hints import WakeHints
 from app.store.append.writes import HeadMoved, MovedGroup, appended_types, write_group, write_shared
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
-from app.telemetry import metrics
+from app.telemetry import metrics, tracing
+from app.telemetry.group_spans import traced_group
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class _Request:
     then: Then
     queued_at: float  # time.perf_counter() when it was queued
     answered: bool = False  # each request is answered once (a group stopped may try again)
+    span: Any = None  # the caller's span context, while tracing is on (the group links to it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +132,11 @@ class Appender:
         self.groups_moved = 0  # of those, the ones that others' appends moved
         self.requests_committed = 0
 
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine it appends on (for reads beside an append: trace contexts)."""
+        return self._engine
+
     async def append(
         self, tenant: str, batch: Sequence[NewEvent], *, size_bytes: int = 0
     ) -> list[Appended]:
@@ -147,7 +154,10 @@ class Appender:
         if not batch:
             then([])
             return
-        self._queue.append(_Request(tenant, batch, size_bytes, then, time.perf_counter()))
+        request = _Request(tenant, batch, size_bytes, then, time.perf_counter())
+        if tracing.on:
+            request.span = tracing.current_span_context()
+        self._queue.append(request)
         if self._writer is None or self._writer.done():
             # In a context of its own: it writes the groups of many requests, so its log
             # lines are not the request's that happened to start it (app.telemetry.logs).
@@ -232,7 +242,10 @@ class Appender:
             await self._land_all()
             await self._commit_under_lock(group)
             return
-        flight = asyncio.create_task(self._fly(held, group, planned))
+        flying = self._fly(held, group, planned)
+        if tracing.on:
+            flying = traced_group(flying, _shape(group), "ahead")
+        flight = asyncio.create_task(flying)
         self._flights.append(_Flight(group, planned, held, flight))
 
     async def _fly(
@@ -316,7 +329,10 @@ class Appender:
 
     async def _commit_under_lock(self, group: list[_Request]) -> None:
         try:
-            await self._commit(group)
+            if tracing.on:
+                await traced_group(self._commit(group), _shape(group), "lock")
+            else:
+                await self._commit(group)
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled: the server is stopping
                 for request in group:
@@ -387,6 +403,15 @@ class Appender:
         metrics.GROUP_EVENTS.observe(sum(len(r.events) for r in group))
         metrics.GROUP_REQUESTS.observe(len(group))
         return group
+
+
+def _shape(group: list[_Request]) -> tuple[int, int, int, float, list[Any]]:
+    """A group's events, tenants, requests, its oldest request's wait and the requests'
+    span contexts, for its span."""
+    wait = time.perf_counter() - group[0].queued_at
+    tenants = len({r.tenant for r in group})
+    events = sum(len(r.events) for r in group)
+    return events, tenants, len(group), wait, [r.span for r in group if r.span is not None]
 
 
 def _moved(

@@ -1,0 +1,73 @@
+"""The spans of ingest (``docs/observability.md``, Traces): one per event appended, while
+tracing is on (``Ingest.answer`` tests ``tracing.on`` before it comes here).
+
+An event that carries the CloudEvents Distributed Tracing extension (``traceparent``,
+optionally ``tracestate``) gets its span as a child of that producer context; any other
+event's span is a child of the request's. An event that names causes gets span links to
+the causes' stored trace contexts (``causeway.link=cause``), so a trace viewer walks the
+lineage across services. A malformed ``traceparent`` is stored as sent (it is an
+extension attribute like any other) and ignored for tracing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opentelemetry.trace import Span, SpanKind, StatusCode
+
+from app.store.append.group_commit import Appender
+from app.store.records import Appended, NewEvent
+from app.store.trace_contexts import trace_contexts
+from app.telemetry import tracing
+
+
+async def traced_append(
+    appender: Appender, tenant: str, events: Sequence[NewEvent], size_bytes: int
+) -> list[Appended]:
+    """``appender.append`` with a span for each event."""
+    causes = {cause for event in events for cause in event.causes}
+    stored: dict[str, tracing.TraceContext] = {}
+    if causes:
+        async with appender.engine.connect() as connection:
+            stored = await trace_contexts(connection, tenant, causes)
+    spans = [_start(tenant, event, stored) for event in events]
+    try:
+        appended = await appender.append(tenant, events, size_bytes=size_bytes)
+    except Exception as exc:
+        for span in spans:
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR, type(exc).__name__)
+            span.set_attribute("error.type", type(exc).__name__)
+            span.end()
+        raise
+    for span, landed in zip(spans, appended, strict=True):
+        span.set_attribute("causeway.position", landed.position)
+        span.end()
+    return appended
+
+
+def _start(tenant: str, event: NewEvent, stored: dict[str, tracing.TraceContext]) -> Span:
+    extensions = event.extensions
+    parent = tracing.context_of(extensions.get("traceparent"), extensions.get("tracestate"))
+    links = []
+    for cause in event.causes:
+        if cause in stored:
+            links += tracing.link_to(
+                [stored[cause]], {"causeway.link": "cause", "causeway.cause": cause}
+            )
+    attributes: dict[str, str | int] = {
+        "cloudevents.event_id": event.id,
+        "cloudevents.event_source": event.source,
+        "cloudevents.event_type": event.type,
+        "causeway.tenant": tenant,
+        "causeway.stream": event.stream,
+        "causeway.causes": len(event.causes),
+    }
+    if event.subject is not None:
+        attributes["cloudevents.event_subject"] = event.subject
+    if event.model_name is not None:
+        attributes["gen_ai.response.model"] = event.model_name
+    if event.model_version is not None:
+        attributes["causeway.model.version"] = event.model_version
+    return tracing.tracer().start_span(
+        "ingest event", context=parent, kind=SpanKind.CONSUMER, attributes=attributes, links=links
+    )
