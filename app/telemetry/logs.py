@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import logging.config
 import re
+import sys
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from random import getrandbits
@@ -122,15 +123,11 @@ def logging_config(log_format: LogFormat, level: str = "INFO") -> dict[str, Any]
         "disable_existing_loggers": False,
         "formatters": {"causeway": formatter},
         "handlers": {
-            "stderr": {
-                "class": "logging.StreamHandler",
-                "formatter": "causeway",
-                "stream": "ext://sys.stderr",
-            },
+            "stderr": {"class": f"{__name__}.ConsoleHandler", "formatter": "causeway"},
             "stdout": {
-                "class": "logging.StreamHandler",
+                "class": f"{__name__}.ConsoleHandler",
                 "formatter": "causeway",
-                "stream": "ext://sys.stdout",
+                "to": "stdout",
             },
         },
         "root": {"handlers": ["stderr"], "level": level},
@@ -143,6 +140,25 @@ def logging_config(log_format: LogFormat, level: str = "INFO") -> dict[str, Any]
             "alembic.runtime.plugins": {"level": "WARNING"},
         },
     }
+
+
+class ConsoleHandler(logging.Handler):
+    """Each line to ``sys.stderr`` (or ``sys.stdout``) as it is when the line is written.
+    ``logging.StreamHandler`` keeps the stream it was set up with: set up while the stream
+    was a stand-in (a test runner's captured output, a CLI invoked in process), it wrote
+    to that one after it was closed, and every later line failed with a traceback."""
+
+    def __init__(self, to: Literal["stderr", "stdout"] = "stderr") -> None:
+        super().__init__()
+        self.to = to
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = getattr(sys, self.to)
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
 
 
 def configure(log_format: LogFormat, level: str = "INFO") -> None:

@@ -111,3 +111,23 @@ class TestRequestIdFor:
         made = logs.request_id_for(sent)
         assert len(made) == 32
         assert int(made, 16) >= 0
+
+
+def test_lines_go_to_the_stderr_of_their_time_not_of_the_set_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Set up while stderr was a stand-in (a CLI run in process) that is closed since,
+    a line still reaches the stderr of its time, with no logging error."""
+    root = logging.getLogger()
+    kept = root.handlers[:], root.level
+    first, now = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr("sys.stderr", first)
+        logs.configure("json")
+        first.close()
+        monkeypatch.setattr("sys.stderr", now)
+        logging.getLogger("tests.telemetry.later").warning("still heard")
+    finally:
+        root.handlers[:], level = kept
+        root.setLevel(level)
+    assert orjson.loads(now.getvalue())["message"] == "still heard"
