@@ -23,9 +23,9 @@ from app.projections.relay.log import fetch_relay_status
 from app.projections.relay.relay import NatsRelay
 from app.projections.status import fetch_status
 from app.telemetry import metrics
+from app.web.route_templates import route_template
 
 # Paths answered before the routing table (app.main ``Causeway.answer``): their own template.
-_UNROUTED = frozenset({"/events", "/graphql"})
 POOL_SAMPLE_S = 5.0
 
 
@@ -51,10 +51,7 @@ class RequestTimer:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = scope.get("route")
-            template = getattr(route, "path_format", None) or getattr(route, "path", None)
-            if template is None:
-                template = scope["path"] if scope["path"] in _UNROUTED else "unmatched"
+            template = route_template(scope) or "unmatched"
             key = (template, scope["method"], status)
             child = self._children.get(key)
             if child is None:

@@ -8,16 +8,13 @@ attributes."""
 
 from __future__ import annotations
 
-import re
-
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.telemetry import tracing
+from app.web.route_templates import route_template
 
 # Paths answered before FastAPI's router, so no route in the scope names them.
-_CONVERTOR = re.compile(r":[a-z]+}")
-_OWN_ROUTES = {"/events": "/events", "/graphql": "/graphql"}
 
 
 async def traced(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
@@ -53,7 +50,7 @@ async def traced(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> No
         try:
             await app(scope, receive, send_status)
         finally:
-            route = _route_of(scope)
+            route = route_template(scope)
             if route is not None:
                 span.set_attribute("http.route", route)
                 span.update_name(f"{method} {route}")
@@ -62,12 +59,3 @@ async def traced(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> No
                 if status >= 500:
                     span.set_attribute("error.type", str(status))
                     span.set_status(StatusCode.ERROR)
-
-
-def _route_of(scope: Scope) -> str | None:
-    """The route template the router matched (``/events/{event_id}``), if any."""
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return _CONVERTOR.sub("}", path)  # /events/{event_id:path}: /events/{event_id}
-    return _OWN_ROUTES.get(scope["path"])

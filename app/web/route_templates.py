@@ -1,0 +1,20 @@
+"""The route template a request was answered under (``/events/{event_id}``), never its
+raw path: what the request metrics are labelled with and what a request's span is named."""
+
+from __future__ import annotations
+
+from starlette.types import Scope
+
+# Answered before FastAPI's router (``app.main.Causeway.answer``): no route in the scope.
+_OWN_ROUTES = frozenset({"/events", "/graphql"})
+
+
+def route_template(scope: Scope) -> str | None:
+    """The template of the route the router matched, convertors left out
+    (``/events/{event_id:path}`` is ``/events/{event_id}``); the path of the two routes
+    answered before the router; None when no route took the request."""
+    template = getattr(scope.get("route"), "path_format", None)
+    if isinstance(template, str):
+        return template
+    path: str = scope["path"]
+    return path if path in _OWN_ROUTES else None
