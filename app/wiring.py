@@ -13,7 +13,7 @@ from app.db.engine import DriverPool, Engine, create_engine, libpq_conninfo
 from app.graphql.limits import GraphQLLimits
 from app.projections.base import Projection
 from app.projections.deployments import Deployments
-from app.projections.drift import DRIFT_GATHER_S, DriftWatch
+from app.projections.drift import DRIFT_BATCH, DRIFT_GATHER_S, DriftWatch
 from app.projections.model_registry import ModelRegistry
 from app.projections.relay.relay import NatsRelay, RelayConfig
 from app.projections.relay.subjects import Tenants
@@ -84,7 +84,7 @@ def create_runner(settings: Settings, database_url: str | URL) -> ProjectionRunn
         projections,
         listen_dsn=libpq_conninfo(database_url),
         poll_interval_s=settings.projection_poll_interval_s,
-        batch_sizes={Dispatcher.name: DISPATCH_BATCH},
+        batch_sizes={Dispatcher.name: DISPATCH_BATCH, DriftWatch.name: DRIFT_BATCH},
         gathers_s={DriftWatch.name: DRIFT_GATHER_S},
     )
 

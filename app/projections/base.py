@@ -6,6 +6,12 @@ empties them); ``types`` are the event types it reads (others only move its chec
 forward; ``None``: every event). Handlers must be deterministic: a rebuild from position 0
 gives the same state.
 
+A projection that reads only the attributes of its events says ``reads_data = False``
+(``reads_data``): its records come without their data (``data`` and ``data_binary``
+None, ``has_data`` as stored), so a batch of them is small whatever the events carry.
+One that keeps what a batch changes in memory and writes it once is ``Flushing``: its
+``flush`` runs in the batch's transaction after the batch's last ``apply``.
+
 A projection whose interest depends on its own state (the dispatcher reads only tenants
 that have routes) is ``Selective``: at the start of each batch it names the tenants it
 reads, and the types that can change that (a batch ends after an event of one of them).
@@ -50,3 +56,17 @@ class Selective(Protocol):
     async def selection(self, conn: AsyncConnection) -> Selection:
         """What to read from here on; called in the batch's transaction, before ``apply``."""
         ...
+
+
+@runtime_checkable
+class Flushing(Protocol):
+    async def flush(self, conn: AsyncConnection) -> None:
+        """Write what this batch's ``apply`` calls kept in memory; called once per batch,
+        in its transaction, before the checkpoint moves (and at the end of a rebuild)."""
+        ...
+
+
+def reads_data(projection: Projection) -> bool:
+    """Whether ``projection``'s events are read with their data (see the module's
+    docstring); every projection does unless it says ``reads_data = False``."""
+    return bool(getattr(projection, "reads_data", True))

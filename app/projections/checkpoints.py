@@ -8,6 +8,7 @@ this module and those two write SQL for projections.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,8 +19,8 @@ from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selection, Selective
-from app.store.log import full_row, record_from_row
+from app.projections.base import Projection, Selection, Selective, reads_data
+from app.store.log import attributes_row, full_row, record_from_row
 from app.store.records import StoredEvent
 
 _c = projection_checkpoints.c
@@ -36,13 +37,14 @@ async def read_events(
     """The projection's events in (after, head], in position order, ``limit`` at most,
     but for those it skips."""
     window = {"after": after, "head": head, "limit": limit, "which": projection.name}
+    read = _READS if reads_data(projection) else _READS_ATTRIBUTES
     if selection is not None:
         chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
-        rows = await _READ_SELECTED.rows(conn, **window, **chosen)
+        rows = await read.selected.rows(conn, **window, **chosen)
     elif projection.types is None:
-        rows = await _READ_ALL.rows(conn, **window)
+        rows = await read.all.rows(conn, **window)
     else:
-        rows = await _READ_TYPES.rows(conn, **window, types=sorted(projection.types))
+        rows = await read.types.rows(conn, **window, types=sorted(projection.types))
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
 
 
@@ -88,24 +90,45 @@ _SKIPPED = (
     )
     .exists()
 )
-_READ = (
-    select(*full_row())
-    .where(
-        events.c.position > bindparam("after"), events.c.position <= bindparam("head"), ~_SKIPPED
-    )
-    .order_by(events.c.position)
-    .limit(bindparam("limit"))
-)
-_READ_ALL = DriverStatement.of(_READ)
-_READ_TYPES = DriverStatement.of(
-    _READ.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
-)
 # A Selective projection's events: its tenants' and its types' (parameters of the same name).
 SELECTED = or_(
     events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
     events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
 )
-_READ_SELECTED = DriverStatement.of(_READ.where(SELECTED))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    """A projection's events after its checkpoint: all of them, of its types, or of its
+    selection."""
+
+    all: DriverStatement
+    types: DriverStatement
+    selected: DriverStatement
+
+    @classmethod
+    def of(cls, columns: tuple[Any, ...]) -> _Reads:
+        read = (
+            select(*columns)
+            .where(
+                events.c.position > bindparam("after"),
+                events.c.position <= bindparam("head"),
+                ~_SKIPPED,
+            )
+            .order_by(events.c.position)
+            .limit(bindparam("limit"))
+        )
+        return cls(
+            DriverStatement.of(read),
+            DriverStatement.of(
+                read.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
+            ),
+            DriverStatement.of(read.where(SELECTED)),
+        )
+
+
+_READS = _Reads.of(full_row())
+_READS_ATTRIBUTES = _Reads.of(attributes_row())  # for projections that read no data
 _READ_HEAD = DriverStatement.of(select(log_head.c.position))
 ENSURE_CHECKPOINT = DriverStatement.of(
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()

@@ -32,12 +32,12 @@ import psycopg
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
-from app.projections.base import Projection, Selection, Selective
+from app.projections.base import Flushing, Projection, Selection, Selective
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
@@ -160,6 +160,8 @@ class ProjectionRunner:
                     reached = event.position  # what the projection reads may have changed
                     more = True
                     break
+            if found:
+                await _flush(projection, conn, reached)
             if not found and reached - checkpoint < size and not (failing and until is None):
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
@@ -186,6 +188,7 @@ class ProjectionRunner:
                         raise ProjectionFailed(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
+            await _flush(projection, conn, after)
             await checkpoints.advance(
                 conn,
                 projection.name,
@@ -385,6 +388,16 @@ class ProjectionRunner:
             await conn.execute(
                 update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
+
+
+async def _flush(projection: Projection, conn: AsyncConnection, position: int) -> None:
+    """A ``Flushing`` projection's writes of the batch that ended at ``position``; its
+    failure is the batch's, at that position."""
+    if isinstance(projection, Flushing):
+        try:
+            await projection.flush(conn)
+        except Exception as exc:
+            raise ProjectionFailed(position, exc) from exc
 
 
 def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:

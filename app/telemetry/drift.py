@@ -13,6 +13,8 @@ and every label value is a series Prometheus keeps).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Gauge, Histogram
 
 OTHER = "other"
@@ -50,6 +52,9 @@ class DriftMeter:
     def __init__(self, max_sources: int) -> None:
         self._max_sources = max_sources
         self._named: set[str] = set()
+        # Each label's series, looked up once: ``labels()`` takes a lock and builds a key
+        # on every call, and the projection reports every stored event.
+        self._series: dict[str, tuple[Any, Any]] = {}
 
     def group(self, source: str) -> str:
         """The label ``source`` is reported under: its own name or ``other``."""
@@ -63,7 +68,14 @@ class DriftMeter:
     def observe(self, source: str, drift_s: float, median_s: float) -> None:
         """One event's drift, and the source's median drift now. A source reported as
         ``other`` has no median gauge: one series cannot hold many sources' medians."""
-        label = self.group(source)
-        EVENT_TIME_DRIFT.labels(label).observe(drift_s)
-        if label != OTHER:
-            SOURCE_DRIFT_MEDIAN.labels(label).set(median_s)
+        series = self._series.get(source)
+        if series is None:
+            label = self.group(source)
+            median = SOURCE_DRIFT_MEDIAN.labels(label) if label != OTHER else None
+            series = (EVENT_TIME_DRIFT.labels(label), median)
+            if label != OTHER:  # the others are many; ``other``'s lookup is cheap enough
+                self._series[source] = series
+        histogram, median = series
+        histogram.observe(drift_s)
+        if median is not None:
+            median.set(median_s)

@@ -504,3 +504,49 @@ async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert moves == 1
+
+
+class Tally:
+    """Reads the attributes of its events alone and writes what a batch saw once, when
+    the batch ends (``reads_data = False``, ``Flushing``)."""
+
+    name = "test-tally"
+    tables = (applied,)
+    types = frozenset({"t.count"})
+    reads_data = False
+
+    def __init__(self) -> None:
+        self.seen: list[StoredEvent] = []
+        self.pending: list[int] = []
+        self.flushes = 0
+
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        self.seen.append(event)
+        self.pending.append(event.position)
+
+    async def flush(self, conn: AsyncConnection) -> None:
+        self.flushes += 1
+        await conn.execute(insert(applied), [{"position": p} for p in self.pending])
+        self.pending.clear()
+
+
+async def test_a_projection_of_attributes_gets_no_data_and_writes_once_a_batch(
+    engine: AsyncEngine, counter_table: None
+) -> None:
+    batch = [
+        NewEvent(id=f"d{i}", source="/s", type="t.count", stream="s", has_data=True, data=[i] * 9)
+        for i in range(10)
+    ]
+    async with engine.begin() as conn:
+        appended = await EventLog(conn).append("acme", batch)
+    tally = Tally()
+    runner = ProjectionRunner(engine, [tally], batch_size=4)
+    await runner.catch_up(tally)
+    positions = [a.position for a in appended]
+    assert await applied_positions(engine) == positions
+    assert tally.flushes == 3  # 4 + 4 + 2 events
+    assert all(e.record.has_data and e.record.data is None for e in tally.seen)
+    assert [e.record.id for e in tally.seen] == [f"d{i}" for i in range(10)]
+    # A rebuild empties the table and writes it again, flushing at its end.
+    await runner.rebuild(tally)
+    assert await applied_positions(engine) == positions
