@@ -75,6 +75,7 @@ schema: install  ## regenerate docs/schema.graphql and docs/openapi.json (checke
 bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python -m bench.ingest
+	$(BIN)/python -m bench.indexes
 	$(BIN)/python -m bench.replay
 	$(BIN)/python -m bench.lineage
 	$(BIN)/python -m bench.scheduler
@@ -83,6 +84,7 @@ bench: install  ## full benchmark runs, minutes each (CI runs them with --quick)
 
 bench-quick: install  ## the benchmarks on small data: a smoke test, not a measurement
 	$(BIN)/python -m bench.ingest --quick
+	$(BIN)/python -m bench.indexes --quick
 	$(BIN)/python -m bench.replay --quick
 	$(BIN)/python -m bench.lineage --quick
 	$(BIN)/python -m bench.scheduler --quick
