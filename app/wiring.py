@@ -9,7 +9,7 @@ from functools import partial
 
 from sqlalchemy import URL
 
-from app.db.engine import DriverPool, Engine, create_engine, libpq_conninfo
+from app.db.engine import SERVICE_ROLE, DriverPool, Engine, create_engine, libpq_conninfo
 from app.graphql.limits import GraphQLLimits
 from app.projections.base import Projection
 from app.projections.deployments import Deployments
@@ -134,9 +134,11 @@ def graphql_connections(
         name="walks",
     )
     # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
-    # at the time budget: on sessions of their own, whose statement timeout it is.
+    # at the time budget: on sessions of their own, whose statement timeout it is. Both
+    # pools' sessions read as one tenant at a time (the service role, app.db.tenancy).
     graphql_reads = create_engine(
         database_url,
+        role=SERVICE_ROLE,
         pool_size=settings.db_pool_size,
         statement_timeout_ms=settings.graphql_timeout_ms,
         pool_timeout_s=max(settings.graphql_timeout_ms / 1000, 1.0),  # as the walks wait

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
+from app.db.tenancy import tenant_transaction
 from app.store.append.group_commit import Appender
 from app.store.records import Appended, NewEvent
 from app.store.trace_contexts import trace_contexts
@@ -27,7 +28,7 @@ async def traced_append(
     causes = {cause for event in events for cause in event.causes}
     stored: dict[str, tracing.TraceContext] = {}
     if causes:
-        async with appender.engine.connect() as connection:
+        async with tenant_transaction(appender.engine, tenant) as connection:
             stored = await trace_contexts(connection, tenant, causes)
     spans = [_start(tenant, event, stored) for event in events]
     try:

@@ -18,6 +18,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.db.engine import Connector, Engine
+from app.db.tenancy import tenant_transaction
 from app.errors import BadRequest, Conflict, NotFound, VersionConflict
 from app.projections.deployments import Deployments
 from app.store.deployment_commands import Applied, DeploymentCommands
@@ -217,7 +218,7 @@ async def watch(
     if start is None:
         start = after
     if start is None:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             latest = await DeploymentReader(conn).read_changes_after(principal.tenant, service, 0)
         start = latest[-1].position if latest else 0
     return StreamingResponse(
@@ -246,7 +247,7 @@ async def _changes(
     # first change reconnects from here (Last-Event-ID), not from whatever is newest then.
     yield f": watching\nid: {after}\n\n".encode()
     while not await request.is_disconnected():
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, tenant) as conn:
             found = await DeploymentReader(conn).read_changes_after(tenant, service, after)
         for change in found:
             payload = {

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
-from app.db.engine import Engine
+from app.db.engine import SYSTEM_ROLE, Engine
 from app.db.schema import fetch_revision
 from app.errors import Unavailable
 from app.store.failures import is_database_error
@@ -31,6 +31,12 @@ async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]
     except Exception as exc:
         if not (is_database_error(exc) or isinstance(exc, OSError)):
             raise
+        if f'role "{SYSTEM_ROLE}" does not exist' in str(exc):
+            # The service's sessions take the role that `causeway migrate` makes.
+            raise Unavailable(
+                f"the database server has no role {SYSTEM_ROLE} yet; run `causeway migrate`",
+                headers={"Retry-After": "1"},
+            ) from exc
         raise Unavailable("the database is unreachable", headers={"Retry-After": "1"}) from exc
     if revision != head:
         raise Unavailable(

@@ -28,6 +28,12 @@ from app.errors import Unavailable
 Engine = AsyncEngine
 Connection = AsyncConnection
 
+# Row-level security (``app.db.tenancy``, migration 0015): the roles sessions run as, and
+# the setting that names a tenant-scoped session's tenant.
+SYSTEM_ROLE = "causeway_system"  # every tenant's rows: the service's own work
+SERVICE_ROLE = "causeway_service"  # one tenant's rows, read only: a tenant's reads
+TENANT_SETTING = "causeway.tenant"
+
 
 class Connector(Protocol):
     """What reads connect through: an ``Engine``, or a replica's ``Connector``
@@ -56,11 +62,14 @@ def create_engine(
     statement_timeout_ms: int = 30_000,
     pool_timeout_s: float = 30.0,
     pre_ping: bool = False,
+    role: str | None = SYSTEM_ROLE,
 ) -> AsyncEngine:
     """``pool_timeout_s``: how long a checkout waits for a connection to come free;
     ``pre_ping``: a checkout tests its connection first (a round trip), and replaces one
-    that broke (for replicas, which may go away while the service runs)."""
-    options = _session_options(statement_timeout_ms, generic_plans=False)
+    that broke (for replicas, which may go away while the service runs); ``role``: what
+    its sessions run as (``app.db.tenancy``), None for the login user's own (the owner's,
+    for what creates or alters tables: migrations, tests' own tables)."""
+    options = _session_options(statement_timeout_ms, generic_plans=False, role=role)
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
@@ -74,10 +83,14 @@ def create_engine(
     )
 
 
-def _session_options(statement_timeout_ms: int, *, generic_plans: bool) -> str:
+def _session_options(
+    statement_timeout_ms: int, *, generic_plans: bool, role: str | None = SYSTEM_ROLE
+) -> str:
     """``generic_plans``: prepared statements keep one generic plan instead of being
     planned again for each execution's parameters (``plan_cache_mode``), for sessions
-    that run statements whose best plan does not depend on their parameters."""
+    that run statements whose best plan does not depend on their parameters. ``role``:
+    the session's role from its start (``RESET ROLE`` comes back to it, not to the login
+    user)."""
     # Sessions in UTC, whatever the server's TimeZone: psycopg reads timestamptz in the
     # session's zone, and under a zone west of UTC a stored 0001-01-01T00:00:00Z (Go's
     # zero time) reads back as a year Python cannot hold.
@@ -86,6 +99,8 @@ def _session_options(statement_timeout_ms: int, *, generic_plans: bool) -> str:
         options += f" -c statement_timeout={statement_timeout_ms}"
     if generic_plans:
         options += " -c plan_cache_mode=force_generic_plan"
+    if role is not None:
+        options += f" -c role={role}"
     return options
 
 
@@ -133,7 +148,11 @@ class DriverPool:
         wait_s: float,
         generic_plans: bool = False,
         name: str | None = None,
+        role: str = SERVICE_ROLE,
     ) -> None:
+        """``role``: what its sessions run as; a pool of ``SERVICE_ROLE`` (a tenant's
+        reads) hands out connections only for a tenant (``connect(tenant)``)."""
+        self._role = role
         self._wait_s = wait_s
         self._closed = False
         self._checking: asyncio.Task[None] | None = None
@@ -145,7 +164,9 @@ class DriverPool:
                 "autocommit": True,
                 "application_name": f"causeway {name or 'driver pool'}",  # in pg_stat_activity
                 "connect_timeout": self._CONNECT_S,
-                "options": _session_options(statement_timeout_ms, generic_plans=generic_plans),
+                "options": _session_options(
+                    statement_timeout_ms, generic_plans=generic_plans, role=role
+                ),
             },
             open=False,
             name=name,
@@ -160,7 +181,11 @@ class DriverPool:
         await self._pool.open()  # once: concurrent and later calls find it open
 
     @asynccontextmanager
-    async def connect(self) -> AsyncIterator[PsycopgConnection[Any]]:
+    async def connect(self, tenant: str | None = None) -> AsyncIterator[PsycopgConnection[Any]]:
+        """A connection of the pool; for a tenant's reads, its session scoped to ``tenant``
+        (set on every checkout, so none reads as the tenant of the request before)."""
+        if tenant is None and self._role == SERVICE_ROLE:
+            raise RuntimeError("this pool's connections read for a tenant: connect(tenant)")
         try:
             if self._pool.closed:
                 await self.open()
@@ -172,6 +197,8 @@ class DriverPool:
                 f"no database connection came free within {self._wait_s:g} s"
             ) from exc
         try:
+            if tenant is not None:
+                await conn.execute(_SCOPE_SESSION, (tenant,))
             yield conn
         finally:
             if conn.broken and self._checking is None:
@@ -199,6 +226,10 @@ class DriverPool:
         if self._checking is not None:
             self._checking.cancel()
         await self._pool.close()
+
+
+# The tenant of a session that runs as SERVICE_ROLE from its start (walks, GraphQL's reads).
+_SCOPE_SESSION = f"SELECT set_config('{TENANT_SETTING}', %s, false)"
 
 
 async def driver_of(conn: AsyncConnection) -> PsycopgConnection[Any]:

@@ -15,6 +15,7 @@ from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
 from app.db.engine import Connection, Connector
+from app.db.tenancy import scope_session
 from app.errors import AnswerTooLarge, AppError, Timeout, Unavailable
 from app.graphql.limits import GraphQLLimits
 from app.projections.deployments import Deployments
@@ -105,12 +106,15 @@ class AnswerBudget:
 
 
 @asynccontextmanager
-async def reading(engine: Connector, budget: AnswerBudget) -> AsyncIterator[Connection]:
+async def reading(
+    engine: Connector, budget: AnswerBudget, tenant: str
+) -> AsyncIterator[Connection]:
     """A connection for reads of the request that are not walks (events, pages of causes
     and effects, models). ``engine``'s sessions have the time budget as their statement
     timeout (``app.main``), so PostgreSQL stops each read past it, as it stops a walk; on
     the main pool's 30 s, a page of effects on a dense graph once took 8 s. A read that is
-    stopped answers TIMEOUT, and no read starts past the budget."""
+    stopped answers TIMEOUT, and no read starts past the budget. Its session reads as
+    ``tenant`` (the service role: ``app.db.tenancy``)."""
     budget.check_time()
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -121,6 +125,7 @@ async def reading(engine: Connector, budget: AnswerBudget) -> AsyncIterator[Conn
             raise
         try:
             budget.check_time()  # nor after waiting that long for a connection
+            await scope_session(conn, tenant)
             yield conn
         except Exception as exc:
             if is_statement_cancelled(exc):
@@ -181,7 +186,7 @@ class Loaders:
     async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
         if self._budget.spent:
             return [[] for _ in positions]
-        async with reading(self._engine, self._budget) as conn:
+        async with reading(self._engine, self._budget, self._tenant) as conn:
             found = await GraphReader(conn).fetch_causes(
                 self._tenant, positions, limit=max(self._budget.left, 0) + 1
             )
@@ -196,7 +201,7 @@ class Loaders:
             by_page.setdefault((first, after), []).append(position)
         if self._budget.spent:
             return [Page([], False) for _ in keys]
-        async with reading(self._engine, self._budget) as conn:
+        async with reading(self._engine, self._budget, self._tenant) as conn:
             reader = GraphReader(conn)
             for (first, after), positions in by_page.items():
                 self._budget.check_time()
@@ -245,7 +250,7 @@ class Context(BaseContext):
 
     def reading(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for one of the request's reads, within its time budget."""
-        return reading(self.engine, self.budget)
+        return reading(self.engine, self.budget, self.tenant)
 
     def fall_back(self, exc: BaseException) -> bool:
         """After a read on a replica failed for want of its database: the replica is
@@ -268,7 +273,7 @@ class Context(BaseContext):
         source = await self._reads.for_read_model(
             self._projections.projection(projection), self.min_position
         )
-        return reading(source.graphql, self.budget)
+        return reading(source.graphql, self.budget, self.tenant)
 
     @property
     def tenant(self) -> str:

@@ -137,7 +137,7 @@ async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]
 async def _walk_once(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]) -> T:
     budget_ms = info.context.limits.timeout_ms
     info.context.budget.check_time()  # no walk starts past the request's budget
-    async with info.context.walks.connect() as conn:
+    async with info.context.walks.connect(info.context.tenant) as conn:
         info.context.budget.check_time()  # nor after waiting that long for a connection
         try:
             with metrics.walk_timed():

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
-from fastapi import Header, Query, Request, Security
+from fastapi import Depends, Header, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials
 
 from app.db.engine import Connector, Engine
+from app.db.tenancy import TenantReads
 from app.errors import BadRequest, Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
@@ -58,14 +60,16 @@ MinPositionHeader = Annotated[
 
 async def log_reads(
     request: Request,
+    principal: Annotated[Principal, Depends(require(Scope.READ))],
     min_position: MinPositionQuery = None,
     causeway_min_position: MinPositionHeader = None,
 ) -> Connector:
-    """Connections for a read of the log: on a replica, or the primary (``app.web.reads``);
-    with a position named, on one that shows it."""
+    """Connections for a read of the log by the caller's tenant, which see no other
+    tenant's rows (``app.db.tenancy``): on a replica, or the primary
+    (``app.web.reads``); with a position named, on one that shows it."""
     router: ReadRouter = request.app.state.read_router
     source = await router.for_log(_highest(min_position, causeway_min_position))
-    return source.rest
+    return TenantReads(source.rest, principal.tenant)
 
 
 def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, Connector]]:
@@ -74,13 +78,15 @@ def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, 
 
     async def reads(
         request: Request,
+        principal: Annotated[Principal, Depends(require(Scope.READ))],
         min_position: MinPositionQuery = None,
         causeway_min_position: MinPositionHeader = None,
     ) -> Connector:
         router: ReadRouter = request.app.state.read_router
         projection = request.app.state.runner.projection(projection_name)
         wanted = _highest(min_position, causeway_min_position)
-        return (await router.for_read_model(projection, wanted)).rest
+        source = await router.for_read_model(projection, wanted)
+        return TenantReads(source.rest, principal.tenant)
 
     return reads
 
@@ -113,8 +119,11 @@ def settings_of(request: Request) -> Settings:
     return settings
 
 
+@functools.cache
 def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
-    """A dependency that authenticates the Bearer key and demands ``scope``."""
+    """A dependency that authenticates the Bearer key and demands ``scope``. One per
+    scope (cached), so that FastAPI, which runs each dependency once per request, does
+    not authenticate twice for a route and the read dependencies that ask the same."""
 
     async def principal(
         request: Request,

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from app.db.engine import Engine
+from app.db.tenancy import tenant_transaction
 from app.errors import (
     BadRequest,
     EventTooLarge,
@@ -75,7 +76,7 @@ class LineageIngest:
 
     async def _store(self, tenant: str, parsed: Parsed) -> list[Appended]:
         for _ in range(_ATTEMPTS):
-            async with self._engine.connect() as conn:
+            async with tenant_transaction(self._engine, tenant) as conn:
                 stored = await fetch_stored(conn, tenant, parsed.id)
                 if stored is not None:
                     return [stored]

@@ -10,6 +10,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
+from app.db.tenancy import tenant_transaction
 from app.errors import Conflict, NotFound
 from app.store.append.group_commit import Appender
 from app.store.decision_reads import read_stream
@@ -58,7 +59,7 @@ def create_router(
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> dict[str, Any]:
         when = parse_time_parameter("since", since)
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             found = await task_rows.read_dead_letters(
                 conn,
                 principal.tenant,
@@ -76,7 +77,7 @@ def create_router(
         dependencies=TASKS_SETTLED,
     )
     async def read_dead_letter(task_id: str, principal: Reader) -> Response:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
             if state is None or state.state != "dead":
                 raise NotFound(f"no dead letter {task_id!r}", task=task_id)

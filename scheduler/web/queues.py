@@ -12,6 +12,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.db.engine import Engine
+from app.db.tenancy import tenant_transaction
 from app.errors import NotFound
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
@@ -57,7 +58,7 @@ def create_router(
         responses=answers(NotFound),
     )
     async def read_task(task_id: TaskId, principal: Reader) -> dict[str, Any]:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
             if state is None:
                 raise NotFound(f"no task {task_id!r}", task=task_id)
@@ -66,13 +67,13 @@ def create_router(
 
     @router.get("/queues", summary="Depth by priority, oldest age, in flight, dead letters")
     async def list_queues(principal: Reader) -> dict[str, Any]:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return {"queues": [depth_json(d) for d in depths]}
 
     @router.get("/queues/{queue}/autoscale", summary="Recommended worker count (PID advice)")
     async def autoscale(queue: QueueName, principal: Reader) -> dict[str, Any]:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             advice = await AutoscaleAdvisor(conn, controller).read(principal.tenant, queue)
         return {
             "queue": queue,
@@ -89,7 +90,7 @@ def create_router(
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
     async def metrics(principal: Reader) -> Response:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return Response(exposition(depths) + await more_metrics(), media_type=CONTENT_TYPE_LATEST)
 

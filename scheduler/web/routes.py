@@ -7,6 +7,7 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.db.engine import Engine
+from app.db.tenancy import tenant_transaction
 from app.errors import NotFound
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
@@ -189,7 +190,7 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         dependencies=ROUTES_SETTLED,
     )
     async def list_routes(principal: Admin) -> dict[str, Any]:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, principal.tenant) as conn:
             return {"routes": await RouteReader(conn).read_routes(principal.tenant)}
 
     @router.get("/routes/{route_id}", summary="One route", responses=answers(NotFound))
@@ -210,7 +211,7 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         return {"id": route_id, "deleted": True, "position": appended.position}
 
     async def _route(route_id: str, tenant: str) -> dict[str, Any]:
-        async with engine.connect() as conn:
+        async with tenant_transaction(engine, tenant) as conn:
             found = await RouteReader(conn).read_route(tenant, route_id)
         if found is None:
             raise NotFound(f"no route {route_id!r}", route=route_id)

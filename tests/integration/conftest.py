@@ -28,7 +28,9 @@ def settings() -> Settings:
 
 @pytest.fixture
 async def engine(database_url: URL) -> AsyncIterator[AsyncEngine]:
-    engine = create_engine(database_url, pool_size=2)
+    # The owner's, as an operator's: tests make tables and change the database with it.
+    # The service's own engines run as causeway_system (tests/integration/app/db).
+    engine = create_engine(database_url, pool_size=2, role=None)
     yield engine
     await engine.dispose()
 

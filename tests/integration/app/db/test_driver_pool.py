@@ -39,7 +39,7 @@ async def test_a_restart_costs_one_walk_not_one_per_connection(database_url: URL
             failed = 0
             for _ in range(4):
                 try:
-                    async with pool.connect() as conn:
+                    async with pool.connect("acme") as conn:  # a tenant's, as a walk's
                         await conn.execute("SELECT 1")
                 except psycopg.OperationalError:
                     failed += 1

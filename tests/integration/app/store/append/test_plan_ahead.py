@@ -353,7 +353,7 @@ async def test_a_database_defaulting_to_repeatable_read_still_takes_groups_in_tu
     # A group that waited at the head for the one before would fail under REPEATABLE
     # READ (the row it locks changed after its snapshot): the appender's sessions
     # default to READ COMMITTED.
-    engine = create_engine(database_url, pool_size=2)
+    engine = create_engine(database_url, pool_size=2, role=None)  # the owner's, to ALTER
     async with engine.connect() as conn:
         database = database_url.database
         await conn.execute(
