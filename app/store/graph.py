@@ -45,6 +45,8 @@ class WalkedNode(NamedTuple):
     depth: int  # steps from the root
     # The hash the rest of the chain holds this event to: the prev_hash of the event at
     # position + 1, or the log head's hash for the newest event (None: neither exists).
+    # The next event may be another tenant's: it is read through ``event_chain_links``,
+    # which shows every event's position and prev_hash to a tenant's read (app.db.tenancy).
     sealed_by: bytes | None
 
 
@@ -81,7 +83,7 @@ _WALK = """
     JOIN LATERAL causeway_walk(root.position, %(direction)s, %(max_depth)s, %(max_nodes)s)
          AS walked (node, depth, truncated) ON true
     JOIN events ON events.position = walked.node
-    LEFT JOIN events AS after ON after.position = events.position + 1
+    LEFT JOIN event_chain_links AS after ON after.position = events.position + 1
     LEFT JOIN log_head AS head ON head.position = events.position
     WHERE root.tenant = %(tenant)s AND root.id = %(id)s
     ORDER BY walked.depth, events.position

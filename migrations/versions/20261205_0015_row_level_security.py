@@ -23,7 +23,11 @@ a tenant's read). Tables the same user creates later get the same privileges (de
 privileges). Row-level security is enabled, not forced: the owner (migrations, an
 operator's ``psql``) still sees every row.
 
-Downgrade drops the policies and the privileges; the roles stay, as other databases on
+The hash chain runs across tenants, so a tenant's walk checks each of its events against
+the next event's ``prev_hash``, whoever's it is: the view ``event_chain_links`` (position
+and prev_hash of every event, nothing else) reads ``events`` with its owner's rights.
+
+Downgrade drops the policies, the view and the privileges; the roles stay, as other databases on
 the server may use them (``DROP ROLE`` them by hand once none does).
 """
 
@@ -38,6 +42,7 @@ depends_on = None
 
 SYSTEM = "causeway_system"
 SERVICE = "causeway_service"
+CHAIN_LINKS = "event_chain_links"
 TENANT_TABLES = (
     "events",
     "api_keys",
@@ -100,6 +105,12 @@ def upgrade() -> None:
         "ALTER DEFAULT PRIVILEGES IN SCHEMA public"
         f" GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {SYSTEM}"
     )
+    # The chain runs across tenants: a tenant's event is verified against the next
+    # event's prev_hash, whoever's it is. A view reads its base table with its owner's
+    # rights, so through this one a tenant's walk sees every event's position and chain
+    # link (hashes, nothing of any content), while ``events`` itself shows it its own.
+    op.execute(f"CREATE VIEW {CHAIN_LINKS} AS SELECT position, prev_hash FROM events")  # noqa: S608
+    op.execute(f"GRANT SELECT ON {CHAIN_LINKS} TO {SYSTEM}, {SERVICE}")
     for table in TENANT_TABLES:
         op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         op.execute(
@@ -112,6 +123,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.execute(f"DROP VIEW {CHAIN_LINKS}")
     for table in TENANT_TABLES:
         op.execute(f"DROP POLICY every_tenant ON {table}")
         op.execute(f"DROP POLICY tenant_rows ON {table}")

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
+from fastapi import FastAPI
 from sqlalchemy import URL, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,6 +18,10 @@ from app.db.tenancy import TenantReads, tenant_transaction
 from app.store.keys import KeyStore, Scope
 from app.store.log import EventLog
 from app.store.records import NewEvent
+from tests.integration.app.graphql.workflow import ask
+from tests.integration.conftest import MakeKey, asgi_client
+from tests.integration.events import STRUCTURED, dumps
+from tests.integration.events import event as cloudevent
 
 TENANT_TABLES = (
     "events",
@@ -141,3 +146,31 @@ def test_an_owner_still_sees_every_row(two_tenants: AsyncEngine, database_url: U
 
     with psycopg.connect(libpq_conninfo(database_url)) as conn:
         assert conn.execute("SELECT count(*) FROM events").fetchone() == (6,)
+
+
+async def test_an_audit_verifies_the_chain_through_another_tenants_events(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    """The chain runs across tenants: each of ``a``'s events is sealed by the next event
+    of the log, here ``b``'s, which ``a``'s reads cannot see but its walk checks."""
+    async with (
+        asgi_client(app, await make_key("a", "ingest,read")) as a,
+        asgi_client(app, await make_key("b", "ingest,read")) as b,
+    ):
+        for client, body in (
+            (a, cloudevent(id="a-cause")),
+            (b, cloudevent(id="b-between")),
+            (a, cloudevent(id="a-decision", causationid="a-cause")),
+            (b, cloudevent(id="b-after")),
+        ):
+            response = await client.post("/events", content=dumps(body), headers=STRUCTURED)
+            assert response.status_code == 201, response.text
+        audit = await ask(
+            a, '{ audit(decisionId: "a-decision") { chainVerified sourceEvents { id } } }'
+        )
+        assert audit["data"]["audit"] == {
+            "chainVerified": True,
+            "sourceEvents": [{"id": "a-cause"}],
+        }
+        across = await ask(a, '{ event(id: "b-between") { id } }')
+        assert across["data"]["event"] is None
