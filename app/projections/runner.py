@@ -48,6 +48,12 @@ logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c
 
 
+# A projection whose ``apply`` seldom waits on the database (drift) runs a batch of
+# thousands without giving the event loop back: every this many events, the runner does,
+# so the requests beside it wait for a few hundred events at most, not a batch.
+YIELD_EVERY = 256
+
+
 class ProjectionFailed(Exception):
     def __init__(self, position: int, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
@@ -151,11 +157,13 @@ class ProjectionRunner:
             reached = found[-1].position if len(found) == size else head
             # A full batch, or one that may have changed what the projection reads.
             more = len(found) == size
-            for event in found:
+            for n, event in enumerate(found, 1):
                 try:
                     await projection.apply(conn, event)
                 except Exception as exc:
                     raise ProjectionFailed(event.position, exc) from exc
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # a handler that awaits nothing holds the loop
                 if selection is not None and event.record.type in selection.types:
                     reached = event.position  # what the projection reads may have changed
                     more = True
