@@ -16,7 +16,6 @@ Run: ``python -m bench.indexes [--quick]``.
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 import psycopg
@@ -24,7 +23,7 @@ from sqlalchemy import URL
 
 from app.db.engine import libpq_conninfo
 from bench._harness import bench_server, checkpoint, ensure_database
-from bench.ingest import cloudevent, copy_rows
+from bench.ingest import cloudevent, copy_rows, copy_seconds
 
 # The unique constraints of the lean table, whose indexes every variant has.
 _LEAN = ("events_pkey", "events_tenant_id_key", "events_tenant_stream_stream_version_key")
@@ -51,16 +50,7 @@ class IndexedCopy:
 
     def seconds(self, rows: list[tuple[Any, ...]]) -> float:
         """How long COPY takes for ``rows``, 500 to a transaction (as Causeway's batches)."""
-        started = time.perf_counter()
-        for i in range(0, len(rows), 500):
-            with (
-                self._conn.transaction(),
-                self._conn.cursor() as cursor,
-                cursor.copy(self._statement) as copy,
-            ):
-                for row in rows[i : i + 500]:
-                    copy.write_row(row)
-        return time.perf_counter() - started
+        return copy_seconds(self._conn, self._statement, rows)
 
     def drop(self) -> None:
         self._conn.execute(f'DROP TABLE "{self._table}"')

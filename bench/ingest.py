@@ -155,6 +155,19 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def copy_seconds(
+    conn: psycopg.Connection[Any], statement: str, rows: list[tuple[Any, ...]]
+) -> float:
+    """How long ``statement`` (a COPY ... FROM STDIN) takes for ``rows``, 500 to a
+    transaction, as Causeway's batches of (a)."""
+    started = time.perf_counter()
+    for i in range(0, len(rows), 500):
+        with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows[i : i + 500]:
+                copy.write_row(row)
+    return time.perf_counter() - started
+
+
 class CopyBaseline:
     """psycopg's COPY of the rows Causeway would write, into a table that grows over the
     rounds as the store does: like ``events`` (same columns, constraints and indexes), or
@@ -187,16 +200,7 @@ class CopyBaseline:
     def seconds(self, rows: list[tuple[Any, ...]]) -> float:
         """How long COPY takes for ``rows``, 500 to a transaction."""
         checkpoint(self._url)
-        started = time.perf_counter()
-        for i in range(0, len(rows), 500):
-            with (
-                self._conn.transaction(),
-                self._conn.cursor() as cursor,
-                cursor.copy(self._statement) as copy,
-            ):
-                for row in rows[i : i + 500]:
-                    copy.write_row(row)
-        return time.perf_counter() - started
+        return copy_seconds(self._conn, self._statement, rows)
 
     def close(self) -> None:
         self._conn.execute(f"DROP TABLE {self._table}")
