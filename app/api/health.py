@@ -3,11 +3,12 @@ database answers and its schema is at the Alembic head this code needs)."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 
-from app.db.engine import SYSTEM_ROLE, Engine
+from app.db.engine import Engine
 from app.db.schema import fetch_revision
 from app.errors import Unavailable
 from app.store.failures import is_database_error
@@ -15,6 +16,10 @@ from app.web.dependencies import engine_of
 from app.web.openapi import answers
 
 router = APIRouter(tags=["health"])
+
+
+# What PostgreSQL says when a session asks at its start for a role the server lacks.
+_MISSING_ROLE = re.compile(r'role "([^"]+)" does not exist')
 
 
 @router.get("/healthz")
@@ -31,10 +36,12 @@ async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]
     except Exception as exc:
         if not (is_database_error(exc) or isinstance(exc, OSError)):
             raise
-        if f'role "{SYSTEM_ROLE}" does not exist' in str(exc):
-            # The service's sessions take the role that `causeway migrate` makes.
+        missing = _MISSING_ROLE.search(str(exc))
+        if missing is not None:
+            # The service's sessions take roles that `causeway migrate` makes.
             raise Unavailable(
-                f"the database server has no role {SYSTEM_ROLE} yet; run `causeway migrate`",
+                f"the database server has no role {missing[1]}, which the service runs as;"
+                " run `causeway migrate`",
                 headers={"Retry-After": "1"},
             ) from exc
         raise Unavailable("the database is unreachable", headers={"Retry-After": "1"}) from exc

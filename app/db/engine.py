@@ -198,7 +198,7 @@ class DriverPool:
             ) from exc
         try:
             if tenant is not None:
-                await conn.execute(_SCOPE_SESSION, (tenant,))
+                await conn.execute(SCOPE_SESSION, (tenant,))
             yield conn
         finally:
             if conn.broken and self._checking is None:
@@ -228,8 +228,9 @@ class DriverPool:
         await self._pool.close()
 
 
-# The tenant of a session that runs as SERVICE_ROLE from its start (walks, GraphQL's reads).
-_SCOPE_SESSION = f"SELECT set_config('{TENANT_SETTING}', %s, false)"
+# The tenant of a session that runs as SERVICE_ROLE from its start (walks, GraphQL's reads,
+# through ``app.db.tenancy.scope_session``): in the driver's own parameter style.
+SCOPE_SESSION = f"SELECT set_config('{TENANT_SETTING}', %s, false)"
 
 
 async def driver_of(conn: AsyncConnection) -> PsycopgConnection[Any]:

@@ -35,13 +35,12 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.engine import SERVICE_ROLE, TENANT_SETTING, Connector
+from app.db.engine import SCOPE_SESSION, SERVICE_ROLE, TENANT_SETTING, Connector
 
 _SCOPE_TRANSACTION = text(
     f"SELECT set_config('role', '{SERVICE_ROLE}', true),"
     f" set_config('{TENANT_SETTING}', :tenant, true)"
 )
-_SCOPE_SESSION = text(f"SELECT set_config('{TENANT_SETTING}', :tenant, false)")
 
 
 @asynccontextmanager
@@ -69,4 +68,4 @@ class TenantReads:
 async def scope_session(conn: AsyncConnection, tenant: str) -> None:
     """Set ``tenant`` for the session of ``conn``, a connection that runs as the service
     role from its start (GraphQL's reads): until the next checkout sets its own."""
-    await conn.execute(_SCOPE_SESSION, {"tenant": tenant})
+    await conn.exec_driver_sql(SCOPE_SESSION, (tenant,))

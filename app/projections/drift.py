@@ -71,7 +71,8 @@ class DriftWatch:
         # Per-source state read in this batch's transaction; a new connection (the next
         # batch, a retry after a rollback, a rebuild) reads it again from the table.
         self._state: dict[_Key, _State] = {}
-        self._changed: dict[_Key, int] = {}  # the sources whose state flush writes: at
+        # The sources whose state ``flush`` writes, each with its last sample's position.
+        self._changed: dict[_Key, int] = {}
         self._batch: AsyncConnection | None = None
 
     async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
@@ -106,7 +107,8 @@ class DriftWatch:
         self._meter.observe(record.source, drift_us / 1e6, median_us / 1e6)
 
     async def flush(self, conn: AsyncConnection) -> None:
-        """The batch's changed sources, in one statement (``Flushing``)."""
+        """The state of the batch's changed sources (``Flushing``): one executemany,
+        which SQLAlchemy sends as multi-row statements."""
         if not self._changed or conn is not self._batch:
             return
         rows = [
@@ -120,7 +122,7 @@ class DriftWatch:
             for (tenant, source), position in self._changed.items()
         ]
         self._changed.clear()
-        await conn.execute(_UPSERT, rows)  # executemany: SQLAlchemy sends it in few statements
+        await conn.execute(_UPSERT, rows)
 
     async def _read(self, conn: AsyncConnection, key: _Key) -> _State:
         if key not in self._state:

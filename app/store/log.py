@@ -289,7 +289,8 @@ def attributes_row() -> tuple[Any, ...]:
 
 
 def record_from_row(row: Any) -> ChainRecord:
-    """The chain record of a stored ``events`` row, selected with ``full_row()``."""
+    """The chain record of a stored ``events`` row, selected with ``full_row()`` (or
+    ``attributes_row()``: a record without its data)."""
     # Positional, in ChainRecord's field order: keywords cost three times as much, and
     # every read of full events (walks, projections, verification) builds these.
     return ChainRecord(

@@ -164,3 +164,24 @@ async def test_an_audit_verifies_the_chain_through_another_tenants_events(
         }
         across = await ask(a, '{ event(id: "b-between") { id } }')
         assert across["data"]["event"] is None
+
+
+async def test_readyz_says_to_migrate_when_the_server_lacks_the_role(
+    app: FastAPI, database_url: URL
+) -> None:
+    """A server that never ran `causeway migrate` has no role for the service's sessions:
+    readiness names it and the fix, not "unreachable"."""
+    real = app.state.engine
+    app.state.engine = create_engine(database_url, pool_size=1, role="causeway_not_made")
+    try:
+        async with asgi_client(app, "no key needed") as client:
+            response = await client.get("/readyz")
+    finally:
+        await app.state.engine.dispose()
+        app.state.engine = real
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.json()["detail"] == (
+        "the database server has no role causeway_not_made, which the service runs as;"
+        " run `causeway migrate`"
+    )
