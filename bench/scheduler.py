@@ -48,7 +48,7 @@ from bench._harness import (
 )
 from ingest.worker import Worker
 from scheduler import tasks as t
-from scheduler.projections import scheduler_projections
+from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.routes import define_event, parse_route
 from scheduler.rows.tasks import write_task
 
@@ -146,12 +146,16 @@ async def _dispatch(url: URL, tenant: str, routes: int, events: int) -> float:
     frames = [frame(n, lane=n % routes) for n in range(events)]
     async with engine.begin() as conn:
         await EventLog(conn).append(tenant, frames)
-    runner = ProjectionRunner(engine, scheduler_projections(), batch_size=events)
-    dispatcher = runner.projection("scheduler-dispatch")
+    # Batches of the size the service uses (app.wiring).
+    runner = ProjectionRunner(
+        engine, scheduler_projections(), batch_sizes={Dispatcher.name: DISPATCH_BATCH}
+    )
+    dispatcher = runner.projection(Dispatcher.name)
     while await runner.step(dispatcher, until=last.position):
         pass  # the routes: a batch ends after each
     started = time.perf_counter()
-    await runner.step(dispatcher, until=last.position + events)
+    while await runner.step(dispatcher, until=last.position + events):
+        pass
     rate = events / (time.perf_counter() - started)
     async with engine.connect() as conn:
         made = (

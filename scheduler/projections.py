@@ -7,7 +7,9 @@
   supersedes a debounced one, or counts towards a pre-warm request. It appends those
   decisions in the runner's transaction, with the checkpoint, so an event is dispatched
   exactly once across crashes and restarts; on a rebuild it finds its tasks already made
-  and appends nothing again.
+  and appends nothing again. Tasks that no debouncing touches are kept until the batch
+  ends (or until a decision that must see them: a debounced task, a pre-warm count, a
+  route change) and made together: one read, one append and one write for all of them.
 - ``TaskBook`` is the task table. The commands that decide write it as they append (see
   ``scheduler.queue``); as a projection it follows the log behind them, so a row whose
   write was lost to a crash catches up, and a rebuild from the log alone gives the same
@@ -23,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from app.db.engine import Connection
 from app.errors import AppError
-from app.projections.base import Selection
+from app.projections.base import FlushFailed, Selection
 from app.store.decision_reads import has_event
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from scheduler import routes as r
 from scheduler import tasks as t
-from scheduler.queue import TaskQueue
+from scheduler.creation import TaskMaker
 from scheduler.rows import routes as route_rows
 from scheduler.rows import tasks as task_rows
 
@@ -38,9 +40,10 @@ if TYPE_CHECKING:
     from app.store.records import StoredEvent
 
 PREWARM_REQUESTED = "causeway.model.prewarm_requested"
-# The dispatcher appends as it goes, holding the log head until its batch commits: small
-# batches keep that short for everyone else's appends (runners take this as its size).
-DISPATCH_BATCH = 50
+# The dispatcher's batch (runners take this as its size). Its plain tasks are appended at
+# the batch's end, so it holds the log head only from then to the commit; a debounced or
+# pre-warm decision appends at once and holds it for the rest of the batch.
+DISPATCH_BATCH = 500
 logger = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0f3a52f4-8f87-4bc1-9a55-1d8a7d4b6c21")
 
@@ -56,6 +59,8 @@ class Dispatcher:
         # after another process led must not trust them, so a new connection drops them.
         self._routes: dict[str, list[r.Route]] = {}
         self._batch: Connection | None = None
+        # Plain tasks to make at the batch's end, by tenant, in the order of their events.
+        self._pending: dict[str, list[tuple[r.Route, ChainRecord]]] = {}
 
     async def selection(self, conn: Connection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
@@ -67,17 +72,41 @@ class Dispatcher:
         record = event.record
         if conn is not self._batch:
             self._routes.clear()
+            self._pending.clear()  # a batch that failed: its transaction is gone
             self._batch = conn
         if record.type in r.TYPES:
+            await self.flush(conn)
             await self._apply_route(conn, record)
             return
         for route in await self._routes_of(conn, record.tenant):
             if not route.matches(record):
                 continue
             if route.makes_tasks:
-                await TaskQueue(conn).dispatch(record.tenant, route, record)
+                if route.debounce_value(record) is None:
+                    self._pending.setdefault(record.tenant, []).append((route, record))
+                else:
+                    await self.flush(conn)
+                    await TaskMaker(conn).make(record.tenant, route, record)
             if route.prewarm is not None:
+                await self.flush(conn)
                 await _count_towards_prewarm(conn, route, record)
+
+    async def flush(self, conn: Connection) -> None:
+        """Make the plain tasks kept so far (the runner calls this at the batch's end)."""
+        pending, self._pending = self._pending, {}
+        for tenant, routed in pending.items():
+            maker = TaskMaker(conn)
+            try:
+                await maker.make_many(tenant, routed)
+            except AppError:
+                # Refused before anything was written: make them one by one to find the
+                # event that fails, so the projection stops at it.
+                for route, record in routed:
+                    try:
+                        await maker.make(tenant, route, record)
+                    except AppError as refused:
+                        raise FlushFailed(record.position) from refused
+                raise
 
     async def _routes_of(self, conn: Connection, tenant: str) -> list[r.Route]:
         if tenant not in self._routes:

@@ -1,4 +1,4 @@
-"""The task queue's commands: every change to a task, from its creation to its end.
+"""The task queue's commands: every change to a task after its creation (``creation``).
 
 A command runs in the caller's transaction: it locks the task's row (``scheduler.rows.tasks``),
 reads what else it needs from the log (``app.store``), asks ``scheduler.decisions`` what
@@ -35,13 +35,11 @@ from app.telemetry.tracing import TraceContext
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.placement import OffPeak, WorkerProfile
-from scheduler.routes import Route, event_time
 from scheduler.rows import tasks as rows
 from scheduler.traces import completion_spans, end_all, trigger_traces
 
 if TYPE_CHECKING:
     from app.store.append.group_commit import Appender
-    from app.store.chain import ChainRecord
     from app.store.records import Appended, NewEvent
 
 _LEASE_TRIES = 5
@@ -69,60 +67,6 @@ class TaskQueue:
         self._conn = conn
         self._append = appender.append if appender is not None else EventLog(conn).append
         self._traces: dict[str, TraceContext] = {}  # the triggers' (complete_many reads them)
-
-    async def dispatch(self, tenant: str, route: Route, record: ChainRecord) -> bool:
-        """Make ``route``'s task for ``record`` (superseding a debounced one); False when
-        that task exists already (the dispatcher is being replayed)."""
-        task_id = t.task_id_for(tenant, route.id, record.id)
-        # The log says whether the task was made, not its row: a finished task's row is
-        # pruned after the retention period, and a replayed dispatcher must not make it again.
-        if await log.has_event(self._conn, tenant, t.decision_id(task_id, 1)):
-            return False
-        now = datetime.now(UTC)
-        trigger_time = event_time(record)
-        key = route.debounce_value(record)
-        newer: t.TaskState | None = None
-        if key is not None:
-            after, before = d.debounce_window(trigger_time, route.debounce_window_s)
-            pending = await rows.fetch_debounced(
-                self._conn, tenant, route.id, key, after=after, before=before
-            )
-            for other in pending:
-                if other.trigger_time > trigger_time:
-                    newer = other  # this event came late: the pending one is newer
-                    continue
-                await self._decide(
-                    tenant,
-                    other,
-                    t.SUPERSEDED,
-                    {"by": record.id, "by_task": task_id},
-                    at=now,
-                    causes=(record.id,),
-                )
-        trigger = {"id": record.id, "type": record.type, "source": record.source}
-        event = t.created(
-            tenant=tenant,
-            task_id=task_id,
-            route={**route.as_json(), "requires": route.requires.as_json()},
-            priority=route.priority_for(record),
-            trigger={**trigger, "time": trigger_time.isoformat()},
-            debounce_key=key,
-            at=now,
-        )
-        [appended] = await self._append(tenant, [event])
-        state = t.fold(None, event.type, event.data, appended.position)
-        await rows.write_task(self._conn, state)
-        if newer is not None:
-            # Arrived after a newer event with its key: made, and at once superseded by it.
-            await self._decide(
-                tenant,
-                state,
-                t.SUPERSEDED,
-                {"by": newer.trigger_id, "by_task": newer.id},
-                at=now,
-                causes=(newer.trigger_id,),
-            )
-        return True
 
     async def lease(
         self,
@@ -471,6 +415,15 @@ class TaskQueue:
             own_rollback=d.own_rollback(effects),
             dead_letter=dead_letter,
             now=now,
+        )
+
+    async def supersede(
+        self, tenant: str, state: t.TaskState, *, by: str, by_task: str, at: datetime
+    ) -> t.TaskState:
+        """End a debounced pending task: the event ``by`` (whose task is ``by_task``) came
+        with the same key inside the window."""
+        return await self._decide(
+            tenant, state, t.SUPERSEDED, {"by": by, "by_task": by_task}, at=at, causes=(by,)
         )
 
     async def _decide(

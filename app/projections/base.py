@@ -10,7 +10,8 @@ A projection that reads only the attributes of its events says ``reads_data = Fa
 (``reads_data``): its records come without their data (``data`` and ``data_binary``
 None, ``has_data`` as stored), so a batch of them is small whatever the events carry.
 One that keeps what a batch changes in memory and writes it once is ``Flushing``: its
-``flush`` runs in the batch's transaction after the batch's last ``apply``.
+``flush`` runs in the batch's transaction after the batch's last ``apply`` (and may be
+called by the projection itself between them).
 
 A projection whose interest depends on its own state (the dispatcher reads only tenants
 that have routes) is ``Selective``: at the start of each batch it names the tenants it
@@ -62,8 +63,18 @@ class Selective(Protocol):
 class Flushing(Protocol):
     async def flush(self, conn: AsyncConnection) -> None:
         """Write what this batch's ``apply`` calls kept in memory; called once per batch,
-        in its transaction, before the checkpoint moves (and at the end of a rebuild)."""
+        in its transaction, before the checkpoint moves (and at the end of a rebuild).
+        A failure that belongs to one event raises ``FlushFailed`` with its position, so
+        the projection stops at that event, as a failing ``apply`` would."""
         ...
+
+
+class FlushFailed(Exception):
+    """A ``flush`` that failed on the event at ``position`` (its cause says why)."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"flush failed at position {position}")
+        self.position = position
 
 
 def reads_data(projection: Projection) -> bool:

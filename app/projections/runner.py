@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
-from app.projections.base import Flushing, Projection, Selection, Selective
+from app.projections.base import FlushFailed, Flushing, Projection, Selection, Selective
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
@@ -161,7 +161,7 @@ class ProjectionRunner:
                 try:
                     await projection.apply(conn, event)
                 except Exception as exc:
-                    raise ProjectionFailed(event.position, exc) from exc
+                    raise _failure(event.position, exc) from exc
                 if n % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # a handler that awaits nothing holds the loop
                 if selection is not None and event.record.type in selection.types:
@@ -193,7 +193,7 @@ class ProjectionRunner:
                     try:
                         await projection.apply(conn, event)
                     except Exception as exc:
-                        raise ProjectionFailed(event.position, exc) from exc
+                        raise _failure(event.position, exc) from exc
                 applied += len(found)
                 after = found[-1].position
             await _flush(projection, conn, after)
@@ -405,7 +405,16 @@ async def _flush(projection: Projection, conn: AsyncConnection, position: int) -
         try:
             await projection.flush(conn)
         except Exception as exc:
-            raise ProjectionFailed(position, exc) from exc
+            raise _failure(position, exc) from exc
+
+
+def _failure(position: int, exc: Exception) -> ProjectionFailed:
+    """The failure of the event at ``position``, or of the one a ``FlushFailed`` names
+    (a projection's flush, at the batch's end or during a later event's ``apply``)."""
+    if isinstance(exc, FlushFailed):
+        cause = exc.__cause__
+        return ProjectionFailed(exc.position, cause if isinstance(cause, Exception) else exc)
+    return ProjectionFailed(position, exc)
 
 
 def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:

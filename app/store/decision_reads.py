@@ -1,6 +1,7 @@
 """Reads of the log for the decisions Causeway records about its own work (the scheduler's
-task and route streams): a stream's entries, the last of some types, one event by id,
-what a stream's events caused, and how far a projection has read.
+task and route streams): a stream's entries, the last of some types, one event by id (or
+which of many ids it holds), what a stream's events caused, and how far a projection has
+read.
 
 Every read is within one tenant and in the caller's connection. Entries come back with
 their ``data`` as stored, never narrowed by a JSON path: what a decision means is the
@@ -54,6 +55,14 @@ class CausedEffect:
 
 async def has_event(conn: AsyncConnection, tenant: str, event_id: str) -> bool:
     return (await conn.execute(_HAS_EVENT, {"tenant": tenant, "id": event_id})).first() is not None
+
+
+async def existing_ids(conn: AsyncConnection, tenant: str, ids: Collection[str]) -> set[str]:
+    """Which of ``ids`` the tenant's log holds, in one statement."""
+    if not ids:
+        return set()
+    found = await conn.execute(select(_e.id).where(_e.tenant == tenant, _e.id.in_(list(ids))))
+    return set(found.scalars())
 
 
 async def read_stream(conn: AsyncConnection, tenant: str, stream: str) -> list[LoggedEntry]:

@@ -11,9 +11,13 @@ from fastapi import FastAPI
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.tables import log_head
+from app.db.tables import events, log_head
+from app.projections.runner import ProjectionFailed
+from app.store.log import EventLog
+from app.store.records import NewEvent
+from scheduler.tasks import task_id_for
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
-from tests.integration.events import JSON, dumps, registration
+from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
 from tests.integration.scheduler.conftest import (
     Client,
     define,
@@ -119,6 +123,69 @@ class TestRouting:
         async with engine.connect() as conn:
             assert (await conn.execute(select(log_head.c.position))).scalar_one() == head
         assert (await queues(admin))["audit"]["ready"] == 1
+
+    async def test_one_batch_makes_its_tasks_in_the_order_of_their_events(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        # The dispatcher keeps plain tasks until its batch ends and makes them together; a
+        # debounced task is decided at once, after the plain ones kept before it.
+        await define(admin, id="all", types=["job"], kind="k", queue="all")
+        await define(admin, id="once", types=["job"], kind="k", queue="once",
+                     debounce={"key": "user_id", "window_s": 60})  # fmt: skip
+        first = await post(admin, type="job", data={"user_id": "u"})
+        second = await post(admin, type="job", data={"user_id": "u"})
+        third = await post(admin, type="job", data={})
+        await catch_up(app)
+        decided = [
+            (
+                e["type"].rpartition(".")[2],
+                e["data"].get("by", e["causationid"]),
+                e["data"].get("route"),
+            )
+            for e in await events_of_type(admin, "causeway.task.created,causeway.task.superseded")
+        ]
+        assert decided == [
+            ("created", first["id"], "all"),
+            ("created", first["id"], "once"),
+            ("created", second["id"], "all"),
+            ("superseded", second["id"], None),
+            ("created", second["id"], "once"),
+            ("created", third["id"], "all"),
+            ("created", third["id"], "once"),
+        ]
+        depth = await queues(admin)
+        assert (depth["all"]["ready"], depth["once"]["ready"]) == (3, 2)
+
+    async def test_a_task_the_log_refuses_stops_the_dispatcher_at_its_event(
+        self, app: FastAPI, admin: Client, engine: AsyncEngine
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await catch_up(app)
+        before, bad = await post(admin, type="job"), event(type="job")
+        # Something else took the stream the task of ``bad`` would be made on (clients
+        # cannot: ``causeway:`` streams are refused at ingest).
+        taken = f"causeway:task:{task_id_for('acme', 'r', bad['id'])}"
+        async with engine.begin() as conn:
+            await EventLog(conn).append(
+                "acme", [NewEvent(id="squatter", source="/test", type="note", stream=taken)]
+            )
+        for body in (bad, event(type="job")):
+            response = await admin.post("/events", content=dumps(body), headers=STRUCTURED)
+            assert response.status_code == 201, response.text
+        async with engine.connect() as conn:
+            at = (
+                await conn.execute(select(events.c.position).where(events.c.id == bad["id"]))
+            ).scalar_one()
+        runner = app.state.runner
+        dispatcher = runner.projection("scheduler-dispatch")
+        with pytest.raises(ProjectionFailed) as failed:
+            await runner.step(dispatcher)
+        assert failed.value.position == at
+        assert "VersionConflict" in str(failed.value)
+        # What came before it is made once the projection stops right at it.
+        await runner.step(dispatcher, until=at - 1)
+        created = await events_of_type(admin, "causeway.task.created")
+        assert [e["causationid"] for e in created] == [before["id"]]
 
     async def test_only_events_after_a_tenants_first_route_are_routed(
         self, app: FastAPI, admin: Client, make_key: MakeKey
