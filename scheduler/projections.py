@@ -13,7 +13,7 @@
 - ``TaskBook`` is the task table. The commands that decide write it as they append (see
   ``scheduler.queue``); as a projection it follows the log behind them, so a row whose
   write was lost to a crash catches up, and a rebuild from the log alone gives the same
-  rows.
+  rows. It checks a batch's decisions against their rows in one statement.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ PREWARM_REQUESTED = "causeway.model.prewarm_requested"
 # the batch's end, so it holds the log head only from then to the commit; a debounced or
 # pre-warm decision appends at once and holds it for the rest of the batch.
 DISPATCH_BATCH = 500
+# The task book checks its kept decisions at least this often (a rebuild reads the whole log
+# in one transaction).
+TASK_BOOK_FLUSH = 1000
 logger = logging.getLogger(__name__)
 _NAMESPACE = uuid.UUID("0f3a52f4-8f87-4bc1-9a55-1d8a7d4b6c21")
 
@@ -64,9 +67,10 @@ class Dispatcher:
 
     async def selection(self, conn: Connection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
-        make a task, so a store without routes costs the dispatcher next to nothing."""
+        make a task, so a store without routes costs the dispatcher next to nothing. The
+        scheduler's own decisions never route (``Route.matches``): not read at all."""
         tenants = await route_rows.read_routed_tenants(conn)
-        return Selection(tuple(tenants), tuple(sorted(r.TYPES)))
+        return Selection(tuple(tenants), tuple(sorted(r.TYPES)), (r.SOURCE,))
 
     async def apply(self, conn: Connection, event: StoredEvent) -> None:
         record = event.record
@@ -195,16 +199,46 @@ class TaskBook:
     tables = task_rows.TABLES
     types = t.TYPES
 
+    def __init__(self) -> None:
+        self._batch: Connection | None = None
+        self._pending: list[ChainRecord] = []
+
     async def apply(self, conn: Connection, event: StoredEvent) -> None:
-        record = event.record
-        data = record.data
-        written = await task_rows.fetch_position(conn, record.tenant, data["task_id"])
-        if written is not None and written >= record.position:
-            return  # the command that decided wrote it already: the usual case
-        state = None
-        if record.type != t.CREATED:
-            state = await task_rows.fetch_task(conn, record.tenant, data["task_id"])
-        await task_rows.write_task(conn, t.fold(state, record.type, data, record.position))
+        """Keep the decision: the batch's are checked against their rows together."""
+        if conn is not self._batch:
+            self._pending.clear()  # a batch that failed: its transaction is gone
+            self._batch = conn
+        self._pending.append(event.record)
+        if len(self._pending) >= TASK_BOOK_FLUSH:
+            await self.flush(conn)  # a rebuild's batches are long
+
+    async def flush(self, conn: Connection) -> None:
+        """Read the rows' positions of the kept decisions in one statement and fold those
+        a row lacks: usually none, the command that decided wrote the row already."""
+        pending, self._pending = self._pending, []
+        keys = {(record.tenant, record.data["task_id"]) for record in pending}
+        written = await task_rows.fetch_positions(conn, keys)
+        for record in pending:
+            at = written.get((record.tenant, record.data["task_id"]))
+            if at is not None and at >= record.position:
+                continue
+            try:
+                await _fold_into_row(conn, record)
+            except Exception as exc:
+                raise FlushFailed(record.position) from exc
+
+
+async def _fold_into_row(conn: Connection, record: ChainRecord) -> None:
+    """Fold one decision into its task's row, unless the row has it already (read again:
+    an earlier decision of this batch, or a command, may have written it since)."""
+    data = record.data
+    written = await task_rows.fetch_position(conn, record.tenant, data["task_id"])
+    if written is not None and written >= record.position:
+        return
+    state = None
+    if record.type != t.CREATED:
+        state = await task_rows.fetch_task(conn, record.tenant, data["task_id"])
+    await task_rows.write_task(conn, t.fold(state, record.type, data, record.position))
 
 
 def scheduler_projections() -> list[Dispatcher | TaskBook]:

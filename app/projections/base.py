@@ -45,11 +45,13 @@ class Projection(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The events a ``Selective`` projection reads now: every event of ``tenants``, and
-    every event of ``types`` (whichever tenant); an event of ``types`` ends its batch."""
+    """The events a ``Selective`` projection reads now: every event of ``tenants`` but
+    those from ``ignored_sources``, and every event of ``types`` (whichever tenant and
+    source); an event of ``types`` ends its batch."""
 
     tenants: tuple[str, ...]
     types: tuple[str, ...]
+    ignored_sources: tuple[str, ...] = ()
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import any_, bindparam, case, literal, or_, select, update
+from sqlalchemy import all_, and_, any_, bindparam, case, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
@@ -39,8 +39,7 @@ async def read_events(
     window = {"after": after, "head": head, "limit": limit, "which": projection.name}
     read = _READS if reads_data(projection) else _READS_ATTRIBUTES
     if selection is not None:
-        chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
-        rows = await read.selected.rows(conn, **window, **chosen)
+        rows = await read.selected.rows(conn, **window, **selected(selection))
     elif projection.types is None:
         rows = await read.all.rows(conn, **window)
     else:
@@ -90,11 +89,24 @@ _SKIPPED = (
     )
     .exists()
 )
-# A Selective projection's events: its tenants' and its types' (parameters of the same name).
+# A Selective projection's events: its tenants' but from the sources it ignores, and its
+# types' (parameters of the same names).
 SELECTED = or_(
-    events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
+    and_(
+        events.c.tenant == any_(bindparam("tenants", type_=ARRAY(Text))),
+        events.c.source != all_(bindparam("ignored", type_=ARRAY(Text))),
+    ),
     events.c.type == any_(bindparam("types", type_=ARRAY(Text))),
 )
+
+
+def selected(selection: Selection) -> dict[str, list[str]]:
+    """The values of ``SELECTED``'s parameters for ``selection``."""
+    return {
+        "tenants": list(selection.tenants),
+        "types": list(selection.types),
+        "ignored": list(selection.ignored_sources),
+    }
 
 
 @dataclass(frozen=True, slots=True)

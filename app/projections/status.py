@@ -20,7 +20,7 @@ from sqlalchemy.types import Text
 
 from app.db.tables import events, projection_checkpoints, projection_skips
 from app.projections.base import Projection, Selective
-from app.projections.checkpoints import SELECTED, of_types, read_head
+from app.projections.checkpoints import SELECTED, of_types, read_head, selected
 
 _c = projection_checkpoints.c
 WITHHELD = "withheld: the failing event belongs to another tenant"
@@ -84,7 +84,7 @@ async def fetch_status(
         chosen: dict[str, list[str]] = {}
         if isinstance(projection, Selective):
             selection = await projection.selection(conn)
-            chosen = {"tenants": list(selection.tenants), "types": list(selection.types)}
+            chosen = selected(selection)
             pending = pending.where(SELECTED)
         elif projection.types is not None:
             pending = pending.where(of_types(projection.types))

@@ -10,12 +10,13 @@ dozen of them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import and_, any_, bindparam, delete, func, literal_column, select, text
+from sqlalchemy import and_, any_, bindparam, delete, func, literal_column, or_, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
@@ -29,10 +30,16 @@ _c = tasks.c
 # A task fits a worker when each numeric requirement is at most the worker's capability of
 # that name (0 when it reports none: a requirement of 0 asks for nothing), its flags are
 # among the worker's true flags, and its labels among the worker's labels (see
-# scheduler.placement).
+# scheduler.placement). "Asks for nothing" is tested first, as an equality the planner
+# estimates from the column's statistics: PostgreSQL guesses the rest (``text[] <@`` at
+# 0.5% of rows when no task has a flag, NOT EXISTS at half), and once the table is
+# analyzed, a queue of tasks without requirements looked like a few rows, so the lease
+# scan read and sorted the whole table instead of walking ix_tasks_ready (900 ms a lease
+# at 100,000 tasks, seen in bench/scheduler.py).
 _FITS = text(
-    "NOT EXISTS (SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
-    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, 0) < need.value::float8)"
+    "(tasks.req_numbers = '{}'::jsonb OR NOT EXISTS ("
+    "SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
+    "WHERE coalesce((CAST(:numbers AS jsonb) ->> need.key)::float8, 0) < need.value::float8))"
 ).bindparams(bindparam("numbers", type_=JSONB))
 _READY = (
     select(tasks)
@@ -43,7 +50,10 @@ _READY = (
         _c.state == literal_column("'ready'"),
         _c.available_at <= bindparam("now"),
         _FITS,
-        _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
+        or_(
+            _c.req_flags == literal_column("'{}'::text[]"),
+            _c.req_flags.op("<@")(bindparam("flags", type_=ARRAY(Text))),
+        ),
         _c.req_labels.op("<@")(bindparam("labels", type_=JSONB)),
         _c.priority.between(bindparam("lowest"), bindparam("highest")),
         ~(
@@ -68,6 +78,14 @@ _FETCH_MANY_LOCKED = DriverStatement.of(
 )
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
+)
+# Many tasks' positions: the pairs (tenant, id) as two arrays of the same length.
+_FETCH_POSITIONS = DriverStatement.of(
+    text(
+        "SELECT t.tenant, t.id, t.position FROM tasks t"
+        " JOIN unnest(CAST(:tenants AS text[]), CAST(:ids AS text[])) AS k (tenant, id)"
+        " ON t.tenant = k.tenant AND t.id = k.id"
+    )
 )
 # Written out as ix_tasks_finished's predicate, so that every plan (a generic one too) can
 # use the index: a bound array would match it only once planned for its values.
@@ -149,6 +167,18 @@ async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> in
     """The position of the last decision written to the task's row."""
     row = await _FETCH_POSITION.first(conn, tenant=tenant, id=task_id)
     return None if row is None else int(row[0])
+
+
+async def fetch_positions(
+    conn: AsyncConnection, keys: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """The positions of the last decisions written to the rows of ``keys`` (tenant, task
+    id), in one statement; a key with no row is left out."""
+    if not keys:
+        return {}
+    tenants, ids = zip(*keys, strict=True)
+    rows = await _FETCH_POSITIONS.rows(conn, tenants=list(tenants), ids=list(ids))
+    return {(row[0], row[1]): int(row[2]) for row in rows}
 
 
 async def fetch_next_ready(
