@@ -34,8 +34,9 @@ _c = tasks.c
 # estimates from the column's statistics: PostgreSQL guesses the rest (``text[] <@`` at
 # 0.5% of rows when no task has a flag, NOT EXISTS at half), and once the table is
 # analyzed, a queue of tasks without requirements looked like a few rows, so the lease
-# scan read and sorted the whole table instead of walking ix_tasks_ready (900 ms a lease
-# at 100,000 tasks, seen in bench/scheduler.py).
+# scan read every ready task and sorted them instead of walking ix_tasks_ready to the
+# first it takes (up to 900 ms a lease at 100,000 tasks in bench/scheduler.py;
+# tests/integration/scheduler/test_lease_scan.py).
 _FITS = text(
     "(tasks.req_numbers = '{}'::jsonb OR NOT EXISTS ("
     "SELECT 1 FROM jsonb_each_text(tasks.req_numbers) AS need "
