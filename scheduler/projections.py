@@ -64,6 +64,7 @@ class Dispatcher:
         self._batch: Connection | None = None
         # Plain tasks to make at the batch's end, by tenant, in the order of their events.
         self._pending: dict[str, list[tuple[r.Route, ChainRecord]]] = {}
+        self._kept = 0
 
     async def selection(self, conn: Connection) -> Selection:
         """The events of tenants with routes, and route events: no other event can
@@ -77,6 +78,7 @@ class Dispatcher:
         if conn is not self._batch:
             self._routes.clear()
             self._pending.clear()  # a batch that failed: its transaction is gone
+            self._kept = 0
             self._batch = conn
         if record.type in r.TYPES:
             await self.flush(conn)
@@ -88,16 +90,19 @@ class Dispatcher:
             if route.makes_tasks:
                 if route.debounce_value(record) is None:
                     self._pending.setdefault(record.tenant, []).append((route, record))
+                    self._kept += 1
                 else:
                     await self.flush(conn)
                     await TaskMaker(conn).make(record.tenant, route, record)
             if route.prewarm is not None:
                 await self.flush(conn)
                 await _count_towards_prewarm(conn, route, record)
+        if self._kept >= DISPATCH_BATCH:
+            await self.flush(conn)  # a rebuild reads the whole log in one transaction
 
     async def flush(self, conn: Connection) -> None:
         """Make the plain tasks kept so far (the runner calls this at the batch's end)."""
-        pending, self._pending = self._pending, {}
+        pending, self._pending, self._kept = self._pending, {}, 0
         for tenant, routed in pending.items():
             maker = TaskMaker(conn)
             try:
