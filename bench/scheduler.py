@@ -123,8 +123,9 @@ async def seed(url: URL, count: int, dispatched: int) -> tuple[str, float]:
 
 def analyze(url: URL, *tables: str) -> None:
     """Give the planner the statistics autovacuum would have given a store that has run
-    a while: a table filled seconds ago has none, and a lease scan planned without them
-    can read the whole queue (100 ms a lease, seen on a fresh bench database)."""
+    a while, so that what is timed runs the plans a running service gets: a table filled
+    seconds ago has none, and the lease scan's plan changes once it has them
+    (tests/integration/scheduler/test_lease_scan.py)."""
     with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         for table in tables:
             conn.execute(f"VACUUM ANALYZE {table}")

@@ -99,29 +99,28 @@ def _upsert(statement: Any) -> Any:
     decision."""
     return statement.on_conflict_do_update(
         index_elements=["tenant", "id"],
-        set_={n: statement.excluded[n] for n in _NAMES if n not in ("tenant", "id")},
+        set_={n: statement.excluded[n] for n in _FIELDS if n not in ("tenant", "id")},
         # Never back: a row written from a later decision stays (see TaskBook).
         where=tasks.c.position < statement.excluded.position,
     )
 
 
-_NAMES = [c.name for c in tasks.columns]
+_FIELDS = tuple(field.name for field in fields(TaskState))
+if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
+    # Task rows (on the driver or through SQLAlchemy) are read into TaskState by position.
+    raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
 # Built once: they are on every decision's path.
-_UPSERT = DriverStatement.of(_upsert(insert(tasks).values({n: bindparam(n) for n in _NAMES})))
+_UPSERT = DriverStatement.of(_upsert(insert(tasks).values({n: bindparam(n) for n in _FIELDS})))
 # Many rows in one statement: one JSON array, which PostgreSQL reads into the table's row
 # type (timestamps in RFC 3339; arrays and objects as JSON become text[] and jsonb). A batch
 # of ten leases or completions costs half the client CPU of a pipelined executemany of
 # ``_UPSERT`` (250 us against 490, measured on this service's rows).
 _MANY = func.json_populate_recordset(
     literal_column("NULL::tasks"), bindparam("rows", type_=JSON)
-).table_valued(*_NAMES)
+).table_valued(*_FIELDS)
 _UPSERT_MANY = DriverStatement.of(
-    _upsert(insert(tasks).from_select(_NAMES, select(*[_MANY.c[n] for n in _NAMES])))
+    _upsert(insert(tasks).from_select(_FIELDS, select(*[_MANY.c[n] for n in _FIELDS])))
 )
-_FIELDS = tuple(field.name for field in fields(TaskState))
-if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
-    # Task rows (on the driver or through SQLAlchemy) are read into TaskState by position.
-    raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +274,8 @@ async def write_task(conn: AsyncConnection, state: TaskState) -> None:
 
 
 async def write_tasks(conn: AsyncConnection, states: list[TaskState]) -> None:
-    """Write every row of ``states`` in one statement (``_UPSERT_MANY``)."""
+    """Write every row of ``states`` in one statement (``_UPSERT_MANY``): each task once,
+    as a statement can write a row only once."""
     if len(states) == 1:
         await write_task(conn, states[0])
     elif states:

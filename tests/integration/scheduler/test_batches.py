@@ -150,3 +150,26 @@ async def test_a_long_poll_answers_within_100_ms_of_the_task_being_made(
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
     assert statistics.median(latencies) < 0.1, sorted(latencies)
+
+
+async def test_a_task_named_twice_in_one_batch_completion_is_refused_whole(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    # Task rows of a batch are written in one statement, which can write a row once.
+    async with (
+        asgi_client(app, await make_key("acme", "admin")) as admin,
+        asgi_client(app, await make_key("acme", "worker")) as worker,
+    ):
+        await queued(app, admin, jobs=2)
+        first, second = await lease_many(worker, 2)
+        done = [
+            {"task": one["task"]["id"], "lease": one["lease"], "events": []}
+            for one in (first, second, first)
+        ]
+        response = await worker.post(
+            "/tasks/complete", content=dumps({"tasks": done}), headers=JSON
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["detail"] == "tasks: a task is named twice"
+        for one in (first, second):
+            assert (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"] == "leased"
