@@ -30,6 +30,16 @@ async def app(database_url: URL) -> AsyncIterator[FastAPI]:
     await dispose(app)
 
 
+@pytest.fixture
+async def clients(app: FastAPI, make_key: MakeKey) -> AsyncIterator[tuple[Client, Client]]:
+    """An admin (routes, reads) and a worker of tenant acme."""
+    async with (
+        asgi_client(app, await make_key("acme", "admin")) as admin,
+        asgi_client(app, await make_key("acme", "worker")) as worker,
+    ):
+        yield admin, worker
+
+
 async def lease_many(client: Client, max_tasks: int, **body: Any) -> list[dict[str, Any]]:
     response = await client.post(
         "/queues/q/lease",
@@ -68,56 +78,49 @@ async def test_sixteen_concurrent_batch_leasers_lease_each_task_once(
 
 
 async def test_a_batch_completion_answers_each_task_and_one_lost_lease_fails_only_it(
-    app: FastAPI, make_key: MakeKey
+    app: FastAPI, clients: tuple[Client, Client]
 ) -> None:
-    async with (
-        asgi_client(app, await make_key("acme", "admin")) as admin,
-        asgi_client(app, await make_key("acme", "worker")) as worker,
-    ):
-        await queued(app, admin, jobs=4)
-        leased = await lease_many(worker, 4)
-        assert len(leased) == 4
-        done = [
-            {
-                "task": one["task"]["id"],
-                "lease": one["lease"] if n != 1 else "not-the-lease",
-                "events": [event(type="job.done", data={"n": n})],
-            }
-            for n, one in enumerate(leased[:3])
-        ]
-        response = await worker.post(
-            "/tasks/complete", content=dumps({"tasks": done}), headers=JSON
-        )
-        assert response.status_code == 200, response.text
-        answers = response.json()["tasks"]
-        assert [a["status"] for a in answers] == [200, 409, 200]
-        assert answers[1]["problem"]["type"] == "/problems/lease-lost"
-        assert [a["task"] for a in answers] == [d["task"] for d in done]
-        for answer, one in ((answers[0], leased[0]), (answers[2], leased[2])):
-            assert answer["trigger"] == one["trigger"]["id"]
-            [result] = answer["results"]
-            found = (await admin.get(f"/events/{result['id']}")).json()
-            assert one["trigger"]["id"] in str(found)  # caused by the task's trigger
-        states = [(await admin.get(f"/tasks/{one['task']['id']}")).json() for one in leased]
-        assert [s["state"] for s in states] == ["completed", "leased", "completed", "leased"]
-        # Sent again (its answer was lost), the batch is answered as before and writes nothing.
-        again = await worker.post("/tasks/complete", content=dumps({"tasks": done}), headers=JSON)
-        assert [a["status"] for a in again.json()["tasks"]] == [200, 409, 200]
-        assert again.json()["tasks"][0]["results"] == answers[0]["results"]
+    admin, worker = clients
+    await queued(app, admin, jobs=4)
+    leased = await lease_many(worker, 4)
+    assert len(leased) == 4
+    done = [
+        {
+            "task": one["task"]["id"],
+            "lease": one["lease"] if n != 1 else "not-the-lease",
+            "events": [event(type="job.done", data={"n": n})],
+        }
+        for n, one in enumerate(leased[:3])
+    ]
+    response = await worker.post("/tasks/complete", content=dumps({"tasks": done}), headers=JSON)
+    assert response.status_code == 200, response.text
+    answers = response.json()["tasks"]
+    assert [a["status"] for a in answers] == [200, 409, 200]
+    assert answers[1]["problem"]["type"] == "/problems/lease-lost"
+    assert [a["task"] for a in answers] == [d["task"] for d in done]
+    for answer, one in ((answers[0], leased[0]), (answers[2], leased[2])):
+        assert answer["trigger"] == one["trigger"]["id"]
+        [result] = answer["results"]
+        found = (await admin.get(f"/events/{result['id']}")).json()
+        assert one["trigger"]["id"] in str(found)  # caused by the task's trigger
+    states = [(await admin.get(f"/tasks/{one['task']['id']}")).json() for one in leased]
+    assert [s["state"] for s in states] == ["completed", "leased", "completed", "leased"]
+    # Sent again (its answer was lost), the batch is answered as before and writes nothing.
+    again = await worker.post("/tasks/complete", content=dumps({"tasks": done}), headers=JSON)
+    assert [a["status"] for a in again.json()["tasks"]] == [200, 409, 200]
+    assert again.json()["tasks"][0]["results"] == answers[0]["results"]
 
-        failures = [
-            {"task": leased[1]["task"]["id"], "lease": leased[1]["lease"], "class": "transient",
-             "message": "out of memory"},
-            {"task": leased[3]["task"]["id"], "lease": "lost", "class": "transient",
-             "message": "out of memory"},
-        ]  # fmt: skip
-        response = await worker.post(
-            "/tasks/fail", content=dumps({"tasks": failures}), headers=JSON
-        )
-        answers = response.json()["tasks"]
-        assert [a["status"] for a in answers] == [200, 409]
-        assert answers[0]["result"]["attempts"] == 1
-        assert answers[0]["result"]["error"]["class"] == "transient"
+    failures = [
+        {"task": leased[1]["task"]["id"], "lease": leased[1]["lease"], "class": "transient",
+         "message": "out of memory"},
+        {"task": leased[3]["task"]["id"], "lease": "lost", "class": "transient",
+         "message": "out of memory"},
+    ]  # fmt: skip
+    response = await worker.post("/tasks/fail", content=dumps({"tasks": failures}), headers=JSON)
+    answers = response.json()["tasks"]
+    assert [a["status"] for a in answers] == [200, 409]
+    assert answers[0]["result"]["attempts"] == 1
+    assert answers[0]["result"]["error"]["class"] == "transient"
 
 
 async def test_a_long_poll_answers_within_100_ms_of_the_task_being_made(
@@ -153,23 +156,18 @@ async def test_a_long_poll_answers_within_100_ms_of_the_task_being_made(
 
 
 async def test_a_task_named_twice_in_one_batch_completion_is_refused_whole(
-    app: FastAPI, make_key: MakeKey
+    app: FastAPI, clients: tuple[Client, Client]
 ) -> None:
     # Task rows of a batch are written in one statement, which can write a row once.
-    async with (
-        asgi_client(app, await make_key("acme", "admin")) as admin,
-        asgi_client(app, await make_key("acme", "worker")) as worker,
-    ):
-        await queued(app, admin, jobs=2)
-        first, second = await lease_many(worker, 2)
-        done = [
-            {"task": one["task"]["id"], "lease": one["lease"], "events": []}
-            for one in (first, second, first)
-        ]
-        response = await worker.post(
-            "/tasks/complete", content=dumps({"tasks": done}), headers=JSON
-        )
-        assert response.status_code == 400, response.text
-        assert response.json()["detail"] == "tasks: a task is named twice"
-        for one in (first, second):
-            assert (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"] == "leased"
+    admin, worker = clients
+    await queued(app, admin, jobs=2)
+    first, second = await lease_many(worker, 2)
+    done = [
+        {"task": one["task"]["id"], "lease": one["lease"], "events": []}
+        for one in (first, second, first)
+    ]
+    response = await worker.post("/tasks/complete", content=dumps({"tasks": done}), headers=JSON)
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == "tasks: a task is named twice"
+    for one in (first, second):
+        assert (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"] == "leased"
