@@ -165,7 +165,27 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     appender: Appender = app.state.appender
     decisions: Appender = app.state.decisions
     engine: Engine = app.state.engine
-    # The two hot paths first: a request is matched against the routes in this order.
+    # A request is matched against the routes in this order. POST /events and POST
+    # /graphql are answered before the router (``Causeway.answer``), so the scheduler's
+    # workers (leases, completions) are its hot path: its routes go first, then ingest's.
+    app.include_router(
+        create_scheduler_router(
+            engine,
+            appender,
+            decisions,
+            settings.max_request_bytes,
+            partial(parse_request, BATCH, [], limits=limits_from(settings)),
+            lease_policy_from(settings),
+            controller,
+            scrape_of(app.state),
+            Principals(
+                admin=require(KeyScope.ADMIN),
+                worker=require(KeyScope.WORKER),
+                read=require(KeyScope.READ),
+            ),
+            app.state.wakeups,
+        )
+    )
     app.ingest = Ingest(appender, limits_from(settings))
     app.include_router(create_ingest_router(app.ingest, require(KeyScope.INGEST)))
     lineage = LineageIngest(engine, appender, limits_from(settings))
@@ -186,24 +206,6 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
     app.include_router(projections.router)
     app.include_router(assets.router)
     app.include_router(explorer.router)
-    app.include_router(
-        create_scheduler_router(
-            engine,
-            appender,
-            decisions,
-            settings.max_request_bytes,
-            partial(parse_request, BATCH, [], limits=limits_from(settings)),
-            lease_policy_from(settings),
-            controller,
-            scrape_of(app.state),
-            Principals(
-                admin=require(KeyScope.ADMIN),
-                worker=require(KeyScope.WORKER),
-                read=require(KeyScope.READ),
-            ),
-            app.state.wakeups,
-        )
-    )
 
 
 class Causeway(FastAPI):

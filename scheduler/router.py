@@ -55,7 +55,8 @@ def create_router(
     decisions of leases, results and dead-letter handling; ``more_metrics`` adds the
     service's own gauges (read replicas) to ``GET /metrics``."""
     router = APIRouter()
-    router.include_router(routes.create_router(engine, appender, principals.admin))
+    # Leases first: a request is matched against the routes in order, and workers'
+    # leases and completions are the scheduler's hot path.
     router.include_router(
         leases.create_router(
             engine,
@@ -67,6 +68,7 @@ def create_router(
             wakeups,
         )
     )
+    router.include_router(routes.create_router(engine, appender, principals.admin))
     router.include_router(queues.create_router(engine, controller, more_metrics, principals.read))
     router.include_router(
         dead_letters.create_router(engine, decisions, principals.admin, principals.read)
