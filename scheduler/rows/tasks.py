@@ -11,7 +11,7 @@ dozen of them.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import routes, tasks
-from scheduler.tasks import NEEDS_ATTENTION, TaskState
+from scheduler.tasks import FIELDS, NEEDS_ATTENTION, TaskState
 
 TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
 _c = tasks.c
@@ -99,27 +99,26 @@ def _upsert(statement: Any) -> Any:
     decision."""
     return statement.on_conflict_do_update(
         index_elements=["tenant", "id"],
-        set_={n: statement.excluded[n] for n in _FIELDS if n not in ("tenant", "id")},
+        set_={n: statement.excluded[n] for n in FIELDS if n not in ("tenant", "id")},
         # Never back: a row written from a later decision stays (see TaskBook).
         where=tasks.c.position < statement.excluded.position,
     )
 
 
-_FIELDS = tuple(field.name for field in fields(TaskState))
-if tuple(column.name for column in tasks.columns) != _FIELDS:  # pragma: no cover
+if tuple(column.name for column in tasks.columns) != FIELDS:  # pragma: no cover
     # Task rows (on the driver or through SQLAlchemy) are read into TaskState by position.
     raise RuntimeError("TaskState's fields must be the tasks table's columns, in order")
 # Built once: they are on every decision's path.
-_UPSERT = DriverStatement.of(_upsert(insert(tasks).values({n: bindparam(n) for n in _FIELDS})))
+_UPSERT = DriverStatement.of(_upsert(insert(tasks).values({n: bindparam(n) for n in FIELDS})))
 # Many rows in one statement: one JSON array, which PostgreSQL reads into the table's row
 # type (timestamps in RFC 3339; arrays and objects as JSON become text[] and jsonb). A batch
 # of ten leases or completions costs half the client CPU of a pipelined executemany of
 # ``_UPSERT`` (250 us against 490, measured on this service's rows).
 _MANY = func.json_populate_recordset(
     literal_column("NULL::tasks"), bindparam("rows", type_=JSON)
-).table_valued(*_FIELDS)
+).table_valued(*FIELDS)
 _UPSERT_MANY = DriverStatement.of(
-    _upsert(insert(tasks).from_select(_FIELDS, select(*[_MANY.c[n] for n in _FIELDS])))
+    _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS])))
 )
 
 
@@ -279,12 +278,12 @@ async def write_tasks(conn: AsyncConnection, states: list[TaskState]) -> None:
     if len(states) == 1:
         await write_task(conn, states[0])
     elif states:
-        rows = orjson.dumps([{name: getattr(s, name) for name in _FIELDS} for s in states])
+        rows = orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states])
         await _UPSERT_MANY.run(conn, rows=rows.decode())
 
 
 def _values(state: TaskState) -> dict[str, Any]:
-    values = {name: getattr(state, name) for name in _FIELDS}
+    values = {name: getattr(state, name) for name in FIELDS}
     values["req_numbers"] = Jsonb(state.req_numbers)
     values["req_labels"] = Jsonb(state.req_labels)
     return values
