@@ -167,40 +167,7 @@ def fold(
 ) -> TaskState:
     """The task after one of its events (``state`` is None before ``created``)."""
     if event_type == CREATED:
-        return TaskState(
-            tenant=data["tenant"],
-            id=data["task_id"],
-            route_id=data["route"],
-            kind=data["kind"],
-            queue=data["queue"],
-            priority=int(data["priority"]),
-            req_numbers=dict(data["requires"]["numbers"]),
-            req_flags=list(data["requires"]["flags"]),
-            req_labels=dict(data["requires"]["labels"]),
-            trigger_id=data["trigger"]["id"],
-            trigger_type=data["trigger"]["type"],
-            trigger_time=_time(data["trigger"]["time"]),
-            debounce_key=data.get("debounce_key"),
-            state="ready",
-            attempts=0,
-            max_retries=int(data["max_retries"]),
-            backoff_base_s=float(data["backoff_base_s"]),
-            service=data.get("service"),
-            on_model_mismatch=data["on_model_mismatch"],
-            created_at=_time(data["at"]),
-            available_at=_time(data["at"]),
-            lease_id=None,
-            worker=None,
-            leased_at=None,
-            lease_expires_at=None,
-            error_class=None,
-            error=None,
-            disposition=None,
-            finished_at=None,
-            seq=position,
-            version=1,
-            position=position,
-        )
+        return _created(data, position)
     if state is None:
         raise ValueError(f"{event_type} for task {data.get('task_id')!r}, which was never created")
     match event_type:
@@ -266,6 +233,44 @@ def fold(
                 finished_at=_time(data["at"]),
             )
     raise ValueError(f"{event_type} is not a task event")
+
+
+def _created(data: dict[str, Any], position: int) -> TaskState:
+    """A task as its ``created`` decision, stored at ``position``, makes it."""
+    return TaskState(
+        tenant=data["tenant"],
+        id=data["task_id"],
+        route_id=data["route"],
+        kind=data["kind"],
+        queue=data["queue"],
+        priority=int(data["priority"]),
+        req_numbers=dict(data["requires"]["numbers"]),
+        req_flags=list(data["requires"]["flags"]),
+        req_labels=dict(data["requires"]["labels"]),
+        trigger_id=data["trigger"]["id"],
+        trigger_type=data["trigger"]["type"],
+        trigger_time=_time(data["trigger"]["time"]),
+        debounce_key=data.get("debounce_key"),
+        state="ready",
+        attempts=0,
+        max_retries=int(data["max_retries"]),
+        backoff_base_s=float(data["backoff_base_s"]),
+        service=data.get("service"),
+        on_model_mismatch=data["on_model_mismatch"],
+        created_at=_time(data["at"]),
+        available_at=_time(data["at"]),
+        lease_id=None,
+        worker=None,
+        leased_at=None,
+        lease_expires_at=None,
+        error_class=None,
+        error=None,
+        disposition=None,
+        finished_at=None,
+        seq=position,
+        version=1,
+        position=position,
+    )
 
 
 def created(
