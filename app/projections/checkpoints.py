@@ -60,15 +60,37 @@ async def advance(conn: AsyncConnection, name: str, position: int, **also: Any) 
         await _ADVANCE_ON_DRIVER.run(conn, **values)
 
 
-async def lock_checkpoint(conn: AsyncConnection, name: str) -> tuple[int, bool]:
-    """The checkpoint, locked, and whether the projection is stopped at an event past it
-    (a failed rebuild's event is behind it: the projection goes on)."""
-    await ENSURE_CHECKPOINT.run(conn, which=name)
+@dataclass(frozen=True, slots=True)
+class Locked:
+    """A projection's checkpoint, locked in the caller's transaction, and the log's head.
+
+    ``failing``: the projection is stopped at an event past its checkpoint (a failed
+    rebuild's event is behind it: the projection goes on). ``head`` is read in the same
+    statement as the lock, from that statement's snapshot: when the lock was waited for,
+    the head as it was before the wait, which is never past what is committed (a batch
+    reads up to it, the next one further)."""
+
+    position: int
+    failing: bool
+    rebuild_requested: bool
+    head: int
+
+
+async def lock_checkpoint(conn: AsyncConnection, name: str) -> Locked:
+    """The checkpoint of ``name``, locked (its row made first if it has none), and the
+    head: one statement, where a step of every projection after every few appends had
+    taken four (the row made, the lock, the head, the rebuild flag)."""
     row = await _LOCK_CHECKPOINT.first(conn, which=name)
-    if row is None:  # pragma: no cover - ensured by the statement before
-        raise RuntimeError(f"projection {name!r} has no checkpoint row")
-    position, error_position = row
-    return int(position), error_position is not None and error_position > position
+    if row is None:
+        await ENSURE_CHECKPOINT.run(conn, which=name)
+        row = await _LOCK_CHECKPOINT.first(conn, which=name)
+        if row is None:  # pragma: no cover - made by the statement before
+            raise RuntimeError(f"projection {name!r} has no checkpoint row")
+    position, error_position, rebuild_requested, head = row
+    if head is None:  # pragma: no cover - the migration makes the row
+        raise RuntimeError("the log_head row is missing: the schema is not migrated")
+    failing = error_position is not None and error_position > position
+    return Locked(int(position), failing, bool(rebuild_requested), int(head))
 
 
 async def read_head(conn: AsyncConnection) -> int:
@@ -146,7 +168,14 @@ ENSURE_CHECKPOINT = DriverStatement.of(
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()
 )
 _LOCK_CHECKPOINT = DriverStatement.of(
-    select(_c.position, _c.error_position).where(_c.name == bindparam("which")).with_for_update()
+    select(
+        _c.position,
+        _c.error_position,
+        _c.rebuild_requested,
+        select(log_head.c.position).scalar_subquery(),
+    )
+    .where(_c.name == bindparam("which"))
+    .with_for_update(of=projection_checkpoints)
 )
 REBUILD_REQUESTED = DriverStatement.of(
     select(_c.rebuild_requested).where(_c.name == bindparam("which"))

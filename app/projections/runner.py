@@ -91,6 +91,8 @@ class ProjectionRunner:
         self._interest: dict[str, frozenset[str] | None] = {
             p.name: p.types for p in self._projections
         }
+        # Whether a rebuild was asked for, as each projection's last batch read it.
+        self._rebuild_asked = {p.name: False for p in self._projections}
 
     async def dispose(self) -> None:
         await self._engine.dispose()
@@ -137,8 +139,9 @@ class ProjectionRunner:
         checkpoint moved past events of no interest to it, and waits to be woken (an
         append sends the hint; polling covers a lost one)."""
         async with self._engine.begin() as conn:
-            checkpoint, failing = await checkpoints.lock_checkpoint(conn, projection.name)
-            head = await checkpoints.read_head(conn)
+            locked = await checkpoints.lock_checkpoint(conn, projection.name)
+            checkpoint, failing, head = locked.position, locked.failing, locked.head
+            self._rebuild_asked[projection.name] = locked.rebuild_requested
             if until is not None:
                 head = min(head, until)
             size = self._batch_sizes.get(projection.name, self._batch_size)
@@ -183,8 +186,7 @@ class ProjectionRunner:
     async def rebuild(self, projection: Projection) -> int:
         """Empty the read model and apply the log again from position 0, atomically."""
         async with self._engine.begin() as conn:
-            await checkpoints.lock_checkpoint(conn, projection.name)
-            head = await checkpoints.read_head(conn)
+            head = (await checkpoints.lock_checkpoint(conn, projection.name)).head
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
@@ -230,11 +232,15 @@ class ProjectionRunner:
 
     async def _lead(self, projection: Projection, lead: Leadership) -> None:
         failures = 0
+        # Whether an operator asked for a rebuild: read on taking the lead and after a
+        # failure, and otherwise by each step with the checkpoint it locks.
+        rebuild = await self.is_rebuild_requested(projection)
         while True:
-            if await self.is_rebuild_requested(projection):
+            if rebuild:
                 await self._rebuild_as_asked(projection)
             try:
                 _, more = await self._step(projection, None)
+                rebuild = self._rebuild_asked[projection.name]
                 failures = 0
             except ProjectionFailed as failed:
                 failures += 1
@@ -252,8 +258,9 @@ class ProjectionRunner:
                     delay,
                 )
                 await asyncio.sleep(delay)
+                rebuild = await self.is_rebuild_requested(projection)
                 continue
-            if not more:
+            if not more and not rebuild:
                 await self._wait(projection)
                 # Idle: check the lock's connection still lives, or another runner may
                 # have taken the lead (the error ends this lead, and the loop starts over).
