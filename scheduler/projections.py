@@ -55,6 +55,11 @@ class Dispatcher:
     name = "scheduler-dispatch"
     tables = route_rows.TABLES
     types = None
+    # The scheduler's decisions come from its own source (t.SOURCE, r.SOURCE), which
+    # ``selection`` passes: an append of a lease or of a completion without results has
+    # nothing for it, and woke it for a transaction of its own each time (with one worker
+    # leasing and completing one task at a time, 8% of the server's CPU).
+    quiet_types = t.TYPES
 
     def __init__(self) -> None:
         # Routes by tenant, loaded from the routes table as a batch needs them. They hold

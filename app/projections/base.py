@@ -16,6 +16,16 @@ called by the projection itself between them).
 A projection whose interest depends on its own state (the dispatcher reads only tenants
 that have routes) is ``Selective``: at the start of each batch it names the tenants it
 reads, and the types that can change that (a batch ends after an event of one of them).
+
+One that never reads the events Causeway writes itself (types under
+``RESERVED_TYPE_PREFIX``: the scheduler's decisions, alerts, registrations) says
+``reads_reserved = False`` (``reads_reserved``): they are passed over in its read, and
+its lag counts none of them.
+
+An append wakes a projection whose types it names (``types`` None: any append), but for
+one of nothing but its ``quiet_types`` (``quiet_types``): types it never reads whatever
+its state (the dispatcher's, the scheduler's own decisions). Polling still moves its
+checkpoint past them.
 """
 
 from __future__ import annotations
@@ -77,6 +87,18 @@ class FlushFailed(Exception):
     def __init__(self, position: int) -> None:
         super().__init__(f"flush failed at position {position}")
         self.position = position
+
+
+def quiet_types(projection: Projection) -> frozenset[str]:
+    """The types whose appends alone never wake ``projection`` (see the module's
+    docstring): none unless it says ``quiet_types``."""
+    return frozenset(getattr(projection, "quiet_types", ()))
+
+
+def reads_reserved(projection: Projection) -> bool:
+    """Whether ``projection`` reads the events Causeway writes itself (see the module's
+    docstring); every projection does unless it says ``reads_reserved = False``."""
+    return bool(getattr(projection, "reads_reserved", True))
 
 
 def reads_data(projection: Projection) -> bool:

@@ -19,9 +19,9 @@ from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selection, Selective, reads_data
+from app.projections.base import Projection, Selection, Selective, reads_data, reads_reserved
 from app.store.log import attributes_row, full_row, record_from_row
-from app.store.records import StoredEvent
+from app.store.records import RESERVED_TYPE_PREFIX, StoredEvent
 
 _c = projection_checkpoints.c
 
@@ -41,7 +41,8 @@ async def read_events(
     if selection is not None:
         rows = await read.selected.rows(conn, **window, **selected(selection))
     elif projection.types is None:
-        rows = await read.all.rows(conn, **window)
+        every = read.all if reads_reserved(projection) else read.unreserved
+        rows = await every.rows(conn, **window)
     else:
         rows = await read.types.rows(conn, **window, types=sorted(projection.types))
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
@@ -122,6 +123,10 @@ SELECTED = or_(
 )
 
 
+# The events a projection that says ``reads_reserved = False`` reads (``base``).
+UNRESERVED = ~events.c.type.startswith(RESERVED_TYPE_PREFIX, autoescape=True)
+
+
 def selected(selection: Selection) -> dict[str, list[str]]:
     """The values of ``SELECTED``'s parameters for ``selection``."""
     return {
@@ -137,6 +142,7 @@ class _Reads:
     selection."""
 
     all: DriverStatement
+    unreserved: DriverStatement  # all but the events Causeway writes itself
     types: DriverStatement
     selected: DriverStatement
 
@@ -154,6 +160,7 @@ class _Reads:
         )
         return cls(
             DriverStatement.of(read),
+            DriverStatement.of(read.where(UNRESERVED)),
             DriverStatement.of(
                 read.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
             ),

@@ -37,7 +37,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
-from app.projections.base import FlushFailed, Flushing, Projection, Selection, Selective
+from app.projections.base import (
+    FlushFailed,
+    Flushing,
+    Projection,
+    Selection,
+    Selective,
+    quiet_types,
+)
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
@@ -91,6 +98,7 @@ class ProjectionRunner:
         self._interest: dict[str, frozenset[str] | None] = {
             p.name: p.types for p in self._projections
         }
+        self._quiet = {p.name: quiet_types(p) for p in self._projections}
         # Whether a rebuild was asked for, as each projection's last batch read it.
         self._rebuild_asked = {p.name: False for p in self._projections}
 
@@ -310,8 +318,12 @@ class ProjectionRunner:
 
     def wakes(self, projection: Projection, appended: frozenset[str] | None) -> bool:
         """Whether an append of ``appended`` types (None: unknown) wakes ``projection``."""
+        if appended is None:
+            return True
+        if appended <= self._quiet[projection.name]:
+            return False
         types = self._interest[projection.name]
-        return appended is None or types is None or not types.isdisjoint(appended)
+        return types is None or not types.isdisjoint(appended)
 
     async def request_rebuild(self, projection: Projection) -> None:
         """Ask whichever runner leads ``projection`` to rebuild it."""

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.tables import events, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selective
-from app.projections.checkpoints import SELECTED, of_types, read_head, selected
+from app.projections.base import Projection, Selective, reads_reserved
+from app.projections.checkpoints import SELECTED, UNRESERVED, of_types, read_head, selected
 
 _c = projection_checkpoints.c
 WITHHELD = "withheld: the failing event belongs to another tenant"
@@ -88,6 +88,8 @@ async def fetch_status(
             pending = pending.where(SELECTED)
         elif projection.types is not None:
             pending = pending.where(of_types(projection.types))
+        elif not reads_reserved(projection):
+            pending = pending.where(UNRESERVED)
         oldest = (await conn.execute(pending.order_by(events.c.position).limit(1), chosen)).scalar()
         lag_s = (datetime.now(UTC) - oldest).total_seconds() if oldest else 0.0
         found.append(

@@ -222,6 +222,21 @@ class TestRouting:
         assert runner.wakes(dispatcher, frozenset({"job"}))
         assert runner.wakes(dispatcher, None)  # a hint too long to name its types
 
+    async def test_the_schedulers_own_decisions_alone_do_not_wake_the_dispatcher(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        # It never reads them (they come from the scheduler's source): a lease's append,
+        # or a completion's without results, would wake it for nothing.
+        runner = app.state.runner
+        dispatcher = runner.projection("scheduler-dispatch")
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        await catch_up(app)
+        assert not runner.wakes(dispatcher, frozenset({"causeway.task.leased"}))
+        done = frozenset({"causeway.task.completed", "causeway.task.created"})
+        assert not runner.wakes(dispatcher, done)
+        assert runner.wakes(dispatcher, done | {"job"})  # a result routes like any event
+        assert runner.wakes(dispatcher, frozenset({"causeway.route.defined"}))
+
     async def test_a_deleted_route_routes_nothing_after_it(
         self, app: FastAPI, admin: Client
     ) -> None:

@@ -13,7 +13,9 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from prometheus_client import REGISTRY
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.projections.checkpoints import read_events, read_head
 from app.settings import Settings
 from tests.integration.conftest import catch_up
 from tests.integration.events import BATCH, JSON, STRUCTURED, dumps, event
@@ -113,3 +115,24 @@ async def test_a_source_alerts_again_only_after_it_recovered(
         await asyncio.sleep(0.26)
     # Medians: -3 (alert), -1.5 (still past 1 s), 0 (recovered), -1.5 (alert), -3, -3.
     assert len(await alerts(client)) == 2
+
+
+async def test_causeways_own_events_are_neither_read_nor_counted_as_its_lag(
+    app: FastAPI, client: httpx2.AsyncClient, engine: AsyncEngine
+) -> None:
+    # The alert the drift watch raises is Causeway's own event (stamped by this server's
+    # clock): the watch's read passes it, and its status does not count it as lag.
+    body = [stamped(AHEAD, 3.0) for _ in range(3)]
+    assert (await client.post("/events", content=dumps(body), headers=BATCH)).status_code == 201
+    runner = app.state.runner
+    [drift] = [p for p in runner.projections if p.name == "drift"]
+    await runner.catch_up(drift)
+    [alert] = await alerts(client)
+    async with engine.connect() as conn:
+        head = await read_head(conn)
+        read = await read_events(conn, drift, 0, head, 1000)
+    assert [e.record.id for e in read] == [e["id"] for e in body]
+    assert alert["position"] == head
+    status = await runner.status(drift)
+    assert status.checkpoint < head  # no event of its own came after the three
+    assert status.lag_events == 0
