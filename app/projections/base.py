@@ -22,6 +22,11 @@ One that never reads the events Causeway writes itself (types under
 ``reads_reserved = False`` (``reads_reserved``): they are passed over in its read, and
 its lag counts none of them.
 
+One whose types hold many events it would only pass over names a condition on
+``events`` that the rest meet, ``reads_only`` (``narrowing``): its read and its lag
+leave the others in the database (the task book reads only the decisions a task row
+lacks: the command that decided wrote the row itself).
+
 An append wakes a projection whose types it names (``types`` None: any append), but for
 one of nothing but its ``quiet_types`` (``quiet_types``): types it never reads whatever
 its state (the dispatcher's, the scheduler's own decisions). Polling still moves its
@@ -34,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import Table
+from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.records import StoredEvent
@@ -93,6 +98,12 @@ def quiet_types(projection: Projection) -> frozenset[str]:
     """The types whose appends alone never wake ``projection`` (see the module's
     docstring): none unless it says ``quiet_types``."""
     return frozenset(getattr(projection, "quiet_types", ()))
+
+
+def narrowing(projection: Projection) -> ColumnElement[bool] | None:
+    """The condition on ``events`` that ``projection``'s reads add (see the module's
+    docstring), or None."""
+    return getattr(projection, "reads_only", None)
 
 
 def reads_reserved(projection: Projection) -> bool:

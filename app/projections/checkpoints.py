@@ -12,14 +12,33 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import all_, and_, any_, bindparam, case, literal, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    all_,
+    and_,
+    any_,
+    bindparam,
+    case,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selection, Selective, reads_data, reads_reserved
+from app.projections.base import (
+    Projection,
+    Selection,
+    Selective,
+    narrowing,
+    reads_data,
+    reads_reserved,
+)
 from app.store.log import attributes_row, full_row, record_from_row
 from app.store.records import RESERVED_TYPE_PREFIX, StoredEvent
 
@@ -44,7 +63,9 @@ async def read_events(
         every = read.all if reads_reserved(projection) else read.unreserved
         rows = await every.rows(conn, **window)
     else:
-        rows = await read.types.rows(conn, **window, types=sorted(projection.types))
+        narrowed = narrowing(projection)
+        typed = read.types if narrowed is None else _narrowed(projection, narrowed)
+        rows = await typed.rows(conn, **window, types=sorted(projection.types))
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
 
 
@@ -145,6 +166,7 @@ class _Reads:
     unreserved: DriverStatement  # all but the events Causeway writes itself
     types: DriverStatement
     selected: DriverStatement
+    typed: Select[Any]  # ``types``'s statement, which a narrowing adds to
 
     @classmethod
     def of(cls, columns: tuple[Any, ...]) -> _Reads:
@@ -158,18 +180,32 @@ class _Reads:
             .order_by(events.c.position)
             .limit(bindparam("limit"))
         )
+        typed = read.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
         return cls(
             DriverStatement.of(read),
             DriverStatement.of(read.where(UNRESERVED)),
-            DriverStatement.of(
-                read.where(events.c.type == any_(bindparam("types", type_=ARRAY(Text))))
-            ),
+            DriverStatement.of(typed),
             DriverStatement.of(read.where(SELECTED)),
+            typed,
         )
 
 
 _READS = _Reads.of(full_row())
 _READS_ATTRIBUTES = _Reads.of(attributes_row())  # for projections that read no data
+# The reads of projections that narrow theirs (``base.narrowing``), compiled once each.
+_NARROWED: dict[str, DriverStatement] = {}
+
+
+def _narrowed(projection: Projection, narrowed: ColumnElement[bool]) -> DriverStatement:
+    """The read of ``projection``'s types that also meet its narrowing, ``narrowed``."""
+    statement = _NARROWED.get(projection.name)
+    if statement is None:
+        read = _READS if reads_data(projection) else _READS_ATTRIBUTES
+        statement = DriverStatement.of(read.typed.where(narrowed))
+        _NARROWED[projection.name] = statement
+    return statement
+
+
 _READ_HEAD = DriverStatement.of(select(log_head.c.position))
 ENSURE_CHECKPOINT = DriverStatement.of(
     insert(projection_checkpoints).values(name=bindparam("which")).on_conflict_do_nothing()

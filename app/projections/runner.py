@@ -43,6 +43,7 @@ from app.projections.base import (
     Projection,
     Selection,
     Selective,
+    narrowing,
     quiet_types,
 )
 from app.projections.leadership import Leadership, take_lead
@@ -181,11 +182,18 @@ class ProjectionRunner:
                     break
             if found:
                 await _flush(projection, conn, reached)
-            if not found and reached - checkpoint < size and not (failing and until is None):
+            if (
+                not found
+                and reached - checkpoint < size
+                and not (failing and until is None)
+                and narrowing(projection) is None
+            ):
                 # Nothing of ours: moving the checkpoint would cost a commit (an fsync)
                 # for every append; it moves once a batch's worth has gone by instead.
                 # A failed projection's retry moves on at once, which clears its error:
-                # the event it failed on is no longer read (it was skipped).
+                # the event it failed on is no longer read (it was skipped). A narrowed
+                # one's moves on too: what it passed was its own (the task book's
+                # decisions, whose rows are pruned once it has passed them).
                 return 0, False
             if reached > checkpoint:
                 await checkpoints.advance(conn, projection.name, reached)

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.tables import events, projection_checkpoints, projection_skips
-from app.projections.base import Projection, Selective, reads_reserved
+from app.projections.base import Projection, Selective, narrowing, reads_reserved
 from app.projections.checkpoints import SELECTED, UNRESERVED, of_types, read_head, selected
 
 _c = projection_checkpoints.c
@@ -88,6 +88,8 @@ async def fetch_status(
             pending = pending.where(SELECTED)
         elif projection.types is not None:
             pending = pending.where(of_types(projection.types))
+            if (narrowed := narrowing(projection)) is not None:
+                pending = pending.where(narrowed)
         elif not reads_reserved(projection):
             pending = pending.where(UNRESERVED)
         oldest = (await conn.execute(pending.order_by(events.c.position).limit(1), chosen)).scalar()

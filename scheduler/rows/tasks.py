@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
-from app.db.tables import routes, tasks
+from app.db.tables import events, routes, tasks
 from scheduler.tasks import FIELDS, NEEDS_ATTENTION, TaskState
 
 TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
@@ -119,6 +119,20 @@ _MANY = func.json_populate_recordset(
 ).table_valued(*FIELDS)
 _UPSERT_MANY = DriverStatement.of(
     _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS])))
+)
+
+
+# The decisions a task row lacks, as a condition on ``events`` (the task book's reads,
+# ``TaskBook.reads_only``): a decision names its task in its data, and a row written from
+# it or a later one holds it. Usually none: the command that decided wrote the row.
+LACKED = ~(
+    select(literal_column("1"))
+    .where(
+        _c.tenant == events.c.tenant,
+        _c.id == events.c.data["task_id"].astext,
+        _c.position >= events.c.position,
+    )
+    .exists()
 )
 
 

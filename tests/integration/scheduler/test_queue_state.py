@@ -13,6 +13,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import tasks
+from app.projections.checkpoints import read_events, read_head
 from app.store.log import EventLog
 from scheduler import tasks as t
 from scheduler.rows.tasks import fetch_task
@@ -165,3 +166,28 @@ class TestQueueState:
         await catch_up(app)  # the task table follows the log
         task = (await admin.get(f"/tasks/{row.id}")).json()
         assert (task["state"], task["worker"], task["attempts"]) == ("leased", "gone", 1)
+
+    async def test_the_task_book_reads_only_the_decisions_a_row_lacks(
+        self, app: FastAPI, admin: Client, worker: Client, engine: AsyncEngine
+    ) -> None:
+        # The command that decides writes its row: reading every decision back to find
+        # that out was most of the task book's work under lease + complete.
+        await queued(app, admin, jobs=2)
+        first, second = await lease(worker, "q"), await lease(worker, "q")
+        assert first
+        assert second
+        book = app.state.runner.projection("scheduler-tasks")
+        async with engine.begin() as conn:
+            head = await read_head(conn)
+            assert await read_events(conn, book, 0, head, 100) == []
+            # The first's row loses its lease (its write was lost, say): that one is read.
+            await conn.execute(
+                tasks.update().where(tasks.c.id == first["task"]["id"]).values(position=0)
+            )
+            lacked = await read_events(conn, book, 0, head, 100)
+            assert [e.record.data["task_id"] for e in lacked] == [first["task"]["id"]] * 2
+            assert [e.record.type for e in lacked] == [t.CREATED, t.LEASED]
+            await conn.rollback()
+        await catch_up(app)
+        status = await app.state.runner.status(book)
+        assert (status.checkpoint, status.lag_events) == (head, 0)  # passed, not read
