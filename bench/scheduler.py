@@ -11,9 +11,9 @@ is the baseline. What it leaves out is what Causeway adds: HTTP, keys, and every
 appended to the hash-chained log (which is verified at the end). pgqueuer enqueues the
 same number of jobs with its own ``enqueue`` and dequeues and acknowledges them with as
 many worker processes as Causeway has, at the same batch size. Both run at batches of 10
-and of 50 tasks a lease (``--batch``): a lease and a completion cost Causeway about two
-and a half milliseconds of server CPU each whatever their size, against about 0.3 ms a
-task, so the batch size moves its rate more than pgqueuer's.
+and of 50 tasks a lease (``--batch``): much of what a lease or a completion costs
+Causeway's server (HTTP, the transaction, the append group) does not grow with its size,
+so the batch size moves its rate more than pgqueuer's.
 """
 
 from __future__ import annotations
