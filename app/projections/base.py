@@ -6,12 +6,14 @@ empties them); ``types`` are the event types it reads (others only move its chec
 forward; ``None``: every event). Handlers must be deterministic: a rebuild from position 0
 gives the same state.
 
-A projection that reads only the attributes of its events says ``reads_data = False``
-(``reads_data``): its records come without their data (``data`` and ``data_binary``
-None, ``has_data`` as stored), so a batch of them is small whatever the events carry.
+A projection is ``Applying``: ``apply`` gets each event whole, its record and its place
+in the chain (a ``StoredEvent``); or ``Tallying``: it names the few columns it reads of
+every event (``columns``), and ``tally`` gets a batch's rows of them at once. The second
+is for a projection that reads every event and little of each (the drift watch: a source
+and two times): no record is built per event, and PostgreSQL sends those columns alone.
 One that keeps what a batch changes in memory and writes it once is ``Flushing``: its
-``flush`` runs in the batch's transaction after the batch's last ``apply`` (and may be
-called by the projection itself between them).
+``flush`` runs in the batch's transaction after the batch's last ``apply`` or its
+``tally`` (and may be called by the projection itself between them).
 
 A projection whose interest depends on its own state (the dispatcher reads only tenants
 that have routes) is ``Selective``: at the start of each batch it names the tenants it
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import ColumnElement, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -46,6 +48,9 @@ from app.store.records import StoredEvent
 
 
 class Projection(Protocol):
+    """What every projection has; it reads its events as ``Applying`` or ``Tallying``
+    (one of the two)."""
+
     @property
     def name(self) -> str: ...
 
@@ -55,7 +60,27 @@ class Projection(Protocol):
     @property
     def types(self) -> frozenset[str] | None: ...
 
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None: ...
+
+@runtime_checkable
+class Applying(Protocol):
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        """Apply one event, in its batch's transaction."""
+        ...
+
+
+@runtime_checkable
+class Tallying(Protocol):
+    @property
+    def columns(self) -> tuple[ColumnElement[Any], ...]:
+        """What it reads of each event: expressions over ``events``, among them
+        ``events.c.position``."""
+        ...
+
+    async def tally(self, conn: AsyncConnection, rows: Sequence[Any]) -> None:
+        """Apply a batch's rows of ``columns`` (named tuples, in position order), in its
+        transaction. A failure that belongs to one row raises ``FlushFailed`` with its
+        position; any other is put at the batch's first row."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +135,3 @@ def reads_reserved(projection: Projection) -> bool:
     """Whether ``projection`` reads the events Causeway writes itself (see the module's
     docstring); every projection does unless it says ``reads_reserved = False``."""
     return bool(getattr(projection, "reads_reserved", True))
-
-
-def reads_data(projection: Projection) -> bool:
-    """Whether ``projection``'s events are read with their data (see the module's
-    docstring); every projection does unless it says ``reads_data = False``."""
-    return bool(getattr(projection, "reads_data", True))

@@ -35,11 +35,11 @@ from app.projections.base import (
     Projection,
     Selection,
     Selective,
+    Tallying,
     narrowing,
-    reads_data,
     reads_reserved,
 )
-from app.store.log import attributes_row, full_row, record_from_row
+from app.store.log import full_row, record_from_row
 from app.store.records import RESERVED_TYPE_PREFIX, StoredEvent
 
 _c = projection_checkpoints.c
@@ -55,18 +55,41 @@ async def read_events(
 ) -> list[StoredEvent]:
     """The projection's events in (after, head], in position order, ``limit`` at most,
     but for those it skips."""
-    window = {"after": after, "head": head, "limit": limit, "which": projection.name}
-    read = _READS if reads_data(projection) else _READS_ATTRIBUTES
-    if selection is not None:
-        rows = await read.selected.rows(conn, **window, **selected(selection))
-    elif projection.types is None:
-        every = read.all if reads_reserved(projection) else read.unreserved
-        rows = await every.rows(conn, **window)
-    else:
-        narrowed = narrowing(projection)
-        typed = read.types if narrowed is None else _narrowed(projection, narrowed)
-        rows = await typed.rows(conn, **window, types=sorted(projection.types))
+    rows = await _read(conn, _READS, projection, after, head, limit, selection)
     return [StoredEvent(record_from_row(r), bytes(r.prev_hash), bytes(r.hash)) for r in rows]
+
+
+async def read_rows(
+    conn: AsyncConnection, projection: Projection, after: int, head: int, limit: int
+) -> list[Any]:
+    """A ``Tallying`` projection's rows of its ``columns`` in (after, head], as
+    ``read_events`` would find its events."""
+    reads = _TALLIES.get(projection.name)
+    if reads is None:
+        if not isinstance(projection, Tallying):
+            raise TypeError(f"projection {projection.name!r} names no columns to read")
+        reads = _TALLIES[projection.name] = _Reads.of(tuple(projection.columns))
+    return await _read(conn, reads, projection, after, head, limit, None)
+
+
+async def _read(
+    conn: AsyncConnection,
+    read: _Reads,
+    projection: Projection,
+    after: int,
+    head: int,
+    limit: int,
+    selection: Selection | None,
+) -> list[Any]:
+    window = {"after": after, "head": head, "limit": limit, "which": projection.name}
+    if selection is not None:
+        return await read.selected.rows(conn, **window, **selected(selection))
+    if projection.types is None:
+        every = read.all if reads_reserved(projection) else read.unreserved
+        return await every.rows(conn, **window)
+    narrowed = narrowing(projection)
+    typed = read.types if narrowed is None else _narrowed(projection, read, narrowed)
+    return await typed.rows(conn, **window, types=sorted(projection.types))
 
 
 def of_types(types: frozenset[str]) -> Any:
@@ -191,16 +214,18 @@ class _Reads:
 
 
 _READS = _Reads.of(full_row())
-_READS_ATTRIBUTES = _Reads.of(attributes_row())  # for projections that read no data
-# The reads of projections that narrow theirs (``base.narrowing``), compiled once each.
+# The reads of ``Tallying`` projections (of their columns) and of projections that narrow
+# theirs (``base.narrowing``), by projection name, compiled once each.
+_TALLIES: dict[str, _Reads] = {}
 _NARROWED: dict[str, DriverStatement] = {}
 
 
-def _narrowed(projection: Projection, narrowed: ColumnElement[bool]) -> DriverStatement:
-    """The read of ``projection``'s types that also meet its narrowing, ``narrowed``."""
+def _narrowed(
+    projection: Projection, read: _Reads, narrowed: ColumnElement[bool]
+) -> DriverStatement:
+    """``read`` of ``projection``'s types that also meet its narrowing, ``narrowed``."""
     statement = _NARROWED.get(projection.name)
     if statement is None:
-        read = _READS if reads_data(projection) else _READS_ATTRIBUTES
         statement = DriverStatement.of(read.typed.where(narrowed))
         _NARROWED[projection.name] = statement
     return statement

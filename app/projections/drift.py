@@ -15,21 +15,24 @@ runs once per database (the runner's leader), whatever the number of API process
 
 from __future__ import annotations
 
+import asyncio
 import math
 import statistics
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import BigInteger, ColumnElement, cast, extract, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.tables import drift_sources
-from app.store.chain import ChainRecord, format_recorded_at
+from app.db.tables import drift_sources, events
+from app.projections.base import FlushFailed
+from app.store.chain import format_recorded_at
 from app.store.decision_reads import has_event
 from app.store.log import EventLog
-from app.store.records import NewEvent, StoredEvent
-from app.store.timestamps import parse_rfc3339
+from app.store.records import NewEvent
 from app.telemetry.drift import DriftMeter
 
 ALERT_RAISED = "causeway.alert.raised"
@@ -44,24 +47,40 @@ WINDOW_SAMPLES = 256
 # It reads every event: woken, it lets a second's appends gather and takes them in full
 # batches (measured: waking for each few events cost ~110 us of server CPU per event).
 DRIFT_GATHER_S = 1.0
-# Events per batch: it reads their attributes alone (at most a few KiB each), and its
-# reads and writes of the sources' state are per batch, not per event (measured under
-# sustained single-event load: 112 us of server CPU per event with batches of 10,000,
-# 125 us with 2,000, the state read again for each batch). The runner lets other tasks
-# run every few hundred events of a batch (``runner.YIELD_EVERY``).
+# Events per batch: it reads six small columns of each, and its reads and writes of the
+# sources' state are per batch, not per event (measured under sustained single-event
+# load: 112 us of server CPU per event with batches of 10,000, 125 us with 2,000, the
+# state read again for each batch).
 DRIFT_BATCH = 10_000
-_MICROSECOND = timedelta(microseconds=1)
+# A row takes it ~3 us (a record built per event took ~20): it lets other tasks run every
+# this many rows of a batch.
+_YIELD_EVERY = 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NAMESPACE = uuid.UUID("6c1d2a8e-3f0b-4f4e-9d57-2b8a1e0c7d41")
 _Key = tuple[str, str]  # tenant, source
 _State = tuple[list[list[int]], bool, float]  # samples, alerting, their median
 
 
+def _micros_of(column: ColumnElement[datetime]) -> ColumnElement[int]:
+    """A ``timestamptz`` column as microseconds since the epoch (exact: PostgreSQL keeps
+    microseconds, and ``extract`` gives them as a numeric)."""
+    return cast(extract("epoch", column) * 1_000_000, BigInteger)
+
+
 class DriftWatch:
+    """A ``Tallying`` projection: of each event it reads the source and two times."""
+
     name = "drift"
     tables = (drift_sources,)
     types = None
-    reads_data = False  # times and sources: a batch is small whatever data holds
+    columns = (
+        events.c.position,
+        events.c.tenant,
+        events.c.id,
+        events.c.source,
+        _micros_of(events.c.recorded_at).label("recorded_us"),
+        _micros_of(events.c.time).label("time_us"),  # None: the event has no time
+    )
     # Causeway's own events (the scheduler's decisions, the alerts this raises) are stamped
     # by this server's clock: they have no drift to tell, and under lease + complete they
     # were most of what it read.
@@ -79,21 +98,37 @@ class DriftWatch:
         self._changed: dict[_Key, int] = {}
         self._batch: AsyncConnection | None = None
 
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
-        record = event.record
-        if record.time is None:
-            return
-        at, _ = parse_rfc3339(record.time)
-        if at is None:
-            return  # stored before ingest checked times: it has no drift to report
+    async def tally(self, conn: AsyncConnection, rows: Sequence[Any]) -> None:
         if conn is not self._batch:
             self._state.clear()
             self._changed.clear()
             self._batch = conn
-        key = (record.tenant, record.source)
-        samples, alerting, median_us = await self._read(conn, key)
-        now_us = _micros(record.recorded_at)
-        drift_us = (record.recorded_at - at) // _MICROSECOND
+        for n, (position, tenant, event_id, source, now_us, time_us) in enumerate(rows, 1):
+            if time_us is None:
+                continue
+            try:
+                await self._sample(conn, position, tenant, event_id, source, now_us, time_us)
+            except Exception as exc:
+                raise FlushFailed(position) from exc
+            if n % _YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a batch holds the loop for a few ms at most
+
+    async def _sample(
+        self,
+        conn: AsyncConnection,
+        position: int,
+        tenant: str,
+        event_id: str,
+        source: str,
+        now_us: int,
+        time_us: int,
+    ) -> None:
+        """One event's drift: into the histogram, and into its source's samples when it
+        is the first of its slot (then judged against the threshold)."""
+        key = (tenant, source)
+        samples, alerting, median_us = self._state.get(key) or await self._read(conn, key)
+        drift_us = now_us - time_us
+        median_now = None
         if not samples or samples[-1][0] // SLOT_US != now_us // SLOT_US:
             # The slot's first event: a new sample, and a new median to judge.
             samples = [s for s in samples if s[0] > now_us - WINDOW_US]
@@ -102,13 +137,14 @@ class DriftWatch:
             median_us = statistics.median(s[1] for s in samples)
             if abs(median_us) > self._alert_us:
                 if not alerting:
-                    await self._raise(conn, record, median_us)
+                    await self._raise(conn, tenant, event_id, source, now_us, median_us)
                 alerting = True
             elif abs(median_us) <= self._alert_us / 2:
                 alerting = False
             self._state[key] = (samples, alerting, median_us)
-            self._changed[key] = record.position
-        self._meter.observe(record.source, drift_us / 1e6, median_us / 1e6)
+            self._changed[key] = position
+            median_now = median_us / 1e6
+        self._meter.observe(source, drift_us / 1e6, median_now)
 
     async def flush(self, conn: AsyncConnection) -> None:
         """The state of the batch's changed sources (``Flushing``): one executemany,
@@ -143,26 +179,37 @@ class DriftWatch:
                 self._state[key] = (row.samples, row.alerting, median_us)
         return self._state[key]
 
-    async def _raise(self, conn: AsyncConnection, record: ChainRecord, median_us: float) -> None:
-        event_id = f"causeway:alert:{uuid.uuid5(_NAMESPACE, f'{record.tenant}/{record.id}').hex}"
-        if await has_event(conn, record.tenant, event_id):
+    async def _raise(
+        self,
+        conn: AsyncConnection,
+        tenant: str,
+        cause: str,
+        source: str,
+        now_us: int,
+        median_us: float,
+    ) -> None:
+        """The alert for ``source``, caused by the event ``cause`` (recorded at
+        ``now_us``), whose sample took its median past the threshold."""
+        event_id = f"causeway:alert:{uuid.uuid5(_NAMESPACE, f'{tenant}/{cause}').hex}"
+        if await has_event(conn, tenant, event_id):
             return  # raised before this rebuild
         median_s = round(median_us / 1e6, 6)
         ahead = median_us < 0
+        recorded_at = _EPOCH + timedelta(microseconds=now_us)
         await EventLog(conn).append(
-            record.tenant,
+            tenant,
             [
                 NewEvent(
                     id=event_id,
                     source=SOURCE,
                     type=ALERT_RAISED,
                     stream=STREAM,
-                    time=format_recorded_at(record.recorded_at),
-                    time_value=record.recorded_at,
+                    time=format_recorded_at(recorded_at),
+                    time_value=recorded_at,
                     has_data=True,
                     data={
                         "kind": "clock_drift",
-                        "source": record.source,
+                        "source": source,
                         "median_drift_s": median_s,
                         "threshold_s": self._alert_s,
                         "direction": "ahead" if ahead else "behind",
@@ -170,7 +217,7 @@ class DriftWatch:
                         # windows by event time break, where lag only delays them.
                         "severity": "critical" if ahead else "warning",
                     },
-                    causes=(record.id,),
+                    causes=(cause,),
                 )
             ],
         )
@@ -185,7 +232,3 @@ _UPSERT = _INSERT.on_conflict_do_update(
         "position": _INSERT.excluded.position,
     },
 )
-
-
-def _micros(at: datetime) -> int:
-    return (at - _EPOCH) // _MICROSECOND

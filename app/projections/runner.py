@@ -38,17 +38,20 @@ from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
 from app.projections.base import (
+    Applying,
     FlushFailed,
     Flushing,
     Projection,
     Selection,
     Selective,
+    Tallying,
     narrowing,
     quiet_types,
 )
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
+from app.store.records import StoredEvent
 from app.telemetry import tracing
 from app.telemetry.batch_spans import traced_batch
 
@@ -85,6 +88,9 @@ class ProjectionRunner:
         ``gathers_s`` how long a woken projection lets appends gather before its next
         batch (50 ms unless named: one that reads every event and may lag pays less per
         event in fewer, fuller batches)."""
+        for projection in projections:
+            if isinstance(projection, Tallying) and isinstance(projection, Selective):
+                raise TypeError(f"projection {projection.name!r}: a tally reads no selection")
         self._engine = engine
         self._projections = list(projections)
         self._listen_dsn = listen_dsn
@@ -163,23 +169,19 @@ class ProjectionRunner:
                     # may have sent a hint the old interest ignored: step once more.
                     self._interest[projection.name] = interest
                     self._wake[projection.name].set()
-            found = await checkpoints.read_events(
-                conn, projection, checkpoint, head, size, selection
-            )
-            reached = found[-1].position if len(found) == size else head
-            # A full batch, or one that may have changed what the projection reads.
-            more = len(found) == size
-            for n, event in enumerate(found, 1):
-                try:
-                    await projection.apply(conn, event)
-                except Exception as exc:
-                    raise _failure(event.position, exc) from exc
-                if n % YIELD_EVERY == 0:
-                    await asyncio.sleep(0)  # a handler that awaits nothing holds the loop
-                if selection is not None and event.record.type in selection.types:
-                    reached = event.position  # what the projection reads may have changed
-                    more = True
-                    break
+            if isinstance(projection, Tallying):
+                rows = await checkpoints.read_rows(conn, projection, checkpoint, head, size)
+                found, more = len(rows), len(rows) == size
+                reached = rows[-1].position if more else head
+                if rows:
+                    await _tally(projection, conn, rows)
+            else:
+                events = await checkpoints.read_events(
+                    conn, projection, checkpoint, head, size, selection
+                )
+                found, reached, more = await _apply_events(
+                    projection, conn, events, size, head, selection
+                )
             if found:
                 await _flush(projection, conn, reached)
             if (
@@ -206,12 +208,18 @@ class ProjectionRunner:
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
-            while found := await checkpoints.read_events(conn, projection, after, head, 1000):
-                for event in found:
-                    try:
-                        await projection.apply(conn, event)
-                    except Exception as exc:
-                        raise _failure(event.position, exc) from exc
+            while True:
+                if isinstance(projection, Tallying):
+                    found: Sequence[Any] = await checkpoints.read_rows(
+                        conn, projection, after, head, 1000
+                    )
+                    if found:
+                        await _tally(projection, conn, found)
+                else:
+                    found = await checkpoints.read_events(conn, projection, after, head, 1000)
+                    await _apply_events(projection, conn, found, 1000, head, None)
+                if not found:
+                    break
                 applied += len(found)
                 after = found[-1].position
             await _flush(projection, conn, after)
@@ -423,6 +431,40 @@ class ProjectionRunner:
             await conn.execute(
                 update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
+
+
+async def _apply_events(
+    projection: Projection,
+    conn: AsyncConnection,
+    found: Sequence[StoredEvent],
+    size: int,
+    head: int,
+    selection: Selection | None,
+) -> tuple[int, int, bool]:
+    """Apply ``found`` (a batch of at most ``size`` read up to ``head``) in order; how many,
+    the position the batch reached, and whether another should follow at once: it was
+    full, or ended at an event that may change what a Selective projection reads."""
+    if not isinstance(projection, Applying):
+        raise TypeError(f"projection {projection.name!r} neither applies nor tallies")
+    reached = found[-1].position if len(found) == size else head
+    more = len(found) == size
+    for n, event in enumerate(found, 1):
+        try:
+            await projection.apply(conn, event)
+        except Exception as exc:
+            raise _failure(event.position, exc) from exc
+        if n % YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # a handler that awaits nothing holds the loop
+        if selection is not None and event.record.type in selection.types:
+            return n, event.position, True  # what the projection reads may have changed
+    return len(found), reached, more
+
+
+async def _tally(projection: Tallying, conn: AsyncConnection, rows: Sequence[Any]) -> None:
+    try:
+        await projection.tally(conn, rows)
+    except Exception as exc:
+        raise _failure(rows[0].position, exc) from exc
 
 
 async def _flush(projection: Projection, conn: AsyncConnection, position: int) -> None:

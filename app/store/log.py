@@ -27,7 +27,6 @@ from typing import Any
 from psycopg import AsyncClientCursor
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.rows import namedtuple_row
-from sqlalchemy import null, or_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.engine import driver_of
@@ -275,22 +274,8 @@ def full_row() -> tuple[Any, ...]:
     return (events, events.c.data.is_not(None).label("has_json_data"))
 
 
-def attributes_row() -> tuple[Any, ...]:
-    """``full_row()`` without the data, for readers of the attributes alone:
-    ``record_from_row`` makes records of it with ``data`` and ``data_binary`` None and
-    ``has_data`` as stored."""
-    c = events.c
-    return (
-        *(column for column in c if column.name not in ("data", "data_binary")),
-        null().label("data"),
-        null().label("data_binary"),
-        or_(c.data.is_not(None), c.data_binary.is_not(None)).label("has_json_data"),
-    )
-
-
 def record_from_row(row: Any) -> ChainRecord:
-    """The chain record of a stored ``events`` row, selected with ``full_row()`` (or
-    ``attributes_row()``: a record without its data)."""
+    """The chain record of a stored ``events`` row, selected with ``full_row()``."""
     # Positional, in ChainRecord's field order: keywords cost three times as much, and
     # every read of full events (walks, projections, verification) builds these.
     return ChainRecord(

@@ -65,9 +65,10 @@ class DriftMeter:
             return source
         return OTHER
 
-    def observe(self, source: str, drift_s: float, median_s: float) -> None:
-        """One event's drift, and the source's median drift now. A source reported as
-        ``other`` has no median gauge: one series cannot hold many sources' medians."""
+    def observe(self, source: str, drift_s: float, median_s: float | None) -> None:
+        """One event's drift, and the source's median drift when it changed (None: as it
+        was). A source reported as ``other`` has no median gauge: one series cannot hold
+        many sources' medians."""
         series = self._series.get(source)
         if series is None:
             label = self.group(source)
@@ -77,5 +78,5 @@ class DriftMeter:
                 self._series[source] = series
         histogram, median = series
         histogram.observe(drift_s)
-        if median is not None:
+        if median is not None and median_s is not None:
             median.set(median_s)

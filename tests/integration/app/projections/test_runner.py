@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,8 +15,10 @@ from sqlalchemy import URL, BigInteger, Column, MetaData, Table, delete, insert,
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
+from app.db.tables import events
 from app.errors import Conflict, NotFound
 from app.projections import checkpoints as checkpoints_module
+from app.projections.base import FlushFailed
 from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
 from app.projections.runner import ProjectionFailed, ProjectionRunner
@@ -507,22 +510,27 @@ async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch
 
 
 class Tally:
-    """Reads the attributes of its events alone and writes what a batch saw once, when
-    the batch ends (``reads_data = False``, ``Flushing``)."""
+    """Reads two columns of its events, a batch's rows at once, and writes what a batch
+    saw when it ends (``Tallying``, ``Flushing``); refuses the event ``refuse``."""
 
     name = "test-tally"
     tables = (applied,)
     types = frozenset({"t.count"})
-    reads_data = False
+    columns = (events.c.position, events.c.id)
 
-    def __init__(self) -> None:
-        self.seen: list[StoredEvent] = []
+    def __init__(self, refuse: str | None = None) -> None:
+        self.batches: list[list[tuple[Any, ...]]] = []
         self.pending: list[int] = []
         self.flushes = 0
+        self.refuse = refuse
 
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
-        self.seen.append(event)
-        self.pending.append(event.position)
+    async def tally(self, conn: AsyncConnection, rows: Sequence[Any]) -> None:
+        self.batches.append([tuple(row) for row in rows])
+        for row in rows:
+            if row.id == self.refuse:
+                self.pending.clear()  # the batch is rolled back
+                raise FlushFailed(row.position) from ValueError(f"{row.id} refused")
+            self.pending.append(row.position)
 
     async def flush(self, conn: AsyncConnection) -> None:
         self.flushes += 1
@@ -530,23 +538,45 @@ class Tally:
         self.pending.clear()
 
 
-async def test_a_projection_of_attributes_gets_no_data_and_writes_once_a_batch(
-    engine: AsyncEngine, counter_table: None
-) -> None:
+async def append_tallied(engine: AsyncEngine) -> list[int]:
     batch = [
         NewEvent(id=f"d{i}", source="/s", type="t.count", stream="s", has_data=True, data=[i] * 9)
         for i in range(10)
     ]
     async with engine.begin() as conn:
         appended = await EventLog(conn).append("acme", batch)
+    return [a.position for a in appended]
+
+
+async def test_a_tally_gets_its_columns_a_batch_at_once_and_writes_once_a_batch(
+    engine: AsyncEngine, counter_table: None
+) -> None:
+    positions = await append_tallied(engine)
     tally = Tally()
     runner = ProjectionRunner(engine, [tally], batch_size=4)
     await runner.catch_up(tally)
-    positions = [a.position for a in appended]
     assert await applied_positions(engine) == positions
-    assert tally.flushes == 3  # 4 + 4 + 2 events
-    assert all(e.record.has_data and e.record.data is None for e in tally.seen)
-    assert [e.record.id for e in tally.seen] == [f"d{i}" for i in range(10)]
+    ids = [f"d{i}" for i in range(10)]
+    rows = list(zip(positions, ids, strict=True))
+    assert tally.batches == [rows[:4], rows[4:8], rows[8:]]  # its two columns, nothing else
+    assert tally.flushes == 3
     # A rebuild empties the table and writes it again, flushing at its end.
     await runner.rebuild(tally)
     assert await applied_positions(engine) == positions
+    assert tally.batches[3:] == [rows]
+
+
+async def test_a_tally_that_refuses_a_row_stops_at_that_event(
+    engine: AsyncEngine, counter_table: None
+) -> None:
+    positions = await append_tallied(engine)
+    tally = Tally(refuse="d6")
+    runner = ProjectionRunner(engine, [tally], batch_size=100)
+    with pytest.raises(ProjectionFailed) as failed:
+        await runner.catch_up(tally)
+    assert failed.value.position == positions[6]
+    assert "d6 refused" in str(failed.value)
+    # What the runner does next: keep what came before it.
+    while await runner.step(tally, until=failed.value.position - 1):
+        pass
+    assert await applied_positions(engine) == positions[:6]
