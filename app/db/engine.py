@@ -292,9 +292,16 @@ class DriverStatement:
         server-side cursor in ``conn``'s transaction: PostgreSQL computes a row only when
         it is fetched, so a reader that stops early never pays for the rest."""
         driver = await driver_of(conn)
-        async with driver.cursor(name="causeway_rows", row_factory=namedtuple_row) as cursor:
+        cursor = driver.cursor(name="causeway_rows", row_factory=namedtuple_row)
+        try:
             await cursor.execute(self.sql, {**self.fixed, **values})
             yield cursor
+        finally:
+            # Shielded: a task cancelled while the CLOSE is on the wire would leave the
+            # cursor open in psycopg once the server has closed it (it warns when
+            # collected). The close ends on its own, before the connection's next
+            # statement: it holds the connection's lock.
+            await asyncio.shield(cursor.close())
 
 
 class Fetcher(Protocol):
