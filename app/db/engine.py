@@ -292,16 +292,30 @@ class DriverStatement:
         server-side cursor in ``conn``'s transaction: PostgreSQL computes a row only when
         it is fetched, so a reader that stops early never pays for the rest."""
         driver = await driver_of(conn)
-        cursor = driver.cursor(name="causeway_rows", row_factory=namedtuple_row)
-        try:
-            await cursor.execute(self.sql, {**self.fixed, **values})
+        query = self.sql, {**self.fixed, **values}
+        async with server_cursor(driver, "causeway_rows", *query, named_rows=True) as cursor:
             yield cursor
-        finally:
-            # Shielded: a task cancelled while the CLOSE is on the wire would leave the
-            # cursor open in psycopg once the server has closed it (it warns when
-            # collected). The close ends on its own, before the connection's next
-            # statement: it holds the connection's lock.
-            await asyncio.shield(cursor.close())
+
+
+@asynccontextmanager
+async def server_cursor(
+    driver: PsycopgConnection[Any], name: str, sql: str, params: Any, *, named_rows: bool
+) -> AsyncIterator[Any]:
+    """A server-side cursor ``name`` on ``driver`` (in its transaction) that has run
+    ``sql`` with ``params``; its rows are named tuples when ``named_rows``, else tuples.
+    Closed on the way out even when the task is cancelled while the CLOSE is on the
+    wire: the close is shielded, or psycopg would keep the cursor open after the server
+    closed it, and warn when it is collected. It ends on its own, before the
+    connection's next statement (it holds the connection's lock)."""
+    if named_rows:
+        cursor: Any = driver.cursor(name=name, row_factory=namedtuple_row)
+    else:
+        cursor = driver.cursor(name=name)
+    try:
+        await cursor.execute(sql, params)
+        yield cursor
+    finally:
+        await asyncio.shield(cursor.close())
 
 
 class Fetcher(Protocol):

@@ -18,7 +18,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db.engine import DriverStatement, driver_of
+from app.db.engine import DriverStatement, driver_of, server_cursor
 from app.db.tables import events
 from app.store.records import EventFilter
 
@@ -208,8 +208,8 @@ class EventReader:
         )
         driver = await driver_of(self._conn)
         size = min(fetch_rows, FIRST_FETCH_ROWS)
-        async with driver.cursor(name="causeway_replay") as cursor:
-            await cursor.execute(str(compiled), compiled.params)
+        query = str(compiled), compiled.params
+        async with server_cursor(driver, "causeway_replay", *query, named_rows=False) as cursor:
             while rows := await cursor.fetchmany(size):
                 yield rows
                 per_row = max(measure(rows) / len(rows), 1.0)
