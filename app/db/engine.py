@@ -300,7 +300,7 @@ class DriverStatement:
 @asynccontextmanager
 async def server_cursor(
     driver: PsycopgConnection[Any], name: str, sql: str, params: Any, *, named_rows: bool
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[Fetcher]:
     """A server-side cursor ``name`` on ``driver`` (in its transaction) that has run
     ``sql`` with ``params``; its rows are named tuples when ``named_rows``, else tuples.
     Closed on the way out even when the task is cancelled while the CLOSE is on the
