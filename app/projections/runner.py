@@ -169,19 +169,9 @@ class ProjectionRunner:
                     # may have sent a hint the old interest ignored: step once more.
                     self._interest[projection.name] = interest
                     self._wake[projection.name].set()
-            if isinstance(projection, Tallying):
-                rows = await checkpoints.read_rows(conn, projection, checkpoint, head, size)
-                found, more = len(rows), len(rows) == size
-                reached = rows[-1].position if more else head
-                if rows:
-                    await _tally(projection, conn, rows)
-            else:
-                events = await checkpoints.read_events(
-                    conn, projection, checkpoint, head, size, selection
-                )
-                found, reached, more = await _apply_events(
-                    projection, conn, events, size, head, selection
-                )
+            found, reached, more = await _read_and_apply(
+                conn, projection, checkpoint, head, size, selection
+            )
             if found:
                 await _flush(projection, conn, reached)
             if (
@@ -208,20 +198,12 @@ class ProjectionRunner:
             for table in projection.tables:
                 await conn.execute(delete(table))
             after = applied = 0
-            while True:
-                if isinstance(projection, Tallying):
-                    found: Sequence[Any] = await checkpoints.read_rows(
-                        conn, projection, after, head, 1000
-                    )
-                    if found:
-                        await _tally(projection, conn, found)
-                else:
-                    found = await checkpoints.read_events(conn, projection, after, head, 1000)
-                    await _apply_events(projection, conn, found, 1000, head, None)
-                if not found:
-                    break
-                applied += len(found)
-                after = found[-1].position
+            more = True
+            while more:
+                found, after, more = await _read_and_apply(
+                    conn, projection, after, head, 1000, None
+                )
+                applied += found
             await _flush(projection, conn, after)
             await checkpoints.advance(
                 conn,
@@ -433,6 +415,29 @@ class ProjectionRunner:
             )
 
 
+async def _read_and_apply(
+    conn: AsyncConnection,
+    projection: Projection,
+    after: int,
+    head: int,
+    size: int,
+    selection: Selection | None,
+) -> tuple[int, int, bool]:
+    """Read ``projection``'s next batch in (after, head], ``size`` at most, and apply or
+    tally it; as ``_apply_events`` answers."""
+    if not isinstance(projection, Tallying):
+        found = await checkpoints.read_events(conn, projection, after, head, size, selection)
+        return await _apply_events(projection, conn, found, size, head, selection)
+    rows = await checkpoints.read_rows(conn, projection, after, head, size)
+    if rows:
+        try:
+            await projection.tally(conn, rows)
+        except Exception as exc:
+            raise _failure(rows[0].position, exc) from exc
+    more = len(rows) == size
+    return len(rows), rows[-1].position if more else head, more
+
+
 async def _apply_events(
     projection: Projection,
     conn: AsyncConnection,
@@ -458,13 +463,6 @@ async def _apply_events(
         if selection is not None and event.record.type in selection.types:
             return n, event.position, True  # what the projection reads may have changed
     return len(found), reached, more
-
-
-async def _tally(projection: Tallying, conn: AsyncConnection, rows: Sequence[Any]) -> None:
-    try:
-        await projection.tally(conn, rows)
-    except Exception as exc:
-        raise _failure(rows[0].position, exc) from exc
 
 
 async def _flush(projection: Projection, conn: AsyncConnection, position: int) -> None:
