@@ -106,6 +106,30 @@ class CausewayClient:
             return []
         return [_lease_of(found) for found in response.json()["tasks"]]
 
+    def complete_and_lease(
+        self,
+        queue: str,
+        worker: str,
+        done: list[tuple[Lease, list[dict[str, Any]]]],
+        max_tasks: int,
+        *,
+        capabilities: dict[str, bool | float] | None = None,
+        spot: bool = False,
+        labels: dict[str, str] | None = None,
+        wait_s: float = 0.0,
+        lease_s: float | None = None,
+    ) -> tuple[list[dict[str, Any]], list[Lease]]:
+        """``complete_many(done)`` and ``lease_many`` in one request (the completions first,
+        in the same transaction as the first try to lease): each finished task's answer,
+        as ``complete_many`` gives it, and the tasks leased (empty after ``wait_s``). The
+        service caps this request's body at ``CAUSEWAY_MAX_JSON_BODY_BYTES`` (413 past it:
+        large results go by ``complete_many``)."""
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        body["max_tasks"] = max_tasks
+        body["complete"] = _completions(done)
+        answer = self._call("POST", f"/queues/{queue}/lease", body).json()
+        return answer["completed"], [_lease_of(found) for found in answer["tasks"]]
+
     def heartbeat(self, lease: Lease, *, lease_s: float | None = None) -> None:
         """Extend the lease (raises ``CausewayError`` 409 when it was lost)."""
         body: dict[str, Any] = {"lease": lease.lease}
@@ -133,12 +157,8 @@ class CausewayClient:
         """Finish many tasks (each with its result events) in one request. Each task's
         answer, in order: ``status`` 200 with its ``results``, or its own ``problem``
         (409 ``lease-lost``, ...): one refused does not fail the others."""
-        tasks = [
-            {"task": lease.task_id, "lease": lease.lease, "events": events}
-            for lease, events in done
-        ]
         answers: list[dict[str, Any]] = self._call(
-            "POST", "/tasks/complete", {"tasks": tasks}
+            "POST", "/tasks/complete", {"tasks": _completions(done)}
         ).json()["tasks"]
         return answers
 
@@ -206,6 +226,12 @@ def _lease_body(
     if lease_s is not None:
         body["lease_s"] = lease_s
     return body
+
+
+def _completions(done: list[tuple[Lease, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    return [
+        {"task": lease.task_id, "lease": lease.lease, "events": events} for lease, events in done
+    ]
 
 
 def _lease_of(found: dict[str, Any]) -> Lease:

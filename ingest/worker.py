@@ -108,23 +108,39 @@ class Worker:
 
     def run(self, *, max_tasks: int | None = None, until_idle: bool = False) -> WorkerStats:
         """Work until ``stop()``, until ``max_tasks`` tasks were leased, or (``until_idle``)
-        until a lease request finds nothing. What it leased is completed or failed first."""
+        until a lease request finds nothing. What it leased is completed or failed first.
+        A batch's completions go with the request that leases the next batch (one request
+        a batch, not two), unless there is no next batch to ask for."""
         beating = threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True)
         beating.start()
         try:
-            while not self._stopping.is_set():
-                wanted = self._batch
-                if max_tasks is not None:
-                    wanted = min(wanted, max_tasks - self.stats.leased)
-                    if wanted <= 0:
-                        break
-                leases = self._retrying(partial(self._lease, wanted))
+            leases: list[Lease] = []
+            while True:
                 if not leases:
-                    if until_idle:
+                    wanted = self._wanted(max_tasks)
+                    if not wanted:
                         break
-                    continue
-                self.stats.leased += len(leases)
-                self._work(leases)
+                    leases = self._retrying(partial(self._lease, wanted))
+                    if not leases:
+                        if until_idle:
+                            break
+                        continue
+                done = self._work(leases)
+                wanted = self._wanted(max_tasks)
+                if done and wanted:
+                    try:
+                        leases = self._retrying(partial(self._complete_and_lease, done, wanted))
+                    except CausewayError as refused:
+                        if refused.status != 413:
+                            raise
+                        self._complete(done)  # past the lease request's cap: on their own
+                        leases = []
+                        continue
+                    if not leases and until_idle:
+                        break
+                else:
+                    self._complete(done)
+                    leases = []
         finally:
             self._stopping.set()
             beating.join()
@@ -149,23 +165,48 @@ class Worker:
     ) -> None:
         self.close()
 
+    def _wanted(self, max_tasks: int | None) -> int:
+        """How many tasks to ask for next: none once stopping or ``max_tasks`` are leased."""
+        if self._stopping.is_set():
+            return 0
+        if max_tasks is None:
+            return self._batch
+        return max(min(self._batch, max_tasks - self.stats.leased), 0)
+
     def _lease(self, wanted: int) -> list[Lease]:
-        leased = self._client.lease_many(
-            self._queue,
-            self._name,
-            wanted,
-            wait_s=0.0 if self._stopping.is_set() else self._wait_s,
-            lease_s=self._lease_s,
+        return self._hold(
+            self._client.lease_many(
+                self._queue, self._name, wanted, wait_s=self._wait(), lease_s=self._lease_s,
+                **self._profile,
+            )
+        )  # fmt: skip
+
+    def _complete_and_lease(
+        self, done: list[tuple[Lease, list[dict[str, Any]]]], wanted: int
+    ) -> list[Lease]:
+        answers, leased = self._client.complete_and_lease(
+            self._queue, self._name, done, wanted, wait_s=self._wait(), lease_s=self._lease_s,
             **self._profile,
-        )
+        )  # fmt: skip
+        self._finished(done, answers)
+        return self._hold(leased)
+
+    def _wait(self) -> float:
+        return 0.0 if self._stopping.is_set() else self._wait_s
+
+    def _hold(self, leased: list[Lease]) -> list[Lease]:
+        """Keep ``leased`` for the heartbeats, and count them."""
         now = time.monotonic()
         with self._lock:
             for lease in leased:
                 length = _seconds_until(lease.expires_at)
                 self._held[lease.task_id] = _Held(lease, length, now + length / 2)
+        self.stats.leased += len(leased)
         return leased
 
-    def _work(self, leases: list[Lease]) -> None:
+    def _work(self, leases: list[Lease]) -> list[tuple[Lease, list[dict[str, Any]]]]:
+        """Run the handler on each of ``leases``; report the failures, and answer the
+        tasks done with their results (not yet completed)."""
         done: list[tuple[Lease, list[dict[str, Any]]]] = []
         failed: list[tuple[Lease, str, str]] = []
         for lease in leases:
@@ -175,12 +216,23 @@ class Worker:
                 failed.append((lease, failure.error_class, failure.message[:4000]))
             except Exception as exc:  # a handler's bug fails its task, not the loop
                 failed.append((lease, "unknown", f"{type(exc).__name__}: {exc}"[:4000]))
-        if done:
-            answers = self._retrying(lambda: self._client.complete_many(done))
-            self._count(answers, "completed")
         if failed:
             answers = self._retrying(lambda: self._client.fail_many(failed))
             self._count(answers, "failed")
+            self._release([lease for lease, _, _ in failed])
+        return done
+
+    def _complete(self, done: list[tuple[Lease, list[dict[str, Any]]]]) -> None:
+        if done:
+            self._finished(done, self._retrying(lambda: self._client.complete_many(done)))
+
+    def _finished(
+        self, done: list[tuple[Lease, list[dict[str, Any]]]], answers: list[dict[str, Any]]
+    ) -> None:
+        self._count(answers, "completed")
+        self._release([lease for lease, _ in done])
+
+    def _release(self, leases: list[Lease]) -> None:
         with self._lock:
             for lease in leases:
                 self._held.pop(lease.task_id, None)

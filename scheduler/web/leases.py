@@ -13,8 +13,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -34,16 +36,27 @@ from app.errors import (
 )
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
-from app.store.records import EXACT_LIMIT, NewEvent, Text
+from app.store.records import EXACT_LIMIT, NewEvent, Text, integral
 from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
-from app.web.openapi import CLOUDEVENT_REF, answers
+from app.web.openapi import answers
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.tasks import ErrorClass, TaskState
 from scheduler.traces import decision_span
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, QueueName
+from scheduler.web.completions import (
+    COMPLETION_BODY,
+    COMPLETIONS_BODY,
+    MAX_TASKS,
+    BatchCompletion,
+    Completions,
+    TaskCompletion,
+    completed_json,
+    completion_of,
+    refused_json,
+)
 from scheduler.web.documents import task_json
 
 # Numbers a float holds exactly, and finite ones: a capability is compared as a float.
@@ -54,7 +67,6 @@ Capability = (
 )
 _POLL_S = (0.05, 0.5)  # long-poll without wake-ups: first and longest pause between tries
 _WOKEN_POLL_S = 1.0  # long-poll with wake-ups: the longest wait (a retry's backoff ending)
-MAX_TASKS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +90,20 @@ class LeaseRequest(BaseModel):
         default=0.0, ge=0, allow_inf_nan=False, description="long-poll: wait this long for a task"
     )
     lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_tasks: StrictInt | None = Field(
+    # An integral float (15.0) is the integer it spells, as JSON Schema's "integer" says.
+    max_tasks: (
+        Annotated[int, Strict(), Field(ge=1, le=MAX_TASKS), BeforeValidator(integral)] | None
+    ) = Field(
         default=None,
-        ge=1,
-        le=MAX_TASKS,
         description="lease up to this many tasks at once (each under a lease of its own); "
         "given, the answer is {'tasks': [...]}, else one task's document",
+    )
+    complete: list[TaskCompletion] | None = Field(
+        default=None,
+        max_length=MAX_TASKS,
+        description="first finish these tasks, as POST /tasks/complete does (each answered on "
+        "its own, in the answer's 'completed'), in the same transaction as the first try to "
+        "lease; given, the answer is always {'tasks': [...], 'completed': [...]}, 200",
     )
 
 
@@ -91,14 +111,6 @@ class Heartbeat(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
     lease_s: StrictFloat | None = Field(default=None, gt=0, allow_inf_nan=False)
-
-
-class Completion(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    lease: Text
-    events: list[dict[str, Any]] = Field(
-        default_factory=list, description="result CloudEvents (JSON format)"
-    )
 
 
 class Failure(BaseModel):
@@ -111,24 +123,6 @@ class Failure(BaseModel):
 # A task's results are events: refused as POST /events would refuse them.
 _RESULTS = answers(InvalidCloudEvent, NotFound, LeaseLost, Conflict, IdConflict, InvalidEvent)
 _HELD = answers(NotFound, LeaseLost)  # a command under a lease
-# The body, as read by hand below: its events are CloudEvents, as POST /events reads them.
-_COMPLETION_SCHEMA = Completion.model_json_schema()
-_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
-_COMPLETION_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": _COMPLETION_SCHEMA}},
-    }
-}
-
-
-class TaskCompletion(Completion):
-    task: Text
-
-
-class Completions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    tasks: list[TaskCompletion] = Field(min_length=1, max_length=MAX_TASKS)
 
 
 class TaskFailure(Failure):
@@ -138,34 +132,6 @@ class TaskFailure(Failure):
 class Failures(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tasks: list[TaskFailure] = Field(min_length=1, max_length=MAX_TASKS)
-
-
-# POST /tasks/complete's body, inline (no $defs): each task's results are CloudEvents.
-_TASK_COMPLETION_SCHEMA = TaskCompletion.model_json_schema()
-_TASK_COMPLETION_SCHEMA["properties"]["events"]["items"] = CLOUDEVENT_REF
-_COMPLETIONS_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/json": {
-                "schema": {
-                    "title": "Completions",
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["tasks"],
-                    "properties": {
-                        "tasks": {
-                            "type": "array",
-                            "items": _TASK_COMPLETION_SCHEMA,
-                            "minItems": 1,
-                            "maxItems": MAX_TASKS,
-                        }
-                    },
-                }
-            }
-        },
-    }
-}
 
 
 def create_router(
@@ -192,30 +158,32 @@ def create_router(
             body.worker, body.capabilities, spot=body.spot, labels=body.labels
         )
         lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
+        completing = await _completing(body, request, parse_events)
+        completed: list[dict[str, Any]] | None = None  # their answers, once committed
+        highest = 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(body.wait_s, policy.max_wait_s)
         pause = _POLL_S[0]
         while True:
-            if await request.is_disconnected():
-                # Leasing to a worker that is gone would only burn one of the task's attempts.
-                return Response(status_code=204)
+            # Leasing to a worker that is gone would only burn one of the task's attempts
+            # (what it finished is still stored: that is work done).
+            gone = await request.is_disconnected()
+            if gone and completing is None:
+                return _leased([], completed, highest, batch=body.max_tasks is not None)
             seen = wakeups.generation  # a wake-up from here on is one this try may miss
-            with decision_span("lease tasks", principal.tenant, queue=queue) as span:
-                async with engine.begin() as conn:
-                    found = await TaskQueue(conn, appender=decisions).lease(
-                        principal.tenant,
-                        queue,
-                        profile,
-                        lease_s=lease_s,
-                        off_peak=policy.off_peak,
-                        max_tasks=body.max_tasks or 1,
-                    )
-                if span is not None:
-                    span.set_attribute("causeway.tasks.leased", len(found))
-            if found:
-                return _leased(found, batch=body.max_tasks is not None)
-            if (left := deadline - loop.time()) <= 0:
-                return Response(status_code=204)
+            found, done = await _lease_once(
+                engine,
+                decisions,
+                principal.tenant,
+                queue,
+                None if gone else (profile, lease_s, policy.off_peak, body.max_tasks or 1),
+                completing,
+            )
+            if completing is not None:
+                completed, highest = completing.answers(done)
+                completing = None
+            if found or gone or (left := deadline - loop.time()) <= 0:
+                return _leased(found, completed, highest, batch=body.max_tasks is not None)
             pause = await _pause(wakeups, seen, left, pause)
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease", responses=_HELD)
@@ -239,7 +207,7 @@ def create_router(
         "/tasks/{task_id}/complete",
         summary="Finish a task with its result events",
         responses=_RESULTS,
-        openapi_extra=_COMPLETION_BODY,
+        openapi_extra=COMPLETION_BODY,
     )
     async def complete(
         task_id: str, request: Request, principal: Worker, response: Response
@@ -248,13 +216,13 @@ def create_router(
         raw = await receive_body(
             request.receive, request.headers.get("content-length"), max_request_bytes
         )
-        body, results = _completion_of(raw, request.headers.get("content-type", ""), parse_events)
+        body, results = completion_of(raw, request.headers.get("content-type", ""), parse_events)
         async with engine.begin() as conn:
             state, positions = await TaskQueue(conn, appender=decisions).complete(
                 principal.tenant, task_id, body.lease, results
             )
         response.headers[POSITION_HEADER] = str(max([state.position, *positions]))
-        return {"task": task_id, **_completed(state, results, positions)}
+        return {"task": task_id, **completed_json(state, results, positions)}
 
     @router.post(
         "/tasks/{task_id}/fail", summary="Report a failed attempt and its class", responses=_HELD
@@ -266,6 +234,51 @@ def create_router(
         return _answered(state, response)
 
     return router
+
+
+async def _completing(
+    body: LeaseRequest, request: Request, parse_events: Callable[[bytes], list[NewEvent]]
+) -> BatchCompletion | None:
+    """The tasks a lease request finishes first, if it names some. Their results are
+    CloudEvents, read as POST /events reads them (the one rule for JSON: no Infinity, no
+    integer past 64 bits), not as the lease's own fields were: the body once more, by
+    that rule."""
+    if body.complete is None:
+        return None
+    read = json_text.loads(await request.body())["complete"]
+    items = [
+        item.model_copy(update={"events": again.get("events", [])})
+        for item, again in zip(body.complete, read, strict=True)
+    ]
+    return BatchCompletion.of(items, parse_events, field="complete")
+
+
+async def _lease_once(
+    engine: Engine,
+    decisions: Appender,
+    tenant: str,
+    queue: str,
+    wanted: tuple[WorkerProfile, float, OffPeak | None, int] | None,
+    completing: BatchCompletion | None,
+) -> tuple[list[Lease], list[tuple[TaskState, list[int]] | AppError]]:
+    """One try of a lease request, in one transaction: its completions first (when it
+    brings some), then the lease of up to ``wanted``'s number of tasks (none when
+    ``wanted`` is None: the worker is gone). The leases, and the completions' outcomes."""
+    done: list[tuple[TaskState, list[int]] | AppError] = []
+    found: list[Lease] = []
+    with decision_span("lease tasks", tenant, queue=queue) as span:
+        async with engine.begin() as conn:
+            commands = TaskQueue(conn, appender=decisions)
+            if completing is not None:
+                done = await commands.complete_many(tenant, completing.commands())
+            if wanted is not None:
+                profile, lease_s, off_peak, max_tasks = wanted
+                found = await commands.lease(
+                    tenant, queue, profile, lease_s=lease_s, off_peak=off_peak, max_tasks=max_tasks
+                )
+        if span is not None:
+            span.set_attribute("causeway.tasks.leased", len(found))
+    return found, done
 
 
 async def _fail(
@@ -296,7 +309,7 @@ def _batch_routes(
     @router.post(
         "/tasks/complete",
         summary="Finish many tasks, each answered on its own",
-        openapi_extra=_COMPLETIONS_BODY,
+        openapi_extra=COMPLETIONS_BODY,
     )
     async def complete_many(
         request: Request, principal: Worker, response: Response
@@ -309,33 +322,12 @@ def _batch_routes(
             body = Completions.model_validate(json_text.loads(raw))  # the one rule for JSON
         except ValidationError as invalid:
             raise RequestValidationError(invalid.errors(include_url=False)) from None
-        if len({item.task for item in body.tasks}) < len(body.tasks):
-            raise BadRequest("tasks: a task is named twice")
-        parsed: dict[int, list[NewEvent] | AppError] = {}
-        for n, item in enumerate(body.tasks):
-            try:
-                parsed[n] = _results_of(item.events, parse_events)
-            except AppError as refused:
-                parsed[n] = refused
-        valid = [n for n, p in parsed.items() if not isinstance(p, AppError)]
+        batch = BatchCompletion.of(body.tasks, parse_events, field="tasks")
         async with engine.begin() as conn:
             done = await TaskQueue(conn, appender=decisions).complete_many(
-                principal.tenant,
-                [(body.tasks[n].task, body.tasks[n].lease, _events(parsed[n])) for n in valid],
+                principal.tenant, batch.commands()
             )
-        outcomes: dict[int, Any] = {**parsed, **dict(zip(valid, done, strict=True))}
-        answers, highest = [], 0
-        for n, item in enumerate(body.tasks):
-            outcome = outcomes[n]
-            if isinstance(outcome, AppError):
-                answers.append(_refused(item.task, outcome))
-                continue
-            state, positions = outcome
-            highest = max(highest, state.position, *positions)
-            results = _events(parsed[n])
-            answers.append(
-                {"task": item.task, "status": 200, **_completed(state, results, positions)}
-            )
+        answers, highest = batch.answers(done)
         response.headers[POSITION_HEADER] = str(highest)
         return {"tasks": answers}
 
@@ -352,7 +344,7 @@ def _batch_routes(
         response.headers[POSITION_HEADER] = str(max(decided, default=0))
         return {
             "tasks": [
-                _refused(item.task, outcome)
+                refused_json(item.task, outcome)
                 if isinstance(outcome, AppError)
                 else {"task": item.task, "status": 200, "result": task_json(outcome)}
                 for item, outcome in zip(body.tasks, outcomes, strict=True)
@@ -360,12 +352,20 @@ def _batch_routes(
         }
 
 
-def _leased(found: list[Lease], *, batch: bool) -> Response:
-    """The leases' answer: ``{"tasks": [...]}`` to a batch, the one lease otherwise; the
-    position of the last decision in the header."""
+def _leased(
+    found: list[Lease], completed: list[dict[str, Any]] | None, highest: int, *, batch: bool
+) -> Response:
+    """The leases' answer: with completions, ``{"tasks": [...], "completed": [...]}``;
+    else ``{"tasks": [...]}`` to a batch, the one lease otherwise, or 204 when there is
+    none; the position of the last decision in the header."""
+    if not found and completed is None:
+        return Response(status_code=204)
     leases = [_lease_json(one) for one in found]
-    document = {"tasks": leases} if batch else leases[0]
-    headers = {POSITION_HEADER: str(max(one.task.position for one in found))}
+    document: Any = leases[0] if not batch and completed is None else {"tasks": leases}
+    if completed is not None:
+        document["completed"] = completed
+    highest = max([highest, *(one.task.position for one in found)])
+    headers = {POSITION_HEADER: str(highest)}
     return Response(orjson.dumps(document), media_type="application/json", headers=headers)
 
 
@@ -386,30 +386,6 @@ async def _pause(wakeups: TaskWakeups, seen: int, left: float, pause: float) -> 
     return min(pause * 2, _POLL_S[1])
 
 
-def _completed(state: TaskState, results: list[NewEvent], positions: list[int]) -> dict[str, Any]:
-    return {
-        "state": "completed",
-        "trigger": state.trigger_id,
-        "results": [{"id": e.id, "position": p} for e, p in zip(results, positions, strict=True)],
-    }
-
-
-def _refused(task_id: str, refused: AppError) -> dict[str, Any]:
-    """A task's answer in a batch when it was refused: its status and RFC 9457 problem."""
-    problem = {
-        "type": f"/problems/{refused.code}",
-        "title": refused.title,
-        "status": refused.status,
-        "detail": refused.detail,
-        **refused.extensions,
-    }
-    return {"task": task_id, "status": refused.status, "problem": problem}
-
-
-def _events(parsed: list[NewEvent] | AppError) -> list[NewEvent]:
-    return parsed if not isinstance(parsed, AppError) else []
-
-
 def _lease_json(found: Lease) -> dict[str, Any]:
     return {
         "task": task_json(found.task),
@@ -417,24 +393,3 @@ def _lease_json(found: Lease) -> dict[str, Any]:
         "expires_at": found.expires_at.isoformat(),
         "trigger": orjson.Fragment(found.trigger),  # stored JSON, as it is
     }
-
-
-def _completion_of(
-    raw: bytes, content_type: str, parse_events: Callable[[bytes], list[NewEvent]]
-) -> tuple[Completion, list[NewEvent]]:
-    """The completion in ``raw``, and its result events as ingest parses them."""
-    json_text.refuse_other_charsets(content_type)
-    try:
-        body = Completion.model_validate(json_text.loads(raw))  # the one rule for JSON, first
-    except ValidationError as invalid:
-        raise RequestValidationError(invalid.errors(include_url=False)) from None
-    return body, _results_of(body.events, parse_events)
-
-
-def _results_of(
-    events: list[dict[str, Any]], parse_events: Callable[[bytes], list[NewEvent]]
-) -> list[NewEvent]:
-    """A completion's result events, as ingest parses them: read as POST /events reads its
-    body (orjson: no infinity, an integer past 64 bits a float), so written back as it was
-    read."""
-    return parse_events(orjson.dumps(events)) if events else []

@@ -171,3 +171,87 @@ async def test_a_task_named_twice_in_one_batch_completion_is_refused_whole(
     assert response.json()["detail"] == "tasks: a task is named twice"
     for one in (first, second):
         assert (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"] == "leased"
+
+
+async def test_a_lease_request_completes_a_batch_and_leases_the_next_in_one_transaction(
+    app: FastAPI, clients: tuple[Client, Client]
+) -> None:
+    admin, worker = clients
+    await queued(app, admin, jobs=5)
+    first = await lease_many(worker, 3)
+    done = [
+        {
+            "task": one["task"]["id"],
+            "lease": one["lease"] if n != 1 else "not-the-lease",
+            "events": [event(type="job.done", data={"n": n})],
+        }
+        for n, one in enumerate(first)
+    ]
+    response = await worker.post(
+        "/queues/q/lease",
+        content=dumps({"worker": "w1", "max_tasks": 3, "complete": done}),
+        headers=JSON,
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    # Each finished task is answered as POST /tasks/complete answers it: one lost lease
+    # fails only its task.
+    assert [a["status"] for a in answer["completed"]] == [200, 409, 200]
+    assert answer["completed"][1]["problem"]["type"] == "/problems/lease-lost"
+    assert answer["completed"][0]["trigger"] == first[0]["trigger"]["id"]
+    [result] = answer["completed"][2]["results"]
+    assert first[2]["trigger"]["id"] in str((await admin.get(f"/events/{result['id']}")).json())
+    # The next batch: the two tasks left, each under a lease of its own.
+    second = answer["tasks"]
+    assert len(second) == 2
+    assert {one["task"]["id"] for one in second}.isdisjoint(d["task"] for d in done)
+    highest = max(a["results"][0]["position"] for a in answer["completed"] if a["status"] == 200)
+    assert int(response.headers["Causeway-Position"]) > highest  # the leases came after
+    states = [(await admin.get(f"/tasks/{one['task']['id']}")).json() for one in first]
+    assert [s["state"] for s in states] == ["completed", "leased", "completed"]
+
+    # Nothing left to lease: the completions are still answered (200, not 204) and stored.
+    rest = [{"task": one["task"]["id"], "lease": one["lease"], "events": []} for one in second]
+    response = await worker.post(
+        "/queues/q/lease",
+        content=dumps({"worker": "w1", "max_tasks": 3, "complete": rest}),
+        headers=JSON,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["tasks"] == []
+    assert [a["status"] for a in response.json()["completed"]] == [200, 200]
+    for one in second:
+        assert (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"] == "completed"
+
+
+async def test_a_lease_request_reads_its_results_as_post_events_does(
+    app: FastAPI, clients: tuple[Client, Client]
+) -> None:
+    admin, worker = clients
+    await queued(app, admin, jobs=2)
+    first, second = await lease_many(worker, 2)
+
+    async def lease_completing(done: list[dict[str, Any]]) -> Any:
+        body = dumps({"worker": "w1", "max_tasks": 1, "complete": done})
+        return await worker.post("/queues/q/lease", content=body, headers=JSON)
+
+    # A result that is no CloudEvent fails its task alone.
+    refused = {"task": first["task"]["id"], "lease": first["lease"], "events": [{"id": "x"}]}
+    fine = {"task": second["task"]["id"], "lease": second["lease"], "events": []}
+    response = await lease_completing([refused, fine])
+    assert response.status_code == 200, response.text
+    assert [a["status"] for a in response.json()["completed"]] == [400, 200]
+    assert (await admin.get(f"/tasks/{first['task']['id']}")).json()["state"] == "leased"
+    # What POST /events refuses as JSON (Infinity), and a task named twice, refuse the
+    # whole request, and nothing is stored.
+    infinite = {**refused, "events": [event(type="job.done")]}
+    body = dumps({"worker": "w1", "max_tasks": 1, "complete": [infinite]})
+    body = body.replace(b'"specversion"', b'"n": Infinity, "specversion"', 1)
+    response = await worker.post("/queues/q/lease", content=body, headers=JSON)
+    assert response.status_code == 400, response.text
+    assert response.json()["type"] == "/problems/invalid-json"
+    again = {**refused, "events": []}
+    response = await lease_completing([again, again])
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == "complete: a task is named twice"
+    assert (await admin.get(f"/tasks/{first['task']['id']}")).json()["state"] == "leased"

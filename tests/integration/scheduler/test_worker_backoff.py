@@ -25,15 +25,17 @@ LEASE = {
 
 class Busy(BaseHTTPRequestHandler):
     """Leases: 429 (Retry-After: 1), then 503 (no Retry-After), then a task, then none.
-    Completions: 503 once, then each task answered."""
+    Completions (which the worker sends with its next lease request): 503 once, then each
+    task answered, and no task leased."""
 
     answers: ClassVar[dict[str, list[tuple[int, dict[str, str], Any]]]] = {}
     seen: ClassVar[list[tuple[str, float]]] = []
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        Busy.seen.append((self.path, time.monotonic()))
-        queue = Busy.answers[self.path]
+        body = orjson.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        path = self.path + ("+complete" if "complete" in body else "")
+        Busy.seen.append((path, time.monotonic()))
+        queue = Busy.answers[path]
         status, headers, body = queue.pop(0) if len(queue) > 1 else queue[0]
         payload = orjson.dumps(body) if body is not None else b""
         self.send_response(status)
@@ -58,9 +60,9 @@ def busy() -> Iterator[str]:
             (200, {}, {"tasks": [LEASE]}),
             (204, {}, None),
         ],
-        "/tasks/complete": [
+        "/queues/q/lease+complete": [
             (503, {}, problem),
-            (200, {}, {"tasks": [{"task": "t1", "status": 200, "results": []}]}),
+            (200, {}, {"tasks": [], "completed": [{"task": "t1", "status": 200, "results": []}]}),
         ],
     }
     server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
@@ -79,4 +81,4 @@ def test_a_worker_waits_out_429_and_503_and_then_completes_its_task(busy: str) -
     assert (stats.leased, stats.completed, stats.lost, stats.backoffs) == (1, 1, 0, 3)
     leases = [at for path, at in Busy.seen if path == "/queues/q/lease"]
     assert leases[1] - leases[0] >= 1.0  # Retry-After: 1 was honoured
-    assert [path for path, _ in Busy.seen].count("/tasks/complete") == 2  # sent again
+    assert [path for path, _ in Busy.seen].count("/queues/q/lease+complete") == 2  # sent again
