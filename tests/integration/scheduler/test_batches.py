@@ -255,3 +255,26 @@ async def test_a_lease_request_reads_its_results_as_post_events_does(
     assert response.status_code == 400, response.text
     assert response.json()["detail"] == "complete: a task is named twice"
     assert (await admin.get(f"/tasks/{first['task']['id']}")).json()["state"] == "leased"
+
+
+async def test_a_lease_request_stores_its_completions_before_its_long_poll_waits(
+    app: FastAPI, clients: tuple[Client, Client]
+) -> None:
+    admin, worker = clients
+    await queued(app, admin, jobs=1)
+    [one] = await lease_many(worker, 1)
+    done = [{"task": one["task"]["id"], "lease": one["lease"], "events": []}]
+    body = {"worker": "w1", "complete": done, "wait_s": 3.0}  # no max_tasks: same answer
+    waiting = asyncio.create_task(worker.post("/queues/q/lease", content=dumps(body), headers=JSON))
+    state = None
+    for _ in range(40):  # the queue is empty: the request waits 3 s for a task
+        await asyncio.sleep(0.05)
+        state = (await admin.get(f"/tasks/{one['task']['id']}")).json()["state"]
+        if state == "completed":
+            break
+    assert state == "completed"
+    assert not waiting.done()  # stored while the request still waits
+    response = await waiting
+    assert response.status_code == 200, response.text
+    assert response.json()["tasks"] == []
+    assert [a["status"] for a in response.json()["completed"]] == [200]
