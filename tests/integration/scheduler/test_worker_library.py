@@ -85,6 +85,47 @@ def test_workers_in_batches_complete_every_task_once_and_the_chain_verifies(
     assert asyncio.run(_chain_verifies(database_url))
 
 
+def test_results_past_the_lease_requests_cap_are_completed_on_their_own(
+    database_url: URL, tmp_path: Path
+) -> None:
+    # A worker completes a batch with the request that leases the next, whose body is
+    # capped as every lease request's (CAUSEWAY_MAX_JSON_BODY_BYTES); larger results go
+    # by POST /tasks/complete (CAUSEWAY_MAX_REQUEST_BYTES) after the 413.
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(
+        CAUSEWAY_DATABASE_URL=url,
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_MAX_JSON_BODY_BYTES="1024",
+    )
+    admin = worker_key = create_key(env, "acme", "admin,worker")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {admin}"}
+        route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs"}
+        posted = httpx2.post(
+            f"{base}/routes", content=orjson.dumps(route), headers={**JSON, **auth}
+        )
+        assert posted.status_code == 201
+        jobs = [event(type="job", data={"n": n}) for n in range(4)]
+        posted = httpx2.post(
+            f"{base}/events", content=orjson.dumps(jobs), headers={**BATCH, **auth}
+        )
+        assert posted.status_code == 201
+
+        def handler(lease: Lease) -> list[dict[str, Any]]:
+            return [
+                event(type="job.done", data={"n": lease.trigger["data"]["n"], "pad": "x" * 2000})
+            ]
+
+        with Worker(base, worker_key, queue="jobs", name="w", handler=handler, batch=2,
+                    wait_s=0.5) as worker:  # fmt: skip
+            stats = worker.run(until_idle=True)
+        assert (stats.leased, stats.completed, stats.lost) == (4, 4, 0)
+        done = httpx2.get(f"{base}/replay", params={"types": "job.done"}, headers=auth)
+        assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [
+            0, 1, 2, 3
+        ]  # fmt: skip
+
+
 async def _chain_verifies(database_url: URL) -> bool:
     engine = create_engine(database_url, pool_size=1)
     try:
