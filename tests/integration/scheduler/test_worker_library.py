@@ -35,17 +35,7 @@ def test_workers_in_batches_complete_every_task_once_and_the_chain_verifies(
     admin = worker_key = create_key(env, "acme", "admin,worker")
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {admin}"}
-        route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs",
-                 "max_retries": 2, "backoff_base_s": 0.05}  # fmt: skip
-        posted = httpx2.post(
-            f"{base}/routes", content=orjson.dumps(route), headers={**JSON, **auth}
-        )
-        assert posted.status_code == 201
-        jobs = [event(type="job", data={"n": n}) for n in range(TASKS)]
-        posted = httpx2.post(
-            f"{base}/events", content=orjson.dumps(jobs), headers={**BATCH, **auth}
-        )
-        assert posted.status_code == 201
+        _queue_jobs(base, auth, TASKS, max_retries=2, backoff_base_s=0.05)
         ran: list[tuple[int, int]] = []
         lock = threading.Lock()
 
@@ -100,16 +90,7 @@ def test_results_past_the_lease_requests_cap_are_completed_on_their_own(
     admin = worker_key = create_key(env, "acme", "admin,worker")
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {admin}"}
-        route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs"}
-        posted = httpx2.post(
-            f"{base}/routes", content=orjson.dumps(route), headers={**JSON, **auth}
-        )
-        assert posted.status_code == 201
-        jobs = [event(type="job", data={"n": n}) for n in range(4)]
-        posted = httpx2.post(
-            f"{base}/events", content=orjson.dumps(jobs), headers={**BATCH, **auth}
-        )
-        assert posted.status_code == 201
+        _queue_jobs(base, auth, 4)
 
         def handler(lease: Lease) -> list[dict[str, Any]]:
             return [
@@ -124,6 +105,16 @@ def test_results_past_the_lease_requests_cap_are_completed_on_their_own(
         assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [
             0, 1, 2, 3
         ]  # fmt: skip
+
+
+def _queue_jobs(base: str, auth: dict[str, str], count: int, **route: Any) -> None:
+    """A route from ``job`` events to the queue ``jobs``, and ``count`` jobs ``{"n": n}``."""
+    route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs", **route}
+    posted = httpx2.post(f"{base}/routes", content=orjson.dumps(route), headers={**JSON, **auth})
+    assert posted.status_code == 201
+    jobs = [event(type="job", data={"n": n}) for n in range(count)]
+    posted = httpx2.post(f"{base}/events", content=orjson.dumps(jobs), headers={**BATCH, **auth})
+    assert posted.status_code == 201
 
 
 async def _chain_verifies(database_url: URL) -> bool:
