@@ -31,12 +31,12 @@ from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
-from app.telemetry.tracing import TraceContext
 from scheduler import decisions as d
 from scheduler import tasks as t
+from scheduler.completing import Completed, Completing, Item
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.rows import tasks as rows
-from scheduler.traces import completion_spans, end_all, trigger_traces
+from scheduler.traces import completion_spans, end_all
 
 if TYPE_CHECKING:
     from app.store.append.group_commit import Appender
@@ -45,8 +45,16 @@ if TYPE_CHECKING:
 _LEASE_TRIES = 5
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """What a lease request asks for: up to ``max_tasks`` of the best ready tasks of
+    ``queue`` that ``profile`` can run, each leased for ``lease_s``."""
+
+    queue: str
+    profile: WorkerProfile
+    lease_s: float
+    off_peak: OffPeak | None
+    max_tasks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +74,6 @@ class TaskQueue:
     def __init__(self, conn: Connection, *, appender: Appender | None = None) -> None:
         self._conn = conn
         self._append = appender.append if appender is not None else EventLog(conn).append
-        self._traces: dict[str, TraceContext] = {}  # the triggers' (complete_many reads them)
 
     async def lease(
         self,
@@ -82,8 +89,7 @@ class TaskQueue:
         under a lease of its own; their decisions are appended as one group. Empty when
         there is none."""
         now = datetime.now(UTC)
-        lowest, highest = d.lease_band(profile, off_peak, now)
-        fit = rows.Fit(profile.numbers, sorted(profile.flags), profile.labels, lowest, highest)
+        fit = _fit(profile, off_peak, now)
         expires = now + timedelta(seconds=lease_s)
         skip: list[str] = []
         # A row can lag the log (its process died after appending, or a rebuild runs):
@@ -94,19 +100,7 @@ class TaskQueue:
             )
             if not found:
                 return []
-            granted: list[tuple[t.TaskState, str]] = []
-            batch: list[NewEvent] = []
-            for state in found:
-                lease_id = uuid.uuid4().hex
-                decision = d.lease_data(
-                    state,
-                    profile,
-                    lease_id,
-                    expires=expires,
-                    deployment_version=await self._deployment_version(tenant, state),
-                )
-                granted.append((state, lease_id))
-                batch.append(t.decision(state, t.LEASED, decision, at=now))
+            granted, batch = await self._grants(tenant, found, profile, now, expires)
             try:
                 appended = await self._append(tenant, batch)
             except (VersionConflict, IdConflict):
@@ -119,9 +113,32 @@ class TaskQueue:
                 (t.fold(state, e.type, e.data, a.position), lease_id)
                 for (state, lease_id), e, a in zip(granted, batch, appended, strict=True)
             ]
-            await rows.write_tasks(self._conn, [state for state, _ in after])
-            return await self._leases(tenant, after, expires)
+            return await self._leases(tenant, after, expires, writing=[s for s, _ in after])
         return []
+
+    async def _grants(
+        self,
+        tenant: str,
+        found: list[t.TaskState],
+        profile: WorkerProfile,
+        now: datetime,
+        expires: datetime,
+    ) -> tuple[list[tuple[t.TaskState, str]], list[NewEvent]]:
+        """A lease of its own for each task of ``found``, and the decisions granting them."""
+        granted: list[tuple[t.TaskState, str]] = []
+        batch: list[NewEvent] = []
+        for state in found:
+            lease_id = uuid.uuid4().hex
+            decision = d.lease_data(
+                state,
+                profile,
+                lease_id,
+                expires=expires,
+                deployment_version=await self._deployment_version(tenant, state),
+            )
+            granted.append((state, lease_id))
+            batch.append(t.decision(state, t.LEASED, decision, at=now))
+        return granted, batch
 
     async def _deployment_version(self, tenant: str, state: t.TaskState) -> int | None:
         if state.service is None:
@@ -146,12 +163,20 @@ class TaskQueue:
         return leased
 
     async def _leases(
-        self, tenant: str, leased: list[tuple[t.TaskState, str]], expires: datetime
+        self,
+        tenant: str,
+        leased: list[tuple[t.TaskState, str]],
+        expires: datetime,
+        *,
+        writing: list[t.TaskState] | None = None,
     ) -> list[Lease]:
-        """The leases of ``leased``, each with its trigger event (read in one statement)."""
-        triggers = await EventReader(self._conn).read_events(
-            tenant, [state.trigger_id for state, _ in leased]
-        )
+        """The leases of ``leased``, each with its trigger event, read in one statement;
+        in the same statement, the rows ``writing`` are written (``rows.write_tasks``)."""
+        trigger_ids = [state.trigger_id for state, _ in leased]
+        if writing:
+            triggers = await rows.write_tasks_reading(self._conn, writing, tenant, trigger_ids)
+        else:
+            triggers = await EventReader(self._conn).read_events(tenant, trigger_ids)
         return [
             Lease(state, lease_id, expires, triggers.get(state.trigger_id, "null"))
             for state, lease_id in leased
@@ -198,76 +223,72 @@ class TaskQueue:
             raise outcome
         return outcome
 
-    async def complete_many(
-        self, tenant: str, items: Sequence[tuple[str, str, Sequence[NewEvent]]]
-    ) -> list[tuple[t.TaskState, list[int]] | AppError]:
+    async def complete_many(self, tenant: str, items: Sequence[Item]) -> list[Completed | AppError]:
         """Complete each ``(task, lease, results)`` of ``items`` as ``complete`` does, all
         in one append group; each answered on its own (a lease lost, a result refused,
         fails its task alone), in the order of ``items``."""
-        outcomes: dict[int, tuple[t.TaskState, list[int]] | AppError] = {}
-        ready: list[tuple[int, t.TaskState, list[NewEvent]]] = []
-        # Rows locked in one order (by task id), so two batches never deadlock.
-        order = sorted(range(len(items)), key=lambda n: items[n][0])
-        locked = await rows.fetch_tasks_locked(self._conn, tenant, [items[n][0] for n in order])
-        self._traces = await trigger_traces(self._conn, tenant, locked)  # results carry them
-        for n in order:
-            task_id, lease_id, results = items[n]
-            try:
-                state = locked[task_id]
-                if state is not None and state.state == "completed":
-                    last = await log.read_entry(self._conn, tenant, state.last_decision_id)
-                    first = d.completed_data(last)
-                    if first is not None and first.get("lease") == lease_id:
-                        again = await self._complete_again(tenant, state, first, results)
-                        outcomes[n] = (state, again)
-                        continue
-                state = d.holding(state, task_id, lease_id, datetime.now(UTC))
-                caused = d.caused_by_trigger(state, results, self._traces)
-                ready.append((n, state, [*caused, d.completion(state, lease_id, caused, at=now())]))
-            except AppError as refused:
-                outcomes[n] = refused
-        spans = completion_spans(tenant, [state for _, state, _ in ready], self._traces)
-        if len(ready) > 1:
-            try:
-                appended = await self._append(tenant, [e for _, _, batch in ready for e in batch])
-            except AppError:
-                pass  # one of them is refused: each is committed on its own below
-            else:
-                after = []
-                for n, state, batch in ready:
-                    mine, appended = appended[: len(batch)], appended[len(batch) :]
-                    done = t.fold(state, batch[-1].type, batch[-1].data, mine[-1].position)
-                    after.append(done)
-                    outcomes[n] = (done, [a.position for a in mine[:-1]])
-                await rows.write_tasks(self._conn, after)
-                ready = []
-        for n, state, batch in ready:
-            try:
-                done, mine = await self._commit(tenant, state, batch)
-                outcomes[n] = (done, [a.position for a in mine[:-1]])
-            except AppError as refused:
-                outcomes[n] = refused
-        end_all(spans)
-        return [outcomes[n] for n in range(len(items))]
+        batch = await Completing.start(self._conn, self._append, tenant, items)
+        spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)
+        try:
+            await batch.finish(self._conn, self._append, self._commit, tenant)
+        finally:
+            end_all(spans)
+        return batch.answers()
 
-    async def _complete_again(
-        self,
-        tenant: str,
-        state: t.TaskState,
-        first: dict[str, Any],
-        results: Sequence[NewEvent],
-    ) -> list[int]:
-        """The positions of the results of the completion ``first``, which ``results``
-        repeat: the same ids in the same order, each with the content stored (the log
-        answers a re-send with where it is, and refuses other content under its id)."""
-        caused = d.caused_by_trigger(state, results, self._traces)
-        d.check_same_results(state, first, caused)
-        if not caused:
-            return []
-        appended = await self._append(tenant, caused)
-        if not all(a.duplicate for a in appended):  # pragma: no cover - stored together
-            raise RuntimeError(f"task {state.id!r}: a result of its completion was not stored")
-        return [a.position for a in appended]
+    async def complete_and_lease(
+        self, tenant: str, items: Sequence[Item], wanted: Wanted
+    ) -> tuple[list[Lease], list[Completed | AppError]]:
+        """Complete ``items`` as ``complete_many`` does, then lease what ``wanted`` asks
+        for as ``lease`` does, at about the cost of one of them: the completions' decisions
+        and the leases' are appended as one group, and every row they change is written in
+        one statement. When the log refuses that group (a result under an id it holds
+        with other content, a row that lags the log), each part is done as those two do
+        it, so that a refusal fails its own task only."""
+        if not items:
+            return await self._lease_wanted(tenant, wanted), []
+        batch = await Completing.start(self._conn, self._append, tenant, items)
+        if not batch.ready:
+            return await self._lease_wanted(tenant, wanted), batch.answers()
+        spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)
+        try:
+            now = datetime.now(UTC)
+            expires = now + timedelta(seconds=wanted.lease_s)
+            fit = _fit(wanted.profile, wanted.off_peak, now)
+            found = await rows.fetch_next_ready(
+                self._conn, tenant, wanted.queue, fit, now=now, skip=[], limit=wanted.max_tasks
+            )
+            if found:
+                granted, leases = await self._grants(tenant, found, wanted.profile, now, expires)
+                done = batch.events()
+                try:
+                    appended = await self._append(tenant, [*done, *leases])
+                except AppError:
+                    pass  # each part on its own, below
+                else:
+                    finished = batch.settle(appended[: len(done)])
+                    leased = [
+                        (t.fold(state, e.type, e.data, a.position), lease_id)
+                        for (state, lease_id), e, a in zip(
+                            granted, leases, appended[len(done) :], strict=True
+                        )
+                    ]
+                    writing = [*finished, *(s for s, _ in leased)]
+                    found_leases = await self._leases(tenant, leased, expires, writing=writing)
+                    return found_leases, batch.answers()
+            await batch.finish(self._conn, self._append, self._commit, tenant)
+        finally:
+            end_all(spans)
+        return (await self._lease_wanted(tenant, wanted) if found else []), batch.answers()
+
+    async def _lease_wanted(self, tenant: str, wanted: Wanted) -> list[Lease]:
+        return await self.lease(
+            tenant,
+            wanted.queue,
+            wanted.profile,
+            lease_s=wanted.lease_s,
+            off_peak=wanted.off_peak,
+            max_tasks=wanted.max_tasks,
+        )
 
     async def fail(
         self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str
@@ -451,3 +472,9 @@ class TaskQueue:
                 after = t.fold(after, event.type, event.data, where.position)
         await rows.write_task(self._conn, after)
         return after, appended
+
+
+def _fit(profile: WorkerProfile, off_peak: OffPeak | None, now: datetime) -> rows.Fit:
+    """What the lease scan matches for ``profile`` at ``now``."""
+    lowest, highest = d.lease_band(profile, off_peak, now)
+    return rows.Fit(profile.numbers, sorted(profile.flags), profile.labels, lowest, highest)

@@ -2,7 +2,7 @@
 
 Results appended by ``complete`` continue the trace of the task's trigger: each result
 that names no ``traceparent`` of its own is stored with the trigger's
-(``decisions.caused_by_trigger``), read here in one statement per completion batch, with
+(``decisions.caused_by_trigger``), read with the tasks' rows (``rows.tasks``), with
 tracing on or off (what is stored must not depend on it: a retried completion is compared
 with the first). While tracing is on, each completion gets a ``complete task`` span, a
 child of the trigger's stored context, linked to the worker's request span."""
@@ -14,19 +14,9 @@ from contextlib import contextmanager
 
 from opentelemetry.trace import Link, Span, SpanKind
 
-from app.db.engine import Connection
-from app.store.trace_contexts import trace_contexts
 from app.telemetry import tracing
 from app.telemetry.tracing import TraceContext
 from scheduler import tasks as t
-
-
-async def trigger_traces(
-    conn: Connection, tenant: str, locked: Mapping[str, t.TaskState | None]
-) -> dict[str, TraceContext]:
-    """The stored trace contexts of the triggers of the tasks ``locked``."""
-    triggers = {state.trigger_id for state in locked.values() if state is not None}
-    return await trace_contexts(conn, tenant, triggers)
 
 
 def completion_spans(

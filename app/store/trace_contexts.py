@@ -16,15 +16,17 @@ from app.db.engine import DriverStatement
 from app.db.tables import events
 from app.telemetry.tracing import TraceContext
 
-_traceparent = events.c.extensions["traceparent"].astext
+# The columns of a trace context, for reads that join them (the scheduler's completions).
+TRACEPARENT = events.c.extensions["traceparent"].astext
+TRACESTATE = events.c.extensions["tracestate"].astext
 # On the driver: a batch completion runs it, and through SQLAlchemy it cost as much server
 # CPU as the rest of the completion's reads together. Found through the unique (tenant,
 # id) index, as a generic plan does too.
 _FETCH = DriverStatement.of(
-    select(events.c.id, _traceparent, events.c.extensions["tracestate"].astext).where(
+    select(events.c.id, TRACEPARENT, TRACESTATE).where(
         events.c.tenant == bindparam("tenant"),
         events.c.id == any_(bindparam("ids", type_=ARRAY(Text))),
-        _traceparent.is_not(None),
+        TRACEPARENT.is_not(None),
     )
 )
 

@@ -24,6 +24,9 @@ from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, routes, tasks
+from app.store import trace_contexts
+from app.store.reads import structured_json
+from app.telemetry.tracing import TraceContext
 from scheduler.tasks import FIELDS, NEEDS_ATTENTION, TaskState
 
 TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
@@ -71,12 +74,24 @@ _NEXT_READY: dict[int, DriverStatement] = {}
 _FETCH = select(tasks).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 _FETCH_ON_DRIVER = DriverStatement.of(_FETCH)
 _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
-# Many rows, locked in id order (the sort runs below the lock): two batches never deadlock.
+# Many rows, locked in id order (the sort runs below the lock): two batches never deadlock;
+# with the stored trace context of each task's trigger (its results continue the trigger's
+# trace: ``scheduler.traces``), in the same statement. A batch completion runs it.
 _FETCH_MANY_LOCKED = DriverStatement.of(
-    select(tasks)
+    select(tasks, trace_contexts.TRACEPARENT, trace_contexts.TRACESTATE)
+    .select_from(
+        tasks.outerjoin(
+            events,
+            and_(
+                events.c.tenant == _c.tenant,
+                events.c.id == _c.trigger_id,
+                trace_contexts.TRACEPARENT.is_not(None),
+            ),
+        )
+    )
     .where(_c.tenant == bindparam("tenant"), _c.id == any_(bindparam("ids", type_=ARRAY(Text))))
     .order_by(_c.id)
-    .with_for_update()
+    .with_for_update(of=tasks)
 )
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
@@ -119,6 +134,21 @@ _MANY = func.json_populate_recordset(
 ).table_valued(*FIELDS)
 _UPSERT_MANY = DriverStatement.of(
     _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS])))
+)
+
+# The upsert above, and a read of events in the same statement (the CTE runs though the
+# select names it not): a lease writes its rows and reads its triggers in one round trip.
+_WRITE_READING = DriverStatement.of(
+    select(events.c.id, structured_json())
+    .where(
+        events.c.tenant == bindparam("tenant"),
+        events.c.id == any_(bindparam("event_ids", type_=ARRAY(Text))),
+    )
+    .add_cte(
+        _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS]))).cte(
+            "written"
+        )
+    )
 )
 
 
@@ -178,15 +208,25 @@ async def fetch_task(
 
 async def fetch_tasks_locked(
     conn: AsyncConnection, tenant: str, task_ids: list[str]
-) -> dict[str, TaskState | None]:
-    """The rows of ``task_ids``, locked in id order, in one statement (None: no such
-    row, read again alone, as ``fetch_task`` does, in case a rebuild replaced it)."""
+) -> tuple[dict[str, TaskState | None], dict[str, TraceContext]]:
+    """The rows of ``task_ids``, locked in id order (None: no such row, read again alone,
+    as ``fetch_task`` does, in case a rebuild replaced it); and the stored trace contexts
+    of their triggers, by trigger id (a trigger with none is left out). One statement."""
     rows = await _FETCH_MANY_LOCKED.rows(conn, tenant=tenant, ids=task_ids)
-    found: dict[str, TaskState | None] = {row[1]: TaskState(*row) for row in rows}
+    width = len(FIELDS)
+    found: dict[str, TaskState | None] = {}
+    traces: dict[str, TraceContext] = {}
+    for row in rows:
+        state = TaskState(*row[:width])
+        found[state.id] = state
+        if row[width] is not None:
+            traces[state.trigger_id] = (row[width], row[width + 1])
     for task_id in task_ids:
         if task_id not in found:
-            found[task_id] = await fetch_task(conn, tenant, task_id, lock=True)
-    return {task_id: found[task_id] for task_id in task_ids}
+            again = found[task_id] = await fetch_task(conn, tenant, task_id, lock=True)
+            if again is not None:
+                traces.update(await trace_contexts.trace_contexts(conn, tenant, [again.trigger_id]))
+    return {task_id: found[task_id] for task_id in task_ids}, traces
 
 
 async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:
@@ -294,6 +334,17 @@ async def write_tasks(conn: AsyncConnection, states: list[TaskState]) -> None:
     elif states:
         rows = orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states])
         await _UPSERT_MANY.run(conn, rows=rows.decode())
+
+
+async def write_tasks_reading(
+    conn: AsyncConnection, states: list[TaskState], tenant: str, event_ids: list[str]
+) -> dict[str, str]:
+    """Write every row of ``states`` as ``write_tasks`` does and read the events of
+    ``event_ids`` (the leased tasks' triggers) as ``EventReader.read_events`` reads them,
+    by id, in one statement."""
+    rows = orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states])
+    found = await _WRITE_READING.rows(conn, rows=rows.decode(), tenant=tenant, event_ids=event_ids)
+    return {row[0]: row[1] for row in found}
 
 
 def _values(state: TaskState) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from app.web import json_text
 from app.web.bodies import JSONRoute, receive_body
 from app.web.openapi import answers
 from scheduler.placement import OffPeak, WorkerProfile
-from scheduler.queue import Lease, TaskQueue
+from scheduler.queue import Lease, TaskQueue, Wanted
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.tasks import ErrorClass, TaskState
 from scheduler.traces import decision_span
@@ -154,10 +154,7 @@ def create_router(
     async def lease(
         queue: QueueName, body: LeaseRequest, principal: Worker, request: Request
     ) -> Response:
-        profile = WorkerProfile.parse(
-            body.worker, body.capabilities, spot=body.spot, labels=body.labels
-        )
-        lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
+        wanted = _wanted(queue, body, policy)
         completing = await _completing(body, request, parse_events)
         completed: list[dict[str, Any]] | None = None  # their answers, once committed
         highest = 0
@@ -176,7 +173,7 @@ def create_router(
                 decisions,
                 principal.tenant,
                 queue,
-                None if gone else (profile, lease_s, policy.off_peak, body.max_tasks or 1),
+                None if gone else wanted,
                 completing,
             )
             if completing is not None:
@@ -253,12 +250,21 @@ async def _completing(
     return BatchCompletion.of(items, parse_events, field="complete")
 
 
+def _wanted(queue: str, body: LeaseRequest, policy: LeasePolicy) -> Wanted:
+    """What ``body`` asks to lease from ``queue``, held to ``policy``."""
+    profile = WorkerProfile.parse(
+        body.worker, body.capabilities, spot=body.spot, labels=body.labels
+    )
+    lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
+    return Wanted(queue, profile, lease_s, policy.off_peak, body.max_tasks or 1)
+
+
 async def _lease_once(
     engine: Engine,
     decisions: Appender,
     tenant: str,
     queue: str,
-    wanted: tuple[WorkerProfile, float, OffPeak | None, int] | None,
+    wanted: Wanted | None,
     completing: BatchCompletion | None,
 ) -> tuple[list[Lease], list[tuple[TaskState, list[int]] | AppError]]:
     """One try of a lease request, in one transaction: its completions first (when it
@@ -269,13 +275,11 @@ async def _lease_once(
     with decision_span("lease tasks", tenant, queue=queue) as span:
         async with engine.begin() as conn:
             commands = TaskQueue(conn, appender=decisions)
-            if completing is not None:
-                done = await commands.complete_many(tenant, completing.commands())
             if wanted is not None:
-                profile, lease_s, off_peak, max_tasks = wanted
-                found = await commands.lease(
-                    tenant, queue, profile, lease_s=lease_s, off_peak=off_peak, max_tasks=max_tasks
-                )
+                items = completing.commands() if completing is not None else []
+                found, done = await commands.complete_and_lease(tenant, items, wanted)
+            elif completing is not None:
+                done = await commands.complete_many(tenant, completing.commands())
         if span is not None:
             span.set_attribute("causeway.tasks.leased", len(found))
     return found, done

@@ -18,7 +18,7 @@ from app.main import create_app, dispose
 from app.settings import Settings
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import BATCH, JSON, STRUCTURED, dumps, event
-from tests.integration.scheduler.conftest import Client, define, queued
+from tests.integration.scheduler.conftest import Client, define, post, queued
 
 
 @pytest.fixture
@@ -278,3 +278,31 @@ async def test_a_lease_request_stores_its_completions_before_its_long_poll_waits
     assert response.status_code == 200, response.text
     assert response.json()["tasks"] == []
     assert [a["status"] for a in response.json()["completed"]] == [200]
+
+
+async def test_a_result_the_log_refuses_fails_its_task_alone_and_the_lease_goes_on(
+    app: FastAPI, clients: tuple[Client, Client]
+) -> None:
+    """The completions and the leases of one request are appended as one group: when
+    the log refuses it (a result under an id it holds with other content), each part
+    is done on its own, as POST /tasks/complete and a lease alone would do it."""
+    admin, worker = clients
+    await queued(app, admin, jobs=4)
+    taken = await post(admin, type="photo")
+    first, second = await lease_many(worker, 2)
+    clash = event(type="job.done", id=taken["id"])  # another event under a stored id
+    done = [
+        {"task": first["task"]["id"], "lease": first["lease"], "events": [clash]},
+        {"task": second["task"]["id"], "lease": second["lease"], "events": []},
+    ]
+    body = dumps({"worker": "w1", "max_tasks": 2, "complete": done})
+    response = await worker.post("/queues/q/lease", content=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert [a["status"] for a in answer["completed"]] == [409, 200]
+    assert answer["completed"][0]["problem"]["type"] == "/problems/id-conflict"
+    assert len(answer["tasks"]) == 2  # the two tasks left, leased all the same
+    assert {one["task"]["id"] for one in answer["tasks"]}.isdisjoint(d["task"] for d in done)
+    states = [(await admin.get(f"/tasks/{d['task']}")).json()["state"] for d in done]
+    assert states == ["leased", "completed"]
+    assert (await admin.get(f"/events/{taken['id']}")).json()["type"] == "photo"

@@ -1,0 +1,147 @@
+"""Completing tasks in batches: what ``TaskQueue.complete_many`` and
+``TaskQueue.complete_and_lease`` share.
+
+``Completing.start`` locks the tasks' rows (in id order, so two batches never deadlock),
+reads their triggers' trace contexts (results continue the trigger's trace) and answers
+what can be answered before anything is appended: a lease lost, a task unknown, a
+completion that went through already under the same lease (its answer was lost: the
+retry gets the same answer, provided it sends the same results). What is left is
+``ready``: each task with the events its completion appends (its results, then the
+decision). ``settle`` folds them once appended; the caller appends them, alone
+(``finish``) or in one group with other decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from app.errors import AppError
+from app.store import decision_reads as log
+from scheduler import decisions as d
+from scheduler import tasks as t
+from scheduler.rows import tasks as rows
+
+if TYPE_CHECKING:
+    from app.db.engine import Connection
+    from app.store.records import Appended, NewEvent
+    from app.telemetry.tracing import TraceContext
+
+Completed = tuple[t.TaskState, list[int]]  # the task completed, and its results' positions
+Item = tuple[str, str, Sequence["NewEvent"]]  # a task, its lease, and its results
+Append = Callable[[str, list["NewEvent"]], Awaitable[list["Appended"]]]
+Commit = Callable[
+    [str, t.TaskState, list["NewEvent"]], Awaitable[tuple[t.TaskState, list["Appended"]]]
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    """A task whose completion is decided: where it is among the items, the task as
+    locked, and the events to append (its results, then its completion)."""
+
+    index: int
+    state: t.TaskState
+    events: list[NewEvent]
+
+
+@dataclass(slots=True)
+class Completing:
+    """A batch of completions on its way: each item's outcome once known, by its index in
+    the batch; the tasks ``ready`` to append; the triggers' trace contexts."""
+
+    size: int
+    traces: dict[str, TraceContext]
+    outcomes: dict[int, Completed | AppError] = field(default_factory=dict)
+    ready: list[Ready] = field(default_factory=list)
+
+    @classmethod
+    async def start(
+        cls, conn: Connection, append: Append, tenant: str, items: Sequence[Item]
+    ) -> Completing:
+        order = sorted(range(len(items)), key=lambda n: items[n][0])
+        ids = [items[n][0] for n in order]
+        locked, traces = await rows.fetch_tasks_locked(conn, tenant, ids)
+        batch = cls(len(items), traces)
+        for n in order:
+            task_id, lease_id, results = items[n]
+            try:
+                state = locked[task_id]
+                if state is not None and state.state == "completed":
+                    last = await log.read_entry(conn, tenant, state.last_decision_id)
+                    first = d.completed_data(last)
+                    if first is not None and first.get("lease") == lease_id:
+                        again = await batch._again(append, tenant, state, first, results)
+                        batch.outcomes[n] = (state, again)
+                        continue
+                now = datetime.now(UTC)
+                state = d.holding(state, task_id, lease_id, now)
+                caused = d.caused_by_trigger(state, results, batch.traces)
+                batch.ready.append(
+                    Ready(n, state, [*caused, d.completion(state, lease_id, caused, at=now)])
+                )
+            except AppError as refused:
+                batch.outcomes[n] = refused
+        return batch
+
+    async def _again(
+        self,
+        append: Append,
+        tenant: str,
+        state: t.TaskState,
+        first: dict[str, object],
+        results: Sequence[NewEvent],
+    ) -> list[int]:
+        """The positions of the results of the completion ``first``, which ``results``
+        repeat: the same ids in the same order, each with the content stored (the log
+        answers a re-send with where it is, and refuses other content under its id)."""
+        caused = d.caused_by_trigger(state, results, self.traces)
+        d.check_same_results(state, first, caused)
+        if not caused:
+            return []
+        appended = await append(tenant, caused)
+        if not all(a.duplicate for a in appended):  # pragma: no cover - stored together
+            raise RuntimeError(f"task {state.id!r}: a result of its completion was not stored")
+        return [a.position for a in appended]
+
+    def events(self) -> list[NewEvent]:
+        """What the ready tasks append, in order."""
+        return [e for ready in self.ready for e in ready.events]
+
+    def settle(self, appended: Sequence[Appended]) -> list[t.TaskState]:
+        """The ready tasks once their events went where ``appended`` says (in the order of
+        ``events``), each outcome recorded; the rows to write."""
+        after = []
+        for ready in self.ready:
+            mine, appended = appended[: len(ready.events)], appended[len(ready.events) :]
+            last = ready.events[-1]
+            done = t.fold(ready.state, last.type, last.data, mine[-1].position)
+            after.append(done)
+            self.outcomes[ready.index] = (done, [a.position for a in mine[:-1]])
+        self.ready = []
+        return after
+
+    async def finish(self, conn: Connection, append: Append, commit: Commit, tenant: str) -> None:
+        """Append and write what is ready, as one group when the log takes it whole, else
+        each task on its own (one refused fails its task alone)."""
+        if len(self.ready) > 1:
+            try:
+                appended = await append(tenant, self.events())
+            except AppError:
+                pass  # one of them is refused: each is committed on its own below
+            else:
+                await rows.write_tasks(conn, self.settle(appended))
+                return
+        for ready in self.ready:
+            try:
+                done, mine = await commit(tenant, ready.state, ready.events)
+                self.outcomes[ready.index] = (done, [a.position for a in mine[:-1]])
+            except AppError as refused:
+                self.outcomes[ready.index] = refused
+        self.ready = []
+
+    def answers(self) -> list[Completed | AppError]:
+        """Each item's outcome, in the order of the items."""
+        return [self.outcomes[n] for n in range(self.size)]
