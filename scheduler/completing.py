@@ -37,6 +37,15 @@ Commit = Callable[
 ]
 
 
+Locked = tuple[dict[str, t.TaskState | None], dict[str, "TraceContext"]]
+
+
+def sorted_ids(items: Sequence[Item]) -> list[str]:
+    """The tasks of ``items`` in the order their rows are locked (by id: two batches
+    never deadlock)."""
+    return sorted(item[0] for item in items)
+
+
 @dataclass(frozen=True, slots=True)
 class Ready:
     """A task whose completion is decided: where it is among the items, the task as
@@ -59,16 +68,24 @@ class Completing:
 
     @classmethod
     async def start(
-        cls, conn: Connection, append: Append, tenant: str, items: Sequence[Item]
+        cls,
+        conn: Connection,
+        append: Append,
+        tenant: str,
+        items: Sequence[Item],
+        locked: Locked | None = None,
     ) -> Completing:
+        """``locked``: the items' rows and their triggers' trace contexts, when the caller
+        locked them (``rows.fetch_tasks_locked`` or a statement that does as it does)."""
         order = sorted(range(len(items)), key=lambda n: items[n][0])
-        ids = [items[n][0] for n in order]
-        locked, traces = await rows.fetch_tasks_locked(conn, tenant, ids)
+        if locked is None:
+            locked = await rows.fetch_tasks_locked(conn, tenant, sorted_ids(items))
+        states, traces = locked
         batch = cls(len(items), traces)
         for n in order:
             task_id, lease_id, results = items[n]
             try:
-                state = locked[task_id]
+                state = states[task_id]
                 if state is not None and state.state == "completed":
                     last = await log.read_entry(conn, tenant, state.last_decision_id)
                     first = d.completed_data(last)

@@ -33,7 +33,7 @@ from app.store.log import EventLog
 from app.store.reads import EventReader
 from scheduler import decisions as d
 from scheduler import tasks as t
-from scheduler.completing import Completed, Completing, Item
+from scheduler.completing import Completed, Completing, Item, sorted_ids
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.rows import tasks as rows
 from scheduler.traces import completion_spans, end_all
@@ -239,24 +239,31 @@ class TaskQueue:
         self, tenant: str, items: Sequence[Item], wanted: Wanted
     ) -> tuple[list[Lease], list[Completed | AppError]]:
         """Complete ``items`` as ``complete_many`` does, then lease what ``wanted`` asks
-        for as ``lease`` does, at about the cost of one of them: the completions' decisions
-        and the leases' are appended as one group, and every row they change is written in
-        one statement. When the log refuses that group (a result under an id it holds
+        for as ``lease`` does, at about the cost of one of them: one statement locks the
+        completed tasks' rows and scans for the next, the completions' decisions and the
+        leases' are appended as one group, and every row they change is written in one
+        statement. When the log refuses that group (a result under an id it holds
         with other content, a row that lags the log), each part is done as those two do
         it, so that a refusal fails its own task only."""
         if not items:
             return await self._lease_wanted(tenant, wanted), []
-        batch = await Completing.start(self._conn, self._append, tenant, items)
+        now = datetime.now(UTC)
+        expires = now + timedelta(seconds=wanted.lease_s)
+        fit = _fit(wanted.profile, wanted.off_peak, now)
+        locked, traces, found = await rows.fetch_tasks_locked_and_next_ready(
+            self._conn,
+            tenant,
+            sorted_ids(items),
+            wanted.queue,
+            fit,
+            now=now,
+            limit=wanted.max_tasks,
+        )
+        batch = await Completing.start(self._conn, self._append, tenant, items, (locked, traces))
         if not batch.ready:
             return await self._lease_wanted(tenant, wanted), batch.answers()
         spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)
         try:
-            now = datetime.now(UTC)
-            expires = now + timedelta(seconds=wanted.lease_s)
-            fit = _fit(wanted.profile, wanted.off_peak, now)
-            found = await rows.fetch_next_ready(
-                self._conn, tenant, wanted.queue, fit, now=now, skip=[], limit=wanted.max_tasks
-            )
             if found:
                 granted, leases = await self._grants(tenant, found, wanted.profile, now, expires)
                 done = batch.events()

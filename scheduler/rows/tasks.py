@@ -10,14 +10,28 @@ dozen of them.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import orjson
 from psycopg.types.json import Jsonb
-from sqlalchemy import and_, any_, bindparam, delete, func, literal_column, or_, select, text
+from sqlalchemy import (
+    and_,
+    any_,
+    bindparam,
+    delete,
+    false,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    text,
+    true,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
@@ -77,7 +91,7 @@ _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
 # Many rows, locked in id order (the sort runs below the lock): two batches never deadlock;
 # with the stored trace context of each task's trigger (its results continue the trigger's
 # trace: ``scheduler.traces``), in the same statement. A batch completion runs it.
-_FETCH_MANY_LOCKED = DriverStatement.of(
+_MANY_LOCKED = (
     select(tasks, trace_contexts.TRACEPARENT, trace_contexts.TRACESTATE)
     .select_from(
         tasks.outerjoin(
@@ -93,6 +107,12 @@ _FETCH_MANY_LOCKED = DriverStatement.of(
     .order_by(_c.id)
     .with_for_update(of=tasks)
 )
+_FETCH_MANY_LOCKED = DriverStatement.of(_MANY_LOCKED)
+# Those rows, then the best ready tasks (as ``_NEXT_READY``), in one statement: a lease
+# request that brings the last batch's completions runs it. Each part is a CTE, which
+# PostgreSQL never folds into the query when it locks rows: the first is read whole,
+# its rows locked in id order, before the scan starts. One statement per limit.
+_LOCKED_THEN_READY: dict[int, DriverStatement] = {}
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -213,6 +233,14 @@ async def fetch_tasks_locked(
     as ``fetch_task`` does, in case a rebuild replaced it); and the stored trace contexts
     of their triggers, by trigger id (a trigger with none is left out). One statement."""
     rows = await _FETCH_MANY_LOCKED.rows(conn, tenant=tenant, ids=task_ids)
+    return await _locked(conn, tenant, task_ids, rows)
+
+
+async def _locked(
+    conn: AsyncConnection, tenant: str, task_ids: list[str], rows: Sequence[Sequence[Any]]
+) -> tuple[dict[str, TaskState | None], dict[str, TraceContext]]:
+    """The rows of ``task_ids`` from ``rows`` (each a task's columns, then its trigger's
+    trace context), by id, and the trace contexts by trigger id."""
     width = len(FIELDS)
     found: dict[str, TaskState | None] = {}
     traces: dict[str, TraceContext] = {}
@@ -227,6 +255,38 @@ async def fetch_tasks_locked(
             if again is not None:
                 traces.update(await trace_contexts.trace_contexts(conn, tenant, [again.trigger_id]))
     return {task_id: found[task_id] for task_id in task_ids}, traces
+
+
+async def fetch_tasks_locked_and_next_ready(
+    conn: AsyncConnection,
+    tenant: str,
+    task_ids: list[str],
+    queue: str,
+    fit: Fit,
+    *,
+    now: datetime,
+    limit: int,
+) -> tuple[dict[str, TaskState | None], dict[str, TraceContext], list[TaskState]]:
+    """``fetch_tasks_locked(task_ids)`` and ``fetch_next_ready(queue, fit, limit)`` (none
+    skipped) in one statement: the rows of ``task_ids`` are locked first, in id order."""
+    statement = _LOCKED_THEN_READY.get(limit)
+    if statement is None:
+        locked = _MANY_LOCKED.cte("locked")
+        ready = _READY.limit(literal_column(str(int(limit)))).cte("ready")
+        statement = DriverStatement.of(
+            union_all(
+                select(true().label("mine"), *locked.c),
+                select(false(), *ready.c, null().cast(Text), null().cast(Text)),
+            )
+        )
+        _LOCKED_THEN_READY[limit] = statement
+    found = await statement.rows(
+        conn, tenant=tenant, ids=task_ids, **_fit_parameters(queue, fit, now, skip=[])
+    )
+    mine, traces = await _locked(conn, tenant, task_ids, [row[1:] for row in found if row[0]])
+    next_ready = [TaskState(*row[1 : len(FIELDS) + 1]) for row in found if not row[0]]
+    # In the scan's order: a union's rows come in no order SQL promises.
+    return mine, traces, sorted(next_ready, key=lambda state: (-state.priority, state.seq))
 
 
 async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:
@@ -264,19 +324,22 @@ async def fetch_next_ready(
     if statement is None:
         statement = DriverStatement.of(_READY.limit(literal_column(str(int(limit)))))
         _NEXT_READY[limit] = statement
-    found = await statement.rows(
-        conn,
-        tenant=tenant,
-        queue=queue,
-        now=now,
-        numbers=Jsonb(fit.numbers),
-        flags=fit.flags,
-        labels=Jsonb(fit.labels),
-        lowest=fit.lowest,
-        highest=fit.highest,
-        skip=skip,
-    )
+    found = await statement.rows(conn, tenant=tenant, **_fit_parameters(queue, fit, now, skip))
     return [TaskState(*row) for row in found]
+
+
+def _fit_parameters(queue: str, fit: Fit, now: datetime, skip: list[str]) -> dict[str, Any]:
+    """The parameters of the ready scan (``_READY``) but its tenant."""
+    return {
+        "queue": queue,
+        "now": now,
+        "numbers": Jsonb(fit.numbers),
+        "flags": fit.flags,
+        "labels": Jsonb(fit.labels),
+        "lowest": fit.lowest,
+        "highest": fit.highest,
+        "skip": skip,
+    }
 
 
 async def fetch_debounced(

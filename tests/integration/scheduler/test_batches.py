@@ -306,3 +306,22 @@ async def test_a_result_the_log_refuses_fails_its_task_alone_and_the_lease_goes_
     states = [(await admin.get(f"/tasks/{d['task']}")).json()["state"] for d in done]
     assert states == ["leased", "completed"]
     assert (await admin.get(f"/events/{taken['id']}")).json()["type"] == "photo"
+
+
+async def test_a_lease_request_that_completes_leases_by_priority_then_age(
+    app: FastAPI, clients: tuple[Client, Client]
+) -> None:
+    admin, worker = clients
+    for name, priority in (("low", 2), ("high", 7)):
+        spec = {"id": name, "types": [name], "kind": "k", "queue": "q", "priority": priority}
+        await define(admin, **spec)
+    posted = [await post(admin, type=kind) for kind in ("low", "high", "low", "high", "low")]
+    await catch_up(app)
+    [first] = await lease_many(worker, 1)
+    assert first["trigger"]["id"] == posted[1]["id"]  # the oldest of the highest
+    done = [{"task": first["task"]["id"], "lease": first["lease"], "events": []}]
+    body = dumps({"worker": "w1", "max_tasks": 3, "complete": done})
+    response = await worker.post("/queues/q/lease", content=body, headers=JSON)
+    assert response.status_code == 200, response.text
+    leased = [one["trigger"]["id"] for one in response.json()["tasks"]]
+    assert leased == [posted[3]["id"], posted[0]["id"], posted[2]["id"]]
