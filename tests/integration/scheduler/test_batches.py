@@ -77,6 +77,44 @@ async def test_sixteen_concurrent_batch_leasers_lease_each_task_once(
     assert triggers == {job["id"] for job in jobs}
 
 
+async def test_eight_workers_that_complete_with_their_next_lease_finish_each_task_once(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    async with asgi_client(app, await make_key("acme", "admin")) as admin:
+        await define(admin, id="r", types=["job"], kind="infer", queue="q")
+        jobs = [event(type="job") for _ in range(200)]
+        assert (await admin.post("/events", content=dumps(jobs), headers=BATCH)).status_code == 201
+        await catch_up(app)
+
+        async def worker(n: int) -> tuple[list[str], list[int]]:
+            leased, statuses = [], []
+            batch = await lease_many(admin, 6, worker=f"w{n}")
+            while batch:
+                leased += [one["task"]["id"] for one in batch]
+                done = [
+                    {"task": one["task"]["id"], "lease": one["lease"], "events": [
+                        event(type="job.done", data={"by": n})
+                    ]}
+                    for one in batch
+                ]  # fmt: skip
+                body = {"worker": f"w{n}", "max_tasks": 6, "complete": done}
+                response = await admin.post("/queues/q/lease", content=dumps(body), headers=JSON)
+                assert response.status_code == 200, response.text
+                statuses += [a["status"] for a in response.json()["completed"]]
+                batch = response.json()["tasks"]
+            return leased, statuses
+
+        found = await asyncio.gather(*(worker(n) for n in range(8)))
+        every = [task for leased, _ in found for task in leased]
+        assert len(every) == len(set(every)) == 200  # each task leased once
+        assert {status for _, statuses in found for status in statuses} == {200}
+        assert sum(len(statuses) for _, statuses in found) == 200  # and completed once
+        assert sum(1 for leased, _ in found if leased) > 1  # they really ran side by side
+        states = (await admin.get("/queues")).json()
+        [depth] = [q for q in states["queues"] if q["queue"] == "q"]
+        assert depth["ready"] == depth["in_flight"] == 0
+
+
 async def test_a_batch_completion_answers_each_task_and_one_lost_lease_fails_only_it(
     app: FastAPI, clients: tuple[Client, Client]
 ) -> None:
