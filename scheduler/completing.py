@@ -35,8 +35,7 @@ Append = Callable[[str, list["NewEvent"]], Awaitable[list["Appended"]]]
 Commit = Callable[
     [str, t.TaskState, list["NewEvent"]], Awaitable[tuple[t.TaskState, list["Appended"]]]
 ]
-
-
+# The tasks' rows as locked (None: no such task), and their triggers' trace contexts.
 Locked = tuple[dict[str, t.TaskState | None], dict[str, "TraceContext"]]
 
 
