@@ -52,14 +52,20 @@ async def lease_many(client: Client, max_tasks: int, **body: Any) -> list[dict[s
     return list(response.json()["tasks"])
 
 
+async def routed_jobs(app: FastAPI, admin: Client, count: int) -> list[dict[str, Any]]:
+    """``count`` job events posted in one batch, each made a task of queue ``q``."""
+    await define(admin, id="r", types=["job"], kind="infer", queue="q")
+    jobs = [event(type="job") for _ in range(count)]
+    assert (await admin.post("/events", content=dumps(jobs), headers=BATCH)).status_code == 201
+    await catch_up(app)
+    return jobs
+
+
 async def test_sixteen_concurrent_batch_leasers_lease_each_task_once(
     app: FastAPI, make_key: MakeKey
 ) -> None:
     async with asgi_client(app, await make_key("acme", "admin")) as admin:
-        await define(admin, id="r", types=["job"], kind="infer", queue="q")
-        jobs = [event(type="job") for _ in range(300)]
-        assert (await admin.post("/events", content=dumps(jobs), headers=BATCH)).status_code == 201
-        await catch_up(app)
+        jobs = await routed_jobs(app, admin, 300)
 
         async def leaser(n: int) -> list[dict[str, Any]]:
             got = []
@@ -81,10 +87,7 @@ async def test_eight_workers_that_complete_with_their_next_lease_finish_each_tas
     app: FastAPI, make_key: MakeKey
 ) -> None:
     async with asgi_client(app, await make_key("acme", "admin")) as admin:
-        await define(admin, id="r", types=["job"], kind="infer", queue="q")
-        jobs = [event(type="job") for _ in range(200)]
-        assert (await admin.post("/events", content=dumps(jobs), headers=BATCH)).status_code == 201
-        await catch_up(app)
+        await routed_jobs(app, admin, 200)
 
         async def worker(n: int) -> tuple[list[str], list[int]]:
             leased, statuses = [], []
