@@ -152,9 +152,8 @@ _UPSERT = DriverStatement.of(_upsert(insert(tasks).values({n: bindparam(n) for n
 _MANY = func.json_populate_recordset(
     literal_column("NULL::tasks"), bindparam("rows", type_=JSON)
 ).table_valued(*FIELDS)
-_UPSERT_MANY = DriverStatement.of(
-    _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS])))
-)
+_WRITE_MANY = _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS])))
+_UPSERT_MANY = DriverStatement.of(_WRITE_MANY)
 
 # The upsert above, and a read of events in the same statement (the CTE runs though the
 # select names it not): a lease writes its rows and reads its triggers in one round trip.
@@ -164,11 +163,7 @@ _WRITE_READING = DriverStatement.of(
         events.c.tenant == bindparam("tenant"),
         events.c.id == any_(bindparam("event_ids", type_=ARRAY(Text))),
     )
-    .add_cte(
-        _upsert(insert(tasks).from_select(FIELDS, select(*[_MANY.c[n] for n in FIELDS]))).cte(
-            "written"
-        )
-    )
+    .add_cte(_WRITE_MANY.cte("written"))
 )
 
 
@@ -395,8 +390,7 @@ async def write_tasks(conn: AsyncConnection, states: list[TaskState]) -> None:
     if len(states) == 1:
         await write_task(conn, states[0])
     elif states:
-        rows = orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states])
-        await _UPSERT_MANY.run(conn, rows=rows.decode())
+        await _UPSERT_MANY.run(conn, rows=_json_rows(states))
 
 
 async def write_tasks_reading(
@@ -405,9 +399,15 @@ async def write_tasks_reading(
     """Write every row of ``states`` as ``write_tasks`` does and read the events of
     ``event_ids`` (the leased tasks' triggers) as ``EventReader.read_events`` reads them,
     by id, in one statement."""
-    rows = orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states])
-    found = await _WRITE_READING.rows(conn, rows=rows.decode(), tenant=tenant, event_ids=event_ids)
+    found = await _WRITE_READING.rows(
+        conn, rows=_json_rows(states), tenant=tenant, event_ids=event_ids
+    )
     return {row[0]: row[1] for row in found}
+
+
+def _json_rows(states: list[TaskState]) -> str:
+    """``states`` as the JSON array ``_MANY`` reads into rows of ``tasks``."""
+    return orjson.dumps([{name: getattr(s, name) for name in FIELDS} for s in states]).decode()
 
 
 def _values(state: TaskState) -> dict[str, Any]:
