@@ -247,16 +247,15 @@ class TaskQueue:
         it, so that a refusal fails its own task only."""
         if not items:
             return await self._lease_wanted(tenant, wanted), []
-        now = datetime.now(UTC)
-        expires = now + timedelta(seconds=wanted.lease_s)
-        fit = _fit(wanted.profile, wanted.off_peak, now)
+        scanned_at = datetime.now(UTC)
+        fit = _fit(wanted.profile, wanted.off_peak, scanned_at)
         locked, traces, found = await rows.fetch_tasks_locked_and_next_ready(
             self._conn,
             tenant,
             sorted_ids(items),
             wanted.queue,
             fit,
-            now=now,
+            now=scanned_at,
             limit=wanted.max_tasks,
         )
         batch = await Completing.start(self._conn, self._append, tenant, items, (locked, traces))
@@ -265,6 +264,10 @@ class TaskQueue:
         spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)
         try:
             if found:
+                # Granted once the completions are decided (the statement may have waited
+                # for their rows): the leases' time and end run from then, after theirs.
+                now = datetime.now(UTC)
+                expires = now + timedelta(seconds=wanted.lease_s)
                 granted, leases = await self._grants(tenant, found, wanted.profile, now, expires)
                 done = batch.events()
                 try:

@@ -250,6 +250,14 @@ async def test_a_lease_request_completes_a_batch_and_leases_the_next_in_one_tran
     assert int(response.headers["Causeway-Position"]) > highest  # the leases came after
     states = [(await admin.get(f"/tasks/{one['task']['id']}")).json() for one in first]
     assert [s["state"] for s in states] == ["completed", "leased", "completed"]
+    # The leases were granted after the completions were decided, and say so.
+    finished = [s["history"][-1]["data"]["at"] for s in states if s["state"] == "completed"]
+    leased = [
+        (await admin.get(f"/tasks/{one['task']['id']}")).json()["history"][-1] for one in second
+    ]
+    assert {entry["type"] for entry in leased} == {"causeway.task.leased"}
+    at = datetime.fromisoformat
+    assert min(at(e["data"]["at"]) for e in leased) >= max(map(at, finished))
 
     # Nothing left to lease: the completions are still answered (200, not 204) and stored.
     rest = [{"task": one["task"]["id"], "lease": one["lease"], "events": []} for one in second]
