@@ -6,7 +6,11 @@ How a message gets in once, and in order (docs/relay.md has the long form):
   ``Nats-Expected-Last-Msg-Id``: the id of the message the relay sent before it. The
   stream refuses a message whose predecessor is not its last one, so a message that
   failed (a leader election, a node gone) takes every later one with it: the stream
-  always holds a prefix of what the relay sends, never one with a hole.
+  always holds a prefix of what the relay sends, never one with a hole. A session's
+  first message expects the stream's last sequence instead (``Nats-Expected-Last-Sequence``):
+  JetStream keeps the last message's id in memory only, and after a restart knows it
+  again only when that message is inside the duplicate window; the sequence it keeps
+  on disk.
 - Publishing is pipelined: up to ``max_pending`` acknowledgements in flight, across
   batches, and the log is read a batch ahead of the publisher. The checkpoint (``log``)
   moves to a batch's end once every ack of it, and of every batch before it, has come.
@@ -151,14 +155,14 @@ class NatsRelay:
                 timeout=self.config.ack_timeout_s, publish_async_max_pending=self.config.max_pending
             )
             await self._ensure_stream(js)
-            start, expected = await self._resume(js)
+            start, first = await self._resume(js)
             found: asyncio.Queue[tuple[int, list[log.Relayed]]] = asyncio.Queue(maxsize=1)
             batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]] = asyncio.Queue(
                 maxsize=max(2, self.config.max_pending // self.config.batch_events + 1)
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._read_ahead(lead, start, found))
-                group.create_task(self._publish(js, expected, found, batches, nc.max_payload))
+                group.create_task(self._publish(js, first, found, batches, nc.max_payload))
                 group.create_task(self._acknowledge(batches))
         except* _SESSION_ERRORS as failed:
             raise failed.exceptions[0] from None
@@ -202,16 +206,23 @@ class NatsRelay:
                 window,
             )
 
-    async def _resume(self, js: JetStreamContext) -> tuple[int, str | None]:
+    async def _resume(self, js: JetStreamContext) -> tuple[int, dict[str, str]]:
         """Where to start: past the checkpoint and past the stream's last message (the
         stream holds a prefix of what the relay sent, so everything up to it is in);
-        and the id the first message must expect as the stream's last."""
+        and the headers that chain the first message to the stream as it was looked at:
+        its last sequence, which JetStream keeps on disk. (Its last message id would do
+        only while that message is inside the duplicate window: a server restarted
+        after a quiet spell knows no last id, and would refuse every session's first
+        message for good.)"""
         async with self._engine.begin() as conn:
             checkpoint = await log.read_checkpoint(conn, self._name)
         info = await js.stream_info(self.config.stream)
         last_seq = info.state.last_seq or 0
-        if last_seq == 0 or (info.state.messages or 0) == 0:
-            return checkpoint, None
+        if last_seq == 0:
+            return checkpoint, {}
+        first = {"Nats-Expected-Last-Sequence": str(last_seq)}
+        if (info.state.messages or 0) == 0:  # purged: nothing tells a position
+            return checkpoint, first
         last = await js.get_msg(self.config.stream, seq=last_seq)
         last_id = (last.headers or {}).get("Nats-Msg-Id")
         position = position_of(last_id)
@@ -223,7 +234,7 @@ class NatsRelay:
         if position is not None and position > checkpoint:
             async with self._engine.begin() as conn:
                 await log.advance(conn, self._name, position)
-            return position, last_id
+            return position, first
         if position is not None and position < checkpoint:
             logger.warning(
                 "relay: stream %s ends at position %d, its checkpoint is %d: events between "
@@ -232,7 +243,7 @@ class NatsRelay:
                 position,
                 checkpoint,
             )
-        return checkpoint, last_id
+        return checkpoint, first
 
     async def _read_ahead(
         self, lead: Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]
@@ -258,12 +269,15 @@ class NatsRelay:
     async def _publish(
         self,
         js: JetStreamContext,
-        expected: str | None,
+        first: dict[str, str],
         found: asyncio.Queue[tuple[int, list[log.Relayed]]],
         batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]],
         max_payload: int,
     ) -> None:
+        """Publish what ``_read_ahead`` finds, each message chained to the one before it
+        (the first to the stream as ``_resume`` found it, by ``first``)."""
         config = self.config
+        expected: str | None = None
         while True:
             reached, batch = await found.get()
             span = publish_span(config.stream, len(batch)) if tracing.on else None
@@ -273,6 +287,8 @@ class NatsRelay:
                 headers["Nats-Msg-Id"] = this = msg_id(event.tenant, event.position)
                 if expected is not None:
                     headers["Nats-Expected-Last-Msg-Id"] = expected
+                else:
+                    headers.update(first)
                 if len(payload) + 4096 > max_payload:  # headers are small: count them then
                     _check_size(event.position, payload, headers, max_payload)
                 acks.append(
@@ -315,6 +331,9 @@ class NatsRelay:
             every.result()
             return
         every.cancel()
+        # Its acks may still fail as the session's connection closes: that is the
+        # session's end, told once by ``_lead``, not an error for asyncio to log.
+        every.add_done_callback(_retrieved)
         if refused in done:
             raise PublishRefused("JetStream refused a publish")
         raise TimeoutError(f"no ack within {self.config.ack_timeout_s} s")
@@ -361,6 +380,11 @@ def _check_size(position: int, payload: bytes, headers: dict[str, str], max_payl
             f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
             "server's configuration (docs/relay.md)"
         )
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _describe(exc: BaseException) -> str:

@@ -1,5 +1,6 @@
 """The relay on a real nats-server: what a consumer receives, in which mode, from which
-tenants; one relay leading among several; and NATS unreachable for 10 s."""
+tenants; one relay leading among several; NATS unreachable for 10 s, and restarted after a
+quiet spell."""
 
 from __future__ import annotations
 
@@ -252,6 +253,34 @@ class TestUnreachable:
             await wait_relayed(app.state.relay._engine, "CAUSEWAY", timeout_s=60)
             got = await consume(nats_server.url, "CAUSEWAY", "check", len(ids))
         assert [orjson.loads(m.data)["id"] for m in got] == ids  # each once, in order
+
+
+class TestRestart:
+    async def test_after_a_restart_past_the_duplicate_window_the_relay_goes_on(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        """NATS restarts (same store, same port) and the log stays quiet for longer than the
+        stream's duplicate window: the restarted server no longer knows its last message's
+        id, and the relay's next session must still chain onto the stream. (A window of 1 s
+        keeps the test short; the default 120 s behaves alike after two quiet minutes.)"""
+        key = await make_key("acme")
+        first, second = event(), event()
+        with nats_servers(1) as server:
+            settings = nats_settings(server.url, nats_ack_timeout_s=0.5, nats_duplicate_window_s=1)
+            async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+                assert (
+                    await acme.post("/events", content=dumps([first]), headers=BATCH)
+                ).is_success
+                await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+                server.kill(0)
+                server.start(0)
+                await asyncio.sleep(2.5)  # past the window
+                assert (
+                    await acme.post("/events", content=dumps([second]), headers=BATCH)
+                ).is_success
+                await wait_relayed(app.state.relay._engine, "CAUSEWAY", timeout_s=20)
+                got = await consume(server.url, "CAUSEWAY", "check", 2, timeout_s=5)
+        assert [orjson.loads(m.data)["id"] for m in got] == [first["id"], second["id"]]
 
 
 class TestBatches:
