@@ -34,7 +34,7 @@ from app.db.engine import Connection, Connector, DriverPool, Engine
 from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
-from app.store.records import MAX_POSITION
+from app.store.records import MAX_POSITION, parse_position
 from app.store.replication import read_age_s, read_head
 
 logger = logging.getLogger(__name__)
@@ -76,13 +76,13 @@ def parse_min_position(text: str | None) -> int | None:
     """The position a header or parameter names; a ``BadRequest`` for anything else."""
     if text is None or text.strip() == "":
         return None
-    value = text.strip()
-    if not value.isdigit() or int(value) > MAX_POSITION:
+    value = parse_position(text.strip())
+    if value is None:
         raise BadRequest(
             f"{MIN_POSITION_HEADER} (or {MIN_POSITION_PARAMETER}) must be a position "
-            f"(a whole number from 0 to {MAX_POSITION}), got {text!r}"
+            f"(a whole number from 0 to {MAX_POSITION}), got {text[:64]!r}"
         )
-    return int(value)
+    return value
 
 
 class ReadRouter:

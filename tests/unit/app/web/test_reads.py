@@ -36,7 +36,11 @@ class TestMinPosition:
         assert parse_min_position(None) is None
         assert parse_min_position("") is None
 
-    @pytest.mark.parametrize("text", ["-1", "x", "1.5", "99999999999999999999999"])
+    # "²" is a digit to str.isdigit but not to int; int refuses past 4,300 digits: each
+    # was a 500 from GraphQL's context before it was a BadRequest.
+    @pytest.mark.parametrize(
+        "text", ["-1", "x", "1.5", "99999999999999999999999", "\u00b2", "1" * 5000]
+    )
     def test_anything_else_is_a_bad_request(self, text: str) -> None:
         with pytest.raises(BadRequest, match="Causeway-Min-Position"):
             parse_min_position(text)
