@@ -212,7 +212,10 @@ class Loaders:
                     after=after,
                     limit=max(self._budget.left, 0) + 1,
                 )
-                self._budget.spend(sum(len(page.events) for page in found.values()))
+                # Every row read counts, each page's look-ahead row too: a page the row
+                # limit cut then spends past the budget and is refused, never answered
+                # short with hasNextPage false.
+                self._budget.spend(sum(len(p.events) + p.has_next for p in found.values()))
                 pages.update({(p, first, after): found[p] for p in positions})
         return [pages[k] for k in keys]
 

@@ -140,6 +140,39 @@ class TestAnswerBudget:
         [error] = body["errors"]
         assert error["extensions"]["code"] == "ANSWER_TOO_LARGE"
 
+    @pytest.mark.parametrize(
+        ("first", "each", "budget"),
+        [
+            pytest.param(1, 2, 32, id="a page of one of two"),
+            pytest.param(0, 1, 31, id="no edges, pageInfo alone"),
+        ],
+    )
+    async def test_a_page_of_effects_the_budget_cut_is_refused_not_answered_short(
+        self, database_url: URL, make_key: MakeKey, first: int, each: int, budget: int
+    ) -> None:
+        """Three causes with ``each`` effects, a page of ``first`` effects each, loaded
+        in one statement whose rows the budget caps: each page's look-ahead row counts,
+        so a page the cap cut is refused, never answered with hasNextPage false (it was,
+        at these budgets, for the last cause)."""
+        query = (
+            '{ events(first: 3, filter: {types: ["cause.v1"]}) { edges { node { id '
+            f"effects(first: {first}) {{ pageInfo {{ hasNextPage }} }} }} }} }} }}"
+        )
+        causes = [cloudevent(id=name, type="cause.v1") for name in "abc"]
+        effects = [cloudevent(causationid=c) for c in "abc" for _ in range(each)]
+        async with limited(database_url, make_key, graphql_max_answer_items=budget) as client:
+            posted = await client.post("/events", content=dumps(causes + effects), headers=BATCH)
+            assert posted.status_code == 201, posted.text
+            body = await ask(client, query)
+        if "errors" in body:
+            assert body["errors"][0]["extensions"]["code"] == "ANSWER_TOO_LARGE", body
+        else:
+            pages = {
+                e["node"]["id"]: e["node"]["effects"]["pageInfo"]["hasNextPage"]
+                for e in body["data"]["events"]["edges"]
+            }
+            assert pages == {"a": True, "b": True, "c": True}
+
     async def test_walks_count_against_it(self, budgeted: httpx2.AsyncClient) -> None:
         aliases = " ".join(
             f'l{n}: lineage(id: "hub", direction: DOWNSTREAM) {{ truncated }}' for n in range(6)
