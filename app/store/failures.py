@@ -19,6 +19,10 @@ BAD_VALUE = (
     "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
 )
 UNREACHABLE = "the database is unreachable or the statement timed out; nothing was written, retry"
+PAST_LIMITS = (
+    "a value is past what PostgreSQL can store or index (an attribute too long for an "
+    "index entry, data nested too deep); nothing was written"
+)
 
 # A lost connection, a server that is starting or stopping, a statement or lock timeout
 # (QueryCanceled is an OperationalError), and no pooled connection free in time.
@@ -26,13 +30,24 @@ _UNAVAILABLE = (OperationalError, psycopg.OperationalError, PoolTimeout)
 # Class 22 of SQLSTATE: a parameter PostgreSQL cannot take. Every write path checks its
 # values first, so this is a read given a NUL character or an oversized number.
 _BAD_VALUE = (DataError, psycopg.DataError)
+# Class 54 of SQLSTATE (program_limit_exceeded): a value past what PostgreSQL takes, such as
+# an index entry over a third of a page. psycopg makes it an OperationalError, but no retry
+# can succeed: it is the request's own fault, as class 22 is.
+_PAST_LIMITS = psycopg.errors.ProgramLimitExceeded
 # What the faces register handlers for (Starlette finds a handler along the MRO).
 DRIVER_ERRORS: tuple[type[Exception], ...] = (*_UNAVAILABLE, *_BAD_VALUE)
 
 
 def is_unavailable(exc: BaseException) -> bool:
     """Whether ``exc`` says the database did not answer (a retry may succeed)."""
-    return isinstance(exc, _UNAVAILABLE)
+    return isinstance(exc, _UNAVAILABLE) and not is_past_limits(exc)
+
+
+def is_past_limits(exc: BaseException) -> bool:
+    """Whether PostgreSQL refused a value past its limits (SQLSTATE class 54), whether the
+    error comes wrapped by SQLAlchemy or straight from psycopg: the request's own fault."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    return isinstance(cause, _PAST_LIMITS)
 
 
 def is_database_away(exc: BaseException) -> bool:
@@ -81,6 +96,8 @@ def connection_problem(exc: BaseException) -> str | None:
 def as_app_error(exc: BaseException) -> AppError | None:
     """The ``AppError`` a driver error stands for, or None when it is none of ours to
     name (a bug: the caller logs it and answers a masked 500)."""
+    if is_past_limits(exc):
+        return BadRequest(PAST_LIMITS)
     if isinstance(exc, _UNAVAILABLE):
         return Unavailable(UNREACHABLE, headers={"Retry-After": "1"})
     if isinstance(exc, _BAD_VALUE):

@@ -55,6 +55,7 @@ from app.store.append.connections import KeptConnection, KeptConnections
 from app.store.append.tail_cache import QUIET_GROUPS, Planned, TailCache
 from app.store.append.wake_hints import WakeHints
 from app.store.append.writes import HeadMoved, MovedGroup, appended_types, write_group, write_shared
+from app.store.failures import is_past_limits
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
 from app.telemetry import metrics, tracing
@@ -437,11 +438,13 @@ def _moved(
 
 def _fails_alone(exc: BaseException) -> bool:
     """Whether ``exc`` is one request's own fault rather than the transaction's:
-    PostgreSQL refused a value or a row (SQLSTATE class 22 or 23, through the driver or
+    PostgreSQL refused a value or a row (SQLSTATE class 22, 23 or 54, through the driver or
     wrapped by SQLAlchemy), or the code that plans and writes a request raised (or the
     head moved under a group planned ahead). A lost connection, a timeout or a
     cancellation fails every request in the group alike."""
     if isinstance(exc, psycopg.DataError | psycopg.IntegrityError | DataError | IntegrityError):
+        return True
+    if is_past_limits(exc):  # an attribute too long to index, say: no retry can succeed
         return True
     return isinstance(exc, Exception) and not isinstance(
         exc, psycopg.Error | SQLAlchemyError | OSError

@@ -4,6 +4,7 @@ and the global order stays gap-free with writers in two server processes."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import async_url, driver_of
-from app.errors import Unavailable, UnknownCause
+from app.errors import BadRequest, Unavailable, UnknownCause
 from app.store.append.group_commit import Appender
+from app.store.failures import as_app_error
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from tests.in_process import serving as serving_in_process
@@ -218,6 +220,34 @@ async def test_a_request_whose_planning_raises_fails_alone(engine: AsyncEngine) 
     )
     refused = [o for o in outcomes if isinstance(o, BaseException)]
     assert [type(o) for o in refused] == [TypeError]
+    assert sorted(o[0].id for o in outcomes if isinstance(o, list)) == sorted(e.id for e in good)
+    await appender.close()
+    async with engine.connect() as conn:
+        assert (await verify_chain(conn)).count == len(good)
+
+
+async def test_a_request_past_postgresqls_limits_fails_alone_and_is_a_400(
+    engine: AsyncEngine,
+) -> None:
+    """A stream too long for an index entry (a third of a page; random text, which
+    PostgreSQL cannot compress): SQLSTATE 54000, which psycopg makes an OperationalError.
+    It failed every request of its group, as an unreachable database does, and answered
+    503 "retry"; it is the request's own fault, and no retry can succeed."""
+    long = secrets.token_hex(2000)
+    bad = NewEvent(id="long", source="/s", type="t", stream=long)
+    good = [NewEvent(id=f"good-{n}", source="/s", type="t", stream="s") for n in range(6)]
+    appender = Appender(engine)
+    outcomes = await asyncio.gather(
+        *(appender.append("acme", [e]) for e in good[:3]),
+        appender.append("other-tenant", [bad]),
+        *(appender.append("acme", [e]) for e in good[3:]),
+        return_exceptions=True,
+    )
+    [refused] = [o for o in outcomes if isinstance(o, BaseException)]
+    assert isinstance(refused, psycopg.errors.ProgramLimitExceeded)
+    named = as_app_error(refused)
+    assert isinstance(named, BadRequest)
+    assert "past what PostgreSQL can store or index" in named.detail
     assert sorted(o[0].id for o in outcomes if isinstance(o, list)) == sorted(e.id for e in good)
     await appender.close()
     async with engine.connect() as conn:
