@@ -12,7 +12,10 @@ service asks to (429, 503 and their ``Retry-After``) or cannot be reached.
 
 The handler answers the task's result events (each is appended caused by the task's
 trigger), or raises ``TaskFailed(class, message)``; any other exception fails the attempt
-as ``unknown``. Like ``ingest.client``, it imports nothing of ``app`` and speaks only HTTP.
+as ``unknown``. A failure's message is sent as the service can store it (U+0000 and
+unpaired surrogates written out as ``\\u0000``, ``\\udcff``; cut to 4,000 characters).
+A worker may run again once a run has ended. Like ``ingest.client``, it imports nothing of
+``app`` and speaks only HTTP.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import partial
 from types import TracebackType
@@ -38,11 +41,15 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
 _BUSY = (429, 503)  # answers that say "later", not "never"
+_MESSAGE_CAP = 4000  # characters of a failure's message the service takes (POST /tasks/fail)
+# The classes the service takes for a failure (any other refuses the whole batch's report).
+_ERROR_CLASSES = ("transient", "unknown", "data_invalid", "model_version_mismatch")
 
 
 class TaskFailed(Exception):
     """Raised by a handler: the attempt failed with ``error_class`` (``transient``,
-    ``unknown``, ``data_invalid`` or ``model_version_mismatch``)."""
+    ``unknown``, ``data_invalid`` or ``model_version_mismatch``; another class fails it as
+    ``unknown``, the message naming that class)."""
 
     def __init__(self, error_class: str, message: str) -> None:
         super().__init__(message)
@@ -103,51 +110,76 @@ class Worker:
         self._max_backoff_s = max_backoff_s
         self._held: dict[str, _Held] = {}
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self.stats = WorkerStats()
+        self._stopping = threading.Event()  # stop(): lease no more in the run at hand
+        self._running = False
+        self.stats = WorkerStats()  # counted over every run of this worker
 
     def run(self, *, max_tasks: int | None = None, until_idle: bool = False) -> WorkerStats:
-        """Work until ``stop()``, until ``max_tasks`` tasks were leased, or (``until_idle``)
-        until a lease request finds nothing. What it leased is completed or failed first.
-        A batch's completions go with the request that leases the next batch (one request
-        a batch, not two), unless there is no next batch to ask for."""
-        beating = threading.Thread(target=self._heartbeats, name="heartbeats", daemon=True)
-        beating.start()
+        """Work until ``stop()``, until ``max_tasks`` tasks were leased in this run, or
+        (``until_idle``) until a lease request finds nothing. What it leased is completed
+        or failed first. A batch's completions go with the request that leases the next
+        batch (one request a batch, not two), unless there is no next batch to ask for.
+        Answers what this run did (``stats`` counts every run); a worker runs once at a
+        time (``RuntimeError`` otherwise), and again after a run has ended."""
+        with self._lock:
+            if self._running:
+                raise RuntimeError("this worker is running already")
+            self._running = True
+        before = WorkerStats(*(getattr(self.stats, f.name) for f in fields(WorkerStats)))
+        beats_end = threading.Event()  # the heartbeats end with the run, not with stop()
+        beating = threading.Thread(
+            target=self._heartbeats, args=(beats_end,), name="heartbeats", daemon=True
+        )
         try:
-            leases: list[Lease] = []
-            while True:
-                if not leases:
-                    wanted = self._wanted(max_tasks)
-                    if not wanted:
-                        break
-                    leases = self._retrying(partial(self._lease, wanted))
-                    if not leases:
-                        if until_idle:
-                            break
-                        continue
-                done = self._work(leases)
-                wanted = self._wanted(max_tasks)
-                if done and wanted:
-                    try:
-                        leases = self._retrying(partial(self._complete_and_lease, done, wanted))
-                    except CausewayError as refused:
-                        if refused.status != 413:
-                            raise
-                        self._complete(done)  # past the lease request's cap: on their own
-                        leases = []
-                        continue
-                    if not leases and until_idle:
-                        break
-                else:
-                    self._complete(done)
-                    leases = []
+            beating.start()
+            self._loop(max_tasks, until_idle, before.leased)
         finally:
-            self._stopping.set()
-            beating.join()
-        return self.stats
+            beats_end.set()
+            if beating.ident is not None:  # started
+                beating.join()
+            with self._lock:
+                self._held.clear()  # left by a run that raised: their leases lapse
+                self._stopping.clear()  # a stop() ends one run: the next one works
+                self._running = False
+        return WorkerStats(
+            *(getattr(self.stats, f.name) - getattr(before, f.name) for f in fields(WorkerStats))
+        )
+
+    def _loop(self, max_tasks: int | None, until_idle: bool, leased_before: int) -> None:
+        """``run()``'s work: lease, work and complete batch after batch until it ends."""
+        wanted_now = partial(self._wanted, max_tasks, leased_before)
+        leases: list[Lease] = []
+        while True:
+            if not leases:
+                wanted = wanted_now()
+                if not wanted:
+                    break
+                leases = self._retrying(partial(self._lease, wanted))
+                if not leases:
+                    if until_idle:
+                        break
+                    continue
+            done = self._work(leases)
+            wanted = wanted_now()
+            if done and wanted:
+                try:
+                    leases = self._retrying(partial(self._complete_and_lease, done, wanted))
+                except CausewayError as refused:
+                    if refused.status != 413:
+                        raise
+                    self._complete(done)  # past the lease request's cap: on their own
+                    leases = []
+                    continue
+                if not leases and until_idle:
+                    break
+            else:
+                self._complete(done)
+                leases = []
 
     def stop(self) -> None:
-        """Stop after the batch at hand (from another thread, or a handler)."""
+        """Stop after the batch at hand (from another thread, or a handler): its tasks are
+        still heartbeated, worked and completed. Between runs, it stops the next run
+        before that leases anything."""
         self._stopping.set()
 
     def close(self) -> None:
@@ -165,13 +197,14 @@ class Worker:
     ) -> None:
         self.close()
 
-    def _wanted(self, max_tasks: int | None) -> int:
-        """How many tasks to ask for next: none once stopping or ``max_tasks`` are leased."""
+    def _wanted(self, max_tasks: int | None, leased_before: int) -> int:
+        """How many tasks to ask for next: none once stopping or once ``max_tasks`` are
+        leased since the run began (when ``stats.leased`` was ``leased_before``)."""
         if self._stopping.is_set():
             return 0
         if max_tasks is None:
             return self._batch
-        return max(min(self._batch, max_tasks - self.stats.leased), 0)
+        return max(min(self._batch, max_tasks - (self.stats.leased - leased_before)), 0)
 
     def _lease(self, wanted: int) -> list[Lease]:
         return self._hold(
@@ -213,9 +246,9 @@ class Worker:
             try:
                 done.append((lease, list(self._handler(lease) or [])))
             except TaskFailed as failure:
-                failed.append((lease, failure.error_class, failure.message[:4000]))
+                failed.append((lease, *_failure(failure)))
             except Exception as exc:  # a handler's bug fails its task, not the loop
-                failed.append((lease, "unknown", f"{type(exc).__name__}: {exc}"[:4000]))
+                failed.append((lease, "unknown", _storable(f"{type(exc).__name__}: {_str(exc)}")))
         if failed:
             answers = self._retrying(lambda: self._client.fail_many(failed))
             self._count(answers, "failed")
@@ -245,8 +278,9 @@ class Worker:
                 self.stats.lost += 1
                 logger.warning("task %s: %s", answer["task"], answer["problem"].get("detail"))
 
-    def _heartbeats(self) -> None:
-        while not self._stopping.wait(0.5):
+    def _heartbeats(self, end: threading.Event) -> None:
+        """Extend the leases held past half their length, every half second until ``end``."""
+        while not end.wait(0.5):
             now = time.monotonic()
             with self._lock:
                 due = [held for held in self._held.values() if held.renew_at <= now]
@@ -280,6 +314,33 @@ class Worker:
             if pause is None:
                 pause = min(self._max_backoff_s, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
             time.sleep(min(pause, self._max_backoff_s))
+
+
+def _failure(failure: TaskFailed) -> tuple[str, str]:
+    """The class and message to report for ``failure``; a class the service does not take
+    (it would refuse the whole batch's report) is reported as ``unknown``, naming it."""
+    error_class, message = failure.error_class, _str(failure.message)
+    if error_class not in _ERROR_CLASSES:
+        logger.warning("TaskFailed with the unknown class %r: failed as unknown", error_class)
+        message = f"TaskFailed({_str(error_class)!r}): {message}"
+        error_class = "unknown"
+    return error_class, _storable(message)
+
+
+def _storable(message: str) -> str:
+    """``message`` as the service can take and store it: U+0000 (which PostgreSQL cannot
+    store) written out as ``\\u0000``, an unpaired surrogate (which is not UTF-8, nor
+    JSON) as ``\\udcff``; then cut to the service's cap."""
+    text = message.replace("\x00", "\\u0000")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:_MESSAGE_CAP]
+
+
+def _str(value: object) -> str:
+    """``str(value)``, or a stand-in when its ``__str__`` raises (a handler's bug)."""
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown>"
 
 
 def _seconds_until(expires_at: str) -> float:

@@ -1,6 +1,8 @@
 """The worker library (``ingest.worker``) against a real ``causeway serve``, as the bench
 runs it: workers lease and complete in batches, a failed attempt is retried, every task
-completes once, a long task keeps its lease by heartbeats, and the chain verifies after."""
+completes once, a long task keeps its lease by heartbeats, and the chain verifies after.
+``stop()`` ends a run after the batch at hand (still heartbeated), a worker runs again
+after, and a handler's error fails its task whatever its text, never the worker's loop."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 import httpx2
 import orjson
+import pytest
 from sqlalchemy import URL
 
 from app.db.engine import create_engine
@@ -105,6 +108,107 @@ def test_results_past_the_lease_requests_cap_are_completed_on_their_own(
         assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [
             0, 1, 2, 3
         ]  # fmt: skip
+
+
+def test_stop_keeps_the_batch_at_hand_leased_and_the_worker_runs_again(
+    database_url: URL, tmp_path: Path
+) -> None:
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
+    key = create_key(env, "acme", "admin,worker")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        _queue_jobs(base, auth, 4)
+        _wait_ready(base, auth, 4)
+        first_run = True
+        worker: Worker
+
+        def handler(lease: Lease) -> list[dict[str, Any]]:
+            if first_run:
+                worker.stop()  # from a handler: the rest of this batch is still done
+                with pytest.raises(RuntimeError, match="running already"):
+                    worker.run()
+                time.sleep(1.6)  # the batch takes 3.2 s, past its 2 s leases
+            return [event(type="job.done", data={"n": lease.trigger["data"]["n"]})]
+
+        with Worker(base, key, queue="jobs", name="w", handler=handler, batch=2, wait_s=0.5,
+                    lease_s=2.0) as worker:  # fmt: skip
+            stopped = worker.run()
+            first_run = False
+            assert (stopped.leased, stopped.completed, stopped.lost) == (2, 2, 0), stopped
+            again = worker.run(max_tasks=1)  # counted in this run, not since the worker began
+            assert (again.leased, again.completed, again.lost) == (1, 1, 0), again
+            worker.stop()  # between runs: the next run leases nothing ...
+            assert worker.run(until_idle=True).leased == 0
+            last = worker.run(until_idle=True)  # ... and the one after works
+            assert (last.leased, last.completed, last.lost) == (1, 1, 0), last
+            assert (worker.stats.leased, worker.stats.completed, worker.stats.lost) == (4, 4, 0)
+        queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]
+        assert (queue["ready"], queue["in_flight"], queue["dead_letters"]) == (0, 0, 0)
+        done = httpx2.get(f"{base}/replay", params={"types": "job.done"}, headers=auth)
+        assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [
+            0, 1, 2, 3
+        ]  # fmt: skip
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def test_a_handler_error_of_any_text_fails_its_task_not_the_worker(
+    database_url: URL, tmp_path: Path
+) -> None:
+    # U+0000 (PostgreSQL cannot store it: 422 for the whole report), an unpaired surrogate
+    # (not UTF-8: JSON encoding raises), text long once escaped, a class the service does
+    # not take, and an exception that cannot be shown each fail their task alone.
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
+    key = create_key(env, "acme", "admin,worker")
+    errors: list[Exception] = [
+        ValueError("bad frame header \x00\x01"),
+        ValueError(b"bad name \xff".decode("utf-8", "surrogateescape")),
+        TaskFailed("data_invalid", "\x00" * 3000),
+        TaskFailed("bogus", "no such class"),
+        _Unprintable(),
+    ]
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        _queue_jobs(base, auth, len(errors) + 1, max_retries=0)
+        _wait_ready(base, auth, len(errors) + 1)
+        task_of: dict[int, str] = {}
+
+        def handler(lease: Lease) -> list[dict[str, Any]]:
+            n = lease.trigger["data"]["n"]
+            task_of[n] = lease.task_id
+            if n < len(errors):
+                raise errors[n]
+            return []
+
+        with Worker(base, key, queue="jobs", name="w", handler=handler, batch=10,
+                    wait_s=0.5) as worker:  # fmt: skip
+            stats = worker.run(until_idle=True)
+        assert (stats.leased, stats.failed, stats.completed, stats.lost) == (6, 5, 1, 0), stats
+        dead = httpx2.get(f"{base}/dead-letters", params={"queue": "jobs"}, headers=auth)
+        error = {task["id"]: task["error"] for task in dead.json()["dead_letters"]}
+        assert [error[task_of[n]] for n in range(len(errors))] == [
+            {"class": "unknown", "message": "ValueError: bad frame header \\u0000\x01"},
+            {"class": "unknown", "message": "ValueError: bad name \\udcff"},
+            {"class": "data_invalid", "message": "\\u0000" * 666 + "\\u00"},  # 4,000
+            {"class": "unknown", "message": "TaskFailed('bogus'): no such class"},
+            {"class": "unknown", "message": "_Unprintable: <_Unprintable that cannot be shown>"},
+        ]
+
+
+def _wait_ready(base: str, auth: dict[str, str], count: int) -> None:
+    """Until the dispatcher has made ``count`` tasks ready (so one lease finds them all)."""
+    deadline = time.monotonic() + 20
+    while True:
+        queues = httpx2.get(f"{base}/queues", headers=auth).json()["queues"]
+        if queues and queues[0]["ready"] >= count:
+            return
+        assert time.monotonic() < deadline, "the tasks were not made in time"
+        time.sleep(0.1)
 
 
 def _queue_jobs(base: str, auth: dict[str, str], count: int, **route: Any) -> None:
