@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
 from app.errors import AppError
@@ -152,20 +152,51 @@ def _stored_route(spec: dict[str, object]) -> r.Route | None:
 
 
 async def _count_towards_prewarm(conn: Connection, route: r.Route, record: ChainRecord) -> None:
-    """Keep the source's matching events of the last ``within_s``; at ``count`` of them,
-    ask for the model to be pre-warmed, caused by exactly those events, and start over."""
+    """Count the event in its source's window; once ``count`` events lie within
+    ``within_s`` of each other (by event time), ask for the model to be pre-warmed,
+    caused by exactly those events, which then count no more."""
     rule = route.prewarm
     if rule is None:
         return
     key = route_rows.PrewarmKey(record.tenant, route.id, record.source)
     window = await route_rows.fetch_prewarm_window(conn, key)
     at_us = _micros(r.event_time(record))
-    recent = [[i, us] for i, us in window if us > at_us - rule.within_s * 1e6]
-    recent.append([record.id, at_us])
-    if len(recent) >= rule.count:
-        await _request_prewarm(conn, route, record, [i for i, _ in recent])
-        recent = []
-    await route_rows.write_prewarm_window(conn, key, recent)
+    causes, kept = _prewarm_step(window, [record.id, at_us], rule.count, rule.within_s * 1e6)
+    if causes:
+        await _request_prewarm(conn, route, record, causes)
+    await route_rows.write_prewarm_window(conn, key, kept)
+
+
+def _prewarm_step(
+    window: list[list[Any]], entry: list[Any], count: int, within_us: float
+) -> tuple[list[str], list[list[Any]]]:
+    """The ids of the ``count`` events (``entry`` among them) that lie within ``within_us``
+    of each other, in log order ([] for none), and the window to keep: ``[id, µs]``
+    pairs in log order.
+
+    A late event is matched on both sides of its time, so it never counts with events
+    far newer than it. Any such set would include ``entry``: the kept window holds none
+    without it. It exists when ``count`` consecutive events by time around ``entry`` span
+    less than ``within_us``; the earliest is taken, so a rebuild takes the same. The
+    window keeps only events later than the newest one's time less ``within_us``, as
+    before (a late event older than that is matched, never kept): fewer than ``count``
+    events, all within ``within_us`` of each other."""
+    pairs = [*window, entry]
+    by_time = sorted(range(len(pairs)), key=lambda n: int(pairs[n][1]))  # stable: log order
+    at = by_time.index(len(pairs) - 1)
+    chosen: set[int] = set()
+    for first in range(max(0, at - count + 1), min(at, len(pairs) - count) + 1):
+        run = by_time[first : first + count]
+        if int(pairs[run[-1]][1]) - int(pairs[run[0]][1]) < within_us:
+            chosen = set(run)
+            break
+    newest = int(pairs[by_time[-1]][1])
+    kept = [
+        pair
+        for n, pair in enumerate(pairs)
+        if n not in chosen and int(pair[1]) > newest - within_us
+    ]
+    return [str(pairs[n][0]) for n in sorted(chosen)], kept
 
 
 async def _request_prewarm(

@@ -1,20 +1,22 @@
 """Reads of the log for the decisions Causeway records about its own work (the scheduler's
 task and route streams): a stream's entries, the last of some types, one event by id (or
-which of many ids it holds), what a stream's events caused, and how far a projection has
-read.
+which of many ids it holds), what a stream's events caused, the mean time some of them
+came after the entries before them, and how far a projection has read.
 
 Every read is within one tenant and in the caller's connection. Entries come back with
-their ``data`` as stored, never narrowed by a JSON path: what a decision means is the
-caller's to say (``scheduler.decisions``), not the query's.
+their ``data`` as stored, never narrowed by a JSON path of the query's own: what a
+decision means is the caller's to say (``scheduler.decisions``), not the query's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import DateTime, Text, and_, bindparam, cast, func, select
+from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events, projection_checkpoints
@@ -86,6 +88,47 @@ async def read_last(
         statement = statement.where(_e.type.in_(tuple(types)))
     row = (await conn.execute(statement.order_by(_e.stream_version.desc()).limit(1))).one_or_none()
     return None if row is None else LoggedEntry(row.type, row.position, row.time_rfc3339, row.data)
+
+
+async def mean_wait_s(
+    conn: AsyncConnection,
+    tenant: str,
+    streams: Collection[str],
+    *,
+    entry_type: str,
+    since: datetime,
+    ready_from: Sequence[str],
+) -> float | None:
+    """The mean time from the entry before each ``entry_type`` event of ``streams`` timed
+    after ``since`` to that event, in seconds; None when there is none. The caller says
+    which member of the entry before holds the time it counts from (the first of
+    ``ready_from`` that it has: RFC 3339 text), as what a decision means is its to say.
+    One statement; each event's predecessor by the unique (tenant, stream, version) index."""
+    if not streams:
+        return None
+    entry, before = events.alias("entry"), events.alias("before")
+    counted = func.coalesce(*(before.c.data[key].astext for key in ready_from))
+    wait = func.extract("epoch", entry.c.time - cast(counted, DateTime(timezone=True)))
+    statement = (
+        select(func.avg(wait))
+        .select_from(entry)
+        .join(
+            before,
+            and_(
+                before.c.tenant == entry.c.tenant,
+                before.c.stream == entry.c.stream,
+                before.c.stream_version == entry.c.stream_version - 1,
+            ),
+        )
+        .where(
+            entry.c.tenant == tenant,
+            entry.c.stream == func.any(array(list(streams), type_=Text)),
+            entry.c.type == entry_type,
+            entry.c.time > since,
+        )
+    )
+    waited = (await conn.execute(statement)).scalar()
+    return None if waited is None else float(waited)
 
 
 async def read_entry(conn: AsyncConnection, tenant: str, event_id: str) -> LoggedEntry | None:

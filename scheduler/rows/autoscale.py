@@ -1,5 +1,5 @@
 """The ``queue_autoscale`` table (each queue's controller state and latest advice), and
-the reads of ``tasks`` that measure a queue's latency for it.
+the reads of ``tasks`` that measure a queue's latency (with its decisions in the log).
 
 A queue's row is taken with ``SKIP LOCKED``, so processes advising at once never wait for
 each other, and the active queues come in a fixed order, so they lock rows in one order.
@@ -16,6 +16,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import queue_autoscale, tasks
+from app.store import decision_reads as log
+from scheduler.tasks import LEASED, stream_of
 
 _a = queue_autoscale.c
 
@@ -96,16 +98,28 @@ async def read_active_queues(conn: AsyncConnection) -> list[tuple[str, str]]:
 async def read_latency_s(
     conn: AsyncConnection, tenant: str, queue: str, *, since: datetime, now: datetime
 ) -> float:
-    """The longer of the mean wait (ready until leased) of the queue's tasks leased after
-    ``since``, and the age at ``now`` of its oldest ready task, to the millisecond."""
+    """The longer of the mean wait (ready until leased) of the queue's leases granted
+    after ``since``, and the age at ``now`` of its oldest ready task, to the millisecond.
+
+    The waits are the log's (``decision_reads.mean_wait_s``: each ``leased`` decision
+    less the one before it, which made the task ready: ``retry_at`` of a retry, else its
+    ``at``, ``scheduler.tasks.fold``), not the row's: a retry or requeue moves the row's
+    ``available_at`` past its ``leased_at``, so a task failed since its lease read as
+    minus its backoff, and one leased twice in the window kept only its last wait. The
+    rows say which tasks were leased in the window (a lease after ``since`` leaves
+    ``leased_at`` after it)."""
     c = tasks.c
-    waited = (
-        await conn.execute(
-            select(
-                func.avg(func.extract("epoch", c.leased_at - c.available_at)),
-            ).where(c.tenant == tenant, c.queue == queue, c.leased_at > since)
-        )
-    ).scalar()
+    leased = await conn.execute(
+        select(c.id).where(c.tenant == tenant, c.queue == queue, c.leased_at > since)
+    )
+    waited = await log.mean_wait_s(
+        conn,
+        tenant,
+        [stream_of(task_id) for task_id in leased.scalars()],
+        entry_type=LEASED,
+        since=since,
+        ready_from=("retry_at", "at"),
+    )
     oldest = (
         await conn.execute(
             select(func.min(c.available_at)).where(
@@ -117,7 +131,7 @@ async def read_latency_s(
         )
     ).scalar()
     age = (now - oldest).total_seconds() if oldest is not None else 0.0
-    return round(max(float(waited or 0.0), age, 0.0), 3)
+    return round(max(waited or 0.0, age, 0.0), 3)
 
 
 def _row(row: Row[Any]) -> AutoscaleRow:

@@ -82,3 +82,47 @@ class TestDebounceAndPrewarm:
         [request] = await events_of_type(admin, "causeway.model.prewarm_requested")
         assert request["data"]["model"] == "face-recognition"
         assert request["causationid"].split(",") == [m["id"] for m in motions]
+
+    # A late event was counted with every kept event newer than it, however much newer:
+    # 12:00, 12:10 and a late 11:00 asked for a pre-warm caused by 12:10 and 11:00.
+    async def test_a_late_event_is_not_counted_with_events_far_newer_than_it(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(
+            admin, id="warm", types=["camera.motion"],
+            prewarm={"model": "faces", "count": 2, "within_s": 60},
+        )  # fmt: skip
+        for at in ("12:00:00", "12:10:00", "11:00:00"):
+            await post(admin, type="camera.motion", source="/cam/1", time=f"2026-11-30T{at}Z")
+        await catch_up(app)
+        assert await events_of_type(admin, "causeway.model.prewarm_requested") == []
+
+    async def test_a_late_event_counts_with_the_events_within_the_window_of_it(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        await define(
+            admin, id="warm", types=["camera.motion"],
+            prewarm={"model": "faces", "count": 3, "within_s": 60},
+        )  # fmt: skip
+        # Late: 11:00:00 lies an hour from the rest, 12:09:55 within 55 s of the first two;
+        # 12:10:20 comes after the request, whose events count no more.
+        sent = [
+            await post(admin, type="camera.motion", source="/cam/1", time=f"2026-11-30T{at}Z")
+            for at in ("12:10:00", "12:10:50", "11:00:00", "12:09:55", "12:10:20")
+        ]
+        await catch_up(app)
+        [request] = await events_of_type(admin, "causeway.model.prewarm_requested")
+        assert request["causationid"].split(",") == [sent[n]["id"] for n in (0, 1, 3)]
+        assert request["data"]["count"] == 3
+        # Replayed, the dispatcher decides the same: no request again, and 12:10:20 is
+        # still counted, with two more events within 60 s of it.
+        runner = app.state.runner
+        await runner.rebuild(runner.projection("scheduler-dispatch"))
+        assert await events_of_type(admin, "causeway.model.prewarm_requested") == [request]
+        more = [
+            await post(admin, type="camera.motion", source="/cam/1", time=f"2026-11-30T{at}Z")
+            for at in ("12:10:40", "12:10:45")
+        ]
+        await catch_up(app)
+        [_, again] = await events_of_type(admin, "causeway.model.prewarm_requested")
+        assert again["causationid"].split(",") == [e["id"] for e in (sent[4], *more)]
