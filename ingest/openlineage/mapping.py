@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -63,8 +64,10 @@ class Parsed:
     id: str
     stream: str
     state: str | None  # a run event's eventType, lower case ("other" when it has none)
+    time: datetime  # eventTime
     run_id: str | None
-    parent_run_id: str | None
+    parent_run_id: str | None  # the parent facet's run.runId, a non-empty string
+    root_run_id: str | None  # the parent facet's root.run.runId, a non-empty string
     inputs: tuple[DatasetRef, ...]
     outputs: tuple[DatasetRef, ...]
 
@@ -103,13 +106,14 @@ def event_id(event: dict[str, Any]) -> str:
 
 
 def parse(kind: Kind, event: dict[str, Any], body: bytes) -> Parsed:
-    run_id = parent = state = None
+    run_id = parent = root = state = None
     if kind is Kind.RUN:
         run_id = str(event["run"]["runId"])
         state = str(event.get("eventType") or "OTHER").lower()
-        parent_facet = (event["run"].get("facets") or {}).get("parent") or {}
-        parent_run = (parent_facet.get("run") or {}).get("runId")
-        parent = str(parent_run) if isinstance(parent_run, str) else None
+        # The schema checks no facet's body: a parent facet of another shape names no run.
+        parent_facet = (event["run"].get("facets") or {}).get("parent")
+        parent = _member(parent_facet, "run", "runId")
+        root = _member(parent_facet, "root", "run", "runId")
         stream = run_stream(run_id)
     elif kind is Kind.DATASET:
         stream = dataset_stream(event["dataset"]["namespace"], event["dataset"]["name"])
@@ -122,11 +126,27 @@ def parse(kind: Kind, event: dict[str, Any], body: bytes) -> Parsed:
         id=event_id(event),
         stream=stream,
         state=state,
+        time=_instant(str(event["eventTime"])),
         run_id=run_id,
         parent_run_id=parent,
+        root_run_id=root,
         inputs=_datasets(event.get("inputs"), "inputFacets"),
         outputs=_datasets(event.get("outputs"), "outputFacets"),
     )
+
+
+def _member(value: Any, *path: str) -> str | None:
+    """The non-empty string at ``path`` in ``value`` (objects all the way), or None."""
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value else None
+
+
+def _instant(text: str) -> datetime:
+    at, why = parse_rfc3339(text)
+    if at is None:  # cannot be: the schema checked the format (schema._checker)
+        raise ValueError(why)
+    return at
 
 
 def _datasets(items: Any, io_key: str) -> tuple[DatasetRef, ...]:
@@ -180,12 +200,11 @@ def _causes(parsed: Parsed, known: Known, input_versions: list[str]) -> tuple[st
     return tuple(dict.fromkeys(c for c in causes if c != parsed.id))
 
 
-def _correlation(parsed: Parsed) -> str | None:
+def correlation(parsed: Parsed) -> str | None:
+    """The root run, else the parent run, else the run itself (None: not a run event)."""
     if parsed.kind is not Kind.RUN:
         return None
-    parent = (parsed.event["run"].get("facets") or {}).get("parent") or {}
-    root = ((parent.get("root") or {}).get("run") or {}).get("runId")
-    return str(root or parsed.parent_run_id or parsed.run_id)
+    return parsed.root_run_id or parsed.parent_run_id or parsed.run_id
 
 
 def _subject(parsed: Parsed) -> str:
@@ -204,13 +223,13 @@ def _main_event(parsed: Parsed, causes: tuple[str, ...], version: int) -> NewEve
         stream=parsed.stream,
         subject=_subject(parsed),
         time=time,
-        time_value=parse_rfc3339(time)[0],
+        time_value=parsed.time,
         datacontenttype=_CONTENT_TYPE,
         dataschema=str(event["schemaURL"]),
         has_data=True,
         data_binary=parsed.body,
         causes=causes,
-        correlation_id=_correlation(parsed),
+        correlation_id=correlation(parsed),
         expected_version=version,
     )
 
@@ -229,7 +248,7 @@ def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
         stream=ref.stream,
         subject=ref.name,
         time=time,
-        time_value=parse_rfc3339(time)[0],
+        time_value=parsed.time,
         has_data=True,
         data={
             "namespace": ref.namespace,
@@ -246,5 +265,5 @@ def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
             "namedBy": parsed.id,
         },
         causes=() if external else (parsed.id,),
-        correlation_id=_correlation(parsed),
+        correlation_id=correlation(parsed),
     )

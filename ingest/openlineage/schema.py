@@ -12,6 +12,7 @@ errors point into the event; then to the whole schema. Formats are checked: ``uu
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -81,7 +82,7 @@ def validate(event: Any) -> Kind:
     kind = kind_of(event)
     validators = _validators()
     for validator in (validators[kind], validators[None]):
-        first = _first(list(validator.iter_errors(event)))
+        first = _first(validator.iter_errors(event))
         if first is not None:
             raise _refusal(first, kind)
     if kind is None:  # cannot be: the whole schema holds, so one branch matched
@@ -89,14 +90,26 @@ def validate(event: Any) -> Kind:
     return kind
 
 
-def _first(errors: list[ValidationError]) -> ValidationError | None:
+def _first(errors: Iterable[ValidationError]) -> ValidationError | None:
     """The first error in document order (by path); of several at that path, the most
-    relevant (``jsonschema``'s own ranking, as ``best_match`` uses it)."""
-    if not errors:
+    relevant (``jsonschema``'s own ranking, as ``best_match`` uses it). An ``anyOf`` or
+    ``oneOf`` of one branch (the spec wraps each map of facets in one) is told by the first
+    of that branch's errors, as ``best_match`` descends: the facet that lacks
+    ``_schemaURL``, not the whole map. Of several branches (RunEvent | DatasetEvent |
+    JobEvent), no branch's error is the one: the ``oneOf`` is."""
+    found = list(errors)
+    if not found:
         return None
-    earliest = min(tuple(str(p) for p in e.absolute_path) for e in errors)
-    at = [e for e in errors if tuple(str(p) for p in e.absolute_path) == earliest]
-    return max(at, key=relevance)
+    earliest = min(_place(e) for e in found)
+    first = max((e for e in found if _place(e) == earliest), key=relevance)
+    if first.context and len({e.relative_schema_path[0] for e in first.context}) == 1:
+        return _first(first.context)
+    return first
+
+
+def _place(error: ValidationError) -> tuple[tuple[bool, int | str], ...]:
+    """Where ``error`` is in the document, ordered as the document is (item 2 before 10)."""
+    return tuple((isinstance(p, str), p) for p in error.absolute_path)
 
 
 def pointer(path: Any) -> str:

@@ -3,14 +3,21 @@ the dataset versions and causes they make, refusals, retries, and tenants."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
+import hashlib
 from typing import Any
 
 import httpx2
 import orjson
+import pytest
 from fastapi import FastAPI
 
+from app.settings import Settings
+from app.store.keys import Principal
+from ingest.limits import Limits
+from ingest.openlineage.router import LineageIngest
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import STRUCTURED, dumps, event, registration
 from tests.integration.ingest.openlineage.shapes import (
@@ -40,6 +47,9 @@ async def post(client: httpx2.AsyncClient, event: dict[str, Any]) -> httpx2.Resp
 
 
 JSON = {"Content-Type": "application/json"}
+RUN = "0190a3e2-5b8c-7d4e-9f00-0123456789ab"
+# Text that does not compress (PostgreSQL compresses a long index entry before it refuses it)
+LONG = "".join(hashlib.sha256(bytes([i])).hexdigest() for i in range(125))
 
 
 async def ask(client: httpx2.AsyncClient, query: str, **variables: Any) -> dict[str, Any]:
@@ -222,6 +232,39 @@ class TestOrderAndRetries:
         assert (first.status_code, again.status_code) == (201, 200)
         assert again.json()["events"] == [dict(first.json()["events"][0], duplicate=True)]
 
+    async def test_events_of_one_run_sent_at_once_are_all_chained(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        run = new_run()
+        sent = [
+            run_event("RUNNING", run, "spark", time=f"2026-11-02T10:00:{i:02d}Z") for i in range(8)
+        ]
+        answers = await asyncio.gather(*(post(client, e) for e in sent))
+        assert [a.status_code for a in answers] == [201] * 8
+        events = await _stream(client, run)
+        assert [e["stream_version"] for e in events] == list(range(1, 9))
+        # one after the other: each caused by the one before, none by the same
+        assert [e["causes"] for e in events] == [[], *([e["id"]] for e in events[:-1])]
+
+    async def test_events_of_one_run_racing_from_two_processes_are_all_chained(
+        self, client: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        """Two processes' ingests share no lock: the loser of a race plans again."""
+        state = app.state
+        ingests = [LineageIngest(state.engine, state.appender, Limits()) for _ in range(2)]
+        acme = Principal(key_id="k", tenant="acme", scopes=frozenset())
+        run = new_run()
+        sent = [
+            run_event("RUNNING", run, "spark", time=f"2026-11-02T10:00:{i:02d}Z") for i in range(8)
+        ]
+        answers = await asyncio.gather(
+            *(ingests[i % 2].answer(acme, orjson.dumps(e)) for i, e in enumerate(sent))
+        )
+        assert [status for status, _, _ in answers] == [201] * 8
+        events = await _stream(client, run)
+        assert [e["stream_version"] for e in events] == list(range(1, 9))
+        assert [e["causes"] for e in events] == [[], *([e["id"]] for e in events[:-1])]
+
 
 class TestRefusals:
     async def test_a_malformed_event_is_refused_with_its_pointer(
@@ -236,11 +279,52 @@ class TestRefusals:
         assert problem["errors"][0]["pointer"] == "#/run/runId"
         missing = {k: v for k, v in run_event("START", new_run(), "x").items() if k != "eventTime"}
         assert (await post(client, missing)).json()["errors"][0]["pointer"] == "#"
+        # a facet without _producer and _schemaURL: pointed at, not the whole map of facets
         bad_facet = run_event("START", new_run(), "x", nominalTime={"nominalStartTime": "x"})
-        assert (await post(client, bad_facet)).json()["errors"][0]["pointer"] == "#/run/facets"
+        [error, *_] = (await post(client, bad_facet)).json()["errors"]
+        assert error["pointer"] == "#/run/facets/nominalTime"
+        assert "is a required property" in error["detail"]
+        table = dataset("s3://lake", "t", broken={"_schemaURL": "https://s"})
+        bad_input = run_event("START", new_run(), "x", inputs=[table])
+        [error, *_] = (await post(client, bad_input)).json()["errors"]
+        assert error == {
+            "pointer": "#/inputs/0/facets/broken",
+            "detail": "'_producer' is a required property",
+        }
         nul = await post(client, run_event("START", new_run(), "nul\u0000"))
         assert nul.status_code == 422
         assert "U+0000" in nul.json()["detail"]
+
+    @pytest.mark.parametrize(
+        ("where", "event"),
+        [
+            (
+                "#/outputs/0/name",
+                run_event("COMPLETE", RUN, "j", outputs=[dataset("s3://l", LONG)]),
+            ),
+            ("#/inputs/0/namespace", run_event("START", RUN, "j", inputs=[dataset(LONG, "t")])),
+            ("#/producer", run_event("START", RUN, "j", producer=f"https://p/{LONG}")),
+            ("#/job/name", run_event("START", RUN, LONG)),
+            ("#/run/facets/parent/run/runId", run_event("START", RUN, "j", parent=(LONG, "p"))),
+        ],
+        ids=["dataset-name", "dataset-namespace", "producer", "job-name", "parent-run-id"],
+    )
+    async def test_a_name_too_long_to_keep_is_refused_naming_it(
+        self, client: httpx2.AsyncClient, where: str, event: dict[str, Any]
+    ) -> None:
+        response = await post(client, event)
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["type"] == "/problems/event-too-large"
+        assert problem["errors"][0]["pointer"] == where
+        assert "over the 1024-byte limit" in problem["detail"]
+        assert (await client.get(f"/streams/openlineage:run:{RUN}")).status_code == 404
+
+    async def test_a_name_within_the_limit_is_stored(self, client: httpx2.AsyncClient) -> None:
+        # the stream "openlineage:dataset:s3%3A//l:<name>" takes 1024 bytes: the most
+        name = LONG[: 1024 - len("openlineage:dataset:s3%3A//l:")]
+        event = run_event("COMPLETE", new_run(), "j", outputs=[dataset("s3://l", name)])
+        assert (await post(client, event)).status_code == 201
 
     async def test_the_ingest_scope_is_needed(self, app: FastAPI, make_key: MakeKey) -> None:
         async with asgi_client(app, await make_key("acme", "read")) as reader:
@@ -248,6 +332,52 @@ class TestRefusals:
         assert response.status_code == 403
         async with asgi_client(app, "nope") as stranger:
             assert (await post(stranger, run_event("START", new_run(), "x"))).status_code == 401
+
+
+class TestParentFacet:
+    @pytest.mark.parametrize(
+        ("parent", "correlated"),
+        [
+            ({"run": "not-an-object"}, "run"),
+            ({"run": {"runId": RUN}, "root": "not-an-object"}, "parent"),
+            ({"run": {"runId": RUN}, "root": {"run": 5}}, "parent"),
+        ],
+        ids=["run-is-a-string", "root-is-a-string", "root-run-is-a-number"],
+    )
+    async def test_a_parent_facet_of_another_shape_names_no_run(
+        self, client: httpx2.AsyncClient, parent: dict[str, Any], correlated: str
+    ) -> None:
+        """The schema checks no facet's body: a parent facet of another shape is stored as
+        sent, and names no parent (or no root) run."""
+        run = new_run()
+        event = run_event("START", run, "child")
+        job = {"namespace": "airflow", "name": "dag"}
+        event["run"]["facets"]["parent"] = facet("ParentRunFacet", job=job, **parent)
+        response = await post(client, event)
+        assert response.status_code == 201, response.text
+        [stored] = response.json()["events"]
+        read = (await client.get(f"/events/{stored['id']}")).json()
+        assert read["correlationid"] == (run if correlated == "run" else RUN)
+        assert read["causes"] == []
+
+
+class TestTimeInFuture:
+    @pytest.fixture
+    def settings(self) -> Settings:
+        return Settings(_env_file=None, max_future_s=60)
+
+    async def test_an_event_time_past_max_future_s_is_refused(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        run = new_run()
+        response = await post(client, run_event("START", run, "j", time="2999-01-01T00:00:00Z"))
+        assert response.status_code == 422, response.text
+        problem = response.json()
+        assert problem["type"] == "/problems/time-in-future"
+        assert problem["errors"][0]["pointer"] == "#/eventTime"
+        assert "CAUSEWAY_MAX_FUTURE_S" in problem["detail"]
+        assert (await client.get(f"/streams/openlineage:run:{run}")).status_code == 404
+        assert (await post(client, run_event("START", run, "j"))).status_code == 201
 
 
 class TestTenants:

@@ -65,6 +65,48 @@ class TestValidate:
         with pytest.raises(InvalidOpenLineageEvent):
             validate(event)
 
+    @pytest.mark.parametrize(
+        ("event", "where", "detail"),
+        [
+            (
+                run_event(run={"runId": RUN_ID, "facets": {"custom": {"_producer": "https://p"}}}),
+                "#/run/facets/custom",
+                "'_schemaURL' is a required property",
+            ),
+            (
+                run_event(
+                    inputs=[{"namespace": "n", "name": "t", "facets": {"b": {"_schemaURL": "s"}}}]
+                ),
+                "#/inputs/0/facets/b",
+                "'_producer' is a required property",
+            ),
+            (
+                run_event(job={"namespace": "n", "name": "j", "facets": {"sql": 5}}),
+                "#/job/facets/sql",
+                "5 is not of type 'object'",
+            ),
+            (
+                run_event(run={"runId": RUN_ID, "facets": "x"}),
+                "#/run/facets",
+                "'x' is not of type 'object'",
+            ),
+        ],
+        ids=["run-facet", "dataset-facet", "job-facet", "facets-not-an-object"],
+    )
+    def test_a_facet_error_is_pointed_at_the_facet(
+        self, event: Any, where: str, detail: str
+    ) -> None:
+        with pytest.raises(InvalidOpenLineageEvent) as refused:
+            validate(event)
+        assert refused.value.extensions["errors"] == [{"pointer": where, "detail": detail}]
+
+    def test_items_are_in_document_order(self) -> None:
+        inputs = [{"namespace": "n", "name": "t"}] * 12
+        inputs[2], inputs[10] = {"namespace": "n"}, {"name": "t"}
+        with pytest.raises(InvalidOpenLineageEvent) as refused:
+            validate(run_event(inputs=inputs))
+        assert refused.value.extensions["errors"][0]["pointer"] == "#/inputs/2"  # not 10
+
 
 def test_pointers_escape_as_rfc_6901_says() -> None:
     assert pointer(["facets", "a/b", "c~d", 0]) == "#/facets/a~1b/c~0d/0"

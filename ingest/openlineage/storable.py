@@ -1,0 +1,130 @@
+"""What Causeway refuses of an OpenLineage event the spec's schema took, before anything
+is appended (docs/openlineage.md): what the log cannot keep, and what ``POST /events``
+refuses of a CloudEvent too.
+
+- The event as a value: the character U+0000, JSON nested deeper than the log keeps, a
+  number outside ±(2**53 - 1) (422 ``invalid-openlineage-event``, pointer ``#``).
+- A name the spec leaves unbounded but Causeway makes an attribute of (the stream, the
+  ``source``, the ``subject``, the ``correlationid``), past ``max_attributes_bytes`` in
+  UTF-8: the limit ``POST /events`` puts on an event's attributes, and what keeps each
+  one within a PostgreSQL index entry (422 ``event-too-large``, naming the member).
+- An ``eventTime`` more than ``max_future_s`` ahead of the server's clock, as ``POST
+  /events`` refuses a ``time`` (422 ``time-in-future``, pointer ``#/eventTime``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from app.errors import EventTooLarge, InvalidOpenLineageEvent, TimeInFuture
+from app.store.openlineage import dataset_stream, job_stream
+from app.store.records import (
+    MAX_DATA_DEPTH,
+    contains_nul,
+    needs_normalising,
+    nests_deeper,
+    normalise_numbers,
+)
+from ingest.limits import Limits
+from ingest.openlineage.mapping import Parsed
+from ingest.openlineage.schema import Kind
+
+_PARENT = "#/run/facets/parent"
+
+
+def check_storable(parsed: Parsed, limits: Limits, now: datetime | None = None) -> None:
+    """Raise the error a client is answered with when ``parsed`` cannot be stored as it is;
+    ``now`` is the server's clock (read when None)."""
+    _check_value(parsed.event)
+    _check_names(parsed, limits.max_attributes_bytes)
+    if limits.max_future_s is not None:
+        _check_time(parsed, limits.max_future_s, now or datetime.now(UTC))
+
+
+def _check_value(event: Any) -> None:
+    """Refuse what the log cannot keep of a valid event: its facets are copied into the
+    dataset versions' JSON data, and its names into text columns."""
+    why = None
+    if nests_deeper(event):
+        why = f"it nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
+    elif contains_nul(event):
+        why = "it holds the character U+0000, which cannot be stored"
+    elif needs_normalising(event):
+        try:
+            normalise_numbers(event)
+        except ValueError as exc:
+            why = str(exc)
+    if why is not None:
+        raise InvalidOpenLineageEvent(
+            f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
+        )
+
+
+def _check_names(parsed: Parsed, max_bytes: int) -> None:
+    """Each attribute the event's names make, within ``max_bytes``; the first one over is
+    refused, named by the member it is made of (the longer one, for a stream)."""
+    for what, value, members in _named(parsed):
+        size = _size(value)
+        if size > max_bytes:
+            where = max(members, key=lambda member: _size(member[1]))[0]
+            detail = (
+                f"the {what} made of {where} would take {size} bytes, over the {max_bytes}-byte "
+                "limit on an attribute (CAUSEWAY_MAX_ATTRIBUTES_BYTES)"
+            )
+            raise EventTooLarge(
+                detail,
+                errors=[{"pointer": where, "detail": detail}],
+                max_attributes_bytes=max_bytes,
+            )
+
+
+def _named(parsed: Parsed) -> Iterator[tuple[str, str, list[tuple[str, str]]]]:
+    """Each attribute made of the event's names: what it is, its value, and the members
+    it is made of (their pointers and values), in document order."""
+    event = parsed.event
+    yield "source", str(event["producer"]), [("#/producer", str(event["producer"]))]
+    if parsed.kind is Kind.DATASET:
+        yield _stream(event["dataset"], "#/dataset", dataset_stream)
+        return
+    job = event["job"]
+    if parsed.kind is Kind.JOB:
+        yield _stream(job, "#/job", job_stream)
+        return
+    yield "subject", str(job["name"]), [("#/job/name", str(job["name"]))]
+    # Either may be the correlationid (the root run's, else the parent's).
+    if parsed.parent_run_id is not None:
+        where = f"{_PARENT}/run/runId"
+        yield "correlationid", parsed.parent_run_id, [(where, parsed.parent_run_id)]
+    if parsed.root_run_id is not None:
+        where = f"{_PARENT}/root/run/runId"
+        yield "correlationid", parsed.root_run_id, [(where, parsed.root_run_id)]
+    # A run event's datasets get versions on their streams (an input's, when first seen;
+    # an output's, on COMPLETE): every one is held to it, whatever the log holds yet.
+    for key in ("inputs", "outputs"):
+        for index, item in enumerate(event.get(key) or ()):
+            yield _stream(item, f"#/{key}/{index}", dataset_stream)
+
+
+def _stream(
+    named: dict[str, Any], at: str, stream_of: Callable[[str, str], str]
+) -> tuple[str, str, list[tuple[str, str]]]:
+    namespace, name = str(named["namespace"]), str(named["name"])
+    members = [(f"{at}/namespace", namespace), (f"{at}/name", name)]
+    return "stream", stream_of(namespace, name), members
+
+
+def _size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _check_time(parsed: Parsed, max_future_s: float, now: datetime) -> None:
+    ahead = (parsed.time - now).total_seconds()
+    if ahead > max_future_s:
+        detail = (
+            f"eventTime {parsed.event['eventTime']} is {ahead:.3f} s ahead of the server's "
+            f"clock ({now.isoformat().replace('+00:00', 'Z')}); at most {max_future_s:g} s "
+            "is taken (CAUSEWAY_MAX_FUTURE_S)"
+        )
+        raise TimeInFuture(detail, errors=[{"pointer": "#/eventTime", "detail": detail}])
