@@ -12,7 +12,7 @@ service asks to (429, 503 and their ``Retry-After``) or cannot be reached.
 
 The handler answers the task's result events (each is appended caused by the task's
 trigger), or raises ``TaskFailed(class, message)``; any other exception fails the attempt
-as ``unknown``. A failure's message is sent as the service can store it (U+0000 and
+as ``unknown``, as do results that cannot be sent as JSON. A failure's message is sent as the service can store it (U+0000 and
 unpaired surrogates written out as ``\\u0000``, ``\\udcff``; cut to 4,000 characters).
 A worker may run again once a run has ended. Like ``ingest.client``, it imports nothing of
 ``app`` and speaks only HTTP.
@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx2
+import orjson
 
 from ingest.client import CausewayClient, CausewayError, Lease
 
@@ -244,7 +245,9 @@ class Worker:
         failed: list[tuple[Lease, str, str]] = []
         for lease in leases:
             try:
-                done.append((lease, list(self._handler(lease) or [])))
+                results = list(self._handler(lease) or [])
+                orjson.dumps(results)  # what the completion sends: a set, a lone surrogate
+                done.append((lease, results))
             except TaskFailed as failure:
                 failed.append((lease, *_failure(failure)))
             except Exception as exc:  # a handler's bug fails its task, not the loop

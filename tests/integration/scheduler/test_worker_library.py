@@ -161,7 +161,8 @@ def test_a_handler_error_of_any_text_fails_its_task_not_the_worker(
 ) -> None:
     # U+0000 (PostgreSQL cannot store it: 422 for the whole report), an unpaired surrogate
     # (not UTF-8: JSON encoding raises), text long once escaped, a class the service does
-    # not take, and an exception that cannot be shown each fail their task alone.
+    # not take, and an exception that cannot be shown each fail their task alone; so do
+    # results that cannot be sent as JSON (a set), which ended run() with a TypeError.
     url = database_url.render_as_string(hide_password=False)
     env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
     key = create_key(env, "acme", "admin,worker")
@@ -174,8 +175,8 @@ def test_a_handler_error_of_any_text_fails_its_task_not_the_worker(
     ]
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {key}"}
-        _queue_jobs(base, auth, len(errors) + 1, max_retries=0)
-        _wait_ready(base, auth, len(errors) + 1)
+        _queue_jobs(base, auth, len(errors) + 2, max_retries=0)
+        _wait_ready(base, auth, len(errors) + 2)
         task_of: dict[int, str] = {}
 
         def handler(lease: Lease) -> list[dict[str, Any]]:
@@ -183,12 +184,14 @@ def test_a_handler_error_of_any_text_fails_its_task_not_the_worker(
             task_of[n] = lease.task_id
             if n < len(errors):
                 raise errors[n]
+            if n == len(errors):
+                return [event(type="job.done", data={"seen": {1, 2}})]
             return []
 
         with Worker(base, key, queue="jobs", name="w", handler=handler, batch=10,
                     wait_s=0.5) as worker:  # fmt: skip
             stats = worker.run(until_idle=True)
-        assert (stats.leased, stats.failed, stats.completed, stats.lost) == (6, 5, 1, 0), stats
+        assert (stats.leased, stats.failed, stats.completed, stats.lost) == (7, 6, 1, 0), stats
         dead = httpx2.get(f"{base}/dead-letters", params={"queue": "jobs"}, headers=auth)
         error = {task["id"]: task["error"] for task in dead.json()["dead_letters"]}
         assert [error[task_of[n]] for n in range(len(errors))] == [
@@ -198,6 +201,10 @@ def test_a_handler_error_of_any_text_fails_its_task_not_the_worker(
             {"class": "unknown", "message": "TaskFailed('bogus'): no such class"},
             {"class": "unknown", "message": "_Unprintable: <_Unprintable that cannot be shown>"},
         ]
+        assert error[task_of[len(errors)]] == {
+            "class": "unknown",
+            "message": "TypeError: Type is not JSON serializable: set",
+        }
 
 
 def _wait_ready(base: str, auth: dict[str, str], count: int) -> None:
