@@ -58,8 +58,11 @@ async function main() {
     return;
   }
   const [match, name, args] = found;
-  const values = args(match).map((v) => decodeURIComponent(v));
   try {
+    // Inside the try: a bad escape typed into the address ("50%off") is a URIError.
+    const values = args(match).map((v) => decodeURIComponent(v));
+    const named = new URLSearchParams(window.location.search).get("id");
+    if (named !== null && values.at(-1) === "_") values[values.length - 1] = named; // dom.js urls
     const module = await import(`./${name}.js`);
     const admin = name === "queues" ? await isAdmin() : false;
     const parts = (await module.render({ admin }, ...values)).flat();

@@ -32,15 +32,26 @@ function append(el, children) {
 
 const enc = encodeURIComponent;
 
+// A name as a path segment. "." and ".." (escaped or not) are steps of the path to a
+// browser, which would leave the page: such a name goes as "_", with itself in ?id=
+// (app.js puts it back). Any other name is its own segment.
+const DOTS = new Set([".", ".."]);
+const seg = (name) => (DOTS.has(name) ? "_" : enc(name));
+const query = (name, ...more) => {
+  const parts = [DOTS.has(name) ? `id=${enc(name)}` : "", ...more].filter(Boolean);
+  return parts.length ? `?${parts.join("&")}` : "";
+};
+
 export const urls = {
-  event: (id) => `/ui/events/${enc(id)}`,
-  lineage: (id, up = 3, down = 3) => `/ui/events/${enc(id)}/lineage?up=${up}&down=${down}`,
-  audit: (id) => `/ui/events/${enc(id)}/audit`,
-  run: (id) => `/ui/runs/${enc(id)}`,
-  stream: (id) => `/ui/streams/${enc(id)}`,
-  model: (name) => `/ui/models/${enc(name)}`,
-  deployment: (service) => `/ui/deployments/${enc(service)}`,
-  deadLetter: (id) => `/ui/dead-letters/${enc(id)}`,
+  event: (id) => `/ui/events/${seg(id)}${query(id)}`,
+  lineage: (id, up = 3, down = 3) =>
+    `/ui/events/${seg(id)}/lineage${query(id, `up=${up}`, `down=${down}`)}`,
+  audit: (id) => `/ui/events/${seg(id)}/audit${query(id)}`,
+  run: (id) => `/ui/runs/${seg(id)}${query(id)}`,
+  stream: (id) => `/ui/streams/${seg(id)}${query(id)}`,
+  model: (name) => `/ui/models/${seg(name)}${query(name)}`,
+  deployment: (service) => `/ui/deployments/${seg(service)}${query(service)}`,
+  deadLetter: (id) => `/ui/dead-letters/${seg(id)}${query(id)}`,
 };
 
 export function link(href, text, attrs = {}) {

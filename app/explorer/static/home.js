@@ -10,8 +10,10 @@ const FIND = `query ($q: ID!, $s: String!) {
   model(name: $s) { name }
 }`;
 
-const RECENT = `query ($from: BigInt!) {
-  events(filter: { positionFrom: $from }, first: 500) {
+const PAGE = 500; // events a read of recent() answers at most
+const MAX_READS = 40; // reads of recent() at most: windows up to 2**39 pages back
+const RECENT = `query ($from: BigInt!, $to: BigInt!) {
+  events(filter: { positionFrom: $from, positionTo: $to }, first: 500) {
     edges { node { id type source time recordedTime position correlationId } }
   }
 }`;
@@ -56,21 +58,33 @@ async function find(q) {
   return found;
 }
 
-// The last 25 of the tenant's events: the log's head comes from GET /projections, and
-// the pages before it are read backwards until 25 are found (or five pages were read).
+// The last 25 of the tenant's events. The log's head (GET /projections) is every
+// tenant's, so the tenant's own may lie far behind it: windows of positions are read
+// backwards, each twice as long as the one before while they come back empty, and
+// halved (nearer the head) when one holds more than a page of the tenant's events.
 async function recent() {
   const status = await rest("/projections");
   const head = Math.max(0, ...status.projections.map((p) => p.head));
   const found = [];
-  for (let to = head, pages = 0; to > 0 && found.length < 25 && pages < 5; pages++) {
-    const from = Math.max(1, to - 499);
-    const data = await gql(RECENT, { from });
-    const page = data.events.edges.map((e) => e.node).filter((e) => e.position <= to);
+  let to = head;
+  let span = PAGE;
+  for (let reads = 0; to > 0 && found.length < 25 && reads < MAX_READS; reads++) {
+    const from = Math.max(1, to - span + 1);
+    const page = (await gql(RECENT, { from, to })).events.edges.map((e) => e.node);
+    if (page.length === PAGE && from < to) {
+      span = Math.max(1, Math.floor(span / 2)); // more than a page: the latest are nearer
+      continue;
+    }
     found.unshift(...page);
     to = from - 1;
+    span = page.length ? PAGE : span * 2;
+  }
+  if (!found.length) {
+    if (to <= 0) return h("p", {}, "No events yet.");
+    return h("p", {}, `None of this tenant's events is among the last ${head - to} positions `,
+      "of the log; find one by its id above.");
   }
   const last = found.slice(-25).reverse();
-  if (!last.length) return h("p", {}, "No events yet.");
   return table(
     ["position", "id", "type", "source", "event time", "run"],
     last.map((e) => [

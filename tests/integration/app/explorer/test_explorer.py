@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -434,6 +435,73 @@ class TestContrast:
         assert len(texts) > 5
         failing = [t for t in texts if t["ratio"] < t["need"]]
         assert failing == [], failing
+
+
+class TestOddNamesAndAddresses:
+    @pytest.mark.parametrize("cause", ["..", "."])
+    def test_a_link_to_an_event_named_dot_or_dot_dot_opens_it(
+        self, reader_page: Page, offline: Served, cause: str
+    ) -> None:
+        """Ingest takes "." and ".." as ids; as path segments (escaped or not) they are
+        steps of the path to a browser, and the cause's link led to /ui/ or /ui/events/."""
+        kid = f"kid-of-{len(cause)}-dots"
+        batch = [cloudevent(id=cause), cloudevent(id=kid, causationid=cause)]
+        _post(offline, batch)
+        visit(reader_page, offline, f"/ui/events/{kid}")
+        reader_page.locator("#page ul li a.mono", has_text=cause).first.click()
+        reader_page.wait_for_url(re.compile(rf"/ui/events/_\?id={re.escape(cause)}$"))
+        reader_page.wait_for_selector("body[data-ready]")
+        assert reader_page.inner_text("#page h1") == f"Event {cause}"
+        visit(reader_page, offline, f"/ui/events/_/lineage?id={cause}&up=1&down=1")
+        assert reader_page.locator("a.node.root").get_attribute("data-id") == cause
+
+    def test_a_bad_escape_typed_into_the_address_is_answered(
+        self, reader_page: Page, offline: Served
+    ) -> None:
+        # decodeURIComponent("50%off") throws: the page stayed on "Loading..." for good.
+        reader_page.goto(f"{offline.base}/ui/events/50%off")
+        reader_page.wait_for_selector("body[data-ready]", timeout=10_000)
+        assert reader_page.inner_text("#page h1") == "Could not show this page"
+
+    def test_a_tenant_whose_events_are_far_behind_the_head_still_sees_them(
+        self, browser: Browser, offline: Served
+    ) -> None:
+        """The start page read back from the log's head, five pages of 500 positions: a
+        tenant whose last event was 2,600 of another tenant's appends ago was told "No
+        events yet." It now reads ever longer windows back until it finds them."""
+        quiet = _tenant_key(offline.url, "quiet")
+        _post(offline, [cloudevent(id="quiet-1")], key=quiet)
+        busy = _tenant_key(offline.url, "busy")
+        _post(offline, [cloudevent(id=f"busy-{n}") for n in range(2600)], key=busy)
+        context, page = open_page(browser, offline, quiet)
+        try:
+            visit(page, offline, "/ui/")
+            rows = page.locator("table.recent tbody tr")
+            assert rows.count() == 1
+            assert "quiet-1" in rows.first.inner_text()
+        finally:
+            context.close()
+
+
+def _tenant_key(url: URL, tenant: str) -> str:
+    async def create() -> str:
+        engine = create_engine(url, pool_size=1)
+        try:
+            async with engine.begin() as conn:
+                return (await KeyStore(conn).create(tenant, parse_scopes("ingest,read"))).key
+        finally:
+            await engine.dispose()
+
+    with ThreadPoolExecutor(1) as thread:  # pytest-asyncio may run a loop in this one
+        return thread.submit(asyncio.run, create()).result()
+
+
+def _post(served: Served, batch: list[dict[str, Any]], *, key: str | None = None) -> None:
+    auth = {"Authorization": f"Bearer {key or served.keys['ingest,read,worker']}"}
+    answer = httpx2.post(
+        f"{served.base}/events", content=dumps(batch), headers={**BATCH, **auth}, timeout=30
+    )
+    assert answer.status_code == 201, answer.text
 
 
 class TestZAudit:  # last: it tampers with the log
