@@ -41,6 +41,7 @@ def open_output(
         fail("give --target and --key (or --out FILE)")
     if not key or not key.isascii() or not key.isprintable() or " " in key:
         fail("--key must be an API key: printable ASCII, no spaces")
+    _check_url(target)
     status = _fetch_health(target)
     if status is None and spool is None:
         fail(f"cannot reach {target} (give --spool DIR to keep events until it answers)")
@@ -102,6 +103,18 @@ def _written(out: Path) -> Iterator[TextIO]:
         if not through:
             target.unlink(missing_ok=True)
         raise
+
+
+def _check_url(target: str) -> None:
+    """Exit 2 with one line unless ``target`` is an http(s) URL with a host: one that is
+    not was taken for a store that does not answer, and with a spool went on to a
+    traceback (a bad port), or spooled what could never be sent (no scheme)."""
+    try:
+        url = httpx2.URL(target)
+    except httpx2.InvalidURL as exc:
+        fail(f"--target {target!r} is not a URL: {exc}")
+    if url.scheme not in ("http", "https") or not url.host:
+        fail(f"--target must be an http:// or https:// URL of a Causeway store, got {target!r}")
 
 
 def _fetch_health(target: str) -> int | None:

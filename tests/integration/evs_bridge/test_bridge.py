@@ -178,6 +178,28 @@ def test_an_unreachable_store_is_a_usage_error_without_a_spool(tmp_path: Path) -
     assert result.stderr.startswith("error: cannot reach")
 
 
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        ("http://127.0.0.1:abc", "is not a URL"),  # with a spool: a traceback, exit 1
+        ("http://[::1", "is not a URL"),
+        ("127.0.0.1:8000", "must be an http:// or https:// URL"),  # spooled for good
+        ("ftp://127.0.0.1/", "must be an http:// or https:// URL"),
+    ],
+)
+def test_a_target_that_is_no_store_url_is_one_line_even_with_a_spool(
+    tmp_path: Path, target: str, said: str
+) -> None:
+    result = bridge_cli(
+        "replay", str(PROPHESEE_BAG), "--sensor", "s", "--target", target, "--key", "k",
+        "--spool", str(tmp_path / "spool"), cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-400:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: --target"), line
+    assert said in line, line
+
+
 def test_a_recording_published_over_mqtt_reaches_the_store(store: Store, tmp_path: Path) -> None:
     topic = f"causeway-test/evs/{uuid.uuid4().hex}"
     events = scene([FACE])
