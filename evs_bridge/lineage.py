@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+
 from evs_bridge.channels import Channel
 from evs_bridge.events import ClockDomain
 from evs_bridge.regions import Region
@@ -46,9 +48,10 @@ ACTIVITY_DETECTED = "evs.activity.detected"
 ACTIVITY_SUSTAINED = "evs.activity.sustained"
 SENSOR_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 MAX_SUSTAINED_CAUSES = 10
-CAUSES_BUDGET_BYTES = 600
-"""A sustained event names its last ten causes, fewer when long ids would take its
-``causationid`` past this: all attributes together must stay under the store's 1 KiB."""
+ATTRIBUTES_BYTES = 1024
+"""The store's limit on an event's attributes, as compact JSON (``CAUSEWAY_MAX_ATTRIBUTES_BYTES``
+by default): a sustained event names its last ten causes, fewer when long ids (a sensor
+and a run of 64 characters) would take its attributes past it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,13 +187,17 @@ class LineageEvents:
         event = self._envelope(
             self.sustained_id(window_start_us), ACTIVITY_SUSTAINED, window_end_us, data
         )
+        event["priority"] = priority
+        # What the store counts: every attribute but the data, as compact JSON. The ids
+        # are plain ASCII (no JSON escapes), so each cause takes its length and a comma.
+        attributes = {name: value for name, value in event.items() if name != "data"}
+        room = ATTRIBUTES_BYTES - len(orjson.dumps(attributes)) - len(',"causationid":""')
         causes: list[str] = []
         for cause in reversed(activity_ids[-MAX_SUSTAINED_CAUSES:]):
-            if causes and sum(len(c) + 1 for c in causes) + len(cause) > CAUSES_BUDGET_BYTES:
+            if causes and sum(len(c) + 1 for c in causes) + len(cause) > room:
                 break
             causes.append(cause)
         event["causationid"] = ",".join(reversed(causes))
-        event["priority"] = priority
         return event
 
     def _envelope(self, event_id: str, kind: str, at_us: int, data: Any) -> dict[str, Any]:
