@@ -15,7 +15,7 @@ from rich.console import Console
 from sqlalchemy import URL
 
 from app.db.embedded import EmbeddedPostgres
-from app.db.schema import current_revision, head_revision
+from app.db.schema import current_revision, head_revision, is_known_revision, upgrade_to_head
 from app.settings import Settings
 
 err_console = Console(stderr=True)
@@ -95,8 +95,24 @@ def require_head(url: URL | str, advice: str) -> None:
     """Exit 2 unless the database answers and its schema is at the Alembic head (a
     database it cannot reach is reported by ``main``, in one line too)."""
     revision, head = current_revision(url), head_revision()
+    _refuse_unknown(revision)
     if revision != head:
         fail(f"the database schema is at revision {revision}, not {head}; {advice}")
+
+
+def migrate_to_head(url: URL | str) -> None:
+    """Upgrade the schema to the Alembic head; exit 2 with one line when the database is
+    at a revision this release does not know (Alembic would raise)."""
+    _refuse_unknown(current_revision(url))
+    upgrade_to_head(url)
+
+
+def _refuse_unknown(revision: str | None) -> None:
+    if revision is not None and not is_known_revision(revision):
+        fail(
+            f"the database schema is at revision {revision}, which this release of Causeway "
+            "does not know (a newer release made it): run that release, or a newer one"
+        )
 
 
 def url_text(url: URL | str) -> str:

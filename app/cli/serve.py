@@ -34,10 +34,11 @@ from app.cli.runtime import (
     database,
     fail,
     load_settings,
+    migrate_to_head,
     require_head,
     url_text,
 )
-from app.db.schema import head_revision, upgrade_to_head
+from app.db.schema import head_revision
 from app.settings import Settings
 from app.store.keys import Scope
 from app.telemetry import logs
@@ -85,7 +86,7 @@ def serve(
         url = db.url
         if db.embedded is not None or migrate:
             with _migrations_logged_to(db):
-                upgrade_to_head(url)
+                migrate_to_head(url)
         else:
             require_head(url, "run `causeway migrate` or pass --migrate")
         key_line = _bootstrap_admin_key(settings, url) if db.embedded is not None else None
@@ -260,5 +261,5 @@ def migrate() -> None:
     """Migrate the database to the newest schema (Alembic head)."""
     settings = load_settings()
     with database(settings) as db:
-        upgrade_to_head(db.url)
+        migrate_to_head(db.url)
         typer.echo(f"schema at revision {head_revision()}")

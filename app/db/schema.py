@@ -12,6 +12,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import URL, Connection, create_engine, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,6 +32,18 @@ def alembic_config(url: str | URL) -> Config:
 
 def upgrade_to_head(url: str | URL) -> None:
     command.upgrade(alembic_config(url), "head")
+
+
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this release's migrations (a database restored from
+    a newer release's dump is at one it does not know)."""
+    try:
+        return (
+            ScriptDirectory.from_config(alembic_config("postgresql://")).get_revision(revision)
+            is not None
+        )
+    except CommandError:  # ResolutionError is one: "Can't locate revision ..."
+        return False
 
 
 def head_revision() -> str | None:

@@ -12,6 +12,8 @@ from secrets import token_hex
 
 import httpx2
 import orjson
+import psycopg
+import pytest
 from sqlalchemy import URL
 
 from app.db.schema import head_revision
@@ -69,6 +71,36 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
         assert "--migrate" in refused.stderr
         with serving(env, "--migrate") as base:
             assert httpx2.get(f"{base}/readyz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "argv", [["serve", "--port", "1"], ["serve", "--port", "1", "--migrate"], ["migrate"]]
+)
+def test_a_schema_newer_than_this_release_is_one_line_everywhere(
+    database_url: URL, tmp_path: Path, argv: list[str]
+) -> None:
+    """A dump of a newer release restored under this one: serve said "run `causeway
+    migrate`", and migrate (and serve --migrate) answered Alembic's "Can't locate
+    revision" as a traceback, exit 1."""
+    with psycopg.connect(
+        database_url.set(drivername="postgresql").render_as_string(hide_password=False),
+        autocommit=True,
+    ) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0099'")
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr[-400:]
+    assert "Traceback" not in done.stderr
+    line = done.stderr.strip().splitlines()[-1]  # after Alembic's own INFO lines, if any
+    assert line.startswith("error: the database schema is at revision 0099, which this "), line
+    assert "does not know" in line
 
 
 def test_embedded_mode_bootstraps_a_key_and_keeps_data_across_restarts(tmp_path: Path) -> None:
