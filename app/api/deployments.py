@@ -30,7 +30,7 @@ from app.store.model_registry import NAME_PATTERN
 from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import JSONRoute
-from app.web.dependencies import engine_of, read_model_reads, require
+from app.web.dependencies import engine_of, read_model_reads, require, still_authorized
 from app.web.openapi import TIME_FORMAT, Name, answers
 from app.web.reads import POSITION_HEADER
 
@@ -247,6 +247,8 @@ async def _changes(
     # first change reconnects from here (Last-Event-ID), not from whatever is newest then.
     yield f": watching\nid: {after}\n\n".encode()
     while not await request.is_disconnected():
+        if not await still_authorized(request, Scope.READ):
+            return  # the key was revoked: a reconnect is answered 401
         async with tenant_transaction(engine, tenant) as conn:
             found = await DeploymentReader(conn).read_changes_after(tenant, service, after)
         for change in found:

@@ -136,6 +136,19 @@ def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
     return principal
 
 
+async def still_authorized(request: Request, scope: Scope) -> bool:
+    """Whether the request's key still has ``scope``: for a response that goes on long
+    after the request was authorized (a watch), which must end once the key is revoked
+    (within ``CAUSEWAY_KEY_CACHE_TTL_S``, as every request sees it)."""
+    try:
+        await authorize(
+            request.app.state.authenticator, authorization_of(request.scope["headers"]), scope
+        )
+    except (Unauthenticated, Forbidden):
+        return False
+    return True
+
+
 def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
     """A request's one ``Authorization`` header (ASGI headers), ``""`` when it has none.
     Two are refused (400): servers and proxies differ on which one counts, so a request
