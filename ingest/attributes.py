@@ -284,14 +284,10 @@ def _checked_time(
             if why:
                 _report(problems, index, "time", why)
             elif time_value is not None and max_future_s is not None:
-                now = datetime.now(UTC)
-                if _too_far_ahead(time_value, max_future_s, now):
-                    ahead = (time_value - now).total_seconds()
-                    detail = (
-                        f"time {time_text} is {ahead:.3f} s ahead of the server's clock "
-                        f"({now.isoformat().replace('+00:00', 'Z')}); at most {max_future_s:g} s "
-                        "is taken (CAUSEWAY_MAX_FUTURE_S)"
-                    )
+                detail = too_far_ahead(
+                    "time", time_text, time_value, max_future_s, datetime.now(UTC)
+                )
+                if detail is not None:
                     _report(problems, index, "time", detail, TimeInFuture)
         else:
             _report(problems, index, "time", "time must be an RFC 3339 string")
@@ -300,6 +296,22 @@ def _checked_time(
 
 def _too_far_ahead(at: datetime, max_future_s: float, now: datetime | None = None) -> bool:
     return at - (now or datetime.now(UTC)) > timedelta(seconds=max_future_s)
+
+
+def too_far_ahead(
+    name: str, text: str, at: datetime, max_future_s: float, now: datetime
+) -> str | None:
+    """Why a time ``text`` (the attribute ``name``, read as ``at``) is refused for being
+    more than ``max_future_s`` ahead of the server's clock ``now``; None when it is not.
+    The one wording of the refusal, for CloudEvents and OpenLineage's ``eventTime``."""
+    if not _too_far_ahead(at, max_future_s, now):
+        return None
+    ahead = (at - now).total_seconds()
+    return (
+        f"{name} {text} is {ahead:.3f} s ahead of the server's clock "
+        f"({now.isoformat().replace('+00:00', 'Z')}); at most {max_future_s:g} s "
+        "is taken (CAUSEWAY_MAX_FUTURE_S)"
+    )
 
 
 def _checked_expected_version(

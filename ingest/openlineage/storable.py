@@ -27,6 +27,7 @@ from app.store.records import (
     nests_deeper,
     normalise_numbers,
 )
+from ingest.attributes import too_far_ahead
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Parsed
 from ingest.openlineage.schema import Kind
@@ -120,11 +121,7 @@ def _size(text: str) -> int:
 
 
 def _check_time(parsed: Parsed, max_future_s: float, now: datetime) -> None:
-    ahead = (parsed.time - now).total_seconds()
-    if ahead > max_future_s:
-        detail = (
-            f"eventTime {parsed.event['eventTime']} is {ahead:.3f} s ahead of the server's "
-            f"clock ({now.isoformat().replace('+00:00', 'Z')}); at most {max_future_s:g} s "
-            "is taken (CAUSEWAY_MAX_FUTURE_S)"
-        )
+    text = str(parsed.event["eventTime"])
+    detail = too_far_ahead("eventTime", text, parsed.time, max_future_s, now)
+    if detail is not None:
         raise TimeInFuture(detail, errors=[{"pointer": "#/eventTime", "detail": detail}])
