@@ -37,6 +37,20 @@ class Node:
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
+    @property
+    def log(self) -> Path:
+        return self.config.with_suffix(".log")
+
+    def log_tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return "(no log)"
+
+
+class NodeFailed(AssertionError):
+    """A node did not come up."""
+
 
 class Nats:
     def __init__(self, folder: Path, size: int, extra: tuple[str, ...] = ()) -> None:
@@ -69,21 +83,22 @@ class Nats:
     def start(self, index: int | None = None) -> None:
         for node in self.nodes if index is None else [self.nodes[index]]:
             assert NATS_SERVER is not None
-            node.process = subprocess.Popen(
-                [NATS_SERVER, "-c", str(node.config)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+            with node.log.open("ab") as log:
+                node.process = subprocess.Popen(
+                    [NATS_SERVER, "-c", str(node.config)], stdout=log, stderr=subprocess.STDOUT
+                )
         self.wait_ready()
 
-    def wait_ready(self, timeout_s: float = 30) -> None:
+    def wait_ready(self, timeout_s: float = 60) -> None:
         """Until every running node says its JetStream is healthy (in a cluster: it has
-        a meta leader)."""
+        a meta leader); a node that exits or stays unhealthy fails with its log's end."""
         deadline = time.monotonic() + timeout_s
         for node in self.nodes:
             if node.process is None:
                 continue
             while True:
+                if node.process.poll() is not None:
+                    raise NodeFailed(f"nats-server {node.name} exited: {node.log_tail()}")
                 try:
                     answer = httpx2.get(f"http://127.0.0.1:{node.http_port}/healthz", timeout=1)
                     if answer.status_code == 200:
@@ -91,7 +106,7 @@ class Nats:
                 except httpx2.TransportError:
                     pass
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"nats-server {node.name} is not healthy")
+                    raise NodeFailed(f"nats-server {node.name} is not healthy: {node.log_tail()}")
                 time.sleep(0.1)
 
     def kill(self, index: int) -> None:
@@ -104,12 +119,12 @@ class Nats:
     def pause(self) -> None:
         """Every node stops answering (SIGSTOP): clients see a server that hangs."""
         for node in self.nodes:
-            if node.process is not None:
+            if node.process is not None and node.process.poll() is None:
                 os.kill(node.process.pid, signal.SIGSTOP)
 
     def resume(self) -> None:
         for node in self.nodes:
-            if node.process is not None:
+            if node.process is not None and node.process.poll() is None:
                 os.kill(node.process.pid, signal.SIGCONT)
 
     def stop(self) -> None:
@@ -120,11 +135,23 @@ class Nats:
 
 @contextmanager
 def nats_servers(size: int = 1, *extra: str) -> Iterator[Nats]:
-    """``extra``: lines added to every node's configuration."""
-    folder = Path(tempfile.mkdtemp(prefix="causeway-nats-"))
-    servers = Nats(folder, size, extra)
+    """``extra``: lines added to every node's configuration.
+
+    A first start that fails (a port taken between its choice and the server's bind, by
+    another test's server) is tried again on fresh ports, twice at most.
+    """
+    for attempt in range(3):
+        folder = Path(tempfile.mkdtemp(prefix="causeway-nats-"))
+        servers = Nats(folder, size, extra)
+        try:
+            servers.start()
+            break
+        except NodeFailed:
+            servers.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+            if attempt == 2:
+                raise
     try:
-        servers.start()
         yield servers
     finally:
         servers.stop()

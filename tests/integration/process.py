@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -14,10 +15,31 @@ from pathlib import Path
 import httpx2
 
 
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free now, for a server a test starts next.
+
+    Chosen below the kernel's ephemeral range, not with ``bind(0)``: a port from that
+    range can be taken by any outgoing connection (a cluster's own routes, the suite's
+    database connections) between this check and the server's bind, and the server then
+    fails to start.
+    """
+    top = min(_ephemeral_start(), 65536)
+    for _ in range(200):
+        port = random.randrange(max(1024, top - 12000), top)  # noqa: S311 (not a secret)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port below the ephemeral range")
 
 
 def environment(**values: str) -> dict[str, str]:

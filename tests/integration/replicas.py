@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -21,18 +20,14 @@ from typing import Any
 
 import psycopg
 
+from tests.integration.process import free_port
+
 _USER = "pgserver"
 
 
 def _binaries() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_basebackup"))
     return Path(found[-1]).parent if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -65,8 +60,8 @@ class Pair:
     def __init__(self, binaries: Path, root: Path) -> None:
         self._binaries = binaries
         self._root = root
-        self.primary = Server(self, root / "primary", _free_port())
-        self.replica = Server(self, root / "replica", _free_port())
+        self.primary = Server(self, root / "primary", free_port())
+        self.replica = Server(self, root / "replica", free_port())
 
     def run(self, program: str, *args: str) -> None:
         user = _USER if os.geteuid() == 0 else None
