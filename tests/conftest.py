@@ -16,10 +16,19 @@ from secrets import token_hex
 from typing import Any
 
 import pytest
+from hypothesis import settings
 from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import URL, make_url
 
 from app.db.schema import upgrade_to_head
+
+# The suite's property tests draw the same examples every run and have no deadline: a
+# run fails for the code, never for the draw or a slow moment of the machine. The long
+# fuzz (``CAUSEWAY_FUZZ=long``, ``make fuzz``) draws afresh and keeps what it finds.
+settings.register_profile(
+    "causeway", deadline=None, derandomize=os.environ.get("CAUSEWAY_FUZZ") != "long"
+)
+settings.load_profile("causeway")
 
 
 def pytest_configure(config: pytest.Config) -> None:

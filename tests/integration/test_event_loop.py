@@ -2,9 +2,9 @@
 
 A real ``causeway serve`` (default limits) gets each hostile request we know of, one
 after another, while a second client asks ``/healthz`` again and again on its own
-connection: the 99th percentile of those answers' times stays under 100 ms. A request
-that held the loop would hold every ``/healthz`` sent meanwhile (the fragment chain of
-issue 37 held it for minutes)."""
+connection: the 99th percentile of those answers' times stays under 100 ms, and no
+request delays a probe by a second. A request that held the loop would hold every
+``/healthz`` sent meanwhile (the fragment chain of issue 37 held it for minutes)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from tests.integration.process import create_key, environment, serving
 logger = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 16 << 20  # the default
 P99_MS = 100
+WORST_MS = 1000  # any one probe: a slower machine than ours still stays far below
 
 
 def _fragment_chain(n: int) -> bytes:
@@ -162,7 +163,7 @@ def test_no_request_holds_the_event_loop(served: tuple[int, str]) -> None:
     hostile = _hostile()
     prober = _Prober(port)
     prober.start()
-    time.sleep(0.3)  # a baseline
+    time.sleep(2.0)  # a baseline: enough probes that a few slow ones are not the p99
     statuses = {}
     worst: dict[str, float] = {}
     try:
@@ -187,4 +188,5 @@ def test_no_request_holds_the_event_loop(served: tuple[int, str]) -> None:
         "/healthz p99 %.0f ms, max %.0f ms, %d probes; %s", p99, times[-1], len(times), report
     )
     assert p99 < P99_MS, f"p99 of /healthz {p99:.0f} ms over {len(times)} probes; {report}"
+    assert max(worst.values()) < WORST_MS, report
     assert max(statuses.values()) < 500, report

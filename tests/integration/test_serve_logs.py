@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx2
@@ -41,6 +42,11 @@ def test_json_logs_of_two_workers_carry_the_request_id_and_tenant(
             headers={"Authorization": f"Bearer {key}", "X-Request-Id": "json-2"},
         )
         assert (read.status_code, read.headers["x-request-id"]) == (403, "json-2")
+        # The first worker to answer does not wait for the second's start-up line.
+        deadline = time.monotonic() + 30
+        while output.read_text().count("Started server process") < 2:
+            assert time.monotonic() < deadline, "the second worker never started"
+            time.sleep(0.1)
     lines = [orjson.loads(line) for line in output.read_text().splitlines() if line.strip()]
     assert any(line["message"].startswith(f"Causeway on {base}") for line in lines)
     started = [line for line in lines if line["message"].startswith("Started server process")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -241,8 +242,14 @@ def test_the_bridge_survives_a_broker_restart(tmp_path: Path) -> None:
         process = subprocess.Popen(
             [str(MOSQUITTO), "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(0.3)
-        return process
+        deadline = time.monotonic() + 10
+        while True:  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return process
+            except OSError:
+                assert time.monotonic() < deadline, "mosquitto did not start"
+                time.sleep(0.05)
 
     def stop_broker(process: subprocess.Popen[bytes]) -> None:
         process.terminate()
@@ -300,7 +307,10 @@ def test_the_mqtt_command_runs_until_sigterm_and_spools_for_an_absent_store(
         assert process.stderr is not None
         assert process.stderr.readline().startswith("subscribed to mqtt://127.0.0.1:1883/")
         send_packets(Broker("127.0.0.1", 1883), topic, [scene([FACE])], width=WIDTH, height=HEIGHT)
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while not any(f.stat().st_size for f in spool.glob("*.ndjson")):  # it spooled
+            assert time.monotonic() < deadline, "nothing was spooled"
+            time.sleep(0.05)
     finally:
         process.terminate()
         stdout, stderr = process.communicate(timeout=30)

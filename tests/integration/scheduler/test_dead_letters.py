@@ -27,7 +27,7 @@ class TestRetriesAndDeadLetters:
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
         await define(
-            admin, id="r", types=["job"], kind="k", queue="q", max_retries=2, backoff_base_s=0.2
+            admin, id="r", types=["job"], kind="k", queue="q", max_retries=2, backoff_base_s=1
         )
         await post(admin, type="job")
         await catch_up(app)
@@ -42,8 +42,8 @@ class TestRetriesAndDeadLetters:
             history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
             delays.append(history[-1]["data"]["delay_s"])
             await asyncio.sleep(delays[-1] + 0.05)
-        assert 0.2 <= delays[0] <= 0.25
-        assert 0.4 <= delays[1] <= 0.5
+        assert 1 <= delays[0] <= 1.25
+        assert 2 <= delays[1] <= 2.5
         last = await lease(worker, "q")
         assert last is not None
         dead = await fail(worker, last, "transient")

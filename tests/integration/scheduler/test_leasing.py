@@ -126,16 +126,16 @@ class TestLeasing:
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
         await queued(app, admin, kind="infer")
-        first = await lease(worker, "q", lease_s=0.2)
+        first = await lease(worker, "q", lease_s=1)
         assert first is not None
         assert first["task"]["attempts"] == 1
         beat = await worker.post(
             f"/tasks/{first['task']['id']}/heartbeat",
-            content=dumps({"lease": first["lease"], "lease_s": 0.3}),
+            content=dumps({"lease": first["lease"], "lease_s": 1.5}),
             headers=JSON,
         )
         assert beat.status_code == 200
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(1.6)
         sweeper = SchedulerLoop(
             app.state.engine, app.state.scheduler_controller, SchedulerTimers(), app.state.decisions
         )

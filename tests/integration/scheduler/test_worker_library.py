@@ -128,11 +128,11 @@ def test_stop_keeps_the_batch_at_hand_leased_and_the_worker_runs_again(
                 worker.stop()  # from a handler: the rest of this batch is still done
                 with pytest.raises(RuntimeError, match="running already"):
                     worker.run()
-                time.sleep(1.6)  # the batch takes 3.2 s, past its 2 s leases
+                time.sleep(2.0)  # the batch takes 4 s, past its 3 s leases
             return [event(type="job.done", data={"n": lease.trigger["data"]["n"]})]
 
         with Worker(base, key, queue="jobs", name="w", handler=handler, batch=2, wait_s=0.5,
-                    lease_s=2.0) as worker:  # fmt: skip
+                    lease_s=3.0) as worker:  # fmt: skip
             stopped = worker.run()
             first_run = False
             assert (stopped.leased, stopped.completed, stopped.lost) == (2, 2, 0), stopped

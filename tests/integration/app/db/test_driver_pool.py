@@ -16,7 +16,9 @@ NAME = "causeway walks"
 
 def backends(admin: psycopg.Connection[Any]) -> int:
     found = admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (NAME,)
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = %s AND datname = current_database()",
+        (NAME,),
     ).fetchone()
     return int(found[0]) if found else 0
 
@@ -33,7 +35,7 @@ async def test_a_restart_costs_one_walk_not_one_per_connection(database_url: URL
                     await asyncio.sleep(0.05)
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE application_name = %s",
+                " WHERE application_name = %s AND datname = current_database()",
                 (NAME,),
             )
             failed = 0

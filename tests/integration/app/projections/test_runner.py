@@ -312,7 +312,10 @@ class TestLostLock:
     async def lock_holders(engine: AsyncEngine) -> list[int]:
         async with engine.connect() as conn:
             found = await conn.execute(
-                text("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted")
+                text(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND database"
+                    " = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
             )
             return [row[0] for row in found]
 
@@ -503,7 +506,10 @@ async def test_a_projection_with_nothing_to_read_does_not_commit_for_every_batch
     await append_others(100)
     runner = ProjectionRunner(engine, [Counter()], batch_size=50, poll_interval_s=30)
     task = asyncio.create_task(runner.run())
-    await asyncio.sleep(1.0)
+    async with asyncio.timeout(20):  # its first step, whenever the machine lets it
+        while moves == 0:
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # time for the steps it should not take
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert moves == 1

@@ -136,21 +136,33 @@ async def test_every_event_once_and_in_order_through_node_and_relay_kills(
                         reached.set()
                 await asyncio.sleep(WRITERS * BATCH_SIZE * SECONDS / EVENTS)
 
+    async def reached(milestone: asyncio.Event) -> None:
+        """The writers got that far; a writer that failed fails the test, never hangs it."""
+        waiting = asyncio.ensure_future(milestone.wait())
+        await asyncio.wait([waiting, *writers], timeout=180, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            waiting.cancel()
+            for writer in writers:
+                if writer.done():
+                    writer.result()  # its error
+            raise AssertionError("the writers did not reach a milestone in 180 s")
+
+    writers: list[asyncio.Task[None]] = []
     with nats_servers(3) as cluster, relay_process(database_url, cluster) as relay:
         try:
             per_writer = EVENTS // BATCH_SIZE // WRITERS
-            writers = [asyncio.create_task(write(keys[i % 2], per_writer)) for i in range(WRITERS)]
-            await milestones[EVENTS // 5].wait()
+            writers += [asyncio.create_task(write(keys[i % 2], per_writer)) for i in range(WRITERS)]
+            await reached(milestones[EVENTS // 5])
             await relayed_some(engine)
             relay.kill()  # SIGKILL, mid-stream
             await asyncio.sleep(0.5)
             relay.start()
-            await milestones[2 * EVENTS // 5].wait()
+            await reached(milestones[2 * EVENTS // 5])
             victim = await stream_leader(cluster)
             cluster.kill(victim)  # SIGKILL the stream's leader
             await asyncio.sleep(3)
             await asyncio.to_thread(cluster.start, victim)
-            await milestones[3 * EVENTS // 5].wait()
+            await reached(milestones[3 * EVENTS // 5])
             relay.kill()
             await asyncio.sleep(0.5)
             relay.start()
