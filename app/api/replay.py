@@ -36,11 +36,15 @@ from app.store.timestamps import parse_time_parameter
 from app.telemetry import metrics
 from app.web.dependencies import log_reads, require, settings_of
 from app.web.openapi import TIME_FORMAT
+from app.web.timeouts import SendTimedOut
 
 T = TypeVar("T")
 _END: Any = object()
 NDJSON = "application/x-ndjson"
 PARQUET = "application/vnd.apache.parquet"
+# What one send() of a replay carries at most: about what the server's transport buffers
+# before it waits for the client.
+SEND_SLICE_BYTES = 64 << 10
 router = APIRouter(tags=["replay"])
 
 
@@ -136,12 +140,19 @@ class _Streamed(StreamingResponse):
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
             async for part in self.body_iterator:
-                await send({"type": "http.response.body", "body": part, "more_body": True})
-                if gone.is_set():
-                    return
+                # In slices: the server holds a send() until the client took most of the
+                # one before, and the send timeout times each send() (a fetch of 8 MB
+                # timed whole cut off readers that kept reading at 140 KB/s).
+                for at in range(0, len(part), SEND_SLICE_BYTES):
+                    piece = part[at : at + SEND_SLICE_BYTES]
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                    if gone.is_set():
+                        return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            return  # how a server of ASGI 2.4 says the client is gone
+        except (OSError, SendTimedOut):
+            # How a server of ASGI 2.4 says the client is gone; or it stopped reading
+            # (``Timeouts`` said so in a WARNING, and closes the connection).
+            return
         finally:
             watcher.cancel()
             await self._owned.release()

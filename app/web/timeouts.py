@@ -101,6 +101,8 @@ class Timeouts:
         try:
             await self.app(scope, timed.receive, timed.send)
         except* SendTimedOut:  # a streaming answer's task group may wrap it
+            pass
+        if timed.stalled:  # raised to here, or caught by the app (a replay ends quietly)
             logger.warning(
                 "a client took no byte of its answer to %s %s for %g s; closing its connection",
                 scope["method"],
@@ -169,6 +171,10 @@ class _Timed:
         self._stalled = False  # a send timed out: the client is not reading
         self._lingers = False  # answered before its body was read: linger, then close
         self._timed_out = False  # the body stopped arriving: nothing to linger for
+
+    @property
+    def stalled(self) -> bool:
+        return self._stalled
 
     async def receive(self) -> Message:
         if not self._has_body:
