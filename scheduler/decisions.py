@@ -253,12 +253,14 @@ def roll_back(
 ) -> tuple[str, list[NewEvent]]:
     """What follows the dead letter of a model mismatch, and the disposition it gets:
     the rollback of the route's service and the task's requeue behind it; only a
-    requeue when the deployment changed since the task ran (``ran_on``: someone, perhaps
-    another failing task, rolled it already); an alert when there is nothing to roll
-    back to, or when the task's own rollback (``own_rollback``) left the deployment."""
+    requeue when the versions serving changed since the task ran (``ran_on``, the
+    deployment's stream version then: someone, perhaps another failing task, rolled it
+    back or promoted already; a traffic shift alone changes nothing the task ran on); an
+    alert when there is nothing to roll back to, or when the task's own rollback
+    (``own_rollback``) left the deployment."""
     service = state.service or ""  # set: the disposition is only chosen with a service
     dead = replace(state, version=state.version + 1)  # the state a requeue follows
-    if ran_on is not None and ran_on != deployment.stream_version:
+    if ran_on is not None and ran_on < deployment.versions_changed_at:
         reason = f"service {service!r} changed since the task ran; it runs again on that"
         requeue = t.decision(dead, t.REQUEUED, {"reason": reason, "actor": "scheduler"}, at=now)
         return t.DEPLOYMENT_CHANGED, [requeue]

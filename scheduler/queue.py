@@ -127,25 +127,21 @@ class TaskQueue:
         """A lease of its own for each task of ``found``, and the decisions granting them."""
         granted: list[tuple[t.TaskState, str]] = []
         batch: list[NewEvent] = []
+        versions: dict[str, int] = {}  # each service's deployment version, read once
         for state in found:
             lease_id = uuid.uuid4().hex
+            version = None
+            if state.service is not None:
+                if state.service not in versions:
+                    reader = DeploymentReader(self._conn)
+                    versions[state.service] = await reader.fetch_version(tenant, state.service)
+                version = versions[state.service]
             decision = d.lease_data(
-                state,
-                profile,
-                lease_id,
-                expires=expires,
-                deployment_version=await self._deployment_version(tenant, state),
+                state, profile, lease_id, expires=expires, deployment_version=version
             )
             granted.append((state, lease_id))
             batch.append(t.decision(state, t.LEASED, decision, at=now))
         return granted, batch
-
-    async def _deployment_version(self, tenant: str, state: t.TaskState) -> int | None:
-        if state.service is None:
-            return None
-        return (
-            await DeploymentReader(self._conn).fetch_state(tenant, state.service)
-        ).stream_version
 
     async def _lease_each(
         self,

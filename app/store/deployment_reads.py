@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import deployment_history, deployments, events
@@ -67,6 +67,17 @@ class DeploymentReader:
         for row in rows:
             state = fold(state, row.type, row.data)
         return state
+
+    async def fetch_version(self, tenant: str, service: str) -> int:
+        """The service's stream version (0: no deployment yet): one index lookup, not a
+        fold of its history (a canary ramped by automation has thousands of events)."""
+        e = events.c
+        version = await self._conn.scalar(
+            select(func.max(e.stream_version)).where(
+                e.tenant == tenant, e.stream == stream_of(service)
+            )
+        )
+        return int(version or 0)
 
     async def fetch_signature(self, tenant: str, model: str, version: str) -> dict[str, Any] | None:
         e = events.c

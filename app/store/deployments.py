@@ -43,6 +43,9 @@ class DeploymentState:
     candidate_percent: int = 0
     previous_stable: tuple[str, ...] = ()  # earlier stable versions, most recent last
     stream_version: int = 0
+    # The stream version of the last event that changed which versions serve (a rollout
+    # started, a promotion, a rollback); a traffic shift changes only their shares.
+    versions_changed_at: int = 0
 
     @property
     def status(self) -> str:
@@ -76,6 +79,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             candidate_version=data["version"],
             candidate_percent=data["percent"],
             stream_version=version,
+            versions_changed_at=version,
         )
     if event_type == TRAFFIC_SHIFTED:
         return replace(state, candidate_percent=data["percent"], stream_version=version)
@@ -90,17 +94,23 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             candidate_percent=0,
             previous_stable=earlier,
             stream_version=version,
+            versions_changed_at=version,
         )
     if event_type == ROLLED_BACK:
         if state.candidate_version is not None:
             return replace(
-                state, candidate_version=None, candidate_percent=0, stream_version=version
+                state,
+                candidate_version=None,
+                candidate_percent=0,
+                stream_version=version,
+                versions_changed_at=version,
             )
         return replace(
             state,
             stable_version=state.previous_stable[-1],
             previous_stable=state.previous_stable[:-1],
             stream_version=version,
+            versions_changed_at=version,
         )
     return replace(state, stream_version=version)
 

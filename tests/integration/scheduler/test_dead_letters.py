@@ -239,3 +239,53 @@ class TestRetriesAndDeadLetters:
             "rollback_proposed",
             "gate",
         )
+
+
+async def _canary(admin: Client) -> None:
+    """Service ``gate``: version 1 stable, version 2 a canary at 10 %; a route whose
+    model mismatches roll ``gate`` back, with no retries."""
+    for version in ("1", "2"):
+        response = await admin.post(
+            "/models/faces/versions", content=registration(version), headers=JSON
+        )
+        assert response.status_code == 201, response.text
+    for action, body in (
+        ("rollouts", {"model": "faces", "version": "1"}),
+        ("promote", {}),
+        ("rollouts", {"model": "faces", "version": "2", "percent": 10}),
+    ):
+        response = await admin.post(
+            f"/deployments/gate/{action}", content=dumps(body), headers=JSON
+        )
+        assert response.status_code == 200, response.text
+    await define(
+        admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+        service="gate", on_model_mismatch="rollback",
+    )  # fmt: skip
+
+
+async def test_a_traffic_shift_while_the_task_ran_does_not_cancel_the_rollback(
+    app: FastAPI, admin: Client, worker: Client
+) -> None:
+    """A task that failed on a deployment whose serving versions changed since it was
+    leased is only requeued; a traffic shift changes no version: the candidate the task
+    failed on still serves (more of the traffic now), and the rollback is still owed."""
+    await _canary(admin)
+    await post(admin, type="frame")
+    await catch_up(app)
+    leased = await lease(worker, "q")
+    assert leased is not None
+    # The canary ramps on while the task runs (as an automated rollout does).
+    shifted = await admin.post(
+        "/deployments/gate/traffic", content=dumps({"percent": 50}), headers=JSON
+    )
+    assert shifted.status_code == 200, shifted.text
+    await fail(worker, leased, "model_version_mismatch")
+    history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+    dead = next(h for h in history if h["type"] == "causeway.task.dead_lettered")
+    await catch_up(app)
+    deployment = (await admin.get("/deployments/gate")).json()
+    assert (dead["data"]["disposition"], deployment["candidate_version"]) == (
+        "rolled_back",
+        None,
+    ), (dead["data"]["disposition"], deployment["traffic"])
