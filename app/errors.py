@@ -99,7 +99,10 @@ class Forbidden(AppError):
     status = 403
     code = "forbidden"
     title = "The key lacks the scope this needs"
-    about = "Keys carry the scopes ingest, read and admin; this operation needs one the key lacks."
+    about = (
+        "Keys carry the scopes ingest, read, worker and admin (admin implies the others); "
+        "this operation needs one the key lacks."
+    )
 
 
 class NotFound(AppError):

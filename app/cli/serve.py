@@ -252,8 +252,12 @@ def _bootstrap_admin_key(settings: Settings, url: URL | str) -> str:
         return f"admin key for tenant 'default': in {path}"
     issued = asyncio.run(create_key(url, "default", frozenset({Scope.ADMIN}), "bootstrap"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(issued + "\n")
-    os.chmod(path, 0o600)
+    # Made private as it is created: written first and narrowed after, any local user
+    # could open it in between and keep the key.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(issued + "\n")
+    os.chmod(path, 0o600)  # a file left from before, made with a wider mode
     return f"admin key for tenant 'default': {issued} (kept in {path})"
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.cli import main
+from app.cli import main, serve
+from app.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -184,3 +188,31 @@ def test_the_relay_without_a_nats_url_is_one_line_and_exit_2(
         capsys.readouterr().err
         == "error: set CAUSEWAY_NATS_URL to the NATS server(s) to relay to\n"
     )
+
+
+def test_the_bootstrap_admin_key_is_never_readable_by_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make run``'s first start writes tenant ``default``'s admin key to
+    ``.causeway/admin.key``: private from its creation, never for a moment with the
+    umask's mode (0644 under the usual 022), readable by every local user."""
+    previous = os.umask(0o022)
+    try:
+
+        async def issued(*_: Any) -> str:
+            return "cw_000000000000_" + "a" * 43
+
+        monkeypatch.setattr(serve, "create_key", issued)
+        modes: list[int] = []
+        real_chmod = os.chmod
+
+        def watched_chmod(path: Any, mode: int, **kw: Any) -> None:
+            modes.append(stat.S_IMODE(os.stat(path).st_mode))  # as it lay on disk until now
+            real_chmod(path, mode, **kw)
+
+        monkeypatch.setattr(os, "chmod", watched_chmod)
+        serve._bootstrap_admin_key(Settings(_env_file=None, data_dir=tmp_path), "postgresql://x/y")
+    finally:
+        os.umask(previous)
+    assert modes, "the key file was never narrowed"
+    assert modes[0] & 0o077 == 0, f"admin.key was written with mode {oct(modes[0])} first"
