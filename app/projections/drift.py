@@ -144,7 +144,7 @@ class DriftWatch:
             self._state[key] = (samples, alerting, median_us)
             self._changed[key] = position
             median_now = median_us / 1e6
-        self._meter.observe(source, drift_us / 1e6, median_now)
+        self._meter.observe(tenant, source, drift_us / 1e6, median_now)
 
     async def flush(self, conn: AsyncConnection) -> None:
         """The state of the batch's changed sources (``Flushing``): one executemany,

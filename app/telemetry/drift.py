@@ -6,9 +6,11 @@ negative when it arrived stamped in the future (a clock ahead of the server's). 
 drift projection (``app/projections/drift.py``) reports every stored event with a time
 here, in the process that leads it; ``docs/observability.md`` ("Clock drift") says why.
 
-The ``source`` label is bounded: the first ``max_sources`` sources this process reports
-get a label of their own, the rest share ``other`` (a producer may mint sources freely,
-and every label value is a series Prometheus keeps).
+Each series is a tenant's source (two tenants may name their sources alike; their
+clocks are not the same clocks). The labels are bounded: the first ``max_sources``
+(tenant, source) pairs this process reports get labels of their own, the rest share
+``tenant="other", source="other"`` (a producer may mint sources freely, and every label
+value is a series Prometheus keeps).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ DRIFT_BUCKETS: tuple[float, ...] = (
 EVENT_TIME_DRIFT = Histogram(
     "causeway_event_time_drift_seconds",
     "recorded_at - time of each stored event, in seconds (negative: stamped in the future).",
-    ["source"],
+    ["tenant", "source"],
     buckets=DRIFT_BUCKETS,
 )
 # Only the projection's leader sets it, and leadership may move between processes: the
@@ -41,41 +43,46 @@ EVENT_TIME_DRIFT = Histogram(
 SOURCE_DRIFT_MEDIAN = Gauge(
     "causeway_source_drift_median_seconds",
     "Median drift of the source's events recorded in the last minute, in seconds.",
-    ["source"],
+    ["tenant", "source"],
     multiprocess_mode="livemostrecent",
 )
 
 
+Key = tuple[str, str]  # (tenant, source)
+_OTHERS: Key = (OTHER, OTHER)
+
+
 class DriftMeter:
-    """Reports drift by source, at most ``max_sources`` of them by name."""
+    """Reports drift by tenant and source, at most ``max_sources`` pairs by name."""
 
     def __init__(self, max_sources: int) -> None:
         self._max_sources = max_sources
-        self._named: set[str] = set()
+        self._named: set[Key] = set()
         # Each label's series, looked up once: ``labels()`` takes a lock and builds a key
         # on every call, and the projection reports every stored event.
-        self._series: dict[str, tuple[Any, Any]] = {}
+        self._series: dict[Key, tuple[Any, Any]] = {}
 
-    def group(self, source: str) -> str:
-        """The label ``source`` is reported under: its own name or ``other``."""
-        if source in self._named:
-            return source
+    def group(self, tenant: str, source: str) -> Key:
+        """The labels ``(tenant, source)`` is reported under: its own or ``other``'s."""
+        key = (tenant, source)
+        if key in self._named:
+            return key
         if len(self._named) < self._max_sources and source != OTHER:
-            self._named.add(source)
-            return source
-        return OTHER
+            self._named.add(key)
+            return key
+        return _OTHERS
 
-    def observe(self, source: str, drift_s: float, median_s: float | None) -> None:
+    def observe(self, tenant: str, source: str, drift_s: float, median_s: float | None) -> None:
         """One event's drift, and the source's median drift when it changed (None: as it
         was). A source reported as ``other`` has no median gauge: one series cannot hold
         many sources' medians."""
-        series = self._series.get(source)
+        series = self._series.get((tenant, source))
         if series is None:
-            label = self.group(source)
-            median = SOURCE_DRIFT_MEDIAN.labels(label) if label != OTHER else None
-            series = (EVENT_TIME_DRIFT.labels(label), median)
-            if label != OTHER:  # the others are many; ``other``'s lookup is cheap enough
-                self._series[source] = series
+            labels = self.group(tenant, source)
+            median = SOURCE_DRIFT_MEDIAN.labels(*labels) if labels != _OTHERS else None
+            series = (EVENT_TIME_DRIFT.labels(*labels), median)
+            if labels != _OTHERS:  # the others are many; ``other``'s lookup is cheap enough
+                self._series[tenant, source] = series
         histogram, median = series
         histogram.observe(drift_s)
         if median is not None and median_s is not None:

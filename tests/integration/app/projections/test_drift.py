@@ -35,7 +35,8 @@ def stamped(source: str, offset_s: float) -> dict[str, Any]:
 
 
 def drift_count(source: str) -> float:
-    value = REGISTRY.get_sample_value("causeway_event_time_drift_seconds_count", {"source": source})
+    labels = {"tenant": "acme", "source": source}
+    value = REGISTRY.get_sample_value("causeway_event_time_drift_seconds_count", labels)
     return value or 0.0
 
 
@@ -64,7 +65,9 @@ async def test_a_clock_3_s_ahead_raises_one_alert_and_one_0_2_s_behind_none(
     assert -3.5 < alert["data"]["median_drift_s"] < -2.1
     assert drift_count(AHEAD) - counted[AHEAD] == 6
     assert drift_count(BEHIND) - counted[BEHIND] == 6
-    median = REGISTRY.get_sample_value("causeway_source_drift_median_seconds", {"source": BEHIND})
+    median = REGISTRY.get_sample_value(
+        "causeway_source_drift_median_seconds", {"tenant": "acme", "source": BEHIND}
+    )
     assert median is not None
     assert 0.19 < median < 0.9
 
