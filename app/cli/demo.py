@@ -18,6 +18,8 @@ import typer
 
 from app.cli import demo_data as d
 from app.cli.runtime import ADDRESS_FILE, ADMIN_KEY_FILE, fail, load_settings
+from evs_bridge.cli.options import describe
+from evs_bridge.decoders import UnknownFormat
 from evs_bridge.output import Output, OutputConfig, StoreSink
 from evs_bridge.replay import send_recording
 from ingest.client import CausewayClient, CausewayError, Lease
@@ -66,14 +68,16 @@ def demo(
         ) as http,
         CausewayClient(target, key) as client,
     ):
-        head_before = _head(http)
         try:
+            head_before = _head(http)
             _load(http, client, recording)
+            added = _head(http) - head_before
         except CausewayError as exc:
+            if exc.status in (401, 403):  # the key given: bad input
+                fail(f"the service at {target} refused the key: {exc}")
             fail(f"the service refused a demo request: {exc}", 1)
         except httpx2.TransportError as exc:
             fail(f"lost the service at {target}: {exc}", 1)
-        added = _head(http) - head_before
     typer.echo(
         f"added {added} events" if added else "the demo data set was already loaded: added nothing"
     )
@@ -190,8 +194,12 @@ def _replay_recording(client: CausewayClient, recording: Path) -> None:
         typer.echo(f"no event-camera recording at {recording}: the camera part is left out")
         return
     output = Output(StoreSink(client), None, OutputConfig(lazy_interval_s=0.0))
-    stats = send_recording(recording, d.SENSOR, output)
-    output.close()
+    try:
+        stats = send_recording(recording, d.SENSOR, output)
+    except (UnknownFormat, ValueError, OSError) as exc:
+        fail(describe(recording, exc))
+    finally:
+        output.close()
     typer.echo(
         f"event camera {d.SENSOR}: {stats.events_in:,} sensor events through the bridge, "
         f"{output.stats.sent} lineage events ({output.stats.duplicates} already stored)"

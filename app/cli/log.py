@@ -28,6 +28,7 @@ from app.cli.runtime import (
 )
 from app.db.engine import create_engine
 from app.errors import AppError
+from app.store.keys import TENANT_PATTERN
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, parse_position
 from app.store.verify import ChainReport, read_head, verify_chain
@@ -70,8 +71,9 @@ def verify(
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
     typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
-    # What to keep outside the database, to pass later as --anchor.
-    typer.echo(f"anchor: {report.count}:{report.head_hash.hex()}")
+    if report.count:  # an empty log has nothing to anchor (and --anchor takes no 0)
+        # What to keep outside the database, to pass later as --anchor.
+        typer.echo(f"anchor: {report.count}:{report.head_hash.hex()}")
 
 
 _ANCHOR = re.compile(r"([0-9]+):([0-9a-fA-F]{64})")
@@ -154,12 +156,22 @@ async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
         await engine.dispose()
 
 
+def _tenant(value: str) -> str:
+    """A tenant a key can have: a name no key can have has no events, and is a typo."""
+    utf8(value)
+    if not TENANT_PATTERN.match(value):
+        raise typer.BadParameter(
+            "must be 1-63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
+        )
+    return value
+
+
 def replay(
     out: Annotated[
         Path, typer.Option("--out", metavar="FILE", help="file to write ('-' for stdout)")
     ],
     tenant: Annotated[
-        str, typer.Option(metavar="TENANT", help="tenant to replay", callback=utf8)
+        str, typer.Option(metavar="TENANT", help="tenant to replay", callback=_tenant)
     ] = "default",
     after: Annotated[
         int,

@@ -139,11 +139,15 @@ def link(prev_hash: bytes, record: ChainRecord) -> bytes:
 
 def seals(stored_hash: bytes, prev_hash: bytes, record: ChainRecord) -> bool:
     """Whether ``stored_hash`` is the link of ``record`` to ``prev_hash``. Content that has
-    no canonical encoding (data nested past what orjson encodes, written past the store)
-    was never hashed by it: no stored hash seals it."""
+    no canonical encoding (data nested past what orjson encodes, extensions that are no
+    JSON object: written past the store) was never hashed by it: no stored hash seals it.
+    (An array of pairs would encode as the object it lists, yet readers serve an array.)"""
+    extensions: object = record.extensions  # typed a mapping; read back, any JSON
+    if not isinstance(extensions, Mapping):
+        return False
     try:
         return link(prev_hash, record) == stored_hash
-    except orjson.JSONEncodeError:
+    except (orjson.JSONEncodeError, TypeError, ValueError):
         return False
 
 

@@ -14,12 +14,14 @@ verification printed), each of which the chain must still carry at its position.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import select, text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import Row, select, text
+from sqlalchemy.exc import DataError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncResult
 
 from app.db.tables import events, log_head
 from app.store.chain import GENESIS_HASH, seals
@@ -73,7 +75,13 @@ async def verify_chain(
         select(*full_row()).order_by(events.c.position).execution_options(yield_per=fetch_rows)
     )
     try:
-        async for row in result:
+        async for row in _rows(result):
+            if row is None:  # a fetch held a value no event of the store's can hold
+                reason = (
+                    "content cannot be read (a time past what the store writes), here or "
+                    f"in the {fetch_rows - 1} events after"
+                )
+                return _broken(count, prev_hash, expected_position, reason)
             if row.position != expected_position:
                 return _broken(count, prev_hash, expected_position, "position missing from the log")
             if bytes(row.prev_hash) != prev_hash:
@@ -102,6 +110,16 @@ async def verify_chain(
             count, prev_hash, differs, "causal edges differ from the causes it was hashed with"
         )
     return ChainReport(count=count, head_hash=prev_hash)
+
+
+async def _rows(result: AsyncResult[Any]) -> AsyncIterator[Row[Any] | None]:
+    """The rows of ``result``; a last None when a fetch had a value psycopg cannot load
+    (``infinity`` in a timestamp column: the store never writes one)."""
+    try:
+        async for row in result:
+            yield row
+    except DataError:
+        yield None
 
 
 async def read_head(conn: AsyncConnection) -> tuple[int, bytes]:
