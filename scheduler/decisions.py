@@ -229,15 +229,18 @@ def alerts_for(
     return []
 
 
-def own_rollback(effects: list[CausedEffect]) -> int | None:
+def own_rollback(effects: list[CausedEffect], requeued_onto: int | None = None) -> int | None:
     """The deployment version the task's last rollback left (the stream version of the
-    rollback its dead letter caused), or None when it rolled nothing back; ``effects``
-    are the deployments rolled back by the task's dead letters."""
+    rollback its dead letter caused), or the one another task's rollback requeued it
+    onto (``requeued_onto``, from its last requeue), whichever is later; None when
+    neither; ``effects`` are the deployments rolled back by the task's dead letters."""
     versions = [
         e.effect_stream_version
         for e in effects
         if isinstance(e.cause_data, dict) and e.cause_data.get("disposition") == t.ROLLED_BACK
     ]
+    if requeued_onto is not None:
+        versions.append(requeued_onto)
     return max(versions, default=None)
 
 
@@ -256,22 +259,27 @@ def roll_back(
     requeue when the versions serving changed since the task ran (``ran_on``, the
     deployment's stream version then: someone, perhaps another failing task, rolled it
     back or promoted already; a traffic shift alone changes nothing the task ran on); an
-    alert when there is nothing to roll back to, or when the task's own rollback
-    (``own_rollback``) left the deployment."""
+    alert when there is nothing to roll back to, or when the deployment is still the one
+    the task's own rollback left, or the one another's rollback requeued it onto
+    (``own_rollback``: that deployment's stream version)."""
     service = state.service or ""  # set: the disposition is only chosen with a service
     dead = replace(state, version=state.version + 1)  # the state a requeue follows
     if ran_on is not None and ran_on < deployment.versions_changed_at:
         reason = f"service {service!r} changed since the task ran; it runs again on that"
-        requeue = t.decision(dead, t.REQUEUED, {"reason": reason, "actor": "scheduler"}, at=now)
+        # The deployment it is requeued onto: another's rollback, which it takes for its
+        # own (``own_rollback``): failing so again there, it does not roll back further.
+        data = {"reason": reason, "actor": "scheduler", "onto": deployment.stream_version}
+        requeue = t.decision(dead, t.REQUEUED, data, at=now)
         return t.DEPLOYMENT_CHANGED, [requeue]
-    if own_rollback == deployment.stream_version:
+    if own_rollback is not None and own_rollback >= deployment.versions_changed_at:
         # It failed again on the deployment its own rollback left: rolling back once
         # more would walk the service back through every stable version it had.
         detail = {
             "class": "model_version_mismatch",
             "message": message,
             "attempts": state.attempts,
-            "why": f"the task rolled service {service!r} back once already; "
+            "why": f"the task rolled service {service!r} back once already (or was "
+            "requeued onto this deployment by another task's rollback); "
             "it is not rolled back again",
         }
         return t.FLAGGED, [t.alert(state, "dead_letter", detail, at=now, cause=dead_letter)]

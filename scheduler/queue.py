@@ -427,6 +427,8 @@ class TaskQueue:
         deployment = await DeploymentReader(self._conn).fetch_state(tenant, state.service or "")
         last_lease = await log.read_last(self._conn, tenant, state.stream, types=(t.LEASED,))
         ran_on = last_lease.data.get("deployment_version") if last_lease is not None else None
+        requeue = await log.read_last(self._conn, tenant, state.stream, types=(t.REQUEUED,))
+        onto = requeue.data.get("onto") if requeue is not None else None
         effects = await log.read_effects(
             self._conn,
             tenant,
@@ -439,7 +441,7 @@ class TaskQueue:
             deployment,
             message,
             ran_on=ran_on,
-            own_rollback=d.own_rollback(effects),
+            own_rollback=d.own_rollback(effects, onto if isinstance(onto, int) else None),
             dead_letter=dead_letter,
             now=now,
         )

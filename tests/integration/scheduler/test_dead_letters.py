@@ -289,3 +289,25 @@ async def test_a_traffic_shift_while_the_task_ran_does_not_cancel_the_rollback(
         "rolled_back",
         None,
     ), (dead["data"]["disposition"], deployment["traffic"])
+
+
+async def test_tasks_requeued_by_a_rollback_do_not_walk_the_service_back_further(
+    app: FastAPI, admin: Client, worker: Client
+) -> None:
+    """Three tasks failing the same way on version 3 roll ``gate`` back once (to 2): the
+    two requeued by the first's rollback take it for their own, and failing again on
+    the deployment it left are flagged, not rolled back to 1."""
+    await three_stable_versions_and_a_rollback_route(admin)
+    for _ in range(3):
+        await post(admin, type="frame")
+    await catch_up(app)
+    for _ in range(5):  # every task runs until it is dead
+        leased = [found for found in [await lease(worker, "q") for _ in range(3)] if found]
+        if not leased:
+            break
+        for found in leased:
+            await fail(worker, found, "model_version_mismatch")
+    await catch_up(app)
+    rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
+    stable = (await admin.get("/deployments/gate")).json()["stable_version"]
+    assert (len(rollbacks), stable) == (1, "2")
