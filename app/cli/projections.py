@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Awaitable, Callable
 from datetime import UTC
 from typing import Annotated, TypeVar
@@ -84,10 +85,22 @@ async def _status(url: URL | str) -> tuple[list[ProjectionStatus], list[Skip]]:
         await engine.dispose()
 
 
+def _finite(value: float) -> float:
+    if not math.isfinite(value):  # nan passes every range check, and waits for ever
+        raise typer.BadParameter("must be a finite number of seconds")
+    return value
+
+
 def projections_rebuild(
     name: Annotated[str, typer.Argument(metavar="NAME", help="the projection to rebuild")],
     timeout_s: Annotated[
-        float, typer.Option(min=0, metavar="SECONDS", help="how long to wait for a running leader")
+        float,
+        typer.Option(
+            min=0,
+            metavar="SECONDS",
+            help="how long to wait for a running leader",
+            callback=_finite,
+        ),
     ] = 600,
 ) -> None:
     """Rebuild a read model from position 0; readers see the old one until it is done."""

@@ -42,6 +42,14 @@ from app.settings import Settings
             ["projections", "rebuild", "model-registry", "--timeout-s", "-1"],
             "error: Invalid value for '--timeout-s'",
         ),
+        (
+            ["projections", "rebuild", "model-registry", "--timeout-s", "nan"],
+            "error: Invalid value for '--timeout-s': must be a finite number of seconds",
+        ),
+        (
+            ["replay", "--out", "x", "--tenant", "Acme"],
+            "error: Invalid value for '--tenant': must be 1-63 of a-z",
+        ),
     ],
 )
 def test_usage_errors_are_one_line_and_exit_2(
