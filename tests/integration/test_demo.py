@@ -94,3 +94,44 @@ def test_the_demo_loads_what_it_documents_once(database_url: URL, tmp_path: Path
             assert again.returncode == 0, again.stderr
             assert "added nothing" in again.stdout
             assert _counts(http) == counts
+
+
+def _env(database_url: URL, tmp_path: Path) -> dict[str, str]:
+    return environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_SCHEDULER_AUTOSCALE_INTERVAL_S="3600",
+    )
+
+
+def test_demo_with_a_wrong_key_is_one_line_not_a_traceback(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """A mistyped or revoked --key is bad input: one line, exit 2 (it was Typer's
+    traceback panel and exit 1)."""
+    env = _env(database_url, tmp_path)
+    with serving(env) as base:
+        result = _demo(env, "--target", base, "--key", "cw_000000000000_wrong")
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "╭" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+def test_demo_with_a_file_that_is_no_recording_is_one_line_not_a_traceback(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """``--recording`` naming a file the bridge cannot read (the wrong file, a damaged
+    .db3): one line, exit 2 (it was a traceback, ``UnknownFormat`` or ``UnsupportedBag``)."""
+    env = _env(database_url, tmp_path)
+    key = create_key(env, "default", "admin")
+    not_a_recording = tmp_path / "notes.txt"
+    not_a_recording.write_text("not a recording\n")
+    with serving(env) as base:
+        result = _demo(env, "--target", base, "--key", key, "--recording", str(not_a_recording))
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "╭" not in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ")
+    assert result.stderr.count("\n") == 1, result.stderr
