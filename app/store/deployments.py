@@ -44,7 +44,9 @@ class DeploymentState:
     previous_stable: tuple[str, ...] = ()  # earlier stable versions, most recent last
     stream_version: int = 0
     # The stream version of the last event that changed which versions serve (a rollout
-    # started, a promotion, a rollback); a traffic shift changes only their shares.
+    # started, a promotion, a rollback); a traffic shift changes only their shares. Known
+    # only to a state folded from the stream (``DeploymentReader.fetch_state``, which the
+    # scheduler's rollback reads); one built from the ``deployments`` table leaves it 0.
     versions_changed_at: int = 0
 
     @property
