@@ -47,13 +47,13 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
-    more_metrics: Callable[[], Awaitable[bytes]],
+    more_metrics: Callable[[str], Awaitable[bytes]],
     principals: Principals,
     wakeups: TaskWakeups,
 ) -> APIRouter:
     """``appender`` appends route definitions; ``decisions`` (an appender of its own) the
     decisions of leases, results and dead-letter handling; ``more_metrics`` adds the
-    service's own gauges (read replicas) to ``GET /metrics``."""
+    service's own metrics, as a tenant may see them, to ``GET /metrics``."""
     router = APIRouter()
     # Leases first: a request is matched against the routes in order, and workers'
     # leases and completions are the scheduler's hot path.

@@ -17,7 +17,8 @@ per scrape in a registry of their own by their owners and appended to this answe
 Label bounds (docs/observability.md, "Metrics"): ``tenant`` is one of the first
 ``CAUSEWAY_METRICS_MAX_TENANTS`` tenants a process appends for, the rest ``other``;
 ``route`` is a route template from the app's routing table (or ``unmatched``); the
-others are closed sets named where each is defined.
+others are closed sets named where each is defined. A scrape is a tenant's (its key's):
+of the series labelled with a tenant it shows that tenant's and ``other``'s alone.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import Metric
 
 __all__ = ["CONTENT_TYPE_LATEST", "exposition"]
 
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+OTHER = "other"  # the label of every tenant past the bound
 
 # Seconds: the client's defaults with a boundary at the 300 ms an interactive answer
 # should take, and room for the slow walks and long appends.
@@ -122,7 +125,7 @@ class TenantLabels:
         """(stored, duplicate, refused) for ``tenant``."""
         found = self._children.get(tenant)
         if found is None:
-            label = tenant if len(self._children) < self.limit else "other"
+            label = tenant if len(self._children) < self.limit else OTHER
             found = tuple(  # type: ignore[assignment]
                 EVENTS_APPENDED.labels(label, outcome)
                 for outcome in ("stored", "duplicate", "refused")
@@ -170,14 +173,37 @@ def walk_timed() -> Iterator[None]:
         WALK_SECONDS.labels(outcome).observe(time.perf_counter() - start)
 
 
-def exposition() -> bytes:
+def exposition(tenant: str) -> bytes:
     """Every ``prometheus_client`` metric of this process, or of every process when
-    ``PROMETHEUS_MULTIPROC_DIR`` is set (a registry made for this scrape)."""
-    if not MULTIPROCESS:
-        return generate_latest(REGISTRY)
-    registry = CollectorRegistry(support_collectors_without_names=True)
-    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    return generate_latest(registry)
+    ``PROMETHEUS_MULTIPROC_DIR`` is set (a registry made for this scrape), as a key of
+    ``tenant`` may see them: of the series labelled with a tenant, only ``tenant``'s and
+    the ``other`` bucket's (which names no tenant and no source)."""
+    if MULTIPROCESS:
+        every: CollectorRegistry = CollectorRegistry(support_collectors_without_names=True)
+        multiprocess.MultiProcessCollector(every)  # type: ignore[no-untyped-call]
+    else:
+        every = REGISTRY
+    seen = CollectorRegistry(support_collectors_without_names=True)
+    seen.register(_TenantView(every, tenant))
+    return generate_latest(seen)
+
+
+class _TenantView:
+    """A collector: ``every``'s families, less the series of tenants other than ``tenant``
+    (a tenant's key never learns another tenant's name, nor its sources' names)."""
+
+    def __init__(self, every: CollectorRegistry, tenant: str) -> None:
+        self._every, self._shown = every, {tenant, OTHER}
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._every.collect():
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            for s in family.samples:
+                if s.labels.get("tenant", OTHER) in self._shown:
+                    kept.add_sample(
+                        s.name, s.labels, s.value, s.timestamp, s.exemplar, s.native_histogram
+                    )
+            yield kept
 
 
 def _mark_dead() -> None:

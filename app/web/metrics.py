@@ -107,11 +107,12 @@ def scrape(
     relay: NatsRelay | None,
     read_pools: PoolFigures,
     more: Callable[[], bytes],
-) -> Callable[[], Awaitable[bytes]]:
-    """What ``GET /metrics`` adds to the queue gauges: every ``prometheus_client`` metric
-    (this process's, or every process's), the lag gauges read now, and ``more``."""
+) -> Callable[[str], Awaitable[bytes]]:
+    """What ``GET /metrics`` adds to the queue gauges for a key of a tenant: every
+    ``prometheus_client`` metric (this process's, or every process's) as that tenant may
+    see them (``metrics.exposition``), the lag gauges read now, and ``more``."""
 
-    async def answer() -> bytes:
+    async def answer(tenant: str) -> bytes:
         sample_pools(read_pools)
         async with engine.connect() as conn:
             found = await fetch_status(conn, projections)
@@ -131,7 +132,7 @@ def scrape(
             relay_s = _gauge(registry, "causeway_relay_lag_seconds", "Seconds", "stream")
             relay_events.labels(relay_status.stream).set(relay_status.lag_events)
             relay_s.labels(relay_status.stream).set(relay_status.lag_seconds)
-        return metrics.exposition() + generate_latest(registry) + more()
+        return metrics.exposition(tenant) + generate_latest(registry) + more()
 
     return answer
 
@@ -152,7 +153,7 @@ def pools_in(state: Any) -> PoolFigures:
     return pools_of(engines, {"walks": state.walks})
 
 
-def scrape_of(state: Any) -> Callable[[], Awaitable[bytes]]:
+def scrape_of(state: Any) -> Callable[[str], Awaitable[bytes]]:
     """``scrape`` for the app whose ``app.state`` this is, the replicas' gauges appended."""
     metrics.configure(max_tenants=state.settings.metrics_max_tenants)
     return scrape(

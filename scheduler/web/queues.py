@@ -45,10 +45,11 @@ TaskId = Annotated[str, Path(pattern=f"^{TaskIdConvertor.regex}$", description="
 def create_router(
     engine: Engine,
     controller: PidController,
-    more_metrics: Callable[[], Awaitable[bytes]],
+    more_metrics: Callable[[str], Awaitable[bytes]],
     read: PrincipalOf,
 ) -> APIRouter:
-    """``more_metrics``: the service's own metrics (``app.web.metrics``), appended."""
+    """``more_metrics``: the service's own metrics (``app.web.metrics``) as the key's tenant
+    may see them, appended."""
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
     Reader = Annotated[Principal, Depends(read)]
 
@@ -92,6 +93,9 @@ def create_router(
     async def metrics(principal: Reader) -> Response:
         async with tenant_transaction(engine, principal.tenant) as conn:
             depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
-        return Response(exposition(depths) + await more_metrics(), media_type=CONTENT_TYPE_LATEST)
+        return Response(
+            exposition(depths) + await more_metrics(principal.tenant),
+            media_type=CONTENT_TYPE_LATEST,
+        )
 
     return router

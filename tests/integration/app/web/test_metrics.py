@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
 
@@ -101,6 +102,34 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
         family.name for family in text_string_to_metric_families(answer.text)
     }
     assert named <= exposed, f"alerts.yml names metrics /metrics lacks: {named - exposed}"
+
+
+async def test_a_tenants_scrape_names_no_other_tenant_nor_its_sources(
+    relaying_app: FastAPI, make_key: MakeKey
+) -> None:
+    mine, theirs = f"t{token_hex(4)}", f"t{token_hex(4)}"
+    now = datetime.now(UTC).isoformat()  # an event with a time feeds the drift series
+    async with asgi_client(relaying_app, await make_key(theirs, "ingest")) as client:
+        secret = f"/their/camera-{token_hex(4)}"
+        answer = await client.post(
+            "/events", content=dumps(event(source=secret, time=now)), headers=STRUCTURED
+        )
+        assert answer.status_code == 201
+    async with asgi_client(relaying_app, await make_key(mine, "ingest,read")) as client:
+        await client.post(
+            "/events", content=dumps(event(source="/mine", time=now)), headers=STRUCTURED
+        )
+        await catch_up(relaying_app)  # the drift projection has seen both
+        answer = await client.get("/metrics")
+    assert answer.status_code == 200
+    assert theirs not in answer.text
+    assert secret not in answer.text
+    found = samples(answer.text)
+    assert value(found, "causeway_events_appended_total", tenant=mine, outcome="stored") == 1
+    drift = "causeway_event_time_drift_seconds_count"
+    assert value(found, drift, tenant=mine, source="/mine") == 1
+    shown = {dict(labels).get("tenant") for _, labels in found} - {None}
+    assert shown <= {mine, "other"}
 
 
 async def test_tenants_past_the_bound_are_counted_as_other(
