@@ -436,26 +436,6 @@ async def delete_finished(
     return int(gone.rowcount)
 
 
-async def read_dead_letters(
-    conn: AsyncConnection,
-    tenant: str,
-    *,
-    queue: str | None,
-    error_class: str | None,
-    since: datetime | None,
-    limit: int,
-) -> list[TaskState]:
-    statement = select(tasks).where(_c.tenant == tenant, _c.state == "dead")
-    if queue is not None:
-        statement = statement.where(_c.queue == queue)
-    if error_class is not None:
-        statement = statement.where(_c.error_class == error_class)
-    if since is not None:
-        statement = statement.where(_c.finished_at >= since)
-    rows = await conn.execute(statement.order_by(_c.finished_at, _c.id).limit(limit))
-    return [TaskState(*r) for r in rows]
-
-
 async def read_depths(conn: AsyncConnection, tenant: str, *, now: datetime) -> list[QueueDepth]:
     ready = and_(_c.state == "ready", _c.available_at <= now)
     rows = await conn.execute(

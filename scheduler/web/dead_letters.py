@@ -1,7 +1,10 @@
-"""The dead-letter queue: ``GET /dead-letters`` (filters: queue, class, since) and ``GET
+"""The dead-letter queue: ``GET /dead-letters`` (filters: queue, class, since; a page at a
+time, ``next`` naming where the next one starts) and ``GET
 /dead-letters/{id}`` (scope ``read``); ``POST /dead-letters/{id}/requeue`` and ``POST
 /dead-letters/{id}/discard`` (scope ``admin``)."""
 
+import base64
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
@@ -9,9 +12,9 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.db.engine import Engine
+from app.db.engine import Connection, Engine
 from app.db.tenancy import tenant_transaction
-from app.errors import Conflict, NotFound
+from app.errors import BadRequest, Conflict, NotFound
 from app.store.append.group_commit import Appender
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
@@ -23,6 +26,7 @@ from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as task_rows
+from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
 from scheduler.web.documents import history_json, task_json
 
@@ -35,6 +39,41 @@ class Requeue(BaseModel):
 class Discard(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: Text = Field(min_length=1, max_length=500)
+
+
+def _cursor(last: t.TaskState) -> str:
+    """Where a page ended, for ``after``: opaque to callers (when the task died, its id;
+    a dead letter's row always says when)."""
+    return base64.urlsafe_b64encode(orjson.dumps([last.finished_at, last.id])).decode()
+
+
+def _position_of(cursor: str) -> tuple[datetime, str]:
+    """``_cursor``'s pair back, or a ``BadRequest`` naming ``after``."""
+    try:
+        at, task_id = orjson.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        return datetime.fromisoformat(at), str(task_id)
+    except (ValueError, TypeError, UnicodeEncodeError):
+        raise BadRequest(
+            "after: not a cursor this endpoint gave (pass the `next` of a page)", parameter="after"
+        ) from None
+
+
+async def _page(
+    conn: Connection, tenant: str, which: DeadLetters, after: str | None, limit: int
+) -> dict[str, Any]:
+    """``limit`` dead letters past the cursor ``after``, and the cursor past them."""
+    found = await read_dead_letters(
+        conn,
+        tenant,
+        which,
+        after=None if after is None else _position_of(after),
+        limit=limit + 1,  # one more says whether there is a next page
+    )
+    page = found[:limit]
+    return {
+        "dead_letters": [task_json(s) for s in page],
+        "next": _cursor(page[-1]) if len(found) > limit else None,
+    }
 
 
 def create_router(
@@ -57,18 +96,14 @@ def create_router(
             str | None, Query(description="RFC 3339", json_schema_extra=TIME_FORMAT)
         ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: Annotated[
+            str | None,
+            Query(description="the `next` of the page before: the dead letters after it"),
+        ] = None,
     ) -> dict[str, Any]:
-        when = parse_time_parameter("since", since)
+        which = DeadLetters(queue, error_class, parse_time_parameter("since", since))
         async with tenant_transaction(engine, principal.tenant) as conn:
-            found = await task_rows.read_dead_letters(
-                conn,
-                principal.tenant,
-                queue=queue,
-                error_class=error_class,
-                since=when,
-                limit=limit,
-            )
-        return {"dead_letters": [task_json(s) for s in found]}
+            return await _page(conn, principal.tenant, which, after, limit)
 
     @router.get(
         "/dead-letters/{task_id}",

@@ -9,7 +9,7 @@ export async function render(options, id) {
 }
 
 async function list() {
-  const [{ queues }, { dead_letters: dead }] = await Promise.all([rest("/queues"), rest("/dead-letters")]);
+  const [{ queues }, { dead_letters: dead, next }] = await Promise.all([rest("/queues"), rest("/dead-letters")]);
   const advice = await Promise.all(queues.map((q) => rest(`/queues/${encodeURIComponent(q.queue)}/autoscale`)));
   return [
     h("h1", {}, "Queues"),
@@ -24,7 +24,7 @@ async function list() {
             `${advice[i].recommended_workers}${advice[i].observed_latency_s === null ? "" : ` (latency ${advice[i].observed_latency_s.toFixed(2)} s, target ${advice[i].target_latency_s} s)`}`,
           ]), { id: "queues" })
       : h("p", {}, "No queue has tasks."),
-    h("h2", {}, `Dead letters (${dead.length})`),
+    h("h2", {}, `Dead letters (${dead.length}${next ? "+, the oldest" : ""})`),
     dead.length
       ? table(["task", "queue", "kind", "attempts", "failure", "trigger"], dead.map((d) => [
           link(urls.deadLetter(d.id), d.id, { class: "mono" }), d.queue, d.kind, String(d.attempts),

@@ -241,6 +241,42 @@ class TestRetriesAndDeadLetters:
         )
 
 
+class TestDeadLetterPages:
+    async def test_pages_follow_next_through_every_dead_letter_once(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0)
+        for _ in range(5):
+            await post(admin, type="job")
+        await catch_up(app)
+        died = []
+        while (leased := await lease(worker, "q")) is not None:
+            assert (await fail(worker, leased, "data_invalid"))["state"] == "dead"
+            died.append(leased["task"]["id"])
+        assert len(died) == 5
+        seen, sizes, after = [], [], None
+        while True:
+            params = {"limit": 2, **({"after": after} if after else {})}
+            page = (await admin.get("/dead-letters", params=params)).json()
+            seen += [d["id"] for d in page["dead_letters"]]
+            sizes.append(len(page["dead_letters"]))
+            if len(seen) == 2:  # one requeued meanwhile leaves the pages after it whole
+                requeued = await admin.post(f"/dead-letters/{seen[0]}/requeue")
+                assert requeued.status_code == 200, requeued.text
+            if (after := page["next"]) is None:
+                break
+        assert (seen, sizes) == (died, [2, 2, 1])
+        whole = (await admin.get("/dead-letters")).json()
+        assert (len(whole["dead_letters"]), whole["next"]) == (4, None)
+
+    async def test_a_cursor_it_did_not_give_is_a_bad_request(self, admin: Client) -> None:
+        for cursor in ("nonsense", base64.urlsafe_b64encode(b"[1,2,3]").decode(), "\u00e9"):
+            answer = await admin.get("/dead-letters", params={"after": cursor})
+            assert answer.status_code == 400, answer.text
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.json()["detail"].startswith("after: ")
+
+
 async def _canary(admin: Client) -> None:
     """Service ``gate``: version 1 stable, version 2 a canary at 10 %; a route whose
     model mismatches roll ``gate`` back, with no retries."""
