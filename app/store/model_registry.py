@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -63,7 +65,28 @@ ColumnType = Literal[
 
 
 def _json_list(value: Any) -> Any:
-    return orjson.loads(value) if isinstance(value, str) else value
+    """A list as MLflow writes it in ``MLmodel``, a JSON string, read as a request's JSON
+    is read: an object that names a member twice is refused (I-JSON, RFC 7493), not
+    taken as its last."""
+    if not isinstance(value, str):
+        return value
+    found = orjson.loads(value)
+    # Nested past what the standard library reads: so deep a default is refused on its
+    # own (``_interoperable``).
+    with contextlib.suppress(RecursionError):
+        json.loads(value, object_pairs_hook=_unique_members)
+    return found
+
+
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            raise ValueError(
+                f"names the member {name!r} twice in one object, which I-JSON (RFC 7493) forbids"
+            )
+        seen.add(name)
+    return dict(pairs)
 
 
 def _interoperable(value: Any) -> Any:

@@ -76,6 +76,20 @@ class TestRegister:
         )
         assert response.json()["signature_digest"] == digest_of()
 
+    async def test_a_string_spec_naming_a_member_twice_is_422(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        """As in a request's own JSON: ``{"type": "string", "type": "binary"}`` is refused,
+        not read as its last member."""
+        twice = '[{"name": "image", "type": "string", "type": "binary"}]'
+        response = await admin.post(
+            "/models/faces/versions",
+            content=registration("3", {"inputs": twice, "outputs": "[]"}),
+            headers=JSON,
+        )
+        assert response.status_code == 422, response.text
+        assert "'type' twice" in response.text
+
     async def test_a_malformed_signature_is_422(self, admin: httpx2.AsyncClient) -> None:
         bad = {"inputs": [{"name": "x", "type": "complex"}], "outputs": []}
         response = await admin.post(
