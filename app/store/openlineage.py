@@ -64,18 +64,24 @@ class Head:
 
 async def fetch_stored(conn: AsyncConnection, tenant: str, event_id: str) -> Appended | None:
     """Where the event ``event_id`` is stored (as a re-send's answer), or None."""
-    found = (
-        await conn.execute(
-            select(_e.id, _e.source, _e.stream, _e.stream_version, _e.position).where(
-                _e.tenant == tenant, _e.id == event_id
-            )
+    found = await fetch_all_stored(conn, tenant, [event_id])
+    return found[0] if found else None
+
+
+async def fetch_all_stored(
+    conn: AsyncConnection, tenant: str, event_ids: Sequence[str]
+) -> list[Appended]:
+    """Where each of ``event_ids`` that is stored is, in their order (as a re-send's
+    answer)."""
+    rows = await conn.execute(
+        select(_e.id, _e.source, _e.stream, _e.stream_version, _e.position).where(
+            _e.tenant == tenant, _e.id.in_(event_ids)
         )
-    ).first()
-    if found is None:
-        return None
-    return Appended(
-        found.id, found.source, found.stream, found.stream_version, found.position, True
     )
+    found = {
+        r.id: Appended(r.id, r.source, r.stream, r.stream_version, r.position, True) for r in rows
+    }
+    return [found[i] for i in event_ids if i in found]
 
 
 async def fetch_heads(

@@ -183,6 +183,19 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
     return [*first, main, *after]
 
 
+def planned_ids(parsed: Parsed) -> list[str]:
+    """The ids ``plan`` can give, in its order, whatever the log held: its first answer
+    listed those of them that are stored (an input's external version only when this
+    event named the input first), so a re-send is answered with the same events."""
+    externals = [] if parsed.kind is not Kind.RUN else parsed.inputs
+    outputs = parsed.outputs if parsed.state == "complete" else []
+    return [
+        *(_version_id(parsed, ref, external=True) for ref in externals),
+        parsed.id,
+        *(_version_id(parsed, ref, external=False) for ref in outputs),
+    ]
+
+
 def _causes(parsed: Parsed, known: Known, input_versions: list[str]) -> tuple[str, ...]:
     causes: list[str] = []
     own = known.heads.get(parsed.stream)
@@ -234,15 +247,19 @@ def _main_event(parsed: Parsed, causes: tuple[str, ...], version: int) -> NewEve
     )
 
 
+def _version_id(parsed: Parsed, ref: DatasetRef, *, external: bool) -> str:
+    kind = "external" if external else "output"
+    digest = hashlib.sha256(f"{kind}\n{parsed.id}\n{ref.namespace}\n{ref.name}".encode())
+    return "openlineage:version:" + digest.hexdigest()
+
+
 def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
     """A dataset version event: an output written by this run's COMPLETE, or (external)
     an input first named by this event, which has no causes."""
     event = parsed.event
-    kind = "external" if external else "output"
-    digest = hashlib.sha256(f"{kind}\n{parsed.id}\n{ref.namespace}\n{ref.name}".encode())
     time = str(event["eventTime"])
     return NewEvent(
-        id="openlineage:version:" + digest.hexdigest(),
+        id=_version_id(parsed, ref, external=external),
         source=str(event["producer"]),
         type=DATASET_VERSION,
         stream=ref.stream,

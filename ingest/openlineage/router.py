@@ -40,14 +40,14 @@ from app.errors import (
 )
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
-from app.store.openlineage import DATASET_VERSION, fetch_heads, fetch_stored
+from app.store.openlineage import DATASET_VERSION, fetch_all_stored, fetch_heads
 from app.store.records import Appended, is_json_media_type
 from app.web import json_text
 from app.web.bodies import receive_body
 from app.web.openapi import answers
 from ingest.limits import Limits
 from ingest.openlineage.locks import StreamLocks
-from ingest.openlineage.mapping import Known, Parsed, parse, plan
+from ingest.openlineage.mapping import Known, Parsed, parse, plan, planned_ids
 from ingest.openlineage.schema import SPEC_ID, validate
 from ingest.openlineage.storable import check_storable
 from ingest.router import POSITION_HEADER, AppendResponse, answer_of
@@ -86,9 +86,10 @@ class LineageIngest:
                 if attempt:
                     await asyncio.sleep(_pause_s(attempt))
                 async with tenant_transaction(self._engine, tenant) as conn:
-                    stored = await fetch_stored(conn, tenant, parsed.id)
-                    if stored is not None:
-                        return [stored]
+                    # A re-send: answered with what the first answer listed.
+                    stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
+                    if any(a.id == parsed.id for a in stored):
+                        return stored
                     known = Known(
                         await fetch_heads(conn, tenant, parsed.streams_to_look_up()),
                         await fetch_heads(

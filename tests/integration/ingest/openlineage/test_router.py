@@ -232,6 +232,27 @@ class TestOrderAndRetries:
         assert (first.status_code, again.status_code) == (201, 200)
         assert again.json()["events"] == [dict(first.json()["events"][0], duplicate=True)]
 
+    async def test_a_retry_is_answered_with_the_dataset_versions_it_made(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        """The first answer lists the versions of inputs it named first and of its outputs;
+        a retry's lists the same events (a client that reads the answer sees no loss)."""
+        await post(
+            client, run_event("COMPLETE", new_run(), "seen", outputs=[dataset("s3://r", "old")])
+        )
+        event = run_event(
+            "COMPLETE",
+            new_run(),
+            "retried",
+            inputs=[dataset("s3://r", "old"), dataset("s3://r", "new")],
+            outputs=[dataset("s3://r", "out")],
+        )
+        first, again = await post(client, event), await post(client, event)
+        assert (first.status_code, again.status_code) == (201, 200)
+        listed = first.json()["events"]
+        assert len(listed) == 3  # the new input's external version, the run event, the output
+        assert again.json()["events"] == [dict(e, duplicate=True) for e in listed]
+
     async def test_events_of_one_run_sent_at_once_are_all_chained(
         self, client: httpx2.AsyncClient
     ) -> None:
