@@ -25,6 +25,7 @@ from app.web.bodies import JSONRoute
 from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
+from scheduler.requeue import MAX_REQUEUE, requeue_dead_letters
 from scheduler.rows import tasks as task_rows
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
@@ -33,6 +34,18 @@ from scheduler.web.documents import history_json, task_json
 
 class Requeue(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    reason: Text | None = Field(default=None, max_length=500)
+
+
+class RequeueMany(BaseModel):
+    """Which dead letters to requeue (each filter left out: any), how many at most, and
+    why."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    queue: str | None = Field(default=None, pattern=NAME_PATTERN)
+    error_class: t.ErrorClass | None = Field(default=None, alias="class")
+    since: str | None = Field(default=None, description="RFC 3339: dead since then")
+    limit: int = Field(default=MAX_REQUEUE, ge=1, le=MAX_REQUEUE)
     reason: Text | None = Field(default=None, max_length=500)
 
 
@@ -76,6 +89,33 @@ async def _page(
     }
 
 
+async def _dead_letter(conn: Connection, tenant: str, task_id: str) -> dict[str, Any]:
+    """A dead letter's document: the task, its failures, its history and its trigger."""
+    state = await task_rows.fetch_task(conn, tenant, task_id)
+    if state is None or state.state != "dead":
+        raise NotFound(f"no dead letter {task_id!r}", task=task_id)
+    history = history_json(await read_stream(conn, tenant, state.stream))
+    trigger = await EventReader(conn).read_event(tenant, state.trigger_id)
+    # Named apart from "attempts", which is the count here as in every task answer.
+    failures = [
+        {
+            "attempt": h["data"].get("attempt"),
+            "outcome": h["type"].removeprefix(t.PREFIX),
+            "class": h["data"].get("class"),
+            "message": h["data"].get("message"),
+            "at": h["data"].get("at"),
+        }
+        for h in history
+        if h["type"] in (t.RETRIED, t.DEAD_LETTERED)
+    ]
+    return {
+        **task_json(state),
+        "failures": failures,
+        "history": history,
+        "trigger_event": orjson.Fragment(trigger or "null"),
+    }
+
+
 def create_router(
     engine: Engine, decisions: Appender, admin: PrincipalOf, read: PrincipalOf
 ) -> APIRouter:
@@ -113,30 +153,30 @@ def create_router(
     )
     async def read_dead_letter(task_id: str, principal: Reader) -> Response:
         async with tenant_transaction(engine, principal.tenant) as conn:
-            state = await task_rows.fetch_task(conn, principal.tenant, task_id)
-            if state is None or state.state != "dead":
-                raise NotFound(f"no dead letter {task_id!r}", task=task_id)
-            history = history_json(await read_stream(conn, principal.tenant, state.stream))
-            trigger = await EventReader(conn).read_event(principal.tenant, state.trigger_id)
-        # Named apart from "attempts", which is the count here as in every task answer.
-        failures = [
-            {
-                "attempt": h["data"].get("attempt"),
-                "outcome": h["type"].removeprefix(t.PREFIX),
-                "class": h["data"].get("class"),
-                "message": h["data"].get("message"),
-                "at": h["data"].get("at"),
-            }
-            for h in history
-            if h["type"] in (t.RETRIED, t.DEAD_LETTERED)
-        ]
-        document = {
-            **task_json(state),
-            "failures": failures,
-            "history": history,
-            "trigger_event": orjson.Fragment(trigger or "null"),
-        }
+            document = await _dead_letter(conn, principal.tenant, task_id)
         return Response(orjson.dumps(document), media_type="application/json")
+
+    @router.post(
+        "/dead-letters/requeue",
+        summary="Put the oldest dead letters that match back in their queues (at most 100)",
+    )
+    async def requeue_many(
+        body: RequeueMany, principal: Admin, response: Response
+    ) -> dict[str, Any]:
+        since = parse_time_parameter("since", body.since)
+        which = DeadLetters(body.queue, body.error_class, since)
+        async with engine.begin() as conn:
+            requeued, more = await requeue_dead_letters(
+                conn,
+                decisions,
+                principal.tenant,
+                which,
+                limit=body.limit,
+                reason=body.reason,
+                actor=principal.key_id,
+            )
+        response.headers[POSITION_HEADER] = str(max((s.position for s in requeued), default=0))
+        return {"requeued": [task_json(s) for s in requeued], "more": more}
 
     @router.post(
         "/dead-letters/{task_id}/requeue",

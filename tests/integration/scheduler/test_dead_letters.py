@@ -277,6 +277,84 @@ class TestDeadLetterPages:
             assert answer.json()["detail"].startswith("after: ")
 
 
+async def _dead_letters(
+    app: FastAPI, admin: Client, worker: Client, queue: str, n: int
+) -> list[str]:
+    """``n`` tasks of ``queue``, each dead-lettered at its first failure (oldest first)."""
+    await define(
+        admin, id=f"to-{queue}", types=[f"job-{queue}"], kind="k", queue=queue, max_retries=0
+    )
+    for _ in range(n):
+        await post(admin, type=f"job-{queue}")
+    await catch_up(app)
+    died = []
+    while (leased := await lease(worker, queue)) is not None:
+        assert (await fail(worker, leased, "data_invalid"))["state"] == "dead"
+        died.append(leased["task"]["id"])
+    assert len(died) == n
+    return died
+
+
+class TestBulkRequeue:
+    async def test_the_oldest_that_match_are_requeued_each_once(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        died = await _dead_letters(app, admin, worker, "q", 5)
+        others = await _dead_letters(app, admin, worker, "other", 2)
+        body = {"queue": "q", "limit": 3, "reason": "parser fixed"}
+        first = await admin.post("/dead-letters/requeue", content=dumps(body), headers=JSON)
+        assert first.status_code == 200, first.text
+        assert [t["id"] for t in first.json()["requeued"]] == died[:3]
+        assert first.json()["more"] is True
+        assert {t["state"] for t in first.json()["requeued"]} == {"ready"}
+        assert int(first.headers["Causeway-Position"]) > 0
+        second = (
+            await admin.post("/dead-letters/requeue", content=dumps(body), headers=JSON)
+        ).json()
+        assert ([t["id"] for t in second["requeued"]], second["more"]) == (died[3:], False)
+        third = (
+            await admin.post("/dead-letters/requeue", content=dumps(body), headers=JSON)
+        ).json()
+        assert third == {"requeued": [], "more": False}
+        listed = (await admin.get("/dead-letters")).json()["dead_letters"]
+        assert [d["id"] for d in listed] == others  # another queue's stay dead
+        history = (await admin.get(f"/tasks/{died[0]}")).json()["history"]
+        assert history[-1]["type"] == "causeway.task.requeued"
+        assert history[-1]["data"]["reason"] == "parser fixed"
+        again = await lease(worker, "q")  # back in the queue, attempts reset
+        assert again is not None
+        assert again["task"]["attempts"] == 1
+
+    async def test_two_at_once_requeue_each_dead_letter_once(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        died = await _dead_letters(app, admin, worker, "q", 6)
+        body = dumps({"class": "data_invalid"})
+        answers = await asyncio.gather(
+            *(admin.post("/dead-letters/requeue", content=body, headers=JSON) for _ in range(2))
+        )
+        assert [a.status_code for a in answers] == [200, 200]
+        requeued = [t["id"] for a in answers for t in a.json()["requeued"]]
+        assert sorted(requeued) == sorted(died)
+        history = (await admin.get(f"/tasks/{died[0]}")).json()["history"]
+        assert [h["type"] for h in history].count("causeway.task.requeued") == 1
+
+    async def test_bad_requests_and_keys_that_may_not(self, admin: Client, worker: Client) -> None:
+        for body, status in (
+            ({"limit": 0}, 422),
+            ({"limit": 101}, 422),
+            ({"class": "cosmic_rays"}, 422),
+            ({"queue": "no spaces"}, 422),
+            ({"reasons": "typo"}, 422),
+            ({"since": "yesterday"}, 400),
+        ):
+            answer = await admin.post("/dead-letters/requeue", content=dumps(body), headers=JSON)
+            assert answer.status_code == status, (body, answer.text)
+            assert answer.headers["content-type"] == "application/problem+json"
+        refused = await worker.post("/dead-letters/requeue", content=b"{}", headers=JSON)
+        assert refused.status_code == 403
+
+
 async def _canary(admin: Client) -> None:
     """Service ``gate``: version 1 stable, version 2 a canary at 10 %; a route whose
     model mismatches roll ``gate`` back, with no retries."""
