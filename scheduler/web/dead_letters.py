@@ -30,6 +30,7 @@ from scheduler.rows import tasks as task_rows
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
 from scheduler.web.documents import history_json, task_json
+from scheduler.web.queues import TaskId
 
 
 class Requeue(BaseModel):
@@ -44,7 +45,11 @@ class RequeueMany(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     queue: str | None = Field(default=None, pattern=NAME_PATTERN)
     error_class: t.ErrorClass | None = Field(default=None, alias="class")
-    since: str | None = Field(default=None, description="RFC 3339: dead since then")
+    since: str | None = Field(
+        default=None,
+        description="RFC 3339: dead since then",
+        json_schema_extra={"format": "date-time"},
+    )
     limit: int = Field(default=MAX_REQUEUE, ge=1, le=MAX_REQUEUE)
     reason: Text | None = Field(default=None, max_length=500)
 
@@ -52,6 +57,9 @@ class RequeueMany(BaseModel):
 class Discard(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: Text = Field(min_length=1, max_length=500)
+
+
+_CURSOR = "^[A-Za-z0-9_-]+={0,2}$"  # base64url, as ``_cursor`` writes it
 
 
 def _cursor(last: t.TaskState) -> str:
@@ -138,7 +146,10 @@ def create_router(
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         after: Annotated[
             str | None,
-            Query(description="the `next` of the page before: the dead letters after it"),
+            Query(
+                description="the `next` of the page before: the dead letters after it",
+                pattern=_CURSOR,
+            ),
         ] = None,
     ) -> dict[str, Any]:
         which = DeadLetters(queue, error_class, parse_time_parameter("since", since))
@@ -146,12 +157,12 @@ def create_router(
             return await _page(conn, principal.tenant, which, after, limit)
 
     @router.get(
-        "/dead-letters/{task_id}",
+        "/dead-letters/{task_id:task_id}",
         summary="A dead letter: task, trigger, attempts",
         responses=answers(NotFound),
         dependencies=TASKS_SETTLED,
     )
-    async def read_dead_letter(task_id: str, principal: Reader) -> Response:
+    async def read_dead_letter(task_id: TaskId, principal: Reader) -> Response:
         async with tenant_transaction(engine, principal.tenant) as conn:
             document = await _dead_letter(conn, principal.tenant, task_id)
         return Response(orjson.dumps(document), media_type="application/json")

@@ -270,11 +270,18 @@ class TestDeadLetterPages:
         assert (len(whole["dead_letters"]), whole["next"]) == (4, None)
 
     async def test_a_cursor_it_did_not_give_is_a_bad_request(self, admin: Client) -> None:
-        for cursor in ("nonsense", base64.urlsafe_b64encode(b"[1,2,3]").decode(), "\u00e9"):
+        """Base64url that is no cursor of its is a 400 naming ``after``; what is not
+        base64url breaks the documented pattern (422)."""
+        for cursor, status in (
+            ("nonsense", 400),
+            (base64.urlsafe_b64encode(b"[1,2,3]").decode(), 400),
+            ("\u00e9", 422),
+            ("", 422),
+        ):
             answer = await admin.get("/dead-letters", params={"after": cursor})
-            assert answer.status_code == 400, answer.text
+            assert answer.status_code == status, answer.text
             assert answer.headers["content-type"] == "application/problem+json"
-            assert answer.json()["detail"].startswith("after: ")
+            assert "after" in answer.text
 
 
 async def _dead_letters(
