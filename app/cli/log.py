@@ -66,7 +66,7 @@ def verify(
         if anchors.setdefault(position, digest) != digest:
             fail(f"{where} gives a second hash for position {position}")
     with database(settings) as db:
-        report = asyncio.run(_verify(db.url, anchors))
+        report = asyncio.run(_verify(db.url, anchors, settings.max_event_data_bytes))
     if not report.is_intact:
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
@@ -145,13 +145,17 @@ async def _head(url: URL | str) -> tuple[int, bytes]:
         await engine.dispose()
 
 
-async def _verify(url: URL | str, anchors: dict[int, bytes]) -> ChainReport:
+async def _verify(
+    url: URL | str, anchors: dict[int, bytes], largest_event_bytes: int
+) -> ChainReport:
     engine = create_engine(url, pool_size=1, statement_timeout_ms=0)
     try:
         async with engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="REPEATABLE READ")
             async with conn.begin():
-                return await verify_chain(conn, anchors=anchors)
+                return await verify_chain(
+                    conn, anchors=anchors, largest_event_bytes=largest_event_bytes
+                )
     finally:
         await engine.dispose()
 

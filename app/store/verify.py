@@ -30,7 +30,6 @@ from app.db.engine import DriverStatement
 from app.db.tables import events, log_head
 from app.store.chain import GENESIS_HASH, seals
 from app.store.log import full_row, record_from_row
-from app.store.reads import FETCH_BYTES
 from app.store.timestamps import parse_rfc3339
 
 # The first effect whose edges in event_causes are not the causes it was hashed with: a
@@ -56,6 +55,13 @@ _EDGES_DIFFER = text("""
 """)
 
 
+# Fetched at once: 64 MiB of event text at most (63 events of the 1 MiB the store takes
+# by default). Their data loaded by the driver, 1,000 events of half a megabyte each held
+# 14 times that as Python objects; as text, one event parsed at a time.
+FETCH_BYTES = 64 << 20
+ROW_BYTES = 512  # about what an event's attributes hold beside its data
+
+
 @dataclass(frozen=True, slots=True)
 class ChainReport:
     count: int
@@ -69,14 +75,22 @@ class ChainReport:
 
 
 async def verify_chain(
-    conn: AsyncConnection, *, anchors: Mapping[int, bytes] | None = None, fetch_rows: int = 1000
+    conn: AsyncConnection,
+    *,
+    anchors: Mapping[int, bytes] | None = None,
+    largest_event_bytes: int = 1 << 20,
+    fetch_bytes: int = FETCH_BYTES,
 ) -> ChainReport:
     """Walk every event in position order; ``conn`` should be in a REPEATABLE READ
     transaction so the walk and the head check see one snapshot. ``anchors`` maps
-    positions to the hash each must have."""
+    positions to the hash each must have. Memory: a fetch of events holds at most
+    ``fetch_bytes`` of their data and extensions as JSON text when each holds at most
+    ``largest_event_bytes`` (the store's ``CAUSEWAY_MAX_EVENT_DATA_BYTES``; 1,000 events
+    at most), and the walk parses one event at a time."""
     anchors = anchors or {}
     expected_position, prev_hash, count = 1, GENESIS_HASH, 0
-    async with aclosing(_rows(conn, fetch_rows)) as rows:
+    per_fetch = max(1, min(1000, fetch_bytes // (largest_event_bytes + ROW_BYTES)))
+    async with aclosing(_rows(conn, per_fetch)) as rows:
         async for row in rows:
             if row is None:  # a fetch held a value no event of the store's can hold
                 reason = "content cannot be read, here or in the events fetched with it"
@@ -90,9 +104,11 @@ async def verify_chain(
                 return _broken(count, prev_hash, row.position, "prev_hash does not match")
             record = record_from_row(row)
             try:
-                record.data = None if row.data is None else orjson.loads(row.data)
+                record.data = _parsed(row.data)
+                record.extensions = _parsed(row.extensions)
             except orjson.JSONDecodeError:  # numbers past what the store takes in
-                return _broken(count, prev_hash, row.position, "data cannot be read as JSON")
+                reason = "data or extensions cannot be read as JSON"
+                return _broken(count, prev_hash, row.position, reason)
             if not seals(bytes(row.hash), prev_hash, record):
                 return _broken(count, prev_hash, row.position, "hash does not match the content")
             if anchors.get(row.position, row.hash) != bytes(row.hash):
@@ -117,18 +133,14 @@ async def verify_chain(
     return ChainReport(count=count, head_hash=prev_hash)
 
 
-async def _rows(conn: AsyncConnection, fetch_rows: int) -> AsyncGenerator[Any]:
-    """Every event in position order, its ``data`` as JSON text (parsed one event at a
-    time by the walk), from a named cursor in ``conn``'s transaction: at most
-    ``fetch_rows`` at a time, and about ``FETCH_BYTES`` of data, each fetch sized by the
-    one before (the first takes ``FIRST_FETCH_ROWS``). A last None when a fetch had a
-    value psycopg cannot load (``infinity`` in a timestamp column: the store never writes
-    one)."""
-    size = min(fetch_rows, FIRST_FETCH_ROWS)
+async def _rows(conn: AsyncConnection, per_fetch: int) -> AsyncGenerator[Any]:
+    """Every event in position order, its data and extensions as JSON text (parsed one
+    event at a time by the walk), from a named cursor in ``conn``'s transaction,
+    ``per_fetch`` at a time. A last None when a fetch had a value psycopg cannot load."""
     async with _ALL_EVENTS.cursor(conn) as cursor:
         while True:
             try:
-                rows = await cursor.fetchmany(size)
+                rows = await cursor.fetchmany(per_fetch)
             except psycopg.DataError:
                 yield None
                 return
@@ -136,13 +148,10 @@ async def _rows(conn: AsyncConnection, fetch_rows: int) -> AsyncGenerator[Any]:
                 return
             for row in rows:
                 yield row
-            held = sum(len(row.data or "") + len(row.data_binary or b"") for row in rows)
-            per_row = held / len(rows) + ROW_BYTES
-            size = max(1, min(fetch_rows, int(FETCH_BYTES / per_row)))
 
 
-FIRST_FETCH_ROWS = 16
-ROW_BYTES = 512  # about what an event's attributes hold beside its data
+def _parsed(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
 
 
 # Python's datetime holds years 1 to 9999; PostgreSQL's timestamps reach further (and to
@@ -159,15 +168,14 @@ def _loadable(column: ColumnElement[datetime]) -> ColumnElement[bool]:
 
 
 def _column(column: ColumnElement[Any]) -> ColumnElement[Any]:
-    if column.name == "data":  # its text, parsed one event at a time by the walk
-        return cast(column, Text).label("data")
+    if column.name in ("data", "extensions"):  # their text, parsed an event at a time
+        return cast(column, Text).label(column.name)
     if column.name in ("time", "recorded_at"):
         return case((_loadable(column), column)).label(column.name)
     return column
 
 
-# ``full_row()`` in position order. Its data loaded by the driver, a fetch of 1,000 events
-# of half a megabyte each held 14 times that as Python objects.
+# ``full_row()`` in position order.
 _ALL_EVENTS = DriverStatement.of(
     select(
         *[_column(c) for c in events.c],

@@ -78,8 +78,17 @@ def test_an_array_of_extensions_is_a_changed_event(
         "UPDATE events SET extensions = '\"x\"' WHERE position = 2",
         "UPDATE events SET recorded_at = 'infinity' WHERE position = 2",
         "UPDATE events SET time = '-infinity' WHERE position = 2",
+        # A number past a double: jsonb keeps it, orjson cannot read it.
+        """UPDATE events SET extensions = '{"priority": 1e400}' WHERE position = 2""",
+        """UPDATE events SET data = '{"n": 1e400}' WHERE position = 2""",
     ],
-    ids=["extensions-a-string", "recorded_at-infinity", "time-minus-infinity"],
+    ids=[
+        "extensions-a-string",
+        "recorded_at-infinity",
+        "time-minus-infinity",
+        "extensions-past-a-double",
+        "data-past-a-double",
+    ],
 )
 def test_an_edit_verify_cannot_read_is_named_not_a_traceback(
     run: CliRunner, database_url: URL, edit: str
