@@ -23,6 +23,9 @@ from app.errors import BadRequest, NotFound
 
 _KEY = re.compile(r"^cw_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})\Z")
 TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+# The label of the tenants past the metrics' bound (``app.telemetry.metrics.OTHER``), which
+# every tenant's scrape shows: a tenant of that name would show its series to all.
+RESERVED_TENANT = "other"
 
 
 class Scope(enum.StrEnum):
@@ -66,6 +69,11 @@ class KeyStore:
             raise BadRequest(
                 f"tenant {tenant!r} must be 1-63 of a-z, 0-9, '_', '.', '-', "
                 "starting with a letter or digit"
+            )
+        if tenant == RESERVED_TENANT:
+            raise BadRequest(
+                f"tenant {tenant!r} is reserved: the metrics name the tenants past their "
+                "bound so (docs/observability.md)"
             )
         key_id = secrets.token_hex(6)
         key = f"cw_{key_id}_{secrets.token_urlsafe(32)}"

@@ -44,7 +44,7 @@ from prometheus_client.core import Metric
 __all__ = ["CONTENT_TYPE_LATEST", "exposition"]
 
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-OTHER = "other"  # the label of every tenant past the bound
+OTHER = "other"  # the label of every tenant past the bound; no key has it (app.store.keys)
 
 # Seconds: the client's defaults with a boundary at the 300 ms an interactive answer
 # should take, and room for the slow walks and long appends.

@@ -33,3 +33,12 @@ def test_replay_of_a_tenant_name_no_key_can_have_is_refused(run: CliRunner) -> N
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     assert "Invalid value for '--tenant': must be 1-63 of a-z" in result.stderr
     assert result.stdout == ""
+
+
+def test_the_tenant_the_metrics_name_their_overflow_is_reserved(run: CliRunner) -> None:
+    """The metrics label tenants past their bound ``other``, and every tenant's scrape
+    shows that bucket: a tenant of that name would show its sources to all."""
+    result = run.invoke(cli, ["keys", "create", "--tenant", "other", "--scopes", "ingest"])
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert result.stderr.startswith("error: tenant 'other' is reserved")
+    assert result.stderr.count("\n") == 1

@@ -407,7 +407,7 @@ class TestTenants:
     ) -> None:
         event = run_event("COMPLETE", new_run(), "t", outputs=[dataset("s3://x", "shared")])
         await post(client, event)
-        async with asgi_client(app, await make_key("other", "ingest,read")) as other:
+        async with asgi_client(app, await make_key("globex", "ingest,read")) as other:
             answer = await ask(other, DATASET_QUERY, namespace="s3://x", name="shared")
             assert answer["dataset"] is None
             again = await post(other, event)  # the same event, new in this tenant
@@ -432,8 +432,8 @@ class TestAuditTenants:
         run = new_run()
         await post(client, run_event("COMPLETE", run, "train", inputs=[dataset("s3://x", "d")]))
         async with (
-            asgi_client(app, await make_key("other", "ingest,read")) as other,
-            asgi_client(app, await make_key("other", "admin")) as other_admin,
+            asgi_client(app, await make_key("globex", "ingest,read")) as other,
+            asgi_client(app, await make_key("globex", "admin")) as other_admin,
         ):
             body = registration("1", training_run=run)  # acme's run, named in tenant other
             response = await other_admin.post("/models/m/versions", content=body, headers=JSON)
