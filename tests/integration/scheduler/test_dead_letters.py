@@ -245,15 +245,7 @@ class TestDeadLetterPages:
     async def test_pages_follow_next_through_every_dead_letter_once(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0)
-        for _ in range(5):
-            await post(admin, type="job")
-        await catch_up(app)
-        died = []
-        while (leased := await lease(worker, "q")) is not None:
-            assert (await fail(worker, leased, "data_invalid"))["state"] == "dead"
-            died.append(leased["task"]["id"])
-        assert len(died) == 5
+        died = await _dead_letters(app, admin, worker, "q", 5)
         seen, sizes, after = [], [], None
         while True:
             params = {"limit": 2, **({"after": after} if after else {})}
