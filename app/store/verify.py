@@ -1,4 +1,4 @@
-"""Re-checks the hash chain from the first event, in constant memory.
+"""Re-checks the hash chain from the first event, in bounded memory (``FETCH_BYTES``).
 
 Every row must follow its predecessor (``position`` dense, ``prev_hash`` equal to the
 previous ``hash``) and its ``hash`` must equal ``SHA-256(prev_hash || canonical(row))``.
