@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import strawberry
 from strawberry.scalars import JSON
 
+from app.graphql.scalars import BigInt
 from app.store.openlineage import DatasetRecord, run_of
 from app.store.records import StoredEvent
 
@@ -75,10 +76,10 @@ class DatasetVersion:
         description="True when no run of the log wrote it: first named as an input."
     )
     schema: JSON | None = strawberry.field(description="The 'schema' facet's fields.")
-    row_count: int | None = strawberry.field(
+    row_count: BigInt | None = strawberry.field(
         description="rowCount of the outputStatistics (or inputStatistics) facet."
     )
-    size_bytes: int | None = strawberry.field(description="size of the same facet.")
+    size_bytes: BigInt | None = strawberry.field(description="size of the same facet.")
     facets: JSON = strawberry.field(description="The dataset facets, as sent.")
     io_facets: JSON = strawberry.field(description="outputFacets (or inputFacets), as sent.")
     written_by_run_id: str | None
@@ -115,9 +116,10 @@ class DatasetVersion:
         )
 
 
-def _integer(value: Any) -> int | None:
-    # GraphQL's Int is 32 bits: a larger count is left out rather than refused
-    return value if type(value) is int and -(2**31) <= value < 2**31 else None
+def _integer(value: Any) -> BigInt | None:
+    # A count or size of the facet, as sent when it is an integer (a 5 GB training set too:
+    # BigInt, not GraphQL's 32-bit Int).
+    return BigInt(value) if type(value) is int else None
 
 
 @strawberry.type(description="A dataset: its versions, and the runs that wrote and read them.")

@@ -2,10 +2,9 @@
 
 import base64
 import enum
-import json
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated, NewType
+from typing import Annotated
 
 import strawberry
 from strawberry.scalars import JSON
@@ -13,6 +12,7 @@ from strawberry.scalars import JSON
 from app.errors import BadRequest
 from app.graphql.context import Context
 from app.graphql.openlineage import DatasetVersion, LineageRun, TrainingRun
+from app.graphql.scalars import BigInt
 from app.store.chain import format_recorded_at
 from app.store.deployment_reads import Change as StoredChange
 from app.store.deployments import DeploymentState
@@ -20,32 +20,8 @@ from app.store.graph import Direction, Page
 from app.store.lineage import Audit, Trace
 from app.store.model_registry_reads import Model as StoredModel
 from app.store.model_registry_reads import ModelVersion as StoredVersion
-from app.store.records import MAX_POSITION, StoredEvent, parse_position
+from app.store.records import StoredEvent, parse_position
 from app.store.timestamps import parse_rfc3339
-
-BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
-
-
-def _parse_big_int(value: object) -> int:
-    # graphql-core hands a literal past what int() reads as nan, and orjson a JSON
-    # integer past 64 bits as a float: neither is an int or a str, so both are refused.
-    found = (
-        parse_position(str(value))
-        if isinstance(value, int | str) and not isinstance(value, bool)
-        else None
-    )
-    if found is None:
-        shown = json.dumps(value, default=str)  # as it was sent: true, 1e+30, "x"
-        raise BadRequest(f"{shown} is not a position: an integer from 0 to {MAX_POSITION}")
-    return found
-
-
-BIG_INT = strawberry.scalar(
-    name="BigInt",
-    serialize=int,
-    parse_value=_parse_big_int,
-    description="An integer that may exceed 32 bits (positions), as a JSON number.",
-)
 
 _CURSOR_PREFIX = "position:"
 

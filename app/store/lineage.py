@@ -15,7 +15,7 @@ hold it never checks: only the whole chain shows that, and ``causeway verify`` w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg import AsyncConnection as PsycopgConnection
@@ -115,6 +115,9 @@ async def audit(
         use = models.setdefault(
             key, ModelUse(record.model_name, record.model_version, record.model_signature, [])
         )
+        if use.signature_digest is None and record.model_signature is not None:
+            # The first event of the version may not name its signature; a later one does.
+            use = models[key] = replace(use, signature_digest=record.model_signature)
         use.events.append(node.event)
     links = await fetch_training_links(conn, tenant, models)
     traces = [

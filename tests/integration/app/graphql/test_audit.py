@@ -3,6 +3,8 @@ sources, derived events and models behind a decision, and whether the chain hold
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import httpx2
 import psycopg
 import pytest
@@ -144,3 +146,24 @@ async def test_the_chain_verifies_over_every_shape_of_stored_event(
     answer = (await ask(client, AUDIT, id="verdict"))["data"]["audit"]
     assert ids(answer["sourceEvents"]) == {e["id"] for e in shapes}
     assert answer["chainVerified"] is True
+
+
+async def test_an_audit_model_shows_the_signature_its_events_name(
+    client: httpx2.AsyncClient, register: Callable[..., Awaitable[None]]
+) -> None:
+    """A model's digest is the one its events name, whichever of them the walk meets
+    first (the first may send no modelsig)."""
+    await register("m", "1")
+    sent = [
+        cloudevent(id="src"),
+        cloudevent(id="plain", causationid="src", modelname="m", modelversion="1"),
+        cloudevent(
+            id="signed", causationid="src", modelname="m", modelversion="1", modelsig=digest_of()
+        ),
+        cloudevent(id="decision", causationid="plain,signed"),
+    ]
+    answer = await client.post("/events", content=dumps(sent), headers=BATCH)
+    assert answer.status_code == 201, answer.text
+    query = '{ audit(decisionId: "decision") { models { name version signatureDigest } } }'
+    [model] = (await ask(client, query))["data"]["audit"]["models"]
+    assert model == {"name": "m", "version": "1", "signatureDigest": digest_of()}

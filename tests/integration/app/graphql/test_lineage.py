@@ -6,6 +6,8 @@ import httpx2
 import pytest
 
 from tests.integration.app.graphql.workflow import LINEAGE, ask
+from tests.integration.events import BATCH, dumps
+from tests.integration.events import event as cloudevent
 
 
 @pytest.mark.usefixtures("stored")
@@ -103,3 +105,24 @@ class TestLineage:
         assert {(e["cause"]["id"], e["effect"]["id"]) for e in answer["edges"]} == {
             ("img-2", "dx-1")
         }
+
+
+async def test_lineage_refuses_an_empty_types_filter_as_events_does(
+    client: httpx2.AsyncClient,
+) -> None:
+    """``types: []`` would walk as if no filter were given, ``types: [""]`` keep the root
+    alone: a value went missing, which ``events(filter: {types})`` refuses too."""
+    answer = await client.post(
+        "/events",
+        content=dumps([cloudevent(id="a"), cloudevent(id="b", causationid="a")]),
+        headers=BATCH,
+    )
+    assert answer.status_code == 201, answer.text
+    for types in ([], [""]):
+        asked = await ask(
+            client,
+            'query ($t: [String!]) { lineage(id: "b", types: $t) { nodes { event { id } } } }',
+            t=types,
+        )
+        assert asked.get("data") is None, (types, asked)
+        assert asked["errors"][0]["extensions"]["code"] == "BAD_REQUEST"

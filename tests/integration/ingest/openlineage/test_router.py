@@ -497,3 +497,28 @@ class TestModels:
             "io.openlineage.run.complete",
             "causeway.model.trained",
         ]
+
+
+SIZES = """
+query ($namespace: String!, $name: String!) {
+  dataset(namespace: $namespace, name: $name) { versions { rowCount sizeBytes } }
+}
+"""
+
+
+async def test_a_dataset_over_2_gib_keeps_its_size(client: httpx2.AsyncClient) -> None:
+    """Row counts and sizes past GraphQL's 32-bit Int (a 5 GB training set) are BigInt,
+    not left out."""
+    run = new_run()
+    out = dataset("s3://lake", "features")
+    stats = facet("OutputStatisticsOutputDatasetFacet", rowCount=3_000_000_000, size=5_000_000_000)
+    event = run_event("COMPLETE", run, "train.features", outputs=[
+        dict(out, outputFacets={"outputStatistics": stats})
+    ])  # fmt: skip
+    response = await client.post(
+        "/api/v1/lineage", content=orjson.dumps(event), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 201, response.text
+    answer = await ask(client, SIZES, namespace="s3://lake", name="features")
+    [version] = answer["dataset"]["versions"]
+    assert version == {"rowCount": 3_000_000_000, "sizeBytes": 5_000_000_000}
