@@ -7,6 +7,7 @@ and speaks only HTTP. Events are plain dicts in the CloudEvents JSON format.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -258,6 +259,7 @@ def _raise_for_problem(response: httpx2.Response) -> None:
 def _seconds(retry_after: str | None) -> float | None:
     """A ``Retry-After`` in seconds (its HTTP-date form is read as none)."""
     try:
-        return max(float(retry_after), 0.0) if retry_after is not None else None
+        seconds = float(retry_after) if retry_after is not None else math.nan
     except ValueError:
         return None
+    return max(seconds, 0.0) if math.isfinite(seconds) else None  # "nan" is no number of them

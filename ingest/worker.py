@@ -24,7 +24,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from functools import partial
@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
 _BUSY = (429, 503)  # answers that say "later", not "never"
+_MAX_RETRY_AFTER_S = 300.0  # a Retry-After is waited out up to this (one from a proxy too)
 _MESSAGE_CAP = 4000  # characters of a failure's message the service takes (POST /tasks/fail)
 # The classes the service takes for a failure (any other refuses the whole batch's report).
 _ERROR_CLASSES = ("transient", "unknown", "data_invalid", "model_version_mismatch")
@@ -245,7 +246,7 @@ class Worker:
         failed: list[tuple[Lease, str, str]] = []
         for lease in leases:
             try:
-                results = list(self._handler(lease) or [])
+                results = _results(self._handler(lease))
                 orjson.dumps(results)  # what the completion sends: a set, a lone surrogate
                 done.append((lease, results))
             except TaskFailed as failure:
@@ -301,7 +302,8 @@ class Worker:
 
     def _retrying(self, call: Callable[[], T]) -> T:
         """``call()``, again after a pause while the service answers 429 or 503 (as long
-        as its ``Retry-After`` says, else a doubling pause with jitter) or is unreachable."""
+        as its ``Retry-After`` says, five minutes at most, else a doubling pause with
+        jitter, ``max_backoff_s`` at most) or is unreachable."""
         attempt = 0
         while True:
             try:
@@ -316,7 +318,21 @@ class Worker:
             self.stats.backoffs += 1
             if pause is None:
                 pause = min(self._max_backoff_s, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
-            time.sleep(min(pause, self._max_backoff_s))
+            time.sleep(min(pause, _MAX_RETRY_AFTER_S))
+
+
+def _results(answer: object) -> list[dict[str, Any]]:
+    """A handler's answer as the events it lists; ``TypeError`` (which fails the task) for
+    one that lists no events: an event alone, not in a list, or an item that is no object."""
+    if answer is None:
+        return []
+    if isinstance(answer, dict | str | bytes) or not isinstance(answer, Iterable):
+        raise TypeError(f"the handler answered a {type(answer).__name__}, not a list of events")
+    results = list(answer)
+    for item in results:
+        if not isinstance(item, dict):
+            raise TypeError(f"a result is a {type(item).__name__}, not an event (a dict)")
+    return results
 
 
 def _failure(failure: TaskFailed) -> tuple[str, str]:

@@ -50,21 +50,9 @@ class Busy(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def busy() -> Iterator[str]:
-    problem = {"type": "/problems/unavailable", "status": 503, "detail": "busy"}
+def service() -> Iterator[str]:
+    """The stand-in's address; each test sets ``Busy.answers``."""
     Busy.seen = []
-    Busy.answers = {
-        "/queues/q/lease": [
-            (429, {"Retry-After": "1"}, {**problem, "status": 429}),
-            (503, {}, problem),
-            (200, {}, {"tasks": [LEASE]}),
-            (204, {}, None),
-        ],
-        "/queues/q/lease+complete": [
-            (503, {}, problem),
-            (200, {}, {"tasks": [], "completed": [{"task": "t1", "status": 200, "results": []}]}),
-        ],
-    }
     server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -75,6 +63,26 @@ def busy() -> Iterator[str]:
         server.server_close()
 
 
+PROBLEM = {"type": "/problems/unavailable", "status": 503, "detail": "busy"}
+
+
+@pytest.fixture
+def busy(service: str) -> str:
+    Busy.answers = {
+        "/queues/q/lease": [
+            (429, {"Retry-After": "1"}, {**PROBLEM, "status": 429}),
+            (503, {}, PROBLEM),
+            (200, {}, {"tasks": [LEASE]}),
+            (204, {}, None),
+        ],
+        "/queues/q/lease+complete": [
+            (503, {}, PROBLEM),
+            (200, {}, {"tasks": [], "completed": [{"task": "t1", "status": 200, "results": []}]}),
+        ],
+    }
+    return service
+
+
 def test_a_worker_waits_out_429_and_503_and_then_completes_its_task(busy: str) -> None:
     with Worker(busy, "key", queue="q", name="w1", handler=lambda _: [], wait_s=0) as worker:
         stats = worker.run(until_idle=True)
@@ -82,3 +90,24 @@ def test_a_worker_waits_out_429_and_503_and_then_completes_its_task(busy: str) -
     leases = [at for path, at in Busy.seen if path == "/queues/q/lease"]
     assert leases[1] - leases[0] >= 1.0  # Retry-After: 1 was honoured
     assert [path for path, _ in Busy.seen].count("/queues/q/lease+complete") == 2  # sent again
+
+
+def test_a_retry_after_that_is_no_number_is_read_as_none(service: str) -> None:
+    """A proxy's ``Retry-After: nan`` is a doubling pause, not ``time.sleep(nan)``."""
+    Busy.answers = {"/queues/q/lease": [(503, {"Retry-After": "nan"}, PROBLEM), (204, {}, None)]}
+    with Worker(service, "key", queue="q", name="w1", handler=lambda _: [], wait_s=0) as worker:
+        stats = worker.run(until_idle=True)
+    assert stats.backoffs == 1
+    assert len(Busy.seen) == 2
+
+
+def test_retry_after_is_waited_out_past_max_backoff_s(service: str) -> None:
+    """``max_backoff_s`` bounds the worker's own doubling pause, not the service's word."""
+    busy = (429, {"Retry-After": "2"}, {**PROBLEM, "status": 429})
+    Busy.answers = {"/queues/q/lease": [busy, (204, {}, None)]}
+    with Worker(
+        service, "key", queue="q", name="w1", handler=lambda _: [], wait_s=0, max_backoff_s=0.5
+    ) as worker:
+        worker.run(until_idle=True)
+    assert len(Busy.seen) == 2
+    assert Busy.seen[1][1] - Busy.seen[0][1] >= 2.0

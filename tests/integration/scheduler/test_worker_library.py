@@ -218,6 +218,32 @@ def _wait_ready(base: str, auth: dict[str, str], count: int) -> None:
         time.sleep(0.1)
 
 
+def test_a_handler_answer_that_lists_no_events_fails_its_task_not_the_batch(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """A list holding no event (``[None]``) or one event not in a list refused the whole
+    completion (422) and ended ``run()``: the batch's tasks done were never completed."""
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path))
+    key = create_key(env, "acme", "admin,worker")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        _queue_jobs(base, auth, 4, max_retries=0)
+        _wait_ready(base, auth, 4)
+
+        def handler(lease: Lease) -> Any:
+            n = lease.trigger["data"]["n"]
+            done = event(type="job.done", data={"n": n})
+            return [None] if n == 0 else done if n == 1 else [done]
+
+        with Worker(base, key, queue="jobs", name="w", handler=handler, batch=4,
+                    wait_s=0.5) as worker:  # fmt: skip
+            stats = worker.run(until_idle=True)
+        assert (stats.leased, stats.completed, stats.failed, stats.lost) == (4, 2, 2, 0), stats
+        done = httpx2.get(f"{base}/replay", params={"types": "job.done"}, headers=auth)
+        assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [2, 3]
+
+
 def _queue_jobs(base: str, auth: dict[str, str], count: int, **route: Any) -> None:
     """A route from ``job`` events to the queue ``jobs``, and ``count`` jobs ``{"n": n}``."""
     route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs", **route}
