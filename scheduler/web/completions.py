@@ -22,9 +22,12 @@ MAX_TASKS = 100  # tasks in one lease, completion or failure request
 class Completion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     lease: Text
-    events: list[dict[str, Any]] = Field(
+    # Any JSON, not objects only: a result that is no CloudEvent is refused for its own task
+    # (its answer in a batch), as the store refuses one it cannot keep, not the whole batch.
+    events: list[Any] = Field(
         default_factory=list,
         description="result CloudEvents (JSON format)",
+        json_schema_extra={"items": {"type": "object"}},
     )
 
 
@@ -173,7 +176,7 @@ def completion_of(
 
 
 def results_of(
-    events: list[dict[str, Any]], parse_events: Callable[[bytes], list[NewEvent]]
+    events: list[Any], parse_events: Callable[[bytes], list[NewEvent]]
 ) -> list[NewEvent]:
     """A completion's result events, as ingest parses them: read as POST /events reads its
     body (orjson: no infinity, an integer past 64 bits a float), so written back as it was

@@ -374,3 +374,32 @@ async def test_a_lease_request_that_completes_leases_by_priority_then_age(
     assert response.status_code == 200, response.text
     leased = [one["trigger"]["id"] for one in response.json()["tasks"]]
     assert leased == [posted[3]["id"], posted[0]["id"], posted[2]["id"]]
+
+
+async def _two_leased(app: FastAPI, admin: Client, worker: Client) -> list[dict[str, Any]]:
+    await queued(app, admin, jobs=2)
+    body = dumps({"worker": "w1", "max_tasks": 2})
+    leased = await worker.post("/queues/q/lease", content=body, headers=JSON)
+    assert leased.status_code == 200, leased.text
+    tasks: list[dict[str, Any]] = leased.json()["tasks"]
+    return tasks
+
+
+@pytest.mark.parametrize("entry", ["tasks/complete", "lease"])
+async def test_a_result_that_is_no_object_fails_its_task_alone(
+    app: FastAPI, admin: Client, worker: Client, entry: str
+) -> None:
+    """``null`` or ``1`` as a result is refused in its task's answer, as a result the store
+    refuses is: the batch's other completions are stored."""
+    good, bad = await _two_leased(app, admin, worker)
+    items = [
+        {"task": good["task"]["id"], "lease": good["lease"], "events": [event(type="done")]},
+        {"task": bad["task"]["id"], "lease": bad["lease"], "events": [None, 1]},
+    ]
+    if entry == "lease":
+        body, path, field = {"worker": "w1", "complete": items}, "/queues/q/lease", "completed"
+    else:
+        body, path, field = {"tasks": items}, "/tasks/complete", "tasks"
+    answer = await worker.post(path, content=dumps(body), headers=JSON)
+    assert answer.status_code == 200, answer.text
+    assert [a["status"] for a in answer.json()[field]] == [200, 400]
