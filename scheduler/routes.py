@@ -40,7 +40,10 @@ TYPES = frozenset({DEFINED, DELETED})
 SOURCE = "causeway:scheduler"
 
 ON_MODEL_MISMATCH = ("propose", "rollback")
-NAME_PATTERN = r"^[A-Za-z0-9_.\-]{1,128}$"
+# Not "." or "..": clients remove such a segment from a path (RFC 3986, 5.2.4), so a queue
+# of that name could never be leased from, nor a route of that id read or deleted.
+# (Written without a look-ahead, which pydantic's regex engine lacks.)
+NAME_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]?|\.[A-Za-z0-9_\-]|[A-Za-z0-9_.\-]{3,128})$"
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _ATTRIBUTE = ATTRIBUTE

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -49,6 +50,19 @@ class TestBadInput:
         assert leased.json()["detail"].startswith("#/path/queue:")
         assert (await admin.get("/queues/gpu%20queue/autoscale")).status_code == 422
         assert (await admin.get("/dead-letters", params={"queue": "gpu queue"})).status_code == 422
+
+    @pytest.mark.parametrize("name", [".", ".."])
+    async def test_a_name_a_path_cannot_carry_is_refused(self, admin: Client, name: str) -> None:
+        """Clients remove ``.`` and ``..`` segments from a path (``/queues/./lease`` goes to
+        ``/queues/lease``): a queue of that name could never be leased from, nor a route of
+        that id read or deleted, so neither is taken."""
+        for route in (
+            {"id": "r", "types": ["job"], "kind": "k", "queue": name},
+            {"id": name, "types": ["job"], "kind": "k", "queue": "q"},
+        ):
+            defined = await admin.post("/routes", content=dumps(route), headers=JSON)
+            assert defined.status_code == 400, (route, defined.text)
+        assert (await admin.get("/routes")).json()["routes"] == []
 
     async def test_results_with_huge_integers_are_refused_as_ingest_refuses_them(
         self, app: FastAPI, admin: Client, worker: Client
