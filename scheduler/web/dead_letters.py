@@ -1,7 +1,8 @@
 """The dead-letter queue: ``GET /dead-letters`` (filters: queue, class, since; a page at a
-time, ``next`` naming where the next one starts) and ``GET
-/dead-letters/{id}`` (scope ``read``); ``POST /dead-letters/{id}/requeue`` and ``POST
-/dead-letters/{id}/discard`` (scope ``admin``)."""
+time, ``next`` naming where the next one starts) and ``GET /dead-letters/{id}`` (scope
+``read``); ``POST /dead-letters/{id}/requeue``, ``POST /dead-letters/{id}/discard`` and
+``POST /dead-letters/requeue`` (the oldest that match, in bulk: ``scheduler.requeue``)
+(scope ``admin``)."""
 
 import base64
 from datetime import datetime
