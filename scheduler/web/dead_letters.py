@@ -43,7 +43,7 @@ class RequeueMany(BaseModel):
     """Which dead letters to requeue (each filter left out: any), how many at most, and
     why."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
     queue: str | None = Field(default=None, pattern=NAME_PATTERN)
     error_class: t.ErrorClass | None = Field(default=None, alias="class")
     since: str | None = Field(
