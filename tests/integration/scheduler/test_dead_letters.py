@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -126,22 +127,8 @@ class TestRetriesAndDeadLetters:
     async def test_a_model_mismatch_rolls_the_service_back_and_requeues(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
-        for version in ("1", "2"):
-            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
-        for action, body in (
-            ("rollouts", {"model": "faces", "version": "1"}),
-            ("promote", {}),
-            ("rollouts", {"model": "faces", "version": "2", "percent": 100}),
-            ("promote", {}),
-        ):
-            response = await admin.post(
-                f"/deployments/gate/{action}", content=dumps(body), headers=JSON
-            )
-            assert response.status_code == 200, response.text
-        await define(
-            admin, id="r", types=["frame"], kind="recognise", queue="q", max_retries=0,
-            service="gate", on_model_mismatch="rollback",
-        )  # fmt: skip
+        await _gate(admin, ("rollouts", {"model": "faces", "version": "2", "percent": 100}),
+                    ("promote", {}))  # fmt: skip
         await post(admin, type="frame")
         await catch_up(app)
         leased = await lease(worker, "q")
@@ -345,6 +332,7 @@ class TestBulkRequeue:
             ({"class": "cosmic_rays"}, 422),
             ({"queue": "no spaces"}, 422),
             ({"reasons": "typo"}, 422),
+            ({"error_class": "transient"}, 422),  # the field is "class", as in the list
             ({"since": "yesterday"}, 400),
         ):
             answer = await admin.post("/dead-letters/requeue", content=dumps(body), headers=JSON)
@@ -354,19 +342,16 @@ class TestBulkRequeue:
         assert refused.status_code == 403
 
 
-async def _canary(admin: Client) -> None:
-    """Service ``gate``: version 1 stable, version 2 a canary at 10 %; a route whose
-    model mismatches roll ``gate`` back, with no retries."""
+async def _gate(admin: Client, *steps: tuple[str, dict[str, Any]]) -> None:
+    """Versions 1 and 2 of ``faces``; service ``gate`` on version 1, then ``steps`` (each
+    a deployment action and its body); a route whose model mismatches roll ``gate`` back,
+    with no retries."""
     for version in ("1", "2"):
         response = await admin.post(
             "/models/faces/versions", content=registration(version), headers=JSON
         )
         assert response.status_code == 201, response.text
-    for action, body in (
-        ("rollouts", {"model": "faces", "version": "1"}),
-        ("promote", {}),
-        ("rollouts", {"model": "faces", "version": "2", "percent": 10}),
-    ):
+    for action, body in (("rollouts", {"model": "faces", "version": "1"}), ("promote", {}), *steps):
         response = await admin.post(
             f"/deployments/gate/{action}", content=dumps(body), headers=JSON
         )
@@ -375,6 +360,11 @@ async def _canary(admin: Client) -> None:
         admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
         service="gate", on_model_mismatch="rollback",
     )  # fmt: skip
+
+
+async def _canary(admin: Client) -> None:
+    """Service ``gate``: version 1 stable, version 2 a canary at 10 %."""
+    await _gate(admin, ("rollouts", {"model": "faces", "version": "2", "percent": 10}))
 
 
 async def test_a_traffic_shift_while_the_task_ran_does_not_cancel_the_rollback(
