@@ -47,6 +47,7 @@ from app.store.records import (
     integral,
     nests_deeper,
     normalise_numbers,
+    unique_members,
 )
 from app.store.timestamps import parse_rfc3339
 
@@ -74,19 +75,8 @@ def _json_list(value: Any) -> Any:
     # Nested past what the standard library reads: so deep a default is refused on its
     # own (``_interoperable``).
     with contextlib.suppress(RecursionError):
-        json.loads(value, object_pairs_hook=_unique_members)
+        json.loads(value, object_pairs_hook=unique_members)  # DuplicateMember: a ValueError
     return found
-
-
-def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: set[str] = set()
-    for name, _ in pairs:
-        if name in seen:
-            raise ValueError(
-                f"names the member {name!r} twice in one object, which I-JSON (RFC 7493) forbids"
-            )
-        seen.add(name)
-    return dict(pairs)
 
 
 def _interoperable(value: Any) -> Any:

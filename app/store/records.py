@@ -54,6 +54,27 @@ def nests_deeper(value: Any, levels: int = MAX_DATA_DEPTH) -> bool:
     return False
 
 
+class DuplicateMember(ValueError):
+    """A JSON object names ``name`` twice: I-JSON (RFC 7493) forbids it, and a parser that
+    keeps the last member would read another value than the sender meant."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"names the member {name!r} twice in one object")
+        self.name = name
+
+
+def unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` for ``json.loads``: the object, or ``DuplicateMember``."""
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise DuplicateMember(name)
+            seen.add(name)
+    return document
+
+
 def contains_nul(value: Any) -> bool:
     """Whether a string in JSON ``value`` (a key too) holds U+0000, which neither ``text``
     nor ``jsonb`` can store. Recursive: check the depth (``nests_deeper``) first."""

@@ -36,6 +36,7 @@ from typing import Any
 import orjson
 
 from app.errors import InvalidJSON, UnsupportedMediaType
+from app.store.records import DuplicateMember, unique_members
 
 
 def loads(body: bytes, what: str = "the body") -> Any:
@@ -60,8 +61,8 @@ def loads(body: bytes, what: str = "the body") -> Any:
                 f"(a body over {WHOLE_BYTES} bytes is not read again to say which)"
             )
         try:
-            json.loads(body, object_pairs_hook=_unique)
-        except _Duplicate as exc:
+            json.loads(body, object_pairs_hook=unique_members)
+        except DuplicateMember as exc:
             raise _duplicated(exc.name, what) from None
         except RecursionError:
             # Past about 1,000 levels, the standard library cannot read it: unchecked.
@@ -74,8 +75,8 @@ def loads_standard(body: bytes | str, what: str = "the body") -> Any:
     """``body`` read with the standard library, refused when it is not JSON or names a
     member twice."""
     try:
-        return json.loads(body, object_pairs_hook=_unique)
-    except _Duplicate as exc:
+        return json.loads(body, object_pairs_hook=unique_members)
+    except DuplicateMember as exc:
         raise _duplicated(exc.name, what) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidJSON(f"{what} is not valid JSON: {exc}") from None
@@ -115,7 +116,7 @@ def array_items(body: bytes, what: str = "the body") -> Iterator[Any]:
         try:
             item, at = _DECODER.raw_decode(text, at)
             orjson.dumps(item)  # a lone surrogate (which orjson would not have read)
-        except _Duplicate as exc:
+        except DuplicateMember as exc:
             raise _duplicated(exc.name, what) from None
         except (json.JSONDecodeError, _NotJSON, orjson.JSONEncodeError) as exc:
             raise InvalidJSON(f"{what} is not valid JSON: {exc} (item at char {at})") from None
@@ -197,23 +198,9 @@ def _duplicated(name: str, what: str) -> InvalidJSON:
     )
 
 
-class _Duplicate(ValueError):
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document = dict(pairs)
-    if len(document) != len(pairs):
-        seen: set[str] = set()
-        for name, _ in pairs:
-            if name in seen:
-                raise _Duplicate(name)
-            seen.add(name)
-    return document
-
-
 _DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique, parse_constant=_constant, parse_int=_integer, parse_float=_float
+    object_pairs_hook=unique_members,
+    parse_constant=_constant,
+    parse_int=_integer,
+    parse_float=_float,
 )
