@@ -236,25 +236,25 @@ class TaskQueue:
     ) -> tuple[list[Lease], list[Completed | AppError]]:
         """Complete ``items`` as ``complete_many`` does, then lease what ``wanted`` asks
         for as ``lease`` does, at about the cost of one of them: one statement locks the
-        completed tasks' rows and scans for the next, the completions' decisions and the
+        completed tasks' rows, one scans for the next, the completions' decisions and the
         leases' are appended as one group, and every row they change is written in one
         statement. When the log refuses that group (a result under an id it holds
         with other content, a row that lags the log), each part is done as those two do
         it, so that a refusal fails its own task only."""
         if not items:
             return await self._lease_wanted(tenant, wanted), []
+        # Two statements, not one: the lock may wait for another transaction, and a scan
+        # in the same statement would then run on the snapshot taken before the wait. It
+        # would lock, and keep locked to its end, the rows leased since (PostgreSQL locks
+        # a row before it finds that the row's new version no longer matches): the
+        # workers holding them then wait for this request to finish their completions.
+        locked = await rows.fetch_tasks_locked(self._conn, tenant, sorted_ids(items))
         scanned_at = datetime.now(UTC)
         fit = _fit(wanted.profile, wanted.off_peak, scanned_at)
-        locked, traces, found = await rows.fetch_tasks_locked_and_next_ready(
-            self._conn,
-            tenant,
-            sorted_ids(items),
-            wanted.queue,
-            fit,
-            now=scanned_at,
-            limit=wanted.max_tasks,
+        found = await rows.fetch_next_ready(
+            self._conn, tenant, wanted.queue, fit, now=scanned_at, skip=[], limit=wanted.max_tasks
         )
-        batch = await Completing.start(self._conn, self._append, tenant, items, (locked, traces))
+        batch = await Completing.start(self._conn, self._append, tenant, items, locked)
         if not batch.ready:
             return await self._lease_wanted(tenant, wanted), batch.answers()
         spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)

@@ -22,15 +22,11 @@ from sqlalchemy import (
     any_,
     bindparam,
     delete,
-    false,
     func,
     literal_column,
-    null,
     or_,
     select,
     text,
-    true,
-    union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSON, JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -108,11 +104,6 @@ _MANY_LOCKED = (
     .with_for_update(of=tasks)
 )
 _FETCH_MANY_LOCKED = DriverStatement.of(_MANY_LOCKED)
-# Those rows, then the best ready tasks (as ``_NEXT_READY``), in one statement: a lease
-# request that brings the last batch's completions runs it. Each part is a CTE, which
-# PostgreSQL never folds into the query when it locks rows: the first is read whole,
-# its rows locked in id order, before the scan starts. One statement per limit.
-_LOCKED_THEN_READY: dict[int, DriverStatement] = {}
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -250,38 +241,6 @@ async def _locked(
             if again is not None:
                 traces.update(await trace_contexts.trace_contexts(conn, tenant, [again.trigger_id]))
     return {task_id: found[task_id] for task_id in task_ids}, traces
-
-
-async def fetch_tasks_locked_and_next_ready(
-    conn: AsyncConnection,
-    tenant: str,
-    task_ids: list[str],
-    queue: str,
-    fit: Fit,
-    *,
-    now: datetime,
-    limit: int,
-) -> tuple[dict[str, TaskState | None], dict[str, TraceContext], list[TaskState]]:
-    """``fetch_tasks_locked(task_ids)`` and ``fetch_next_ready(queue, fit, limit)`` (none
-    skipped) in one statement: the rows of ``task_ids`` are locked first, in id order."""
-    statement = _LOCKED_THEN_READY.get(limit)
-    if statement is None:
-        locked = _MANY_LOCKED.cte("locked")
-        ready = _READY.limit(literal_column(str(int(limit)))).cte("ready")
-        statement = DriverStatement.of(
-            union_all(
-                select(true().label("mine"), *locked.c),
-                select(false(), *ready.c, null().cast(Text), null().cast(Text)),
-            )
-        )
-        _LOCKED_THEN_READY[limit] = statement
-    found = await statement.rows(
-        conn, tenant=tenant, ids=task_ids, **_fit_parameters(queue, fit, now, skip=[])
-    )
-    mine, traces = await _locked(conn, tenant, task_ids, [row[1:] for row in found if row[0]])
-    next_ready = [TaskState(*row[1 : len(FIELDS) + 1]) for row in found if not row[0]]
-    # In the scan's order: a union's rows come in no order SQL promises.
-    return mine, traces, sorted(next_ready, key=lambda state: (-state.priority, state.seq))
 
 
 async def fetch_position(conn: AsyncConnection, tenant: str, task_id: str) -> int | None:

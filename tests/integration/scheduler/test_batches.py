@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
 
+from app.db.engine import libpq_conninfo
 from app.main import create_app, dispose
 from app.settings import Settings
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
@@ -403,3 +405,60 @@ async def test_a_result_that_is_no_object_fails_its_task_alone(
     answer = await worker.post(path, content=dumps(body), headers=JSON)
     assert answer.status_code == 200, answer.text
     assert [a["status"] for a in answer.json()[field]] == [200, 400]
+
+
+async def _blocked_by(
+    watch: psycopg.AsyncConnection[Any], holder: psycopg.AsyncConnection[Any]
+) -> None:
+    """Until a backend waits for a lock that ``holder``'s transaction holds."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while asyncio.get_running_loop().time() < deadline:
+        found = await watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (holder.info.backend_pid,),
+        )
+        if (await found.fetchone()) != (0,):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("nothing came to wait for the lock")
+
+
+async def test_a_lease_request_that_waited_for_its_completions_locks_no_task_leased_meanwhile(
+    app: FastAPI, clients: tuple[Client, Client], database_url: URL
+) -> None:
+    """A lease request's completions may wait for their rows; its scan for the next tasks
+    must not run on the snapshot from before that wait, or it locks the tasks other
+    workers leased meanwhile (PostgreSQL locks a row before it finds the row's new version
+    no longer ready), and holds them until its decisions are appended: those workers'
+    completions would wait for it."""
+    admin, worker = clients
+    await queued(app, admin, jobs=3)
+    [mine] = await lease_many(worker, 1)
+    conninfo = libpq_conninfo(database_url)
+    async with (
+        await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as watch,
+        await psycopg.AsyncConnection.connect(conninfo) as row_holder,
+        await psycopg.AsyncConnection.connect(conninfo) as head_holder,
+    ):
+        await row_holder.execute(
+            "SELECT 1 FROM tasks WHERE id = %s FOR UPDATE", (mine["task"]["id"],)
+        )
+        done = [{"task": mine["task"]["id"], "lease": mine["lease"], "events": []}]
+        body = dumps({"worker": "w1", "max_tasks": 1, "complete": done})
+        request = asyncio.ensure_future(worker.post("/queues/q/lease", content=body, headers=JSON))
+        await _blocked_by(watch, row_holder)  # its completion waits for the row
+        [theirs] = await lease_many(worker, 1, worker="w2")  # leased and committed meanwhile
+        await head_holder.execute("SELECT 1 FROM log_head FOR UPDATE")
+        await row_holder.commit()
+        await _blocked_by(watch, head_holder)  # its decisions wait at the head
+        # The other worker's task is not held by the waiting request.
+        async with watch.transaction():
+            await watch.execute(
+                "SELECT 1 FROM tasks WHERE id = %s FOR UPDATE NOWAIT", (theirs["task"]["id"],)
+            )
+        await head_holder.commit()
+        response = await request
+    assert response.status_code == 200, response.text
+    assert [a["status"] for a in response.json()["completed"]] == [200]
+    [leased] = response.json()["tasks"]
+    assert leased["task"]["id"] not in (mine["task"]["id"], theirs["task"]["id"])
