@@ -7,7 +7,9 @@
     version): the first says what Causeway adds to writing its rows, the second what the
     read paths' indexes cost on top of a bare log;
 (b) single-event POSTs from 32 concurrent keep-alive clients vs ``eventsourcing``'s
-    Application API (one event per save, from 32 threads), with latency percentiles;
+    Application API (one event per save) at its best of 32 threads (as many as our
+    clients) and 8 (its best here: 1,040-1,120 events/s at 4 and 8 threads against
+    680-850 at 32, as its threads share one interpreter), with latency percentiles;
 (c) the single-event load again with 2 and 4 server processes;
 (d) the single-event load with tracing on (every request sampled, spans exported over OTLP
     HTTP to a sink in this process that answers 200) and off, in alternating rounds on two
@@ -401,7 +403,8 @@ def main() -> None:
         batch = [cloudevent("b") for _ in range(batch_events)]
         single = [cloudevent("s1") for _ in range(single_events)]
         theirs = [cloudevent("es") for _ in range(single_events)]
-        copy_s = lean_s = batch_s = single_s = es_s = 0.0
+        theirs_8 = [cloudevent("es8") for _ in range(single_events)]
+        copy_s = lean_s = batch_s = single_s = es_s = es8_s = 0.0
         latencies: list[float] = []
         baseline, lean = CopyBaseline(url), CopyBaseline(url, lean=True)
         meter = CpuMeter(url)
@@ -418,7 +421,12 @@ def main() -> None:
             # The server's projections follow the log: the 200,000 events of (a) would
             # otherwise be read during (b) (the rounds of (b) pay for their own events).
             settle(base, key)
-            for ours, es in zip(_rounds(single, rounds), _rounds(theirs, rounds), strict=True):
+            for ours, es, es8 in zip(
+                _rounds(single, rounds),
+                _rounds(theirs, rounds),
+                _rounds(theirs_8, rounds),
+                strict=True,
+            ):
                 checkpoint(url)
                 before = meter.read(server_process.pid)
                 rate, lat = run(http_singles(base, key, ours, clients=32))
@@ -432,12 +440,16 @@ def main() -> None:
                 # the postmaster has reaped them.
                 time.sleep(0.5)
                 their_cpu += meter.read() - before
+                checkpoint(url)
+                es8_s += len(es8) / eventsourcing_baseline(url, es8, 8)
             traced_rate, untraced_rate = tracing_cost(url, base, key, single_events, rounds)
         baseline.close()
         lean.close()
         copy_rate, batch_rate = batch_events / copy_s, batch_events / batch_s
         lean_rate = batch_events / lean_s
-        single_rate, es_rate = single_events / single_s, single_events / es_s
+        single_rate, es32_rate = single_events / single_s, single_events / es_s
+        es8_rate = single_events / es8_s
+        es_threads, es_rate = max((32, es32_rate), (8, es8_rate), key=lambda best: best[1])
         with serving_null_app() as base:
             nothing = [cloudevent("n") for _ in range(single_events)]
             ceiling_rate, ceiling_latencies = run(http_singles(base, key, nothing, 32))
@@ -475,9 +487,11 @@ def main() -> None:
             *workers_rows,
             Row("(b) ceiling: an ASGI app that does nothing", ceiling_rate, es_rate, "events/s"),
             Row("(b) ceiling latency p50", percentile(ceiling_latencies, 50), None, "ms"),
+            Row("(b) eventsourcing itself, 32 threads", es32_rate, None, "events/s"),
+            Row("(b) eventsourcing itself, 8 threads", es8_rate, None, "events/s"),
             *cpu_rows(our_cpu, their_cpu, single_events),
         ],
-        "eventsourcing (32 threads)",
+        f"eventsourcing, best ({es_threads} threads; CPU rows: 32 threads)",
     )
     print_table(
         f"ingest (d): {single_events:,} single-event POSTs from 32 clients with tracing on "
@@ -487,7 +501,8 @@ def main() -> None:
     )
     print(f"\ntargets: (a) >= 0.5x COPY ({batch_rate / copy_rate:.2f}x; "
           f"{batch_rate / lean_rate:.2f}x the lean COPY, >= 0.6x wanted), "
-          f"(b) >= 10x eventsourcing ({single_rate / es_rate:.2f}x; an app that does "
+          f"(b) >= 10x eventsourcing at its best ({single_rate / es_rate:.2f}x; "
+          f"{single_rate / es32_rate:.2f}x its 32 threads; an app that does "
           f"nothing reaches {ceiling_rate / es_rate:.2f}x here)")  # fmt: skip
 
 
