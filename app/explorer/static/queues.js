@@ -9,7 +9,10 @@ export async function render(options, id) {
 }
 
 async function list() {
-  const [{ queues }, { dead_letters: dead, next }] = await Promise.all([rest("/queues"), rest("/dead-letters")]);
+  // A page of dead letters at a time, the oldest first; ?after= is the API's cursor.
+  const after = new URLSearchParams(window.location.search).get("after");
+  const deadPage = after === null ? "/dead-letters" : `/dead-letters?after=${encodeURIComponent(after)}`;
+  const [{ queues }, { dead_letters: dead, next }] = await Promise.all([rest("/queues"), rest(deadPage)]);
   const advice = await Promise.all(queues.map((q) => rest(`/queues/${encodeURIComponent(q.queue)}/autoscale`)));
   return [
     h("h1", {}, "Queues"),
@@ -24,14 +27,23 @@ async function list() {
             `${advice[i].recommended_workers}${advice[i].observed_latency_s === null ? "" : ` (latency ${advice[i].observed_latency_s.toFixed(2)} s, target ${advice[i].target_latency_s} s)`}`,
           ]), { id: "queues" })
       : h("p", {}, "No queue has tasks."),
-    h("h2", {}, `Dead letters (${dead.length}${next ? "+, the oldest" : ""})`),
+    h("h2", {}, "Dead letters, the oldest first"),
     dead.length
       ? table(["task", "queue", "kind", "attempts", "failure", "trigger"], dead.map((d) => [
           link(urls.deadLetter(d.id), d.id, { class: "mono" }), d.queue, d.kind, String(d.attempts),
           d.error ? `${d.error.class}: ${d.error.message}` : "", eventLink(d.trigger),
         ]), { id: "dead-letters" })
-      : h("p", {}, "No dead letters."),
+      : h("p", {}, after === null ? "No dead letters." : "No dead letters past the last page."),
+    pages(after, next),
   ];
+}
+
+function pages(after, next) {
+  if (after === null && !next) return null;
+  return h("nav", { class: "pages", "aria-label": "Pages of dead letters" },
+    after === null ? null : link("/ui/queues", "← the first page", { id: "dead-letters-first" }),
+    after !== null && next ? " · " : null,
+    next ? link(`/ui/queues?after=${encodeURIComponent(next)}`, "the next page →", { id: "dead-letters-next" }) : null);
 }
 
 async function one(id, { admin }) {

@@ -412,6 +412,56 @@ class TestDeadLetters:
         assert answer.json()["state"] == "ready"
         assert answer.json()["history"][-1]["data"].get("reason") == "the GPU is back"
 
+    def test_dead_letters_come_a_page_at_a_time(self, browser: Browser, offline: Served) -> None:
+        """The list showed the oldest 100 and said "+": the rest could not be reached."""
+        key = _tenant_key(offline.url, "paged", "admin,worker,read")
+        _dead_letters(offline, key, 101)
+        context, page = open_page(browser, offline, key)
+        try:
+            visit(page, offline, "/ui/queues")
+            first = page.locator("#dead-letters tbody tr")
+            assert first.count() == 100
+            assert page.locator("#dead-letters-first").count() == 0
+            oldest = first.first.inner_text()
+            page.click("#dead-letters-next")
+            page.wait_for_selector("body[data-ready]")
+            rest = page.locator("#dead-letters tbody tr")
+            assert rest.count() == 1
+            assert rest.first.inner_text() != oldest
+            assert page.locator("#dead-letters-next").count() == 0
+            page.click("#dead-letters-first")
+            page.wait_for_selector("body[data-ready]")
+            assert page.locator("#dead-letters tbody tr").first.inner_text() == oldest
+        finally:
+            context.close()
+
+
+def _dead_letters(served: Served, key: str, count: int) -> None:
+    """``count`` dead letters in ``key``'s tenant: jobs routed to a queue with no retries,
+    leased and failed in batches."""
+    with httpx2.Client(
+        base_url=served.base, headers={"Authorization": f"Bearer {key}"}, timeout=30
+    ) as client:
+        route = {"id": "paged", "types": ["job"], "kind": "k", "queue": "paged", "max_retries": 0}
+        assert client.post("/routes", content=dumps(route), headers=JSON).status_code == 201
+        jobs = [cloudevent(id=f"paged-{n}", type="job", source="/jobs") for n in range(count)]
+        answer = client.post("/events", content=dumps(jobs), headers=BATCH)
+        assert answer.status_code == 201, answer.text
+        failed = 0
+        while failed < count:
+            body = dumps({"worker": "w1", "max_tasks": 100, "wait_s": 10})
+            leased = client.post("/queues/paged/lease", content=body, headers=JSON)
+            assert leased.status_code == 200, leased.text
+            items = [
+                {"task": one["task"]["id"], "lease": one["lease"], "class": "transient",
+                 "message": "GPU lost"}
+                for one in leased.json()["tasks"]
+            ]  # fmt: skip
+            answer = client.post("/tasks/fail", content=dumps({"tasks": items}), headers=JSON)
+            assert answer.status_code == 200, answer.text
+            assert {one["result"]["state"] for one in answer.json()["tasks"]} == {"dead"}
+            failed += len(items)
+
 
 class TestContrast:
     @pytest.mark.parametrize(
@@ -483,12 +533,12 @@ class TestOddNamesAndAddresses:
             context.close()
 
 
-def _tenant_key(url: URL, tenant: str) -> str:
+def _tenant_key(url: URL, tenant: str, scopes: str = "ingest,read") -> str:
     async def create() -> str:
         engine = create_engine(url, pool_size=1)
         try:
             async with engine.begin() as conn:
-                return (await KeyStore(conn).create(tenant, parse_scopes("ingest,read"))).key
+                return (await KeyStore(conn).create(tenant, parse_scopes(scopes))).key
         finally:
             await engine.dispose()
 
