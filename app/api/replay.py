@@ -210,7 +210,8 @@ async def _started(
 
 
 def split_types(text: str | None) -> tuple[str, ...]:
-    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+    """The types ``text`` names (comma-separated, each trimmed), each once, in order."""
+    return tuple(dict.fromkeys(t.strip() for t in (text or "").split(",") if t.strip()))
 
 
 async def ndjson_lines(
@@ -227,6 +228,24 @@ async def row_chunks(
     async with engine.connect() as conn:
         async for rows in EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows):
             yield rows
+
+
+# The parameters that take one value: given twice, the framework would keep the last and
+# the replay would silently hold one correlation's (stream's, ...) events of two.
+_ONE_VALUE = (
+    "after", "stream", "source", "correlationid", "modelname", "modelversion", "since",
+    "until", "limit", "format",
+)  # fmt: skip
+
+
+def _refuse_repeated(request: Request) -> None:
+    for name in _ONE_VALUE:
+        if len(given := request.query_params.getlist(name)) > 1:
+            raise BadRequest(
+                f"{name} is given {len(given)} times: it takes one value (only types "
+                "takes many); make one replay a value",
+                parameter=name,
+            )
 
 
 # A filter names something stored, which is never empty and holds no U+0000 (ingest
@@ -270,6 +289,7 @@ async def replay(
         Query(description="ndjson: a structured CloudEvent a line; parquet: a column each"),
     ] = "ndjson",
 ) -> Response:
+    _refuse_repeated(request)
     selection = replay_filter(
         after,
         None if types is None else ",".join(types),

@@ -220,14 +220,19 @@ FIRST_FETCH_ROWS = 100
 FETCH_BYTES = 8 << 20
 
 
+def _utf8_bytes(text: str) -> int:
+    """What ``text`` takes in UTF-8 (up to four bytes a character, one for ASCII)."""
+    return len(text) if text.isascii() else len(text.encode())
+
+
 def _line_bytes(rows: list[tuple[Any, ...]]) -> int:
-    return sum(len(row[0]) for row in rows)
+    return sum(_utf8_bytes(row[0]) for row in rows)
 
 
 def _column_bytes(rows: list[tuple[Any, ...]]) -> int:
     """About what the rows of ``_COLUMNS`` hold: their data, and a few hundred bytes of
     attributes each."""
-    return sum(len(row[_DATA] or "") + len(row[_DATA_BINARY] or b"") + 512 for row in rows)
+    return sum(_utf8_bytes(row[_DATA] or "") + len(row[_DATA_BINARY] or b"") + 512 for row in rows)
 
 
 _e = events.c
