@@ -87,6 +87,9 @@ def _parse_anchor(text: str, where: str) -> tuple[int, bytes]:
     return position, bytes.fromhex(found[2])
 
 
+Once = list[str] | None  # an option given at most once (``replay`` refuses it twice)
+
+
 def _filter(metavar: str, help: str) -> Any:
     """A ``replay`` filter: a text that must match exactly, unset to take every event."""
     return typer.Option(metavar=metavar, help=help, show_default="any", callback=utf8)
@@ -192,21 +195,20 @@ def replay(
             callback=utf8,
         ),
     ] = None,
-    stream: Annotated[str | None, _filter("STREAM", "only the events of this stream")] = None,
-    source: Annotated[str | None, _filter("SOURCE", "only events with this source")] = None,
-    correlationid: Annotated[
-        str | None, _filter("ID", "only the events of this workflow run")
-    ] = None,
-    modelname: Annotated[str | None, _filter("NAME", "only events produced by this model")] = None,
+    # Each a list, to see one given twice (click keeps the last of a single option).
+    stream: Annotated[Once, _filter("STREAM", "only the events of this stream")] = None,
+    source: Annotated[Once, _filter("SOURCE", "only events with this source")] = None,
+    correlationid: Annotated[Once, _filter("ID", "only the events of this workflow run")] = None,
+    modelname: Annotated[Once, _filter("NAME", "only events produced by this model")] = None,
     modelversion: Annotated[
-        str | None, _filter("VERSION", "only events produced by this model version")
+        Once, _filter("VERSION", "only events produced by this model version")
     ] = None,
     since: Annotated[
-        str | None,
+        Once,
         typer.Option(metavar="TIME", help="event time >= (RFC 3339)", show_default="no bound"),
     ] = None,
     until: Annotated[
-        str | None,
+        Once,
         typer.Option(metavar="TIME", help="event time < (RFC 3339)", show_default="no bound"),
     ] = None,
     limit: Annotated[
@@ -229,17 +231,27 @@ def replay(
     settings = load_settings()
     if format not in ("ndjson", "parquet"):
         fail(f"--format must be ndjson or parquet, not {format!r}")
+    given = {
+        "stream": stream, "source": source, "correlationid": correlationid,
+        "modelname": modelname, "modelversion": modelversion, "since": since, "until": until,
+    }  # fmt: skip
+    for name, values in given.items():
+        if values is not None and len(values) > 1:
+            fail(
+                f"--{name} is given {len(values)} times: it takes one value (only --types takes many)"
+            )
+    one = {name: values[0] if values else None for name, values in given.items()}
     try:
         selection = replay_filter(
             after,
             ",".join(types) if types else None,
-            stream,
-            source,
-            correlationid,
-            modelname,
-            modelversion,
-            since,
-            until,
+            one["stream"],
+            one["source"],
+            one["correlationid"],
+            one["modelname"],
+            one["modelversion"],
+            one["since"],
+            one["until"],
             limit,
         )
     except AppError as exc:

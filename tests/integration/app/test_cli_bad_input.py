@@ -35,6 +35,19 @@ def test_replay_of_a_tenant_name_no_key_can_have_is_refused(run: CliRunner) -> N
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("option", ["--correlationid", "--stream", "--since"])
+def test_replay_refuses_a_filter_of_one_value_given_twice(run: CliRunner, option: str) -> None:
+    """It kept the last, as the HTTP API did: an export of two runs silently held one."""
+    values = ["2026-01-01T00:00:00Z"] * 2 if option == "--since" else ["run-1", "run-2"]
+    argv = ["replay", "--out", "-", option, values[0], option, values[1]]
+    result = run.invoke(cli, argv)
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert result.stderr == (
+        f"error: {option} is given 2 times: it takes one value (only --types takes many)\n"
+    )
+    assert result.stdout == ""
+
+
 def test_the_tenant_the_metrics_name_their_overflow_is_reserved(run: CliRunner) -> None:
     """The metrics label tenants past their bound ``other``, and every tenant's scrape
     shows that bucket: a tenant of that name would show its sources to all."""
