@@ -251,7 +251,8 @@ def _refuse_repeated(request: Request) -> None:
 # A filter names something stored, which is never empty and holds no U+0000 (ingest
 # refuses both); each ``types`` parameter names at least one type.
 _Filter = Annotated[str | None, Query(pattern=r"^[^\x00]+$")]
-_SOME_TYPE = r"^[^\x00]*[^\x00\s,][^\x00]*$"
+# (\x1c-\x1f: not ``\s`` to the pattern, but whitespace to ``str.strip``, which trims them.)
+_SOME_TYPE = r"^[^\x00]*[^\x00\s\x1c-\x1f,][^\x00]*$"
 
 
 @router.get(

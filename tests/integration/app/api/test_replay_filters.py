@@ -45,6 +45,13 @@ async def test_a_type_named_many_times_is_one_type(client: httpx2.AsyncClient) -
     assert distinct.status_code == 400, distinct.text  # the documented cap: 100 types
 
 
+@pytest.mark.parametrize("types", ["\x1f", " ,\x1c"])
+async def test_a_types_naming_no_type_is_a_422(client: httpx2.AsyncClient, types: str) -> None:
+    """U+001C-U+001F are whitespace to the trimming, not to the pattern: it was a 400."""
+    response = await client.get("/replay", params={"types": types})
+    assert response.status_code == 422, response.text
+
+
 async def test_an_event_without_a_time_comes_only_without_time_bounds(
     client: httpx2.AsyncClient,
 ) -> None:
