@@ -5,10 +5,10 @@ import { rest } from "./api.js";
 import { eventLink, facts, h, link, pretty, problem, table, urls } from "./dom.js";
 
 export async function render(options, id) {
-  return id ? one(id, options) : list();
+  return id ? one(id, options) : list(options);
 }
 
-async function list() {
+async function list({ admin }) {
   // A page of dead letters at a time, the oldest first; ?after= is the API's cursor.
   const after = new URLSearchParams(window.location.search).get("after");
   const deadPage = after === null ? "/dead-letters" : `/dead-letters?after=${encodeURIComponent(after)}`;
@@ -35,7 +35,45 @@ async function list() {
         ]), { id: "dead-letters" })
       : h("p", {}, after === null ? "No dead letters." : "No dead letters past the last page."),
     pages(after, next),
+    admin && dead.length ? requeueMany(queues) : null,
   ];
+}
+
+const CLASSES = ["data_invalid", "model_version_mismatch", "transient", "unknown"];
+
+// POST /dead-letters/requeue: the oldest dead letters that match, up to a limit, each
+// requeued by its own decision with the reason given.
+function requeueMany(queues) {
+  const status = h("p", { role: "status", id: "requeue-many-status" });
+  const field = (id, label, input) => h("p", {}, h("label", { for: id }, label), " ", input);
+  const queue = h("select", { id: "requeue-many-queue" }, h("option", { value: "" }, "any"),
+    ...queues.filter((q) => q.dead_letters > 0).map((q) => h("option", { value: q.queue }, q.queue)));
+  const errorClass = h("select", { id: "requeue-many-class" }, h("option", { value: "" }, "any"),
+    ...CLASSES.map((c) => h("option", { value: c }, c)));
+  const limit = h("input", { id: "requeue-many-limit", type: "number", min: 1, max: 100, value: 100, required: true });
+  const reason = h("input", { id: "requeue-many-reason", name: "reason", required: true, size: 40 });
+  const form = h("form", { class: "action", id: "requeue-many-form", onsubmit: async (event) => {
+    event.preventDefault();
+    const body = { limit: Number(limit.value), reason: reason.value.trim() };
+    if (queue.value) body.queue = queue.value;
+    if (errorClass.value) body.class = errorClass.value;
+    try {
+      const answer = await rest("/dead-letters/requeue", { method: "POST", body });
+      status.textContent = `Requeued ${answer.requeued.length}.` +
+        (answer.more ? " More match: submit again for the next ones." : " None left that match.");
+      status.className = "ok";
+    } catch (error) {
+      status.textContent = error.message;
+      status.className = "error";
+    }
+  } },
+    field("requeue-many-queue", "Queue", queue),
+    field("requeue-many-class", "Failure class", errorClass),
+    field("requeue-many-limit", "At most", limit),
+    field("requeue-many-reason", "Reason", reason),
+    h("button", { type: "submit" }, "Requeue the oldest that match"));
+  return h("section", { class: "card", "aria-label": "Requeue in bulk (admin)" },
+    h("h2", {}, "Requeue in bulk (admin)"), form, status);
 }
 
 function pages(after, next) {

@@ -435,22 +435,54 @@ class TestDeadLetters:
         finally:
             context.close()
 
+    def test_an_admin_requeues_the_dead_letters_of_one_queue_at_once(
+        self, browser: Browser, offline: Served
+    ) -> None:
+        admin = _tenant_key(offline.url, "bulk", "admin,worker,read")
+        _dead_letters(offline, admin, 2, queue="q1")
+        _dead_letters(offline, admin, 1, queue="q2")
+        reader = _tenant_key(offline.url, "bulk", "read")
+        context, page = open_page(browser, offline, reader)
+        try:
+            visit(page, offline, "/ui/queues")
+            assert page.locator("#dead-letters tbody tr").count() == 3
+            assert page.locator("#requeue-many-form").count() == 0  # admin keys only
+        finally:
+            context.close()
+        context, page = open_page(browser, offline, admin)
+        try:
+            visit(page, offline, "/ui/queues")
+            page.select_option("#requeue-many-queue", "q1")
+            page.fill("#requeue-many-reason", "the GPU is back")
+            page.click("#requeue-many-form button")
+            page.wait_for_selector("#requeue-many-status.ok")
+            assert page.inner_text("#requeue-many-status") == "Requeued 2. None left that match."
+        finally:
+            context.close()
+        with httpx2.Client(
+            base_url=offline.base, headers={"Authorization": f"Bearer {reader}"}
+        ) as api:
+            left = api.get("/dead-letters").json()["dead_letters"]
+            assert [d["queue"] for d in left] == ["q2"]
+            queues = {q["queue"]: q for q in api.get("/queues").json()["queues"]}
+        assert sum(queues["q1"]["ready_by_priority"].values()) == 2  # back in their queue
 
-def _dead_letters(served: Served, key: str, count: int) -> None:
+
+def _dead_letters(served: Served, key: str, count: int, queue: str = "paged") -> None:
     """``count`` dead letters in ``key``'s tenant: jobs routed to a queue with no retries,
     leased and failed in batches."""
     with httpx2.Client(
         base_url=served.base, headers={"Authorization": f"Bearer {key}"}, timeout=30
     ) as client:
-        route = {"id": "paged", "types": ["job"], "kind": "k", "queue": "paged", "max_retries": 0}
+        route = {"id": queue, "types": [queue], "kind": "k", "queue": queue, "max_retries": 0}
         assert client.post("/routes", content=dumps(route), headers=JSON).status_code == 201
-        jobs = [cloudevent(id=f"paged-{n}", type="job", source="/jobs") for n in range(count)]
+        jobs = [cloudevent(id=f"{queue}-{n}", type=queue, source="/jobs") for n in range(count)]
         answer = client.post("/events", content=dumps(jobs), headers=BATCH)
         assert answer.status_code == 201, answer.text
         failed = 0
         while failed < count:
             body = dumps({"worker": "w1", "max_tasks": 100, "wait_s": 10})
-            leased = client.post("/queues/paged/lease", content=body, headers=JSON)
+            leased = client.post(f"/queues/{queue}/lease", content=body, headers=JSON)
             assert leased.status_code == 200, leased.text
             items = [
                 {"task": one["task"]["id"], "lease": one["lease"], "class": "transient",
