@@ -51,19 +51,33 @@ class Rollout(BaseModel):
     reason: Text | None = Field(default=None, max_length=500)
 
 
+# The version a command is meant for, when its sender names it: acting on another (the
+# state changed since the sender looked, or this is a retry of a command that went
+# through) is a 409, not a shift, promotion or rollback of a version nobody chose.
+_MEANT_FOR = Field(
+    default=None,
+    pattern=NAME_PATTERN,
+    description="the candidate (for rollback: the version it drops) this command is meant "
+    "for; when another, the command is refused with 409",
+)
+
+
 class Traffic(BaseModel):
     model_config = ConfigDict(extra="forbid")
     percent: Integer = Field(ge=0, le=100)
+    version: str | None = _MEANT_FOR
     reason: Text | None = Field(default=None, max_length=500)
 
 
 class Promote(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    version: str | None = _MEANT_FOR
     reason: Text | None = Field(default=None, max_length=500)
 
 
 class Rollback(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    version: str | None = _MEANT_FOR
     reason: Text = Field(min_length=1, max_length=500)
 
 
@@ -118,7 +132,12 @@ async def shift_traffic(
     service: Name, body: Traffic, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.shift_traffic(
-        principal.tenant, service, percent=body.percent, reason=body.reason, actor=principal.key_id
+        principal.tenant,
+        service,
+        percent=body.percent,
+        reason=body.reason,
+        actor=principal.key_id,
+        version=body.version,
     )
     return _applied_json(applied, response)
 
@@ -135,9 +154,9 @@ async def promote(
     response: Response,
     body: Promote | None = None,
 ) -> dict[str, Any]:
-    reason = None if body is None else body.reason  # the body is optional: a reason only
+    body = body or Promote()  # the body is optional
     applied = await commands.promote(
-        principal.tenant, service, reason=reason, actor=principal.key_id
+        principal.tenant, service, reason=body.reason, actor=principal.key_id, version=body.version
     )
     return _applied_json(applied, response)
 
@@ -151,7 +170,7 @@ async def rollback(
     service: Name, body: Rollback, principal: Admin, commands: Commands, response: Response
 ) -> dict[str, Any]:
     applied = await commands.rollback(
-        principal.tenant, service, reason=body.reason, actor=principal.key_id
+        principal.tenant, service, reason=body.reason, actor=principal.key_id, version=body.version
     )
     return _applied_json(applied, response)
 

@@ -66,27 +66,47 @@ class DeploymentCommands:
             strategy=rollout.strategy,
             reason=rollout.reason,
             actor=actor,
+            force=rollout.force,
         )
         await self._check_signatures(tenant, state, rollout)
         return await self._apply(tenant, state, event)
 
+    # ``version`` (each optional): the version the command is meant for; another is a 409.
+
     async def shift_traffic(
-        self, tenant: str, service: str, *, percent: int, reason: str | None, actor: str
+        self,
+        tenant: str,
+        service: str,
+        *,
+        percent: int,
+        reason: str | None,
+        actor: str,
+        version: str | None = None,
     ) -> Applied:
         state = await self.fetch_state(tenant, service)
-        event = deployments.shift_traffic(state, percent=percent, reason=reason, actor=actor)
+        event = deployments.shift_traffic(
+            state, percent=percent, reason=reason, actor=actor, version=version
+        )
         return await self._apply(tenant, state, event)
 
     async def promote(
-        self, tenant: str, service: str, *, reason: str | None, actor: str
+        self,
+        tenant: str,
+        service: str,
+        *,
+        reason: str | None,
+        actor: str,
+        version: str | None = None,
     ) -> Applied:
         state = await self.fetch_state(tenant, service)
-        event = deployments.promote(state, reason=reason, actor=actor)
+        event = deployments.promote(state, reason=reason, actor=actor, version=version)
         return await self._apply(tenant, state, event)
 
-    async def rollback(self, tenant: str, service: str, *, reason: str, actor: str) -> Applied:
+    async def rollback(
+        self, tenant: str, service: str, *, reason: str, actor: str, version: str | None = None
+    ) -> Applied:
         state = await self.fetch_state(tenant, service)
-        event = deployments.rollback(state, reason=reason, actor=actor)
+        event = deployments.rollback(state, reason=reason, actor=actor, version=version)
         return await self._apply(tenant, state, event)
 
     async def _check_signatures(

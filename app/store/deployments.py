@@ -31,7 +31,10 @@ PROMOTED = PREFIX + "promoted"
 ROLLED_BACK = PREFIX + "rolled_back"
 TYPES = frozenset({ROLLOUT_STARTED, TRAFFIC_SHIFTED, PROMOTED, ROLLED_BACK})
 SOURCE = "causeway:deployments"
-_WIDER = {"integer": 0, "long": 1, "float": 2, "double": 3}
+# The widenings that keep every value exactly: a 32-bit integer fits a 64-bit one and a
+# double (53 bits of mantissa), a float fits a double; a long does not fit a double, nor
+# an integer a float (24 bits), so those are narrowings here.
+_EXACT_WIDENINGS = frozenset({("integer", "long"), ("integer", "double"), ("float", "double")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,7 @@ def start_rollout(
     strategy: str,
     reason: str | None,
     actor: str,
+    force: bool = False,
 ) -> NewEvent:
     if state.candidate_version is not None:
         raise Conflict(
@@ -143,15 +147,38 @@ def start_rollout(
         raise Conflict(f"version {version!r} is already stable on {state.service!r}")
     if state.stable_version is None:
         percent = 100  # nothing else to serve the rest
-    data = {"model": model, "version": version, "percent": percent, "strategy": strategy}
+    data: dict[str, Any] = {
+        "model": model, "version": version, "percent": percent, "strategy": strategy,
+    }  # fmt: skip
+    if force:
+        data["force"] = True  # the signature check was overridden: the history says so
     started = _event(state, ROLLOUT_STARTED, data, reason, actor)
     # Naming the model version makes the append itself refuse an unregistered one.
     return replace(started, model_name=model, model_version=version)
 
 
+def _meant_for(state: DeploymentState, acts_on: str | None, version: str | None) -> None:
+    """Refuse a command sent for ``version`` when the version it would act on now is
+    ``acts_on``: the state changed since its sender looked (another admin, or a retry of
+    a command that went through)."""
+    if version is not None and version != acts_on:
+        now = "nothing" if acts_on is None else f"version {acts_on!r}"
+        raise Conflict(
+            f"this command is meant for version {version!r}, but on {state.service!r} it "
+            f"would act on {now} now",
+            service=state.service,
+        )
+
+
 def shift_traffic(
-    state: DeploymentState, *, percent: int, reason: str | None, actor: str
+    state: DeploymentState,
+    *,
+    percent: int,
+    reason: str | None,
+    actor: str,
+    version: str | None = None,
 ) -> NewEvent:
+    _meant_for(state, state.candidate_version, version)
     if state.candidate_version is None:
         raise Conflict(f"service {state.service!r} has no rollout to shift traffic for")
     if state.stable_version is None and percent != 100:
@@ -162,14 +189,22 @@ def shift_traffic(
     return _event(state, TRAFFIC_SHIFTED, {"percent": percent}, reason, actor)
 
 
-def promote(state: DeploymentState, *, reason: str | None, actor: str) -> NewEvent:
+def promote(
+    state: DeploymentState, *, reason: str | None, actor: str, version: str | None = None
+) -> NewEvent:
+    _meant_for(state, state.candidate_version, version)
     if state.candidate_version is None:
         raise Conflict(f"service {state.service!r} has no rollout to promote")
     data = {"version": state.candidate_version, "replaces": state.stable_version}
     return _event(state, PROMOTED, data, reason, actor)
 
 
-def rollback(state: DeploymentState, *, reason: str, actor: str) -> NewEvent:
+def rollback(
+    state: DeploymentState, *, reason: str, actor: str, version: str | None = None
+) -> NewEvent:
+    """Drop the candidate, or (with none) restore the stable version before this one.
+    ``version``: the one the sender means to drop (a retry then cannot drop the next)."""
+    _meant_for(state, state.candidate_version or state.stable_version, version)
     if state.candidate_version is not None:
         data = {"dropped": state.candidate_version, "version": state.stable_version}
     elif state.previous_stable:
@@ -184,7 +219,8 @@ def incompatibility(current: dict[str, Any], candidate: dict[str, Any]) -> str |
 
     Every input the candidate requires must be one the current version requires too (an
     optional one, callers may leave out), with the same type or one that widens to it
-    losslessly (integer -> long -> float -> double); tensor inputs need the same dtype, and
+    exactly (integer -> long, integer -> double, float -> double); tensor inputs need the
+    same dtype, and
     a shape that takes every shape the current one takes (-1, any size, takes only -1).
     """
     given = {spec.get("name"): spec for spec in current.get("inputs", [])}
@@ -221,9 +257,7 @@ def _at(specs: list[dict[str, Any]], position: int) -> dict[str, Any] | None:
 
 
 def _widens(old: str, new: str) -> bool:
-    if old == new:
-        return True
-    return old in _WIDER and new in _WIDER and _WIDER[old] <= _WIDER[new]
+    return old == new or (old, new) in _EXACT_WIDENINGS
 
 
 def _shapes_fit(old: list[int], new: list[int]) -> bool:

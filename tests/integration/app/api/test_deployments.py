@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import orjson
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
@@ -41,6 +42,102 @@ async def models(admin: httpx2.AsyncClient) -> None:
 
 async def command(admin: httpx2.AsyncClient, action: str, **body: Any) -> httpx2.Response:
     return await admin.post(f"/deployments/gate/{action}", content=dumps(body), headers=JSON)
+
+
+@pytest.mark.usefixtures("models")
+class TestCommandsMeantForAVersion:
+    """A command may name the version it is meant for; acting on another is a 409."""
+
+    async def test_a_retried_rollback_does_not_also_roll_back_the_stable_version(
+        self, admin: httpx2.AsyncClient, app: FastAPI
+    ) -> None:
+        # Stable 2 (1 before it), canary 3 rolled back; the same rollback sent again (a
+        # retry after a lost answer) put 1 back in place of the healthy 2.
+        for version in ("1", "2"):
+            await command(admin, "rollouts", model="faces", version=version, force=True)
+            await command(admin, "promote")
+        await command(admin, "rollouts", model="faces", version="3", percent=5, force=True)
+        first = await command(admin, "rollback", version="3", reason="canary 3 errors")
+        assert first.json()["stable_version"] == "2", first.text
+        again = await command(admin, "rollback", version="3", reason="canary 3 errors")
+        assert again.status_code == 409, again.text
+        assert "meant for version '3'" in again.json()["detail"]
+        await catch_up(app)
+        state = (await admin.get("/deployments/gate")).json()
+        assert (state["stable_version"], state["candidate_version"]) == ("2", None), state
+        # Naming the stable version rolls it back, as a rollback without a version does.
+        back = await command(admin, "rollback", version="2", reason="2 regressed")
+        assert back.json()["stable_version"] == "1", back.text
+
+    async def test_a_shift_or_promotion_meant_for_one_canary_is_refused_on_another(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        await command(admin, "rollouts", model="faces", version="2", percent=10)
+        # Meanwhile another admin rolls 2 back and starts 3 at 1 percent.
+        await command(admin, "rollback", reason="2 is bad")
+        await command(admin, "rollouts", model="faces", version="3", percent=1, force=True)
+        shifted = await command(admin, "traffic", percent=90, version="2")
+        assert shifted.status_code == 409, shifted.text
+        assert (await command(admin, "promote", version="2")).status_code == 409
+        ramped = await command(admin, "traffic", percent=50, version="3")
+        assert ramped.json()["traffic"] == {"3": 50, "1": 50}, ramped.text
+
+
+@pytest.mark.parametrize(
+    ("stable", "candidate"), [("long", "float"), ("long", "double"), ("integer", "float")]
+)
+async def test_a_widening_that_loses_values_needs_force(
+    admin: httpx2.AsyncClient, stable: str, candidate: str
+) -> None:
+    """A 64-bit long does not fit a double's 53 bits, nor a float's 24; a 32-bit integer
+    does not fit a float: the candidate would change the values callers send."""
+    for version, kind in (("1", stable), ("2", candidate)):
+        signature = {**SIGNATURE, "inputs": [{"name": "x", "type": kind}]}
+        response = await admin.post(
+            "/models/m/versions", content=registration(version, signature), headers=JSON
+        )
+        assert response.status_code == 201, response.text
+    await command(admin, "rollouts", model="m", version="1")
+    await command(admin, "promote")
+    refused = await command(admin, "rollouts", model="m", version="2", percent=10)
+    assert refused.status_code == 409, refused.text
+    assert f"was {stable}, the candidate takes {candidate}" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize(("stable", "candidate"), [("integer", "long"), ("integer", "double"), ("float", "double")])  # fmt: skip
+async def test_a_widening_that_keeps_every_value_is_rolled_out(
+    admin: httpx2.AsyncClient, stable: str, candidate: str
+) -> None:
+    for version, kind in (("1", stable), ("2", candidate)):
+        signature = {**SIGNATURE, "inputs": [{"name": "x", "type": kind}]}
+        response = await admin.post(
+            "/models/m/versions", content=registration(version, signature), headers=JSON
+        )
+        assert response.status_code == 201, response.text
+    await command(admin, "rollouts", model="m", version="1")
+    await command(admin, "promote")
+    assert (await command(admin, "rollouts", model="m", version="2")).status_code == 200
+
+
+@pytest.mark.usefixtures("models")
+async def test_a_forced_rollout_says_so_in_the_log(admin: httpx2.AsyncClient) -> None:
+    """force overrides the signature check; the decision's event now records that it did."""
+    await command(admin, "rollouts", model="faces", version="1")
+    await command(admin, "promote")
+    plain = await command(admin, "rollouts", model="faces", version="2", percent=10)
+    await command(admin, "rollback", reason="try the other")
+    forced = await command(admin, "rollouts", model="faces", version="3", force=True)
+    assert forced.status_code == 200, forced.text
+    events = {}
+    for answer in (plain, forced):
+        replay = await admin.get(
+            "/replay", params={"after": answer.json()["position"] - 1, "limit": 1}
+        )
+        events[answer] = orjson.loads(replay.text)["data"]
+    assert "force" not in events[plain]
+    assert events[forced]["force"] is True
 
 
 @pytest.mark.usefixtures("models")
