@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from fastapi import FastAPI, Security
+from fastapi import Depends, FastAPI, Security
 from sqlalchemy import URL
 from starlette.types import Receive, Scope, Send
 
@@ -36,7 +36,7 @@ from app.telemetry import tracing
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
-from app.web.dependencies import authorization_of, authorize, require
+from app.web.dependencies import authorization_of, authorize, one_value_each, require
 from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
 from app.web.request_ids import with_request_id
@@ -131,6 +131,7 @@ def create_app(
         # Our own server span covers every path, the ones answered before FastAPI's router
         # included (app.web.traced): FastAPI's native telemetry would add a second one.
         telemetry={"tracing": False, "operation_spans": False, "metrics": False, "logs": False},
+        dependencies=[Depends(one_value_each)],
     )
     app.state.settings = settings
     app.state.engine = engine

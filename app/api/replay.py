@@ -230,24 +230,6 @@ async def row_chunks(
             yield rows
 
 
-# The parameters that take one value: given twice, the framework would keep the last and
-# the replay would silently hold one correlation's (stream's, ...) events of two.
-_ONE_VALUE = (
-    "after", "stream", "source", "correlationid", "modelname", "modelversion", "since",
-    "until", "limit", "format",
-)  # fmt: skip
-
-
-def _refuse_repeated(request: Request) -> None:
-    for name in _ONE_VALUE:
-        if len(given := request.query_params.getlist(name)) > 1:
-            raise BadRequest(
-                f"{name} is given {len(given)} times: it takes one value (only types "
-                "takes many); make one replay a value",
-                parameter=name,
-            )
-
-
 # A filter names something stored, which is never empty and holds no U+0000 (ingest
 # refuses both); each ``types`` parameter names at least one type.
 _Filter = Annotated[str | None, Query(pattern=r"^[^\x00]+$")]
@@ -290,7 +272,6 @@ async def replay(
         Query(description="ndjson: a structured CloudEvent a line; parquet: a column each"),
     ] = "ndjson",
 ) -> Response:
-    _refuse_repeated(request)
     selection = replay_filter(
         after,
         None if types is None else ",".join(types),

@@ -7,6 +7,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request, Security
+from fastapi.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials
 
 from app.db.engine import Connector, Engine
@@ -191,3 +192,19 @@ def _permitted(found: Principal | None, scope: Scope) -> Principal:
             required=scope.value,
         )
     return found
+
+
+# The one query parameter the API takes more than once (``GET /replay``'s types).
+REPEATABLE = frozenset({"types"})
+
+
+async def one_value_each(request: HTTPConnection) -> None:  # a WebSocket's too
+    """Refuse a query parameter given twice where it takes one value: the framework would
+    keep the last, and ``/replay?correlationid=a&correlationid=b`` answered with b's
+    events alone, ``/deployments/x?at=..&at=..`` with the state at the second time."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen and name not in REPEATABLE:
+            given = len(request.query_params.getlist(name))
+            raise BadRequest(f"{name} is given {given} times: it takes one value", parameter=name)
+        seen.add(name)

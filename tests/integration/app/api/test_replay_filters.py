@@ -34,6 +34,25 @@ async def test_a_parameter_of_one_value_given_twice_is_refused(
     assert response.json()["detail"].startswith(f"{name} is given 2 times")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/deployments/gate?at=2000-01-01T00:00:00Z&at=2999-01-01T00:00:00Z",
+        "/dead-letters?queue=a&queue=b",
+        "/streams/s?limit=1&limit=2",
+    ],
+)
+async def test_any_query_parameter_of_one_value_given_twice_is_refused(
+    client: httpx2.AsyncClient, path: str
+) -> None:
+    """/deployments/gate?at=(2000)&at=(2999) answered the state at 2999 as the state at
+    2000: the last value won, as on /replay."""
+    response = await client.get(path)
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "is given 2 times: it takes one value" in response.json()["detail"]
+
+
 async def test_a_type_named_many_times_is_one_type(client: httpx2.AsyncClient) -> None:
     """The cap of 100 types counted the names as given: one type named 101 times (a
     script that adds a type per input file) was refused."""
