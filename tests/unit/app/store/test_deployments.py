@@ -20,7 +20,10 @@ def tensor(*shape: int, dtype: str = "float32") -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("current", "candidate"),
     [
-        (inputs({"name": "a", "type": "long"}), inputs({"name": "a", "type": "double"})),
+        # Widenings that keep every value (as MLflow's input enforcement converts them).
+        (inputs({"name": "a", "type": "integer"}), inputs({"name": "a", "type": "long"})),
+        (inputs({"name": "a", "type": "integer"}), inputs({"name": "a", "type": "double"})),
+        (inputs({"name": "a", "type": "float"}), inputs({"name": "a", "type": "double"})),
         (
             inputs({"name": "a", "type": "long"}),
             inputs(
@@ -48,6 +51,18 @@ def test_what_takes_every_request_is_compatible(
             inputs({"name": "a", "type": "double"}),
             inputs({"name": "a", "type": "long"}),
             "input 'a' was double, the candidate takes long",
+        ),
+        # A long past 2**53 has no double (nor a float) that holds it; an integer past
+        # 2**24 no float.
+        (
+            inputs({"name": "a", "type": "long"}),
+            inputs({"name": "a", "type": "double"}),
+            "input 'a' was long, the candidate takes double",
+        ),
+        (
+            inputs({"name": "a", "type": "integer"}),
+            inputs({"name": "a", "type": "float"}),
+            "input 'a' was integer, the candidate takes float",
         ),
         (
             inputs({"name": "a", "type": "long"}),
