@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Text, and_, bindparam, cast, func, select
-from sqlalchemy.dialects.postgresql import array
+from sqlalchemy import DateTime, Text, and_, any_, bindparam, cast, func, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events, projection_checkpoints
@@ -103,7 +103,9 @@ async def mean_wait_s(
     after ``since`` to that event, in seconds; None when there is none. The caller says
     which member of the entry before holds the time it counts from (the first of
     ``ready_from`` that it has: RFC 3339 text), as what a decision means is its to say.
-    One statement; each event's predecessor by the unique (tenant, stream, version) index."""
+    One statement, with ``streams`` as one array parameter, however many (a parameter each
+    would pass the protocol's 65,535 and compile anew for every count); each event's
+    predecessor by the unique (tenant, stream, version) index."""
     if not streams:
         return None
     entry, before = events.alias("entry"), events.alias("before")
@@ -122,7 +124,7 @@ async def mean_wait_s(
         )
         .where(
             entry.c.tenant == tenant,
-            entry.c.stream == func.any(array(list(streams), type_=Text)),
+            entry.c.stream == any_(bindparam("streams", list(streams), type_=ARRAY(Text))),
             entry.c.type == entry_type,
             entry.c.time > since,
         )

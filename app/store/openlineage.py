@@ -130,7 +130,14 @@ async def read_dataset(
         select(event_causes.c.cause, effect.c.stream)
         .join(effect, effect.c.position == event_causes.c.effect)
         .where(
-            event_causes.c.cause.in_([v.position for v in versions]),
+            # A subquery, not the versions' positions: a list would be a parameter each.
+            event_causes.c.cause.in_(
+                select(_e.position).where(
+                    _e.tenant == tenant,
+                    _e.stream == dataset_stream(namespace, name),
+                    _e.type == DATASET_VERSION,
+                )
+            ),
             effect.c.tenant == tenant,
             effect.c.type.startswith(RUN_TYPE_PREFIX),
         )

@@ -79,6 +79,48 @@ class TestAutoscale:
         finally:
             await dispose(app)
 
+    # Each task leased in the window was one bind parameter of the statement that reads
+    # their waits: past 65,535 (4,400 leases a second over the default 15 s), PostgreSQL's
+    # protocol refused it and the queue's advice stopped for good.
+    async def test_advice_reads_more_leases_than_a_statement_has_parameters(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        settings = Settings(
+            _env_file=None, scheduler_target_latency_s=0.05, scheduler_autoscale_interval_s=0.1
+        )
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                await queued(app, admin, jobs=1)
+                loop = SchedulerLoop(
+                    app.state.engine,
+                    app.state.scheduler_controller,
+                    SchedulerTimers(autoscale_interval_s=0.1),
+                    app.state.decisions,
+                )
+                assert await loop.advise() == 1  # the window starts
+                async with app.state.engine.begin() as conn:
+                    await conn.exec_driver_sql(_MANY_LEASED)
+                await asyncio.sleep(0.3)  # the one ready task waits past the 50 ms target
+                assert await loop.advise() == 1
+                advice = (await admin.get("/queues/q/autoscale")).json()
+                assert advice["observed_latency_s"] >= 0.3, advice
+                assert advice["recommended_workers"] > 1, advice
+        finally:
+            await dispose(app)
+
+
+# 70,000 finished tasks of queue q, leased now (copies of its one ready task's row).
+_MANY_LEASED = """
+    INSERT INTO tasks
+    SELECT t.tenant, t.id || '-' || n, t.route_id, t.kind, t.queue, t.priority,
+           t.req_numbers, t.req_flags, t.req_labels, t.trigger_id, t.trigger_type,
+           t.trigger_time, NULL, 'completed', 1, t.max_retries, t.backoff_base_s, t.service,
+           t.on_model_mismatch, t.created_at, t.available_at, 'l', 'w', now(), now(),
+           NULL, NULL, NULL, now(), t.seq + n, t.version, t.position
+    FROM tasks t, generate_series(1, 70000) n WHERE t.state = 'ready'
+"""
+
 
 async def _two_tasks_leased_after_a_second(app: FastAPI, admin: Client, *, first: str) -> None:
     """Two tasks of queue ``q`` leased after waiting a second; the second fails and is
