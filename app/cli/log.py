@@ -163,29 +163,39 @@ async def _verify(
         await engine.dispose()
 
 
-def _tenant(value: str) -> str:
-    """A tenant a key can have: a name no key can have has no events, and is a typo."""
-    utf8(value)
-    if not TENANT_PATTERN.match(value):
-        raise typer.BadParameter(
-            "must be 1-63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
-        )
-    return value
+def _tenants(values: list[str] | None) -> list[str] | None:
+    """Tenants a key can have: a name no key can have has no events, and is a typo."""
+    for value in values or []:
+        utf8(value)
+        if not TENANT_PATTERN.match(value):
+            raise typer.BadParameter(
+                "must be 1-63 of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
+            )
+    return values
 
 
 def replay(
+    # Each option but --types a list, to refuse one given twice (click keeps the last of
+    # a single option: `--limit 10 --limit 20` would export 20 with exit 0).
     out: Annotated[
-        Path, typer.Option("--out", metavar="FILE", help="file to write ('-' for stdout)")
+        list[Path], typer.Option("--out", metavar="FILE", help="file to write ('-' for stdout)")
     ],
     tenant: Annotated[
-        str, typer.Option(metavar="TENANT", help="tenant to replay", callback=_tenant)
-    ] = "default",
-    after: Annotated[
-        int,
+        Once,
         typer.Option(
-            min=0, max=MAX_POSITION, metavar="POSITION", help="resume after this position"
+            metavar="TENANT", help="tenant to replay", show_default="default", callback=_tenants
         ),
-    ] = 0,
+    ] = None,
+    after: Annotated[
+        list[int] | None,
+        typer.Option(
+            min=0,
+            max=MAX_POSITION,
+            metavar="POSITION",
+            help="resume after this position",
+            show_default="0",
+        ),
+    ] = None,
     types: Annotated[
         list[str] | None,
         typer.Option(
@@ -195,7 +205,6 @@ def replay(
             callback=utf8,
         ),
     ] = None,
-    # Each a list, to see one given twice (click keeps the last of a single option).
     stream: Annotated[Once, _filter("STREAM", "only the events of this stream")] = None,
     source: Annotated[Once, _filter("SOURCE", "only events with this source")] = None,
     correlationid: Annotated[Once, _filter("ID", "only the events of this workflow run")] = None,
@@ -212,7 +221,7 @@ def replay(
         typer.Option(metavar="TIME", help="event time < (RFC 3339)", show_default="no bound"),
     ] = None,
     limit: Annotated[
-        int | None,
+        list[int] | None,
         typer.Option(
             min=1,
             max=MAX_POSITION,
@@ -222,18 +231,22 @@ def replay(
         ),
     ] = None,
     format: Annotated[
-        str,
-        typer.Option("--format", metavar="FORMAT", help="ndjson (a CloudEvent a line) or parquet"),
-    ] = "ndjson",
+        Once,
+        typer.Option(
+            "--format",
+            metavar="FORMAT",
+            help="ndjson (a CloudEvent a line) or parquet",
+            show_default="ndjson",
+        ),
+    ] = None,
 ) -> None:
     """Write matching events as NDJSON or Parquet, in position order, with progress on
     stderr."""
     settings = load_settings()
-    if format not in ("ndjson", "parquet"):
-        fail(f"--format must be ndjson or parquet, not {format!r}")
-    given = {
-        "stream": stream, "source": source, "correlationid": correlationid,
-        "modelname": modelname, "modelversion": modelversion, "since": since, "until": until,
+    given: dict[str, list[Any] | None] = {
+        "out": out, "tenant": tenant, "after": after, "stream": stream, "source": source,
+        "correlationid": correlationid, "modelname": modelname, "modelversion": modelversion,
+        "since": since, "until": until, "limit": limit, "format": format,
     }  # fmt: skip
     for name, values in given.items():
         if values is not None and len(values) > 1:
@@ -241,9 +254,12 @@ def replay(
                 f"--{name} is given {len(values)} times: it takes one value (only --types takes many)"
             )
     one = {name: values[0] if values else None for name, values in given.items()}
+    form = one["format"] or "ndjson"
+    if form not in ("ndjson", "parquet"):
+        fail(f"--format must be ndjson or parquet, not {form!r}")
     try:
         selection = replay_filter(
-            after,
+            one["after"] or 0,
             ",".join(types) if types else None,
             one["stream"],
             one["source"],
@@ -252,15 +268,16 @@ def replay(
             one["modelversion"],
             one["since"],
             one["until"],
-            limit,
+            one["limit"],
         )
     except AppError as exc:
         fail(exc.detail)
+    target = out[0]  # required: given once, as checked above
+    tenant_name = one["tenant"] or "default"
     with database(settings) as db:
-        count = asyncio.run(
-            _replay(db.url, tenant, selection, out, settings.replay_fetch_rows, format)
-        )
-    typer.echo(f"wrote {count} events to {out}", err=True)
+        fetch_rows = settings.replay_fetch_rows
+        count = asyncio.run(_replay(db.url, tenant_name, selection, target, fetch_rows, form))
+    typer.echo(f"wrote {count} events to {target}", err=True)
 
 
 async def _replay(

@@ -35,11 +35,25 @@ def test_replay_of_a_tenant_name_no_key_can_have_is_refused(run: CliRunner) -> N
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("option", ["--correlationid", "--stream", "--since"])
-def test_replay_refuses_a_filter_of_one_value_given_twice(run: CliRunner, option: str) -> None:
-    """It kept the last, as the HTTP API did: an export of two runs silently held one."""
-    values = ["2026-01-01T00:00:00Z"] * 2 if option == "--since" else ["run-1", "run-2"]
-    argv = ["replay", "--out", "-", option, values[0], option, values[1]]
+_TWO_VALUES = {
+    "--correlationid": ["run-1", "run-2"],
+    "--stream": ["s-1", "s-2"],
+    "--since": ["2026-01-01T00:00:00Z"] * 2,
+    "--after": ["0", "10"],
+    "--limit": ["10", "20"],
+    "--format": ["ndjson", "parquet"],
+    "--tenant": ["acme", "globex"],
+    "--out": ["-", "-"],
+}
+
+
+@pytest.mark.parametrize("option", sorted(_TWO_VALUES))
+def test_replay_refuses_an_option_of_one_value_given_twice(run: CliRunner, option: str) -> None:
+    """It kept the last, as the HTTP API did: an export of two runs silently held one,
+    and `--limit 10 --limit 20` exported 20."""
+    values = _TWO_VALUES[option]
+    argv = ["replay", *([] if option == "--out" else ["--out", "-"]), option, values[0]]
+    argv += [option, values[1]]
     result = run.invoke(cli, argv)
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     assert result.stderr == (
