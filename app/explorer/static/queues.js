@@ -8,7 +8,8 @@ export async function render(options, id) {
   return id ? one(id, options) : list(options);
 }
 
-async function list({ admin }) {
+// notice: what a bulk requeue just did, said again on the page it reloads.
+async function list({ admin }, notice = null) {
   // A page of dead letters at a time, the oldest first; ?after= is the API's cursor.
   const after = new URLSearchParams(window.location.search).get("after");
   const deadPage = after === null ? "/dead-letters" : `/dead-letters?after=${encodeURIComponent(after)}`;
@@ -35,16 +36,22 @@ async function list({ admin }) {
         ]), { id: "dead-letters" })
       : h("p", {}, after === null ? "No dead letters." : "No dead letters past the last page."),
     pages(after, next),
-    admin && dead.length ? requeueMany(queues) : null,
+    admin && (dead.length || notice) ? requeueMany(queues, notice, (said) => refresh(admin, said)) : null,
   ];
+}
+
+// The queues and dead letters again, once a bulk requeue has moved some of them.
+async function refresh(admin, notice) {
+  const parts = (await list({ admin }, notice)).flat();
+  document.getElementById("page").replaceChildren(...parts.filter((p) => p !== null && p !== undefined));
 }
 
 const CLASSES = ["data_invalid", "model_version_mismatch", "transient", "unknown"];
 
 // POST /dead-letters/requeue: the oldest dead letters that match, up to a limit, each
 // requeued by its own decision with the reason given.
-function requeueMany(queues) {
-  const status = h("p", { role: "status", id: "requeue-many-status" });
+function requeueMany(queues, notice, done) {
+  const status = h("p", { role: "status", id: "requeue-many-status", class: notice ? "ok" : null }, notice);
   const field = (id, label, input) => h("p", {}, h("label", { for: id }, label), " ", input);
   const queue = h("select", { id: "requeue-many-queue" }, h("option", { value: "" }, "any"),
     ...queues.filter((q) => q.dead_letters > 0).map((q) => h("option", { value: q.queue }, q.queue)));
@@ -62,6 +69,7 @@ function requeueMany(queues) {
       status.textContent = `Requeued ${answer.requeued.length}.` +
         (answer.more ? " More match: submit again for the next ones." : " None left that match.");
       status.className = "ok";
+      await done(status.textContent);
     } catch (error) {
       status.textContent = error.message;
       status.className = "error";

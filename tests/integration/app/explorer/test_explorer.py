@@ -457,6 +457,12 @@ class TestDeadLetters:
             page.click("#requeue-many-form button")
             page.wait_for_selector("#requeue-many-status.ok")
             assert page.inner_text("#requeue-many-status") == "Requeued 2. None left that match."
+            # The page shows what is left, without a reload (it showed all three).
+            page.wait_for_function(
+                "document.querySelectorAll('#dead-letters tbody tr').length === 1"
+            )
+            assert page.locator("#dead-letters tbody tr td").nth(1).inner_text() == "q2"
+            assert page.inner_text("#requeue-many-status") == "Requeued 2. None left that match."
         finally:
             context.close()
         with httpx2.Client(
