@@ -46,14 +46,10 @@ class LineageRun:
         types = [str(s.get("eventType") or "OTHER") for s in sent]
         terminal = [t for t in types if t in _TERMINAL]
         job = next((s["job"] for s in sent if isinstance(s.get("job"), dict)), None)
-        parent = next(
-            (
-                s["run"]["facets"]["parent"]["run"]["runId"]
-                for s in sent
-                if "parent" in ((s.get("run") or {}).get("facets") or {})
-            ),
-            None,
-        )
+        # The schema checks no facet's body: a parent facet of another shape (or with an
+        # empty runId) names no parent, as at ingest (ingest/openlineage/mapping.py).
+        parents = (_text_at(s, "run", "facets", "parent", "run", "runId") for s in sent)
+        parent = next((p for p in parents if p is not None), None)
         return cls(
             run_id=run_id,
             job=None if job is None else Job(namespace=job["namespace"], name=job["name"]),
@@ -172,3 +168,10 @@ class TrainingRun:
     model_name: str
     model_version: str
     run: LineageRun
+
+
+def _text_at(value: Any, *path: str) -> str | None:
+    """The non-empty string at ``path`` in ``value`` (objects all the way), or None."""
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, str) and value else None

@@ -130,8 +130,10 @@ def parse(kind: Kind, event: dict[str, Any], body: bytes) -> Parsed:
         run_id=run_id,
         parent_run_id=parent,
         root_run_id=root,
-        inputs=_datasets(event.get("inputs"), "inputFacets"),
-        outputs=_datasets(event.get("outputs"), "outputFacets"),
+        # A DatasetEvent's schema names no inputs or outputs (it takes other members
+        # unchecked): only a run's or a job's are datasets.
+        inputs=() if kind is Kind.DATASET else _datasets(event.get("inputs"), "inputFacets"),
+        outputs=() if kind is Kind.DATASET else _datasets(event.get("outputs"), "outputFacets"),
     )
 
 

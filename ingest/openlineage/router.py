@@ -49,7 +49,7 @@ from ingest.limits import Limits
 from ingest.openlineage.locks import StreamLocks
 from ingest.openlineage.mapping import Known, Parsed, parse, plan, planned_ids
 from ingest.openlineage.schema import SPEC_ID, validate
-from ingest.openlineage.storable import check_storable
+from ingest.openlineage.storable import check_storable, check_value
 from ingest.router import POSITION_HEADER, AppendResponse, answer_of
 
 # Against another process's events of the same run: plan again after a pause drawn from
@@ -75,7 +75,9 @@ class LineageIngest:
                 max_event_data_bytes=self._limits.max_event_data_bytes,
             )
         event = json_text.loads(body)  # the one rule for JSON: invalid-json, as everywhere
-        parsed = parse(validate(event), event, body)
+        kind = validate(event)
+        check_value(event)
+        parsed = parse(kind, event, body)
         check_storable(parsed, self._limits)
         appended = await self._store(principal.tenant, parsed)
         return answer_of(appended)

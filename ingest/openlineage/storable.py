@@ -3,7 +3,12 @@ is appended (docs/openlineage.md): what the log cannot keep, and what ``POST /ev
 refuses of a CloudEvent too.
 
 - The event as a value: the character U+0000, JSON nested deeper than the log keeps, a
-  number outside ±(2**53 - 1) (422 ``invalid-openlineage-event``, pointer ``#``).
+  number outside ±(2**53 - 1) (422 ``invalid-openlineage-event``, pointer ``#``);
+  ``check_value``, before the event is parsed (parsing hashes it, which a value nested
+  past orjson's limit would fail).
+- An empty ``producer`` (the ``source``, which CloudEvents wants non-empty) or an empty
+  job or dataset ``name`` (the ``subject``) (422 ``invalid-openlineage-event``, naming
+  the member), as ``POST /events`` refuses an empty ``source`` or ``subject``.
 - A name the spec leaves unbounded but Causeway makes an attribute of (the stream, the
   ``source``, the ``subject``, the ``correlationid``), past ``max_attributes_bytes`` in
   UTF-8: the limit ``POST /events`` puts on an event's attributes, and what keeps each
@@ -37,14 +42,14 @@ _PARENT = "#/run/facets/parent"
 
 def check_storable(parsed: Parsed, limits: Limits, now: datetime | None = None) -> None:
     """Raise the error a client is answered with when ``parsed`` cannot be stored as it is;
-    ``now`` is the server's clock (read when None)."""
-    _check_value(parsed.event)
+    ``now`` is the server's clock (read when None). ``check_value`` is done first."""
+    _check_present(parsed)
     _check_names(parsed, limits.max_attributes_bytes)
     if limits.max_future_s is not None:
         _check_time(parsed, limits.max_future_s, now or datetime.now(UTC))
 
 
-def _check_value(event: Any) -> None:
+def check_value(event: Any) -> None:
     """Refuse what the log cannot keep of a valid event: its facets are copied into the
     dataset versions' JSON data, and its names into text columns."""
     why = None
@@ -61,6 +66,23 @@ def _check_value(event: Any) -> None:
         raise InvalidOpenLineageEvent(
             f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
         )
+
+
+def _check_present(parsed: Parsed) -> None:
+    """The members that become attributes CloudEvents wants non-empty."""
+    event = parsed.event
+    named = "dataset" if parsed.kind is Kind.DATASET else "job"
+    for pointer, value in (
+        ("#/producer", event["producer"]),
+        (f"#/{named}/name", event[named]["name"]),
+    ):
+        if value == "":
+            what = "source" if pointer == "#/producer" else "subject"
+            detail = f"{pointer[2:]} is empty: it is the {what} of a CloudEvent, which cannot be"
+            raise InvalidOpenLineageEvent(
+                f"the event cannot be stored: {detail}",
+                errors=[{"pointer": pointer, "detail": detail}],
+            )
 
 
 def _check_names(parsed: Parsed, max_bytes: int) -> None:

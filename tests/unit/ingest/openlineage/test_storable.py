@@ -13,7 +13,7 @@ from app.errors import EventTooLarge, InvalidOpenLineageEvent, TimeInFuture
 from ingest.limits import Limits
 from ingest.openlineage.mapping import Parsed, parse
 from ingest.openlineage.schema import validate
-from ingest.openlineage.storable import check_storable
+from ingest.openlineage.storable import check_storable, check_value
 
 RUN_ID = "0190a3e2-5b8c-7d4e-9f00-0123456789ab"
 PRODUCER = "https://example.com/producer"
@@ -128,7 +128,7 @@ class TestTime:
 
 def test_a_value_the_log_cannot_hold_is_refused() -> None:
     with pytest.raises(InvalidOpenLineageEvent) as refused:
-        check_storable(parsed(job={"namespace": "n", "name": "nul\u0000"}), Limits(), NOW)
+        check_value(parsed(job={"namespace": "n", "name": "nul\u0000"}).event)
     assert refused.value.extensions["errors"] == [
         {"pointer": "#", "detail": "it holds the character U+0000, which cannot be stored"}
     ]
