@@ -243,17 +243,11 @@ def replay(
     """Write matching events as NDJSON or Parquet, in position order, with progress on
     stderr."""
     settings = load_settings()
-    given: dict[str, list[Any] | None] = {
-        "out": out, "tenant": tenant, "after": after, "stream": stream, "source": source,
-        "correlationid": correlationid, "modelname": modelname, "modelversion": modelversion,
-        "since": since, "until": until, "limit": limit, "format": format,
-    }  # fmt: skip
-    for name, values in given.items():
-        if values is not None and len(values) > 1:
-            fail(
-                f"--{name} is given {len(values)} times: it takes one value (only --types takes many)"
-            )
-    one = {name: values[0] if values else None for name, values in given.items()}
+    one = _once(
+        out=out, tenant=tenant, after=after, stream=stream, source=source,
+        correlationid=correlationid, modelname=modelname, modelversion=modelversion,
+        since=since, until=until, limit=limit, format=format,
+    )  # fmt: skip
     form = one["format"] or "ndjson"
     if form not in ("ndjson", "parquet"):
         fail(f"--format must be ndjson or parquet, not {form!r}")
@@ -278,6 +272,17 @@ def replay(
         fetch_rows = settings.replay_fetch_rows
         count = asyncio.run(_replay(db.url, tenant_name, selection, target, fetch_rows, form))
     typer.echo(f"wrote {count} events to {target}", err=True)
+
+
+def _once(**given: list[Any] | None) -> dict[str, Any]:
+    """The one value of each option of ``given`` (None when it is not given); one given
+    more than once is refused."""
+    for name, values in given.items():
+        if values is not None and len(values) > 1:
+            fail(
+                f"--{name} is given {len(values)} times: it takes one value (only --types takes many)"
+            )
+    return {name: values[0] if values else None for name, values in given.items()}
 
 
 async def _replay(
