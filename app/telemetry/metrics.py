@@ -26,7 +26,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import (
@@ -39,9 +39,9 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
-__all__ = ["CONTENT_TYPE_LATEST", "exposition"]
+__all__ = ["CONTENT_TYPE_LATEST", "GaugeMetricFamily", "exposition", "figures"]
 
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 OTHER = "other"  # the label of every tenant past the bound; no key has it (app.store.keys)
@@ -186,6 +186,27 @@ def exposition(tenant: str) -> bytes:
     seen = CollectorRegistry(support_collectors_without_names=True)
     seen.register(_TenantView(every, tenant))
     return generate_latest(seen)
+
+
+def figures(families: Iterable[Metric]) -> bytes:
+    """``families`` (each a ``GaugeMetricFamily`` of figures read for this scrape: queue
+    depths, lags) in Prometheus' text format. Families, not ``Gauge`` objects: under
+    ``PROMETHEUS_MULTIPROC_DIR`` a ``Gauge`` writes its values to the process's file
+    whatever registry it is in, so every later scrape of every process showed them again,
+    stale, with a ``pid`` label, and to every tenant's key."""
+    registry = CollectorRegistry(support_collectors_without_names=True)
+    registry.register(_Families(list(families)))
+    return generate_latest(registry)
+
+
+class _Families:
+    """A collector of families made for one scrape."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
 class _TenantView:

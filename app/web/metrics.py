@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from prometheus_client.metrics import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -121,26 +120,27 @@ def scrape(
                 if relay is None
                 else await fetch_relay_status(conn, relay.config.stream, relay.config.tenants)
             )
-        registry = CollectorRegistry(auto_describe=True)
-        lag_events = _gauge(registry, "causeway_projection_lag_events", "Events", "projection")
-        lag_s = _gauge(registry, "causeway_projection_lag_seconds", "Seconds", "projection")
+        lag_events = _lag("causeway_projection_lag_events", "Events", "projection")
+        lag_s = _lag("causeway_projection_lag_seconds", "Seconds", "projection")
         for status in found:
-            lag_events.labels(status.name).set(status.lag_events)
-            lag_s.labels(status.name).set(status.lag_seconds)
+            lag_events.add_metric([status.name], status.lag_events)
+            lag_s.add_metric([status.name], status.lag_seconds)
+        lags = [lag_events, lag_s]
         if relay_status is not None:
-            relay_events = _gauge(registry, "causeway_relay_lag_events", "Events", "stream")
-            relay_s = _gauge(registry, "causeway_relay_lag_seconds", "Seconds", "stream")
-            relay_events.labels(relay_status.stream).set(relay_status.lag_events)
-            relay_s.labels(relay_status.stream).set(relay_status.lag_seconds)
-        return metrics.exposition(tenant) + generate_latest(registry) + more()
+            relay_events = _lag("causeway_relay_lag_events", "Events", "stream")
+            relay_s = _lag("causeway_relay_lag_seconds", "Seconds", "stream")
+            relay_events.add_metric([relay_status.stream], relay_status.lag_events)
+            relay_s.add_metric([relay_status.stream], relay_status.lag_seconds)
+            lags += [relay_events, relay_s]
+        return metrics.exposition(tenant) + metrics.figures(lags) + more()
 
     return answer
 
 
-def _gauge(registry: CollectorRegistry, name: str, unit: str, label: str) -> Any:
+def _lag(name: str, unit: str, label: str) -> metrics.GaugeMetricFamily:
     what = "the relay" if label == "stream" else "each projection"
     help_text = f"How far {what} lags the head of the log, in {unit.lower()} (as GET /projections)"
-    return Gauge(name, help_text, [label], registry=registry)
+    return metrics.GaugeMetricFamily(name, help_text, labels=[label])
 
 
 def pools_in(state: Any) -> PoolFigures:

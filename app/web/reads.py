@@ -28,14 +28,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-
 from app.db.engine import Connection, Connector, DriverPool, Engine
 from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
 from app.store.records import MAX_POSITION, parse_position
 from app.store.replication import read_age_s, read_head
+from app.telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -259,30 +258,26 @@ class ReadRouter:
         (nothing without replicas)."""
         if not self.replicas:
             return b""
-        registry = CollectorRegistry(auto_describe=True)
-        positions = Gauge(
+        positions = metrics.GaugeMetricFamily(
             "causeway_read_replica_lag_positions",
             "Events the primary has that the read replica does not show yet",
-            ["replica"],
-            registry=registry,
+            labels=["replica"],
         )
-        seconds = Gauge(
+        seconds = metrics.GaugeMetricFamily(
             "causeway_read_replica_lag_seconds",
             "Age of the first event the read replica does not show yet (0: caught up)",
-            ["replica"],
-            registry=registry,
+            labels=["replica"],
         )
-        up = Gauge(
+        up = metrics.GaugeMetricFamily(
             "causeway_read_replica_up",
             "1 when the read replica serves reads, 0 when it is skipped (down or behind)",
-            ["replica"],
-            registry=registry,
+            labels=["replica"],
         )
         for replica in self.replicas:
-            positions.labels(replica.name).set(replica.lag_positions)
-            seconds.labels(replica.name).set(replica.lag_s)
-            up.labels(replica.name).set(1 if replica.is_usable else 0)
-        return generate_latest(registry)
+            positions.add_metric([replica.name], replica.lag_positions)
+            seconds.add_metric([replica.name], replica.lag_s)
+            up.add_metric([replica.name], 1 if replica.is_usable else 0)
+        return metrics.figures([positions, seconds, up])
 
     async def close(self) -> None:
         """Close the replicas' connections (the primary's belong to the app)."""

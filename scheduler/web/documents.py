@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-
+from app.telemetry import metrics
 from scheduler import routes as r
 from scheduler import tasks as t
 
@@ -72,43 +71,27 @@ def depth_json(depth: QueueDepth) -> dict[str, Any]:
 
 
 def exposition(depths: list[QueueDepth]) -> bytes:
-    """The gauges in Prometheus' text format, from a registry made for this scrape (the
-    figures live in the database, shared by every process, not in this one)."""
-    registry = CollectorRegistry(auto_describe=True)
-    ready = Gauge(
-        "causeway_queue_ready_tasks",
-        "Tasks ready to lease now",
-        ["queue", "priority"],
-        registry=registry,
-    )
-    delayed = Gauge(
-        "causeway_queue_delayed_tasks",
-        "Tasks waiting out a retry backoff",
-        ["queue"],
-        registry=registry,
-    )
-    in_flight = Gauge(
-        "causeway_queue_in_flight_tasks", "Leased tasks", ["queue"], registry=registry
-    )
-    oldest = Gauge(
-        "causeway_queue_oldest_ready_age_seconds",
-        "Age of the oldest ready task",
-        ["queue"],
-        registry=registry,
-    )
-    dead = Gauge("causeway_queue_dead_letters", "Dead-lettered tasks", ["queue"], registry=registry)
-    alerts = Gauge(
+    """The gauges in Prometheus' text format, read for this scrape (the figures live in
+    the database, shared by every process, not in this one: ``metrics.figures``)."""
+    ready = _family("causeway_queue_ready_tasks", "Tasks ready to lease now", "priority")
+    delayed = _family("causeway_queue_delayed_tasks", "Tasks waiting out a retry backoff")
+    in_flight = _family("causeway_queue_in_flight_tasks", "Leased tasks")
+    oldest = _family("causeway_queue_oldest_ready_age_seconds", "Age of the oldest ready task")
+    dead = _family("causeway_queue_dead_letters", "Dead-lettered tasks")
+    alerts = _family(
         "causeway_queue_alerts",
         "Dead letters flagged for attention (transient or unknown failures)",
-        ["queue"],
-        registry=registry,
     )
     for depth in depths:
         for priority in range(10):
-            ready.labels(depth.queue, str(priority)).set(depth.ready_by_priority.get(priority, 0))
-        delayed.labels(depth.queue).set(depth.delayed)
-        in_flight.labels(depth.queue).set(depth.in_flight)
-        oldest.labels(depth.queue).set(depth.oldest_ready_s)
-        dead.labels(depth.queue).set(depth.dead_letters)
-        alerts.labels(depth.queue).set(depth.alerts)
-    return generate_latest(registry)
+            ready.add_metric([depth.queue, str(priority)], depth.ready_by_priority.get(priority, 0))
+        delayed.add_metric([depth.queue], depth.delayed)
+        in_flight.add_metric([depth.queue], depth.in_flight)
+        oldest.add_metric([depth.queue], depth.oldest_ready_s)
+        dead.add_metric([depth.queue], depth.dead_letters)
+        alerts.add_metric([depth.queue], depth.alerts)
+    return metrics.figures([ready, delayed, in_flight, oldest, dead, alerts])
+
+
+def _family(name: str, help_text: str, *more: str) -> metrics.GaugeMetricFamily:
+    return metrics.GaugeMetricFamily(name, help_text, labels=["queue", *more])

@@ -1,8 +1,11 @@
 """``causeway serve --workers 2``: one scrape of either worker shows both workers' counts
-(prometheus-client's multiprocess mode, set up by ``serve``)."""
+(prometheus-client's multiprocess mode, set up by ``serve``), and the figures read for a
+scrape (queue depths, lags) as they are now, for the scraping key's tenant only."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import httpx2
@@ -10,7 +13,10 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import URL
 
-from tests.integration.events import STRUCTURED, event
+from app.main import create_app, dispose
+from app.settings import Settings
+from tests.integration.conftest import catch_up
+from tests.integration.events import JSON, STRUCTURED, event
 from tests.integration.process import create_key, environment, serving
 
 
@@ -43,3 +49,86 @@ def test_one_scrape_shows_every_workers_counts(database_url: URL, tmp_path: Path
         scrapes = [httpx2.get(f"{base}/metrics", headers=auth).text for _ in range(6)]
     for text in scrapes:
         assert (appended(text, "stored"), appended(text, "duplicate")) == (12, 1)
+
+
+def scrape(base: str, key: str) -> str:
+    # A connection each: the two workers take turns accepting them.
+    answer = httpx2.get(f"{base}/metrics", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200
+    return answer.text
+
+
+# The gauges made for a scrape were prometheus-client Gauges, which in multiprocess mode
+# write to the process's file whatever registry they are in: every later scrape of
+# either worker showed them again, with a pid label, to every tenant.
+def test_a_tenants_scrape_never_shows_another_tenants_queues(
+    database_url: URL, tmp_path: Path
+) -> None:
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+    )
+    theirs = create_key(env, "theirs", "ingest,read,admin")
+    mine = create_key(env, "mine", "read")
+    with serving(env, "--workers", "2") as base:
+        route = {"id": "r", "types": ["job"], "kind": "k", "queue": "their-secret-queue"}
+        made = httpx2.post(
+            f"{base}/routes",
+            content=orjson.dumps(route),
+            headers={**JSON, "Authorization": f"Bearer {theirs}"},
+        )
+        assert made.status_code == 201, made.text
+        deadline = time.monotonic() + 20  # the routes' read model follows the log
+        while "their-secret-queue" not in scrape(base, theirs):
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        for _ in range(8):  # their own scrapes, answered by either worker
+            assert "their-secret-queue" in scrape(base, theirs)
+        seen = [scrape(base, mine) for _ in range(8)]
+    assert not [text for text in seen if "their-secret-queue" in text]
+    assert not [
+        s.labels
+        for text in seen
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("causeway_queue_") and "pid" in s.labels
+    ]
+
+
+def test_projection_lag_is_read_now_once_per_projection(database_url: URL, tmp_path: Path) -> None:
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_RUN_PROJECTIONS="false",  # projections run elsewhere (causeway project)
+    )
+    key = create_key(env, "t", "ingest,read")
+    with serving(env, "--workers", "2") as base:
+        for _ in range(3):
+            sent = httpx2.post(
+                f"{base}/events",
+                content=orjson.dumps(event()),
+                headers={**STRUCTURED, "Authorization": f"Bearer {key}"},
+            )
+            assert sent.status_code == 201
+        for _ in range(8):
+            scrape(base, key)  # both workers answer one while the projections lag
+        asyncio.run(_catch_up(database_url))  # what `causeway project` does, elsewhere
+        text = scrape(base, key)
+    lags = [
+        (s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "causeway_projection_lag_events"
+    ]
+    assert lags
+    assert all(value == 0 for _, value in lags), lags
+    assert len({labels["projection"] for labels, _ in lags}) == len(lags), lags
+    assert text.count("# TYPE causeway_projection_lag_events gauge") == 1
+
+
+async def _catch_up(database_url: URL) -> None:
+    app = create_app(Settings(_env_file=None), database_url=database_url)
+    try:
+        await catch_up(app)
+    finally:
+        await dispose(app)
