@@ -87,12 +87,24 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line).decode()
 
 
+# C0 and C1 controls and DEL as escapes (\\n, \\x1b), the tab kept.
+_ESCAPED = {
+    c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09
+}
+
+
 class TextFormatter(logging.Formatter):
     """``LEVEL logger: message``, then what is known of the request in brackets:
     ``[request 4f2c…, tenant acme, trace 0af7…]``."""
 
     def __init__(self) -> None:
         super().__init__("%(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The line itself, its control characters escaped: a message quotes what clients
+        send (a request's path, percent-decoded), and a newline in it would start a line
+        that looks like the service's own (the traceback, added after, keeps its lines)."""
+        return super().formatMessage(record).translate(_ESCAPED)
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)

@@ -23,6 +23,7 @@ from starlette.routing import Match
 from app.errors import AppError, NotFound, error_classes
 from app.store.failures import DRIVER_ERRORS, as_app_error
 from app.web.openapi import PROBLEM_MEDIA_TYPE, answers
+from app.web.timeouts import SendTimedOut
 
 MEDIA_TYPE = PROBLEM_MEDIA_TYPE
 logger = logging.getLogger(__name__)
@@ -160,6 +161,10 @@ async def on_client_disconnect(request: Request, exc: Exception) -> JSONResponse
 
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, SendTimedOut):
+        # The client stopped reading its answer: no server failure (``Timeouts`` says so
+        # in the log, once), and nobody would read a 500.
+        raise exc
     return _unexpected(request.method, request.url.path, exc)
 
 
