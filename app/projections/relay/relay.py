@@ -37,7 +37,7 @@ import nats.errors
 import nats.js.errors
 import psycopg
 from nats.js import JetStreamContext
-from nats.js.api import PubAck, StreamConfig
+from nats.js.api import PubAck, RawStreamMsg, StreamConfig
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -53,6 +53,9 @@ from app.telemetry.batch_spans import publish_span
 logger = logging.getLogger(__name__)
 SUBJECTS = f"{PREFIX}.>"
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+# How many sequences before a removed last message a session's start looks at for the
+# last one still stored (one request each).
+_LOOK_BACK = 256
 
 
 class PublishRefused(Exception):
@@ -218,14 +221,15 @@ class NatsRelay:
             checkpoint = await log.read_checkpoint(conn, self._name)
         info = await js.stream_info(self.config.stream)
         last_seq = info.state.last_seq or 0
-        if last_seq == 0:
-            return checkpoint, {}
-        first = {"Nats-Expected-Last-Sequence": str(last_seq)}
-        if (info.state.messages or 0) == 0:  # purged: nothing tells a position
+        first = {"Nats-Expected-Last-Sequence": str(last_seq)} if last_seq else {}
+        found = None
+        if info.state.messages:
+            found = await self._last_message(js, last_seq, info.state.first_seq or 1)
+        if found is None:  # purged, or new: nothing tells a position
+            if checkpoint > 0:
+                self._warn_missing(None, checkpoint)
             return checkpoint, first
-        last = await js.get_msg(self.config.stream, seq=last_seq)
-        last_id = (last.headers or {}).get("Nats-Msg-Id")
-        position = position_of(last_id)
+        position = position_of((found.headers or {}).get("Nats-Msg-Id"))
         logger.info(
             "relay: checkpoint at %d, the stream's last message at %s; resuming past both",
             checkpoint,
@@ -236,14 +240,31 @@ class NatsRelay:
                 await log.advance(conn, self._name, position)
             return position, first
         if position is not None and position < checkpoint:
-            logger.warning(
-                "relay: stream %s ends at position %d, its checkpoint is %d: events between "
-                "are not in it (was the stream purged?)",
-                self.config.stream,
-                position,
-                checkpoint,
-            )
+            self._warn_missing(position, checkpoint)
         return checkpoint, first
+
+    async def _last_message(
+        self, js: JetStreamContext, last_seq: int, first_seq: int
+    ) -> RawStreamMsg | None:
+        """The stream's last message still stored: at ``last_seq``, unless it was removed
+        (a purge of some subjects, a deleted message, a stream that drops acknowledged
+        ones), then the latest of the ``_LOOK_BACK`` before it that is still there; None
+        when the stream holds none of them."""
+        for seq in range(last_seq, max(first_seq, last_seq - _LOOK_BACK, 1) - 1, -1):
+            try:
+                return await js.get_msg(self.config.stream, seq=seq)
+            except nats.js.errors.NotFoundError:
+                continue
+        return None
+
+    def _warn_missing(self, position: int | None, checkpoint: int) -> None:
+        logger.warning(
+            "relay: stream %s ends at %s, its checkpoint is %d: events between are not in it "
+            "(was the stream purged, or deleted and re-created?)",
+            self.config.stream,
+            "no message of ours" if position is None else f"position {position}",
+            checkpoint,
+        )
 
     async def _read_ahead(
         self, lead: Leadership, after: int, found: asyncio.Queue[tuple[int, list[log.Relayed]]]

@@ -1,6 +1,6 @@
 """The relay on a real nats-server: what a consumer receives, in which mode, from which
 tenants; one relay leading among several; NATS unreachable for 10 s, and restarted after a
-quiet spell."""
+quiet spell; a stream whose messages were purged, in part or whole."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 
+import nats
 import orjson
 import pytest
 from cloudevents.v1.http import from_json
@@ -312,3 +313,60 @@ class TestBatches:
         # under both limits: the head was reached
         assert not whole.more
         assert len(whole.events) == 120
+
+
+class TestPurged:
+    # A session's start read the stream's last sequence and asked for its message: when
+    # that one was gone and others were not (a purge of one tenant's subjects, a deleted
+    # message, a stream that drops acknowledged ones), every session failed, for good.
+    async def test_the_relay_goes_on_after_the_streams_last_message_is_purged(
+        self, database_url: URL, make_key: MakeKey, nats_server: Nats
+    ) -> None:
+        acme_key, globex_key = await make_key("acme"), await make_key("globex")
+        first, last, later = event(), event(), event()
+        settings = nats_settings(nats_server.url, nats_ack_timeout_s=1, nats_duplicate_window_s=5)
+        async with (
+            relaying(settings, database_url) as app,
+            asgi_client(app, acme_key) as acme,
+            asgi_client(app, globex_key) as globex,
+        ):
+            assert (await acme.post("/events", content=dumps([first]), headers=BATCH)).is_success
+            assert (await globex.post("/events", content=dumps([last]), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+        await _purge(nats_server.url, subject="causeway.globex.>")
+        async with relaying(settings, database_url) as app, asgi_client(app, acme_key) as acme:
+            assert (await acme.post("/events", content=dumps([later]), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY", timeout_s=15)
+        got = await consume(nats_server.url, "CAUSEWAY", "check", 2, timeout_s=3)
+        assert [orjson.loads(m.data)["id"] for m in got] == [first["id"], later["id"]]
+
+    async def test_a_purged_stream_is_warned_of(
+        self,
+        database_url: URL,
+        make_key: MakeKey,
+        nats_server: Nats,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        """docs/relay.md: the relay "warns that the events between the stream's end and the
+        checkpoint are not in it"; a stream purged whole returned before the warning."""
+        key = await make_key("acme")
+        settings = nats_settings(nats_server.url)
+        async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+            sent = [event() for _ in range(3)]
+            assert (await acme.post("/events", content=dumps(sent), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+        await _purge(nats_server.url)
+        caplog.set_level(logging.WARNING, logger="app.projections.relay.relay")
+        async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+            assert (await acme.post("/events", content=dumps([event()]), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+        assert "ends at no message of ours, its checkpoint is 3" in caplog.text, caplog.text
+        assert "are not in it" in caplog.text
+
+
+async def _purge(url: str, subject: str | None = None) -> None:
+    client = await nats.connect(url)
+    try:
+        await client.jetstream().purge_stream("CAUSEWAY", subject=subject)
+    finally:
+        await client.close()
