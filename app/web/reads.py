@@ -113,14 +113,30 @@ class ReadRouter:
         return self.primary
 
     async def for_log(self, min_position: int | None) -> ReadSource:
-        """The source for a read of the log that must show ``min_position``."""
+        """The source for a read of the log that must show ``min_position``: a replica
+        that reaches it within the wait, else the primary once it does (a position from
+        another deployment, or from before a failover, may be past its head); else
+        ``Unavailable``."""
         source = self.choose()
-        if min_position is None or source.is_primary or source.head >= min_position:
+        if min_position is None or (not source.is_primary and source.head >= min_position):
             return source
         deadline = time.monotonic() + self._wait_s
-        if await self._reaches(source, lambda conn: _head_reaches(conn, min_position), deadline):
+
+        def reached(conn: Connection) -> Awaitable[bool]:
+            return _head_reaches(conn, min_position)
+
+        if not source.is_primary:
+            if await self._reaches(source, reached, deadline):
+                return source
+            source = self.primary
+        if await self._reaches(source, reached, deadline):
             return source
-        return self.primary  # it has every position it ever answered
+        raise Unavailable(
+            f"the log has not reached position {min_position} within "
+            f"{self._wait_s * 1000:g} ms; try again shortly",
+            headers={"Retry-After": "1"},
+            min_position=min_position,
+        )
 
     async def for_read_model(self, projection: Projection, min_position: int | None) -> ReadSource:
         """The source for a read of ``projection``'s read model that must show
@@ -202,7 +218,12 @@ class ReadRouter:
         if not self.replicas:
             return
         while True:
-            await self.check()
+            try:
+                await self.check()
+            except Exception:  # one round's failure must not end the watch (nor its gauges)
+                logger.exception(
+                    "read replicas: a check failed; checking again in %g s", self._check_interval_s
+                )
             await asyncio.sleep(self._check_interval_s)
 
     async def check(self) -> None:
@@ -221,12 +242,19 @@ class ReadRouter:
             except Exception as exc:
                 self.mark_down(replica, exc)
                 continue
-            replica.head = head
-            replica.lag_positions = max(primary_head - head, 0)
-            replica.lag_s = 0.0
-            if replica.lag_positions:
-                async with self.primary.rest.connect() as conn:
-                    replica.lag_s = await read_age_s(conn, head + 1)
+            lag_positions, lag_s = max(primary_head - head, 0), 0.0
+            if lag_positions:
+                try:
+                    async with self.primary.rest.connect() as conn:
+                        lag_s = await read_age_s(conn, head + 1)
+                except Exception as exc:
+                    # Nothing to measure against: every replica keeps its state (and
+                    # serves reads as it did) until the next round.
+                    logger.warning(
+                        "read replicas: the primary is unreachable: %s", _first_line(exc)
+                    )
+                    return
+            replica.head, replica.lag_positions, replica.lag_s = head, lag_positions, lag_s
             if replica.lag_s > self._max_lag_s:
                 why = (
                     f"{replica.lag_s:.1f} s behind (more than {self._max_lag_s:g} s, "

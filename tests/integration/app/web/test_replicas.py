@@ -3,10 +3,11 @@ read-your-writes with ``Causeway-Position`` on a replica and on the primary alon
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from secrets import token_hex
 from typing import Any
 
@@ -15,12 +16,15 @@ import orjson
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.engine import create_engine
+from app.db.engine import Connector, create_engine
 from app.db.schema import upgrade_to_head
 from app.main import create_app
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
+from app.web.reads import ReadRouter
 from tests.integration.conftest import asgi_client
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
 from tests.integration.replicas import Pair, streaming_pair
@@ -205,6 +209,53 @@ async def test_with_the_replica_stopped_reads_keep_answering(
     assert f"causeway_read_replica_up{{{name}}} 0.0" in metrics
 
 
+class FailingOnce:
+    """The primary's connections, the ``fail_at``-th of which cannot be had (the primary
+    restarting, a connection it dropped, at that moment); the database stays real."""
+
+    def __init__(self, inner: Connector, fail_at: int) -> None:
+        self.inner, self._calls, self._fail_at = inner, 0, fail_at
+
+    def connect(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        self._calls += 1
+        return _Refused() if self._calls == self._fail_at else self.inner.connect()
+
+
+class _Refused:
+    async def __aenter__(self) -> AsyncConnection:
+        raise OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+# The watcher's lag lookup on the primary was unguarded: one failure ended the watcher for
+# the life of the process, and a replica left far behind kept serving reads.
+async def test_a_lagging_replica_is_skipped_after_one_failed_lookup(pair: Pair) -> None:
+    primary = pair.primary.url()
+    async with running(primary, read_database_url=pair.replica.url(), read_max_lag_s=1) as app:
+        router: ReadRouter = app.state.read_router
+        [replica] = router.replicas
+        assert replica.is_usable
+        async with await admin_of(app, primary) as admin:
+            pair.replica.execute("SELECT pg_wal_replay_pause()")
+            try:
+                late = event()
+                posted = await admin.post("/events", content=dumps(late), headers=STRUCTURED)
+                assert posted.status_code == 201
+                # The next round reads the head, then fails to look up the lag.
+                flaky = FailingOnce(router.primary.rest, fail_at=2)
+                router.primary.rest = flaky
+                await asyncio.sleep(4)  # the watcher checks every second
+                skipped = not replica.is_usable
+                read = await admin.get(f"/events/{late['id']}")
+            finally:
+                pair.replica.execute("SELECT pg_wal_replay_resume()")
+                router.primary.rest = flaky.inner
+    assert skipped
+    assert read.status_code == 200  # read on the primary, not the replica behind
+
+
 class TestOnThePrimaryAlone:
     async def test_a_model_read_back_with_the_token_is_there_each_time(
         self, database_url: URL
@@ -255,3 +306,23 @@ class TestOnThePrimaryAlone:
                 token = posted.headers["Causeway-Position"]
                 queues = await admin.get("/queues", params={"min_position": token})
                 assert {q["queue"]: q["ready"] for q in queues.json()["queues"]}[f"q{n}"] == 1
+
+    # A token from another deployment, or from before a failover, may be past the head:
+    # a log read answered at once from before it (a 404 for an event it may yet hold).
+    async def test_a_log_read_naming_a_position_past_the_head_answers_503(
+        self, database_url: URL
+    ) -> None:
+        async with (
+            running(database_url, read_wait_ms=300) as app,
+            await admin_of(app, database_url) as admin,
+        ):
+            posted = await admin.post("/events", content=dumps(event()), headers=STRUCTURED)
+            future = str(int(posted.headers["Causeway-Position"]) + 1000)
+            read = await admin.get("/events/not-yet", headers=at(future))
+            reached = await admin.get(
+                "/events/not-yet", headers=at(posted.headers["Causeway-Position"])
+            )
+        assert read.status_code == 503, read.text
+        assert read.headers["Retry-After"] == "1"
+        assert read.json()["min_position"] == int(future)
+        assert reached.status_code == 404
