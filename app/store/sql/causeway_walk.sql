@@ -21,9 +21,11 @@ FROM (
     WITH up AS (
         SELECT * FROM causeway_walk_one(root, 'upstream', max_depth, max_nodes)
     ),
+    down_walk AS (
+        SELECT * FROM causeway_walk_one(root, 'downstream', max_depth, max_nodes)
+    ),
     down AS (
-        SELECT * FROM causeway_walk_one(root, 'downstream', max_depth, max_nodes) w
-        WHERE w.node <> root
+        SELECT * FROM down_walk WHERE down_walk.node <> root
     ),
     joined AS (
         SELECT up.node, up.depth FROM up UNION ALL SELECT down.node, down.depth FROM down
@@ -36,7 +38,9 @@ FROM (
     SELECT kept.node, kept.depth,
         (SELECT count(*) FROM joined) > (SELECT count(*) FROM kept)
         OR coalesce((SELECT bool_or(up.truncated) FROM up), false)
-        OR coalesce((SELECT bool_or(down.truncated) FROM down), false) AS truncated
+        -- The whole downward walk's flag: cut down to its root alone, its one row is
+        -- the root's, which is not kept twice.
+        OR coalesce((SELECT bool_or(down_walk.truncated) FROM down_walk), false) AS truncated
     FROM kept
 ) both_ways
 WHERE direction = 'both'

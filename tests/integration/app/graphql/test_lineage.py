@@ -87,6 +87,20 @@ class TestLineage:
         assert [n["event"]["id"] for n in answer["nodes"]] == ["dx-1"]
         assert answer["truncated"] is True
 
+    # BOTH took the downward half's flag from its rows less the root: a cut that left it
+    # only the root said truncated false, where DOWNSTREAM with the same cut said true.
+    @pytest.mark.parametrize("direction", ["BOTH", "DOWNSTREAM"])
+    @pytest.mark.parametrize(("depth", "limit"), [(0, 100), (10, 1)], ids=["depth-0", "limit-1"])
+    async def test_a_cut_of_every_effect_is_truncated_both_ways(
+        self, client: httpx2.AsyncClient, direction: str, depth: int, limit: int
+    ) -> None:
+        # img-1 has no causes, and effects: pre-1 and those after it.
+        answer = (await ask(client, LINEAGE, id="img-1", dir=direction, depth=depth, limit=limit))[
+            "data"
+        ]["lineage"]
+        assert [n["event"]["id"] for n in answer["nodes"]] == ["img-1"]
+        assert answer["truncated"] is True
+
     async def test_types_keep_only_those_events_but_walk_through_others(
         self, client: httpx2.AsyncClient
     ) -> None:
