@@ -96,6 +96,9 @@ class DriftWatch:
         self._state: dict[_Key, _State] = {}
         # The sources whose state ``flush`` writes, each with its last sample's position.
         self._changed: dict[_Key, int] = {}
+        # Each source's last sample (recorded_at), the oldest first: a source with none in
+        # the last minute of the log has its median gauge cleared (``_quieten``).
+        self._last_sampled: dict[_Key, int] = {}
         self._batch: AsyncConnection | None = None
 
     async def tally(self, conn: AsyncConnection, rows: Sequence[Any]) -> None:
@@ -112,6 +115,19 @@ class DriftWatch:
                 raise FlushFailed(position) from exc
             if n % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # a batch holds the loop for a few ms at most
+        if rows:
+            self._quieten(rows[-1][4])
+
+    def _quieten(self, now_us: int) -> None:
+        """Clear the median gauge of each source with no sample in the minute up to
+        ``now_us`` (the log's clock: the last event read): it has no median now, and
+        its last one would keep a drift alert firing for ever."""
+        while self._last_sampled:
+            key, sampled_us = next(iter(self._last_sampled.items()))
+            if sampled_us > now_us - WINDOW_US:
+                return
+            del self._last_sampled[key]
+            self._meter.quiet(*key)
 
     async def _sample(
         self,
@@ -143,6 +159,8 @@ class DriftWatch:
                 alerting = False
             self._state[key] = (samples, alerting, median_us)
             self._changed[key] = position
+            self._last_sampled.pop(key, None)  # to the end: the oldest stay first
+            self._last_sampled[key] = now_us
             median_now = median_us / 1e6
         self._meter.observe(tenant, source, drift_us / 1e6, median_now)
 

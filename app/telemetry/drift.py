@@ -15,6 +15,7 @@ value is a series Prometheus keeps).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prometheus_client import Gauge, Histogram
@@ -87,3 +88,11 @@ class DriftMeter:
         histogram.observe(drift_s)
         if median is not None and median_s is not None:
             median.set(median_s)
+
+    def quiet(self, tenant: str, source: str) -> None:
+        """The source has no sample in the last minute: its median gauge says NaN (no
+        median; an alert on it is false), not its last one for ever. NaN, not a removed
+        series: a process's value stays in the multiprocess files until it dies."""
+        series = self._series.get((tenant, source))
+        if series is not None and series[1] is not None:
+            series[1].set(math.nan)

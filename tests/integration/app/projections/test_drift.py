@@ -5,7 +5,10 @@ CAUSEWAY_MAX_FUTURE_S set, an event stamped too far ahead is refused."""
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from datetime import UTC, datetime, timedelta
+from secrets import token_hex
 from typing import Any
 
 import httpx2
@@ -16,6 +19,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.projections.checkpoints import read_events, read_head
+from app.projections.drift import DriftWatch
 from app.settings import Settings
 from tests.integration.conftest import catch_up
 from tests.integration.events import BATCH, JSON, STRUCTURED, dumps, event
@@ -139,3 +143,27 @@ async def test_causeways_own_events_are_neither_read_nor_counted_as_its_lag(
     status = await runner.status(drift)
     assert status.checkpoint < head  # no event of its own came after the three
     assert status.lag_events == 0
+
+
+# A source that sent events 10 s late and went quiet kept its median gauge at 10 until
+# the process restarted: CausewayProducerClockDrift (5 minutes over 2 s) fired for ever.
+async def test_a_quiet_sources_median_is_cleared_a_minute_on(engine: AsyncEngine) -> None:
+    tenant = f"t{token_hex(4)}"
+    watch = DriftWatch(max_sources=100)
+    now_us = int(time.time() * 1e6)
+    async with engine.begin() as conn:
+        await watch.tally(conn, [(1, tenant, "e1", "/late", now_us, now_us - 10_000_000)])
+        assert median_of(tenant, "/late") == 10.0
+        soon = now_us + 30_000_000  # within its minute: its median holds
+        await watch.tally(conn, [(2, tenant, "e2", "/ok", soon, soon)])
+        assert median_of(tenant, "/late") == 10.0
+        later = now_us + 600_000_000  # ten minutes on, only another source sends
+        await watch.tally(conn, [(3, tenant, "e3", "/ok", later, later)])
+        await conn.rollback()
+    assert math.isnan(median_of(tenant, "/late") or 0.0)
+    assert median_of(tenant, "/ok") == 0.0
+
+
+def median_of(tenant: str, source: str) -> float | None:
+    labels = {"tenant": tenant, "source": source}
+    return REGISTRY.get_sample_value("causeway_source_drift_median_seconds", labels)
