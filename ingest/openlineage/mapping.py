@@ -78,10 +78,13 @@ class Parsed:
         return DATASET_EVENT if self.kind is Kind.DATASET else JOB_EVENT
 
     def streams_to_look_up(self) -> list[str]:
-        """The streams whose last event the plan needs: the event's own, the parent run's."""
+        """The streams whose last event the plan needs: the event's own, the parent run's,
+        and a run's inputs' (an input's first version expects its stream as it was)."""
         streams = [self.stream]
         if self.parent_run_id is not None and self.parent_run_id != self.run_id:
             streams.append(run_stream(self.parent_run_id))
+        if self.kind is Kind.RUN:
+            streams += [d.stream for d in self.inputs if d.stream not in streams]
         return streams
 
     def datasets_to_look_up(self) -> list[str]:
@@ -171,7 +174,12 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
         for ref in parsed.inputs:
             seen = known.versions.get(ref.stream)
             if seen is None:
-                external = _version(parsed, ref, external=True)
+                # Expecting the dataset's stream as it was read: of runs that race to name
+                # a new input first, one writes its version; the others conflict, plan
+                # again, and read it.
+                head = known.heads.get(ref.stream)
+                expected = 0 if head is None else head.stream_version
+                external = _version(parsed, ref, external=True, expected_version=expected)
                 first.append(external)
                 input_versions.append(external.id)
             else:
@@ -255,7 +263,9 @@ def _version_id(parsed: Parsed, ref: DatasetRef, *, external: bool) -> str:
     return "openlineage:version:" + digest.hexdigest()
 
 
-def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
+def _version(
+    parsed: Parsed, ref: DatasetRef, *, external: bool, expected_version: int | None = None
+) -> NewEvent:
     """A dataset version event: an output written by this run's COMPLETE, or (external)
     an input first named by this event, which has no causes."""
     event = parsed.event
@@ -285,4 +295,5 @@ def _version(parsed: Parsed, ref: DatasetRef, *, external: bool) -> NewEvent:
         },
         causes=() if external else (parsed.id,),
         correlation_id=correlation(parsed),
+        expected_version=expected_version,
     )
