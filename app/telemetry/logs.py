@@ -88,9 +88,7 @@ class JsonFormatter(logging.Formatter):
 
 
 # C0 and C1 controls and DEL as escapes (\\n, \\x1b), the tab kept.
-_ESCAPED = {
-    c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09
-}
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c != 0x09}
 
 
 class TextFormatter(logging.Formatter):
