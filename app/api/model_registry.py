@@ -35,8 +35,9 @@ _registry = read_model_reads(ModelRegistry.name)
 
 
 def _uuid(text: str) -> str:
-    uuid.UUID(text)  # a ValueError names it as invalid; the text is kept as sent
-    return text
+    # A ValueError names it as invalid; kept in its canonical form, as the store keys runs
+    # (app.store.openlineage.run_key): lower case, hyphenated.
+    return str(uuid.UUID(text))
 
 
 # An OpenLineage runId (a UUID), as the run's events write it

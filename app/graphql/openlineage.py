@@ -10,7 +10,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.graphql.scalars import BigInt
-from app.store.openlineage import DatasetRecord, run_of
+from app.store.openlineage import DatasetRecord, run_key, run_of
 from app.store.records import StoredEvent
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class LineageRun:
         # The schema checks no facet's body: a parent facet of another shape (or with an
         # empty runId) names no parent, as at ingest (ingest/openlineage/mapping.py).
         parents = (_text_at(s, "run", "facets", "parent", "run", "runId") for s in sent)
-        parent = next((p for p in parents if p is not None), None)
+        parent = next((run_key(p) for p in parents if p is not None), None)
         return cls(
             run_id=run_id,
             job=None if job is None else Job(namespace=job["namespace"], name=job["name"]),

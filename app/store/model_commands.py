@@ -22,7 +22,7 @@ from app.store.model_registry import (
     training_id,
 )
 from app.store.model_registry_reads import fetch_alias_target, fetch_registered_digest
-from app.store.openlineage import fetch_heads, fetch_stored, run_stream
+from app.store.openlineage import fetch_heads, fetch_stored, run_key, run_stream
 from app.store.records import Appended
 
 
@@ -75,6 +75,7 @@ class ModelCommands:
         _check_names(name, version)
         if not _is_uuid(run_id):
             raise BadRequest(f"training_run {run_id!r} is not a UUID (an OpenLineage runId)")
+        run_id = run_key(run_id)
         if await self._registered_digest(tenant, name, version) is None:
             raise NotFound(f"model {name!r} has no registered version {version!r}")
         async with self._engine.connect() as conn:

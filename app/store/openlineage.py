@@ -5,6 +5,7 @@ last event of some streams. docs/openlineage.md describes the mapping.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,18 @@ def _escaped(text: str) -> str:
     return text.replace("%", "%25").replace(":", "%3A")
 
 
+def run_key(run_id: str) -> str:
+    """A runId as the store keys it: a UUID in its canonical form (lower case, hyphenated),
+    so that one run written otherwise (upper case; the registry takes braces, ``urn:uuid:``
+    and no hyphens too) is one run; any other text as it is."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return run_id
+
+
 def run_stream(run_id: str) -> str:
-    return f"openlineage:run:{run_id}"
+    return f"openlineage:run:{run_key(run_id)}"
 
 
 def dataset_stream(namespace: str, name: str) -> str:

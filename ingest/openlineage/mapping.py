@@ -33,6 +33,7 @@ from app.store.openlineage import (
     Head,
     dataset_stream,
     job_stream,
+    run_key,
     run_stream,
 )
 from app.store.records import NewEvent
@@ -111,12 +112,12 @@ def event_id(event: dict[str, Any]) -> str:
 def parse(kind: Kind, event: dict[str, Any], body: bytes) -> Parsed:
     run_id = parent = root = state = None
     if kind is Kind.RUN:
-        run_id = str(event["run"]["runId"])
+        run_id = run_key(str(event["run"]["runId"]))  # one run, however its UUID is written
         state = str(event.get("eventType") or "OTHER").lower()
         # The schema checks no facet's body: a parent facet of another shape names no run.
         parent_facet = (event["run"].get("facets") or {}).get("parent")
-        parent = _member(parent_facet, "run", "runId")
-        root = _member(parent_facet, "root", "run", "runId")
+        parent = _run_key(_member(parent_facet, "run", "runId"))
+        root = _run_key(_member(parent_facet, "root", "run", "runId"))
         stream = run_stream(run_id)
     elif kind is Kind.DATASET:
         stream = dataset_stream(event["dataset"]["namespace"], event["dataset"]["name"])
@@ -145,6 +146,10 @@ def _member(value: Any, *path: str) -> str | None:
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
     return value if isinstance(value, str) and value else None
+
+
+def _run_key(run_id: str | None) -> str | None:
+    return None if run_id is None else run_key(run_id)
 
 
 def _instant(text: str) -> datetime:
