@@ -53,6 +53,9 @@ from app.telemetry.batch_spans import publish_span
 logger = logging.getLogger(__name__)
 SUBJECTS = f"{PREFIX}.>"
 _NATS_ERRORS = (nats.errors.Error, TimeoutError, OSError)
+# A subject's bytes at most: what fits nats-server's default max_control_line (4096) with
+# the rest of an HPUB line. A longer one made the server reset the connection, every try.
+MAX_SUBJECT_BYTES = 4000
 # How many sequences before a removed last message a session's start looks at for the
 # last one still stored (one request each).
 _LOOK_BACK = 256
@@ -312,9 +315,12 @@ class NatsRelay:
                     headers.update(first)
                 if len(payload) + 4096 > max_payload:  # headers are small: count them then
                     _check_size(event.position, payload, headers, max_payload)
+                subject = subject_for(event.tenant, event.type)
+                if len(subject) > MAX_SUBJECT_BYTES:
+                    raise _subject_too_long(event.position, subject)
                 acks.append(
                     await js.publish_async(
-                        subject_for(event.tenant, event.type),
+                        subject,
                         payload,
                         headers=headers,
                         stream=config.stream,
@@ -401,6 +407,15 @@ def _check_size(position: int, payload: bytes, headers: dict[str, str], max_payl
             f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
             "server's configuration (docs/relay.md)"
         )
+
+
+def _subject_too_long(position: int, subject: str) -> EventTooLarge:
+    return EventTooLarge(
+        f"the event at position {position} makes a subject of {len(subject)} bytes (its type, "
+        f"percent-encoded), over the {MAX_SUBJECT_BYTES} that fit a NATS server's control "
+        "line (max_control_line, 4096 bytes by default); keep CAUSEWAY_MAX_ATTRIBUTES_BYTES "
+        "at 1300 or less with the relay (docs/relay.md)"
+    )
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

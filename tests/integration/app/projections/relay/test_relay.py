@@ -215,6 +215,34 @@ class TestTooLarge:
         assert status["lag_events"] == 2
         assert "raise max_payload in the server's configuration" in caplog.text
 
+    # 900 "é" are 1,800 bytes of type (CAUSEWAY_MAX_ATTRIBUTES_BYTES may be 2048) and a
+    # subject of 5,400: past nats-server's control line, which reset the connection on
+    # every try and logged only ConnectionResetError.
+    async def test_an_event_whose_subject_is_too_long_stops_the_relay_there_and_says_why(
+        self,
+        database_url: URL,
+        make_key: MakeKey,
+        nats_server: Nats,
+        caplog: pytest.LogCaptureFixture,
+    ) -> None:
+        key = await make_key("acme")
+        small, long, after = event(), event(type="t." + "é" * 900), event()
+        settings = nats_settings(nats_server.url, max_attributes_bytes=2048)
+        async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+            batch = dumps([small, long, after])
+            assert (await acme.post("/events", content=batch, headers=BATCH)).is_success
+            async with asyncio.timeout(30):
+                # Once a session has resumed past what the stream holds: the small event.
+                while (await acme.get("/projections")).json()["relay"]["checkpoint"] < 1:
+                    await asyncio.sleep(0.1)
+                while "makes a subject of" not in caplog.text:
+                    await asyncio.sleep(0.1)
+            status = (await acme.get("/projections")).json()["relay"]
+            got = await consume(nats_server.url, "CAUSEWAY", "check", 1, timeout_s=2)
+        assert [orjson.loads(m.data)["id"] for m in got] == [small["id"]]  # none skipped
+        assert status["lag_events"] == 2
+        assert "keep CAUSEWAY_MAX_ATTRIBUTES_BYTES at 1300 or less" in caplog.text
+
 
 class TestUnreachable:
     async def test_the_relay_waits_out_10_s_without_nats_and_the_api_answers_meanwhile(
