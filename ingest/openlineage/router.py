@@ -136,6 +136,11 @@ def _gunzipped(body: bytes, max_bytes: int) -> bytes:
         raise PayloadTooLarge(
             f"the body inflates past the {max_bytes}-byte limit", max_request_bytes=max_bytes
         )
+    # Its end read, so its CRC-32 and length were checked; and nothing after it.
+    if not inflater.eof:
+        raise BadRequest("the gzip body is cut short: its end (and its checksum) is missing")
+    if inflater.unused_data:
+        raise BadRequest("the gzip body goes on past its end: send one gzip member")
     return plain
 
 

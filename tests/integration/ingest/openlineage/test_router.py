@@ -7,6 +7,7 @@ import asyncio
 import base64
 import gzip
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx2
@@ -180,6 +181,28 @@ class TestSparkAndStaticEvents:
         [stored] = response.json()["events"]
         read = (await client.get(f"/events/{stored['id']}")).json()
         assert base64.b64decode(read["data_base64"]) == body
+
+    # Inflated as far as it went: a body cut before its trailer was stored unchecked (its
+    # CRC-32 never read), and what followed a first member was dropped.
+    @pytest.mark.parametrize(
+        ("cut", "detail"),
+        [
+            (lambda z: z[:-8], "the gzip body is cut short: its end (and its checksum) is missing"),
+            (lambda z: z + z, "the gzip body goes on past its end: send one gzip member"),
+        ],
+        ids=["no-trailer", "two-members"],
+    )
+    async def test_a_gzip_body_cut_short_or_run_on_is_a_400(
+        self, client: httpx2.AsyncClient, cut: Callable[[bytes], bytes], detail: str
+    ) -> None:
+        body = orjson.dumps(run_event("START", new_run(), "spark_app", producer=SPARK))
+        response = await client.post(
+            "/api/v1/lineage",
+            content=cut(gzip.compress(body)),
+            headers={**JSON, "Content-Encoding": "gzip"},
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["detail"] == detail
 
     async def test_a_dataset_event_alone(self, client: httpx2.AsyncClient) -> None:
         event = {
