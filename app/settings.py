@@ -18,6 +18,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+# The names a tenant can have (an API key's; app.store.keys creates them).
+TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+
 
 class Settings(BaseSettings):
     # No setting is infinite or NaN: an infinite key cache TTL kept a revoked key working
@@ -173,6 +176,14 @@ class Settings(BaseSettings):
         names = [n.strip() for n in (value or "").split(",") if n.strip()]
         if names and len({n.startswith("-") for n in names}) > 1:
             raise ValueError("list tenants to relay ('a,b') or to leave out ('-a,-b'), not both")
+        for name in names:
+            # A name no key can have (a capital, a bare '-') is a typo: the relay would
+            # send none of its events, or every tenant's.
+            if not TENANT_PATTERN.match(name.removeprefix("-")):
+                raise ValueError(
+                    f"{name!r} names no tenant a key can have: 1-63 of a-z, 0-9, '_', '.', "
+                    "'-', starting with a letter or digit"
+                )
         return ",".join(names) or None
 
     @field_validator("nats_duplicate_window_s")

@@ -18,11 +18,12 @@ from datetime import UTC, datetime
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app import settings
 from app.db.tables import api_keys
 from app.errors import BadRequest, NotFound
 
 _KEY = re.compile(r"^cw_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})\Z")
-TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}\Z")
+TENANT_PATTERN = settings.TENANT_PATTERN  # the names a key's tenant can have
 # The label of the tenants past the metrics' bound (``app.telemetry.metrics.OTHER``), which
 # every tenant's scrape shows: a tenant of that name would show its series to all.
 RESERVED_TENANT = "other"

@@ -118,6 +118,9 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         # JetStream refuses a stream name with a dot; the relay would retry for ever.
         ("NATS_STREAM", "causeway.events", "must be a JetStream stream name"),
         ("NATS_TENANTS", "acme,-globex", "not both"),
+        # A name no key can have relayed none of its events (or, a bare '-', every one).
+        ("NATS_TENANTS", "Acme", "'Acme' names no tenant a key can have"),
+        ("NATS_TENANTS", "-", "'-' names no tenant a key can have"),
         ("NATS_DUPLICATE_WINDOW_S", "5", "at least twice CAUSEWAY_NATS_ACK_TIMEOUT_S"),
         ("NATS_URL", "http://127.0.0.1:4222", "is not a nats:// or tls:// server URL"),
         ("NATS_REPLICAS", "7", "Input should be less than or equal to 5"),
