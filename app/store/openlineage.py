@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -111,6 +111,28 @@ async def fetch_heads(
         statement = statement.where(_e.type == type)
     rows = await conn.execute(statement)
     return {row.stream: Head(row.id, row.stream_version) for row in rows}
+
+
+async def fetch_named_versions(
+    conn: AsyncConnection, tenant: str, wanted: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Head]:
+    """Of each ``(dataset stream, datasetVersion)`` of ``wanted``, the last version event
+    of that stream whose ``version`` facet names that ``datasetVersion``, if the log has
+    one (a run that names the version of an input it read is linked to that version)."""
+    if not wanted:
+        return {}
+    named = _e.data[("facets", "version", "datasetVersion")].astext
+    rows = await conn.execute(
+        select(_e.stream, named.label("named"), _e.id, _e.stream_version)
+        .where(
+            _e.tenant == tenant,
+            _e.type == DATASET_VERSION,
+            tuple_(_e.stream, named).in_(list(wanted)),
+        )
+        .ext(distinct_on(_e.stream, named))
+        .order_by(_e.stream, named, _e.stream_version.desc())
+    )
+    return {(row.stream, row.named): Head(row.id, row.stream_version) for row in rows}
 
 
 @dataclass(frozen=True, slots=True)

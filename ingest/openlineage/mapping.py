@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,12 @@ class DatasetRef:
     @property
     def stream(self) -> str:
         return dataset_stream(self.namespace, self.name)
+
+    @property
+    def version(self) -> str | None:
+        """The ``datasetVersion`` its ``version`` facet names (an Iceberg snapshot, a Delta
+        version), if it names one."""
+        return _member(self.facets, "version", "datasetVersion")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,12 @@ class Parsed:
             streams += [d.stream for d in self.inputs if d.stream not in streams]
         return streams
 
+    def versions_to_look_up(self) -> list[tuple[str, str]]:
+        """The (dataset stream, datasetVersion) of each input that names its version."""
+        if self.kind is not Kind.RUN:
+            return []
+        return [(d.stream, d.version) for d in self.inputs if d.version is not None]
+
     def datasets_to_look_up(self) -> list[str]:
         """The dataset streams whose last version the plan needs."""
         if self.kind is Kind.DATASET:
@@ -102,6 +114,8 @@ class Known:
 
     heads: Mapping[str, Head]
     versions: Mapping[str, Head]
+    # The version events an input names by its version facet, by (stream, datasetVersion).
+    named: Mapping[tuple[str, str], Head] = field(default_factory=dict)
 
 
 def event_id(event: dict[str, Any]) -> str:
@@ -178,6 +192,8 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
     if parsed.kind is Kind.RUN:
         for ref in parsed.inputs:
             seen = known.versions.get(ref.stream)
+            if ref.version is not None:  # the version the run says it read, if stored
+                seen = known.named.get((ref.stream, ref.version), seen)
             if seen is None:
                 # Expecting the dataset's stream as it was read: of runs that race to name
                 # a new input first, one writes its version; the others conflict, plan

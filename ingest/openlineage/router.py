@@ -40,7 +40,12 @@ from app.errors import (
 )
 from app.store.append.group_commit import Appender
 from app.store.keys import Principal
-from app.store.openlineage import DATASET_VERSION, fetch_all_stored, fetch_heads
+from app.store.openlineage import (
+    DATASET_VERSION,
+    fetch_all_stored,
+    fetch_heads,
+    fetch_named_versions,
+)
 from app.store.records import Appended, is_json_media_type
 from app.web import json_text
 from app.web.bodies import receive_body
@@ -97,6 +102,7 @@ class LineageIngest:
                         await fetch_heads(
                             conn, tenant, parsed.datasets_to_look_up(), type=DATASET_VERSION
                         ),
+                        await fetch_named_versions(conn, tenant, parsed.versions_to_look_up()),
                     )
                 try:
                     return await self._appender.append(tenant, plan(parsed, known))
