@@ -18,8 +18,8 @@ events to append from it and from what the log holds (``Known``), which the call
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -179,6 +179,26 @@ def _datasets(items: Any, io_key: str) -> tuple[DatasetRef, ...]:
         ref = DatasetRef(
             item["namespace"], item["name"], item.get("facets") or {}, item.get(io_key) or {}
         )
+        found.setdefault((ref.namespace, ref.name), ref)
+    return tuple(found.values())
+
+
+def with_earlier(parsed: Parsed, earlier: Sequence[Mapping[str, Any]]) -> Parsed:
+    """A ``COMPLETE`` with the datasets its run's ``earlier`` events named (OpenLineage
+    accumulates a run's inputs and outputs over its events: a client may name its inputs
+    at ``START`` alone): its own first, then theirs in log order, each dataset once."""
+    if parsed.state != "complete":
+        return parsed
+    inputs, outputs = list(parsed.inputs), list(parsed.outputs)
+    for event in earlier:
+        inputs += _datasets(event.get("inputs"), "inputFacets")
+        outputs += _datasets(event.get("outputs"), "outputFacets")
+    return replace(parsed, inputs=_first_of_each(inputs), outputs=_first_of_each(outputs))
+
+
+def _first_of_each(refs: list[DatasetRef]) -> tuple[DatasetRef, ...]:
+    found: dict[tuple[str, str], DatasetRef] = {}
+    for ref in refs:
         found.setdefault((ref.namespace, ref.name), ref)
     return tuple(found.values())
 

@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from app.db.engine import Engine
+from app.db.engine import Connection, Engine
 from app.db.tenancy import tenant_transaction
 from app.errors import (
     BadRequest,
@@ -45,6 +45,8 @@ from app.store.openlineage import (
     fetch_all_stored,
     fetch_heads,
     fetch_named_versions,
+    read_run_events,
+    run_of,
 )
 from app.store.records import Appended, is_json_media_type
 from app.web import json_text
@@ -52,7 +54,7 @@ from app.web.bodies import receive_body
 from app.web.openapi import answers
 from ingest.limits import Limits
 from ingest.openlineage.locks import StreamLocks
-from ingest.openlineage.mapping import Known, Parsed, parse, plan, planned_ids
+from ingest.openlineage.mapping import Known, Parsed, parse, plan, planned_ids, with_earlier
 from ingest.openlineage.schema import SPEC_ID, validate
 from ingest.openlineage.storable import check_storable, check_value
 from ingest.router import POSITION_HEADER, AppendResponse, answer_of
@@ -93,6 +95,8 @@ class LineageIngest:
                 if attempt:
                     await asyncio.sleep(_pause_s(attempt))
                 async with tenant_transaction(self._engine, tenant) as conn:
+                    if parsed.state == "complete":
+                        parsed = with_earlier(parsed, await _earlier(conn, tenant, parsed))
                     # A re-send: answered with what the first answer listed.
                     stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
                     if any(a.id == parsed.id for a in stored):
@@ -123,6 +127,21 @@ class LineageIngest:
         if encoding != "identity":
             raise UnsupportedMediaType(f"Content-Encoding {encoding!r}: send identity or gzip")
         return body
+
+
+async def _earlier(conn: Connection, tenant: str, parsed: Parsed) -> list[dict[str, Any]]:
+    """The run's stored events before ``parsed`` (all of them, unless it is stored: a
+    re-send then merges what its first sending did), as sent."""
+    run_id = parsed.run_id or ""  # a run event's: it has one
+    stored = (await read_run_events(conn, tenant, [run_id])).get(run_id, [])
+    sent = []
+    for event in stored:
+        if event.record.id == parsed.id:
+            break
+        body = run_of(event.record.data_binary)
+        if body is not None:
+            sent.append(body)
+    return sent
 
 
 def _pause_s(attempt: int) -> float:

@@ -67,3 +67,38 @@ async def test_a_version_the_log_has_not_is_the_latest_one(
     await post(client, run_event("COMPLETE", train, "train", inputs=[features("v0")]))
     datasets = await audited(client, admin, train)
     assert datasets == [{"name": "features", "version": "v1", "writtenByRunId": first}]
+
+
+VERSIONS = """
+query ($namespace: String!, $name: String!) {
+  dataset(namespace: $namespace, name: $name) { versions { external readByRunIds writtenByRunId } }
+}
+"""
+
+
+async def versions_of(client: httpx2.AsyncClient, name: str) -> Any:
+    variables = {"namespace": "s3://lake", "name": name}
+    answer = await client.post("/graphql", json={"query": VERSIONS, "variables": variables})
+    return answer.json()["data"]["dataset"]["versions"]
+
+
+# OpenLineage accumulates a run's inputs and outputs over its events; only a COMPLETE's
+# own were read, so a client that named its inputs at START alone read nothing.
+async def test_datasets_named_before_the_complete_are_the_runs_too(
+    client: httpx2.AsyncClient,
+) -> None:
+    run = new_run()
+    named = [dataset("s3://lake", "raw")], [dataset("s3://lake", "clean")]
+    await post(client, run_event("START", run, "etl", inputs=named[0], outputs=named[1]))
+    complete = run_event("COMPLETE", run, "etl")
+    first = await client.post("/api/v1/lineage", content=orjson.dumps(complete), headers=JSON)
+    assert first.status_code == 201, first.text
+    assert await versions_of(client, "raw") == [
+        {"external": True, "readByRunIds": [run], "writtenByRunId": None}
+    ]
+    assert await versions_of(client, "clean") == [
+        {"external": False, "readByRunIds": [], "writtenByRunId": run}
+    ]
+    again = await client.post("/api/v1/lineage", content=orjson.dumps(complete), headers=JSON)
+    assert again.status_code == 200, again.text
+    assert [e["id"] for e in again.json()["events"]] == [e["id"] for e in first.json()["events"]]
