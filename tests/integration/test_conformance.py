@@ -36,7 +36,7 @@ def served(server: URL, template_db: str) -> Iterator[tuple[str, str]]:
         url = server.set(database=name).render_as_string(hide_password=False)
         # A lease waits at most this long for a task: generated requests ask for hours. A
         # read that names a position past the head (min_position) waits this long, then
-        # answers as documented (the log from the primary, else 503 with Retry-After).
+        # answers as documented (503 with Retry-After).
         env = environment(
             CAUSEWAY_DATABASE_URL=url,
             CAUSEWAY_SCHEDULER_MAX_WAIT_S="0.2",
