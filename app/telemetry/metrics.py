@@ -55,7 +55,8 @@ EVENTS_APPENDED = Counter(
     "causeway_events_appended_total",
     "Events the store's writer answered, by tenant and outcome (stored: new; duplicate: "
     "an id stored before, answered as it was; refused: an event of a request the store "
-    "refused, e.g. unknown causes or a stale expected version)",
+    "refused, e.g. unknown causes or a stale expected version; failed: an event of a "
+    "request the store could not answer, e.g. the database unreachable)",
     ["tenant", "outcome"],
 )
 REQUEST_SECONDS = Histogram(
@@ -119,16 +120,16 @@ class TenantLabels:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._children: dict[str, tuple[Counter, Counter, Counter]] = {}
+        self._children: dict[str, tuple[Counter, Counter, Counter, Counter]] = {}
 
-    def counters(self, tenant: str) -> tuple[Counter, Counter, Counter]:
-        """(stored, duplicate, refused) for ``tenant``."""
+    def counters(self, tenant: str) -> tuple[Counter, Counter, Counter, Counter]:
+        """(stored, duplicate, refused, failed) for ``tenant``."""
         found = self._children.get(tenant)
         if found is None:
             label = tenant if len(self._children) < self.limit else OTHER
             found = tuple(  # type: ignore[assignment]
                 EVENTS_APPENDED.labels(label, outcome)
-                for outcome in ("stored", "duplicate", "refused")
+                for outcome in ("stored", "duplicate", "refused", "failed")
             )
             self._children[tenant] = found  # type: ignore[assignment]  # keys name tenants
         return found  # type: ignore[return-value]
@@ -153,6 +154,10 @@ def count_appended(tenant: str, stored: int, duplicate: int) -> None:
 
 def count_refused(tenant: str, events: int) -> None:
     TENANTS.counters(tenant)[2].inc(events)
+
+
+def count_failed(tenant: str, events: int) -> None:
+    TENANTS.counters(tenant)[3].inc(events)
 
 
 def status_class(status: int) -> str:

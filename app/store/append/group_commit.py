@@ -478,8 +478,10 @@ def _settle(request: _Request, outcome: Outcome) -> None:
     if isinstance(outcome, list):
         duplicate = sum(1 for a in outcome if a.duplicate)
         metrics.count_appended(request.tenant, len(outcome) - duplicate, duplicate)
-    elif isinstance(outcome, AppError):
+    elif isinstance(outcome, AppError) and outcome.status < 500:
         metrics.count_refused(request.tenant, len(request.events))
+    else:  # not answered by the store: the database unreachable, the server stopping
+        metrics.count_failed(request.tenant, len(request.events))
     try:
         request.then(outcome)
     except Exception:  # the others in its group are answered all the same

@@ -11,13 +11,19 @@ from secrets import token_hex
 
 import pytest
 from fastapi import FastAPI
+from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import URL
+from sqlalchemy.exc import OperationalError
 
+from app.db.engine import create_engine
 from app.main import create_app, dispose
 from app.settings import Settings
+from app.store.append.group_commit import Appender
+from app.store.records import NewEvent
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import STRUCTURED, dumps, event
+from tests.integration.process import free_port
 from tests.integration.scheduler.conftest import define, post
 
 ALERTS = Path(__file__).parents[4] / "deploy" / "prometheus" / "alerts.yml"
@@ -160,3 +166,26 @@ async def test_tenants_past_the_bound_are_counted_as_other(
     finally:
         metrics.configure(max_tenants=settings.metrics_max_tenants)
         await dispose(app)
+
+
+# An append the store could not answer (the database unreachable) was counted nowhere,
+# and one cut off by the server stopping as refused, beside unknown causes and conflicts.
+async def test_an_append_the_database_never_answered_counts_as_failed(
+    database_url: URL,
+) -> None:
+    tenant = f"t{token_hex(4)}"
+    gone = database_url.set(port=free_port())  # nothing listens there
+    engine = create_engine(gone, pool_size=1, pool_timeout_s=1)
+    appender = Appender(engine)
+    try:
+        with pytest.raises(OperationalError):  # the driver's: the route names it (503)
+            await appender.append(tenant, [NewEvent(id="e", source="/s", type="t", stream="s")])
+    finally:
+        await appender.close()
+        await engine.dispose()
+    counted = REGISTRY.get_sample_value(
+        "causeway_events_appended_total", {"tenant": tenant, "outcome": "failed"}
+    )
+    assert counted == 1
+    refused = {"tenant": tenant, "outcome": "refused"}
+    assert not REGISTRY.get_sample_value("causeway_events_appended_total", refused)
