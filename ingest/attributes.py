@@ -59,7 +59,14 @@ _PAYLOAD_MEMBERS = frozenset({"data", "data_base64"})
 # Attribute names already found valid: producers send the same few names again and again.
 _GOOD_NAMES: set[str] = set()
 _MAX_GOOD_NAMES = 4096
-RESERVED_ID_PREFIX = "causeway:"  # system events' ids and streams: no producer takes one first
+# Ids and streams no producer takes first: Causeway's own events', and those POST
+# /api/v1/lineage writes (runs, datasets and their versions: a forged one would show in
+# an audit as training data), each with whose they are.
+RESERVED_ID_PREFIXES = {
+    "causeway:": "Causeway's own events",
+    "openlineage:": "the events POST /api/v1/lineage writes",
+}
+_RESERVED_IDS = tuple(RESERVED_ID_PREFIXES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +143,8 @@ def _plainly_valid(attrs: dict[str, Any], payload: Payload, limits: Limits) -> N
     stream = attrs.get("stream") or attrs.get("subject") or source
     if (
         event_type.startswith(RESERVED_TYPE_PREFIX)
-        or event_id.startswith(RESERVED_ID_PREFIX)
-        or stream.startswith(RESERVED_ID_PREFIX)
+        or event_id.startswith(_RESERVED_IDS)
+        or stream.startswith(_RESERVED_IDS)
     ):
         return None
     time_text = attrs.get("time")
@@ -398,14 +405,14 @@ def _check_reserved(problems: list[Problem], index: int, attrs: dict[str, Any]) 
     streamed = next((n for n in ("stream", "subject", "source") if attrs.get(n)), "stream")
     for name, what in (("id", "id"), (streamed, "stream")):
         value = attrs.get(name)
-        if isinstance(value, str) and value.startswith(RESERVED_ID_PREFIX):
+        if isinstance(value, str) and value.startswith(_RESERVED_IDS):
+            prefix = next(p for p in _RESERVED_IDS if value.startswith(p))
             came = "" if name == what else f" (the stream is the {name})"
             _report(
                 problems,
                 index,
                 name,
-                f"{what}s starting with {RESERVED_ID_PREFIX!r} belong to Causeway's own "
-                f"events{came}",
+                f"{what}s starting with {prefix!r} belong to {RESERVED_ID_PREFIXES[prefix]}{came}",
                 kind=ReservedType,
             )
     event_type = attrs.get("type")

@@ -34,7 +34,7 @@ from app.store.records import Appended, NewEvent
 from app.telemetry import tracing
 from app.web.bodies import receive_body
 from app.web.openapi import CLOUDEVENT_REF, JSON_VALUE_REF, answers
-from ingest.attributes import RESERVED_ID_PREFIX, SET_BY_STORE
+from ingest.attributes import RESERVED_ID_PREFIXES, SET_BY_STORE
 from ingest.binding import parse_in_parts
 from ingest.limits import Limits
 from ingest.traced import traced_append
@@ -65,9 +65,8 @@ _URI_CHAR = "[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f
 _ID_END = _URI_CHAR.replace("]", ",]")  # nor a comma
 _MEDIA = "[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # a media type's type or subtype  # an attribute that is null is left out
 _SOME_TEXT = {"anyOf": [{"type": "string", "pattern": f"^{_PRINTABLE}+$"}, _NULL]}
-_NOT_RESERVED = {
-    "anyOf": [{"type": "string", "pattern": f"^(?!{RESERVED_ID_PREFIX}){_PRINTABLE}+$"}, _NULL]
-}
+_RESERVED = "|".join(RESERVED_ID_PREFIXES)  # no regex metacharacter in them
+_NOT_RESERVED = {"anyOf": [{"type": "string", "pattern": f"^(?!{_RESERVED}){_PRINTABLE}+$"}, _NULL]}
 _ID_CHAR = "[^\\x00-\\x1f\\x7f-\\x9f,]"  # an id names no comma: causationid lists ids with them
 _CAUSE = f"{_ID_CHAR}*{_ID_END}{_ID_CHAR}*"  # one id of a causationid: stripped, not empty
 CLOUDEVENT_SCHEMA: dict[str, Any] = {
@@ -78,7 +77,7 @@ CLOUDEVENT_SCHEMA: dict[str, Any] = {
         "specversion": {"const": "1.0"},
         "id": {
             "type": "string",
-            "pattern": f"^(?!{RESERVED_ID_PREFIX}){_ID_END}(?:{_ID_CHAR}*{_ID_END})?$",
+            "pattern": f"^(?!{_RESERVED}){_ID_END}(?:{_ID_CHAR}*{_ID_END})?$",
             "description": "unique in the tenant; no comma, no whitespace at either end",
         },
         "source": {"type": "string", "pattern": f"^{_PRINTABLE}+$"},

@@ -163,6 +163,29 @@ class TestStructuredMode:
         assert response.status_code == 422
         assert problem_type(response) == "/problems/reserved-type"
 
+    # A plain CloudEvent on a dataset's stream, of a version's type, was stored: it showed
+    # in audits as a version of training data, and (its data of another shape) failed
+    # every dataset query of the tenant with INTERNAL.
+    @pytest.mark.parametrize(
+        ("attributes", "named"),
+        [
+            ({"stream": "openlineage:dataset:s3%3A//lake:features"}, "stream"),
+            ({"subject": "openlineage:run:0190a3e2-5b8c-7d4e-9f00-0123456789ab"}, "subject"),
+            ({"id": "openlineage:version:ab12"}, "id"),
+        ],
+        ids=["stream", "stream-from-subject", "id"],
+    )
+    async def test_openlineages_ids_and_streams_are_refused(
+        self, client: httpx2.AsyncClient, attributes: dict[str, str], named: str
+    ) -> None:
+        sent = event(type="io.openlineage.dataset.version", data=["forged"], **attributes)
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert response.status_code == 422, response.text
+        assert problem_type(response) == "/problems/reserved-type"
+        [error] = response.json()["errors"]
+        assert error["attribute"] == named
+        assert "belong to the events POST /api/v1/lineage writes" in error["detail"]
+
     async def test_nul_characters_in_data_are_refused_not_a_500(
         self, client: httpx2.AsyncClient
     ) -> None:

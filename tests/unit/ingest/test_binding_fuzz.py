@@ -29,7 +29,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from app.errors import AppError, InvalidJSON
 from app.store.records import NewEvent
 from app.web import json_text, problems
-from ingest.attributes import RESERVED_ID_PREFIX, SET_BY_STORE
+from ingest.attributes import RESERVED_ID_PREFIXES, SET_BY_STORE
 from ingest.binding import BATCH, STRUCTURED, parse_request
 from ingest.limits import Limits
 
@@ -194,7 +194,7 @@ _PRINTABLE = st.text(
     st.characters(codec="utf-8", categories=["L", "N", "P", "S", "Zs"]), min_size=1, max_size=12
 )
 _ID = _PRINTABLE.filter(lambda s: "," not in s and s == s.strip()).filter(
-    lambda s: not s.startswith(RESERVED_ID_PREFIX)
+    lambda s: not s.startswith(tuple(RESERVED_ID_PREFIXES))
 )
 _KNOWN = {
     "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "specversion",
@@ -227,7 +227,7 @@ def events(draw: st.DrawFn) -> dict[str, Any]:
     event: dict[str, Any] = {
         "specversion": "1.0",
         "id": draw(_ID),
-        "source": draw(_ID.filter(lambda s: not s.startswith(RESERVED_ID_PREFIX))),
+        "source": draw(_ID.filter(lambda s: not s.startswith(tuple(RESERVED_ID_PREFIXES)))),
         "type": draw(_ID.filter(lambda s: not s.startswith("causeway."))),
     }
     if draw(st.booleans()):
