@@ -36,7 +36,7 @@ from app.web import json_text
 from app.web.assets import graphiql_html
 from app.web.auth import Authenticator
 from app.web.bodies import receive_body
-from app.web.dependencies import authorization_of, authorize
+from app.web.dependencies import authorization_of, authorize, one_value_each
 from app.web.reads import (
     MIN_POSITION_HEADER,
     MIN_POSITION_PARAMETER,
@@ -203,6 +203,8 @@ def create_graphql(
             return Context(reads.primary, _GRAPHIQL, limits, reads=reads, projections=projections)
         header = authorization_of(request.scope["headers"])
         principal = await authorize(authenticator, header, Scope.READ)
+        # POST /graphql is answered before FastAPI (app.main), past its app-wide check.
+        await one_value_each(request)
         min_position = (
             max(
                 parse_min_position(request.headers.get(MIN_POSITION_HEADER)) or 0,
