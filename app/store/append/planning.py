@@ -11,6 +11,7 @@ others (no savepoints needed). Hashes are chained in the same pass.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -369,12 +370,19 @@ def _equivalent_form(content: Content) -> tuple[Any, ...]:
     in another content mode (or through another SDK) gets a duplicate, not a conflict:
     JSON data with no ``datacontenttype`` is ``application/json`` data; text data of a
     non-JSON type is the same whether it came as a JSON string (structured mode) or as
-    bytes (binary mode); and an extension is its canonical string (binary mode's headers
-    carry no types, so an integer 5 comes back as "5")."""
+    bytes (binary mode); data of a JSON type sent as bytes (``data_base64``, a binary-mode
+    body) is the JSON it holds, as ``data`` would have sent it; and an extension is its
+    canonical string (binary mode's headers carry no types, so an integer 5 comes back as
+    "5")."""
     media_type = content.datacontenttype
     data: tuple[str, Any] | None = None
     if content.data_binary is not None:
         data = ("bytes", content.data_binary)
+        if media_type is not None and is_json_media_type(media_type):
+            # JSON sent as bytes (data_base64, or a binary-mode body) is the JSON it holds.
+            with contextlib.suppress(orjson.JSONDecodeError):
+                value = orjson.loads(content.data_binary)
+                data = ("json", orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
     elif content.has_data:
         if media_type is None:
             media_type = "application/json"

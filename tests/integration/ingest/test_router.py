@@ -387,6 +387,22 @@ class TestIdempotency:
                 (STRUCTURED, {"comexampleothervalue": 5, "urgent": True}),
                 ({"ce-comexampleothervalue": "5", "ce-urgent": "true"}, b""),
             ),
+            # JSON sent as bytes (data_base64) is the JSON it holds: it was compared as
+            # bytes with the same JSON as data, and answered 409, either way round.
+            (
+                (
+                    STRUCTURED,
+                    {"datacontenttype": "application/json", "data_base64": "eyJhIjoxfQ=="},
+                ),
+                ({"Content-Type": "application/json"}, b'{"a":1}'),
+            ),
+            (
+                ({"Content-Type": "application/json"}, b'{"a": 1}'),
+                (
+                    STRUCTURED,
+                    {"datacontenttype": "application/json", "data_base64": "eyJhIjoxfQ=="},
+                ),
+            ),
         ],
     )
     async def test_the_same_event_in_another_mode_is_a_duplicate(
