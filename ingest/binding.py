@@ -181,15 +181,18 @@ def _batch_items(body: bytes, limits: Limits) -> Iterator[Any]:
 
 
 def _refuse_past_one_event(body: bytes, limits: Limits) -> None:
-    """Refuse, before reading it, a one-event body larger than any event within the
-    limits can be written: data of ``max_event_data_bytes`` four times over (base64 is
-    4/3 of it, white space in JSON text), attributes six times over (each character an
-    escape). orjson reads a body in one call, and 16 MiB held the event loop."""
+    """Refuse, before reading it, a one-event body past what one event may take as sent:
+    data of ``max_event_data_bytes`` four times over (base64 is 4/3 of it, and room for
+    white space), attributes six times over (each character an escape). orjson reads a
+    body in one call, and 16 MiB held the event loop. JSON indented past that (small
+    values nested deep) is refused here though its data is within the limit compact: a
+    batch, read an item at a time, takes it."""
     most = 4 * limits.max_event_data_bytes + 6 * limits.max_attributes_bytes + 4096
     if len(body) > most:
         raise EventTooLarge(
-            f"the event's body is {len(body)} bytes, more than an event within "
-            f"max_event_data_bytes ({limits.max_event_data_bytes}) can take ({most})",
+            f"the event's body is {len(body)} bytes, over the {most} one event's body may "
+            f"take as sent (CAUSEWAY_MAX_EVENT_DATA_BYTES four times over, with the "
+            "attributes'): send its JSON compact, or as a batch of one",
             limit="max_event_data_bytes",
         )
 
@@ -298,7 +301,8 @@ def _from_binary(
             _NUL_ESCAPE in body,
             _may_nest_too_deep(body),  # the body is the data
         )
-        payload = Payload(present=True, value=value, size_bytes=len(body))
+        # Measured as structured mode measures it, compact: not the body's white space.
+        payload = Payload(present=True, value=value, size_bytes=len(orjson.dumps(value)))
     else:
         payload = Payload(present=True, binary=body, size_bytes=len(body))
     return build_event(0, attributes, payload, limits, binary=True)

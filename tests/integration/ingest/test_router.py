@@ -7,6 +7,7 @@ must not differ.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -214,6 +215,43 @@ class TestLimits:
         assert response.status_code == 422
         assert response.json()["errors"][0]["attribute"] == "data"
         assert "limit by 2" in response.json()["detail"]  # the JSON string's two quotes
+
+    # max_event_data_bytes is data as compact JSON, as structured mode measures it;
+    # binary mode counted the body's bytes, its white space too.
+    async def test_binary_mode_measures_json_data_compact_as_structured_mode_does(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        data = {"values": list(range(150_000))}
+        assert len(dumps(data)) < 1 << 20 < len(json.dumps(data, indent=1))
+        sent = event(data=data)
+        structured = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        assert structured.status_code == 201, structured.text
+        binary = {
+            f"ce-{k}": v for k, v in event().items() if k in ("specversion", "source", "type")
+        }
+        response = await client.post(
+            "/events",
+            content=json.dumps(data, indent=1).encode(),
+            headers={**binary, "ce-id": "indented", "Content-Type": "application/json"},
+        )
+        assert response.status_code == 201, response.text
+
+    async def test_a_one_event_body_past_what_one_event_takes_as_sent_says_so(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        """Indented JSON of small values nested deep: its data is within the limit
+        compact, its body past the bound on one event's body as sent; a batch takes it."""
+        sent = event(data=[[0]] * 200_000)
+        indented = json.dumps(sent, indent=4).encode()
+        alone = await client.post("/events", content=indented, headers=STRUCTURED)
+        assert alone.status_code == 422
+        assert alone.json()["detail"] == (
+            f"the event's body is {len(indented)} bytes, over the 4204544 one event's body "
+            "may take as sent (CAUSEWAY_MAX_EVENT_DATA_BYTES four times over, with the "
+            "attributes'): send its JSON compact, or as a batch of one"
+        )
+        batch = json.dumps([sent], indent=4).encode()
+        assert (await client.post("/events", content=batch, headers=BATCH)).status_code == 201
 
     async def test_a_body_over_the_request_limit_is_413(self, client: httpx2.AsyncClient) -> None:
         body = dumps([event(data="x" * 900_000) for _ in range(19)])
