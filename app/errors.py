@@ -82,9 +82,10 @@ class AnswerTooLarge(BadRequest):
     title = "GraphQL answer too large"
     about = (
         "A GraphQL query asked for more than graphql_max_answer_items list items (events, "
-        "edges, nodes) in one answer: nested effects and causes multiply each other's page "
-        "sizes. Nothing of the answer is sent. Ask for less: a smaller first, fewer nested "
-        "levels or aliases."
+        "edges, nodes), or graphql_max_answer_bytes of JSON values (data, extensions), in "
+        "one answer: nested effects and causes multiply each other's page sizes. Nothing "
+        "of the answer is sent. Ask for less: a smaller first, fewer nested levels or "
+        "aliases."
     )
 
 

@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
     graphql_timeout_ms: int = Field(default=5000, ge=1, le=2**31 - 1)  # a statement_timeout
     graphql_max_answer_items: int = Field(default=100_000, ge=1)
+    graphql_max_answer_bytes: int = Field(default=128 << 20, ge=1024)
     run_scheduler: bool = True  # serve expires leases and refreshes autoscale advice
     scheduler_lease_s: float = Field(default=30.0, gt=0, le=86_400)
     scheduler_max_lease_s: float = Field(default=3600.0, gt=0, le=86_400)

@@ -50,6 +50,7 @@ def graphql_limits_from(settings: Settings) -> GraphQLLimits:
         max_lineage_nodes=settings.graphql_max_lineage_nodes,
         timeout_ms=settings.graphql_timeout_ms,
         max_answer_items=settings.graphql_max_answer_items,
+        max_answer_bytes=settings.graphql_max_answer_bytes,
     )
 
 

@@ -9,8 +9,10 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
+import orjson
 from strawberry.dataloader import DataLoader
 from strawberry.fastapi import BaseContext
 
@@ -59,12 +61,37 @@ class AnswerBudget:
     once ran 11 to 31 s. Past ``timeout_ms`` from its start, no further walk or load
     starts, and the request answers TIMEOUT."""
 
-    def __init__(self, items: int, timeout_ms: int) -> None:
+    def __init__(self, items: int, timeout_ms: int, max_bytes: int = 128 << 20) -> None:
         self.items = items
         self.left = items
         self.timeout_ms = timeout_ms
         self._deadline = time.monotonic() + timeout_ms / 1000
         self.refusal: AppError | None = None  # what ProblemErrors answers, alone
+        self.max_bytes = max_bytes
+        self.bytes_left = max_bytes
+        self._sizes: dict[int, int] = {}  # by id: one event's data, in every place it shows
+
+    def spend_json(self, value: object) -> None:
+        """Charge a JSON value of the answer (``json_values``) by its encoded size: each
+        time it shows, its size measured once (an event's data is the same object in every
+        place the event is)."""
+        size = self._sizes.get(id(value))
+        if size is None:
+            try:
+                size = len(orjson.dumps(value))
+            except (TypeError, orjson.JSONEncodeError):  # nested past orjson: rare, forged
+                size = 0
+            self._sizes[id(value)] = size
+        self.bytes_left -= size
+        if self.bytes_left < 0:
+            refusal = AnswerTooLarge(
+                f"the answer would hold more than {self.max_bytes} bytes of JSON values "
+                "(events' data and extensions); ask for fewer (a smaller first, fewer "
+                "nested levels or aliases, or leave out data)",
+                max_answer_bytes=self.max_bytes,
+            )
+            self.refusal = self.refusal or refusal
+            raise refusal
 
     @property
     def spent(self) -> bool:
@@ -103,6 +130,11 @@ class AnswerBudget:
         )
         self.refusal = self.refusal or refusal
         return refusal
+
+
+# The answer budget of the request being executed: a JSON value's scalar charges it
+# (``json_values``), where no resolver is called (plain attributes complete in one pass).
+CURRENT_BUDGET: ContextVar[AnswerBudget | None] = ContextVar("answer_budget", default=None)
 
 
 @asynccontextmanager
@@ -248,7 +280,10 @@ class Context(BaseContext):
         self.min_position = min_position
         self._reads = reads
         self._projections = projections
-        self.budget = AnswerBudget(limits.max_answer_items, limits.timeout_ms)
+        self.budget = AnswerBudget(
+            limits.max_answer_items, limits.timeout_ms, limits.max_answer_bytes
+        )
+        CURRENT_BUDGET.set(self.budget)  # for the JSON values the answer completes
         self.loaders = Loaders(self.engine, principal.tenant, self.budget, self.reading_model)
 
     def reading(self) -> AbstractAsyncContextManager[Connection]:

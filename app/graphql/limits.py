@@ -23,3 +23,7 @@ class GraphQLLimits:
     # List items in one answer, and events loaded to build it: nested effects and causes
     # multiply each other's page sizes, which no cap above bounds.
     max_answer_items: int = 100_000
+    # Bytes of JSON values (events' data and extensions, facets) in one answer: an item
+    # counts one however large its data, and one event of 1 MiB repeated by every effect
+    # that lists it among its causes, and again by every alias, made gigabytes.
+    max_answer_bytes: int = 128 << 20

@@ -1,5 +1,6 @@
-"""The schema's own scalar: ``BigInt``, an integer past GraphQL's 32-bit ``Int`` (positions,
-row counts, sizes), sent as a JSON number."""
+"""The schema's own scalars: ``BigInt``, an integer past GraphQL's 32-bit ``Int`` (positions,
+row counts, sizes), sent as a JSON number; and ``JSON`` as Strawberry has it, each value
+charged to the request's answer budget by its size as it is completed."""
 
 import json
 from typing import NewType
@@ -7,9 +8,10 @@ from typing import NewType
 import strawberry
 
 from app.errors import BadRequest
+from app.graphql.context import CURRENT_BUDGET
 from app.store.records import MAX_POSITION, parse_position
 
-__all__ = ["BIG_INT", "BigInt"]
+__all__ = ["BIG_INT", "JSON_VALUE", "BigInt"]
 
 BigInt = NewType("BigInt", int)  # GraphQL's Int is 32 bits; positions outgrow it
 
@@ -33,4 +35,23 @@ BIG_INT = strawberry.scalar(
     serialize=int,
     parse_value=_parse_big_int,
     description="An integer that may exceed 32 bits (positions, row counts, sizes), as a JSON number.",
+)
+
+
+def _charged(value: object) -> object:
+    budget = CURRENT_BUDGET.get()
+    if budget is not None:
+        budget.spend_json(value)  # past the budget: AnswerTooLarge, the request's answer
+    return value
+
+
+_ECMA_404 = (
+    "https://ecma-international.org/wp-content/uploads/ECMA-404_2nd_edition_december_2017.pdf"
+)
+JSON_VALUE = strawberry.scalar(
+    name="JSON",
+    serialize=_charged,
+    parse_value=lambda value: value,
+    description=f"The `JSON` scalar type represents JSON values as specified by [ECMA-404]({_ECMA_404}).",
+    specified_by_url=_ECMA_404,
 )

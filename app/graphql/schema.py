@@ -19,6 +19,7 @@ from strawberry.extensions import (
     QueryDepthLimiter,
     SchemaExtension,
 )
+from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
@@ -30,7 +31,7 @@ from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpe
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
 from app.graphql.openlineage import Dataset, run_ids
-from app.graphql.scalars import BIG_INT, BigInt
+from app.graphql.scalars import BIG_INT, JSON_VALUE, BigInt
 from app.graphql.traced import TracedOperation, traced_walk
 from app.graphql.types import (
     DecisionAudit,
@@ -386,7 +387,7 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
     ]
     return _Schema(
         query=Query,
-        config=StrawberryConfig(scalar_map={BigInt: BIG_INT}),
+        config=StrawberryConfig(scalar_map={BigInt: BIG_INT, JSON: JSON_VALUE}),
         execution_context_class=FlatListExecutionContext,
         extensions=[
             # Parsing and validating (with the limiters' rules) cost more than a small

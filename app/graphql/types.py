@@ -10,7 +10,7 @@ import strawberry
 from strawberry.scalars import JSON
 
 from app.errors import BadRequest
-from app.graphql.context import Context
+from app.graphql.context import CURRENT_BUDGET, Context
 from app.graphql.openlineage import DatasetVersion, LineageRun, TrainingRun
 from app.graphql.scalars import BigInt
 from app.store.chain import format_recorded_at
@@ -182,7 +182,13 @@ class Event:
     @strawberry.field(description="Binary data, base64-encoded; null for JSON data.")
     def data_base64(self) -> str | None:
         binary = self.stored.record.data_binary
-        return None if binary is None else base64.b64encode(binary).decode()
+        if binary is None:
+            return None
+        encoded = base64.b64encode(binary).decode()
+        budget = CURRENT_BUDGET.get()
+        if budget is not None:  # charged as the JSON values are (app.graphql.scalars)
+            budget.spend_json(encoded)
+        return encoded
 
     @strawberry.field(description="The other extension attributes, as sent.")
     def extensions(self) -> JSON:
