@@ -9,7 +9,8 @@ from typing import Any
 import httpx2
 import orjson
 
-from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
+from tests.integration.events import JSON
+from tests.integration.ingest.openlineage.audits import audit_of_a_decision
 from tests.integration.ingest.openlineage.shapes import dataset, facet, new_run, run_event
 
 AUDIT = """
@@ -31,18 +32,7 @@ async def post(client: httpx2.AsyncClient, sent: dict[str, Any]) -> None:
 
 async def audited(client: httpx2.AsyncClient, admin: httpx2.AsyncClient, run: str) -> Any:
     """The datasets the audit of a decision by a model that ``run`` trained names."""
-    registered = await admin.post(
-        "/models/m/versions", content=registration("1", training_run=run), headers=JSON
-    )
-    assert registered.status_code == 201, registered.text
-    used = event(modelname="m", modelversion="1")
-    decision = event(causationid=used["id"])
-    for sent in (used, decision):
-        posted = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
-        assert posted.status_code == 201, posted.text
-    variables = {"id": decision["id"]}
-    answer = await client.post("/graphql", json={"query": AUDIT, "variables": variables})
-    return answer.json()["data"]["audit"]["datasets"]
+    return (await audit_of_a_decision(client, admin, run, AUDIT))["data"]["audit"]["datasets"]
 
 
 # The feature job writes v2 while the training run still reads v1: the run was linked to

@@ -8,7 +8,8 @@ import httpx2
 import orjson
 import pytest
 
-from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
+from tests.integration.events import JSON
+from tests.integration.ingest.openlineage.audits import audit_of_a_decision
 from tests.integration.ingest.openlineage.shapes import dataset, run_event
 
 AUDIT = """
@@ -43,17 +44,7 @@ async def test_a_training_run_written_otherwise_is_the_same_run(
     await lineage(client, run_event("START", sent, "train"))
     complete = run_event("COMPLETE", sent, "train", inputs=[dataset("s3://lake", "training")])
     await lineage(client, complete)
-    registered = await admin.post(
-        "/models/m/versions", content=registration("1", training_run=named), headers=JSON
-    )
-    assert registered.status_code == 201, registered.text
-    used = event(modelname="m", modelversion="1")
-    decision = event(causationid=used["id"])
-    for one in (used, decision):
-        posted = await client.post("/events", content=dumps(one), headers=STRUCTURED)
-        assert posted.status_code == 201, posted.text
-    variables = {"id": decision["id"]}
-    answer = (await client.post("/graphql", json={"query": AUDIT, "variables": variables})).json()
+    answer = await audit_of_a_decision(client, admin, named, AUDIT)
     audit = answer["data"]["audit"]
     assert audit["trainingRuns"] == [{"run": {"runId": RUN, "state": "COMPLETE"}}], answer
     assert audit["datasets"] == [{"name": "training"}]
