@@ -61,7 +61,7 @@ class AnswerBudget:
     once ran 11 to 31 s. Past ``timeout_ms`` from its start, no further walk or load
     starts, and the request answers TIMEOUT."""
 
-    def __init__(self, items: int, timeout_ms: int, max_bytes: int = 128 << 20) -> None:
+    def __init__(self, items: int, timeout_ms: int, max_bytes: int) -> None:
         self.items = items
         self.left = items
         self.timeout_ms = timeout_ms
@@ -72,9 +72,9 @@ class AnswerBudget:
         self._sizes: dict[int, int] = {}  # by id: one event's data, in every place it shows
 
     def spend_json(self, value: object) -> None:
-        """Charge a JSON value of the answer (``json_values``) by its encoded size: each
-        time it shows, its size measured once (an event's data is the same object in every
-        place the event is)."""
+        """Charge a JSON value of the answer (``app.graphql.scalars.JSON_VALUE``, and
+        ``Event.dataBase64``) by its encoded size each time it shows, measured once (an
+        event's data is the same object in every place the event is)."""
         size = self._sizes.get(id(value))
         if size is None:
             try:
@@ -133,7 +133,8 @@ class AnswerBudget:
 
 
 # The answer budget of the request being executed: a JSON value's scalar charges it
-# (``json_values``), where no resolver is called (plain attributes complete in one pass).
+# (``app.graphql.scalars.JSON_VALUE``), where no resolver is called (plain attributes
+# complete in one pass).
 CURRENT_BUDGET: ContextVar[AnswerBudget | None] = ContextVar("answer_budget", default=None)
 
 

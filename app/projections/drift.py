@@ -116,7 +116,8 @@ class DriftWatch:
             if n % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # a batch holds the loop for a few ms at most
         if rows:
-            self._quieten(rows[-1][4])
+            *_, last_us, _ = rows[-1]  # recorded_us: the log's clock, as of the last event
+            self._quieten(last_us)
 
     def _quieten(self, now_us: int) -> None:
         """Clear the median gauge of each source with no sample in the minute up to

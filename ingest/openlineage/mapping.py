@@ -174,13 +174,14 @@ def _instant(text: str) -> datetime:
 
 
 def _datasets(items: Any, io_key: str) -> tuple[DatasetRef, ...]:
-    found: dict[tuple[str, str], DatasetRef] = {}
-    for item in items or ():
-        ref = DatasetRef(
-            item["namespace"], item["name"], item.get("facets") or {}, item.get(io_key) or {}
-        )
-        found.setdefault((ref.namespace, ref.name), ref)
-    return tuple(found.values())
+    return _first_of_each(
+        [
+            DatasetRef(
+                item["namespace"], item["name"], item.get("facets") or {}, item.get(io_key) or {}
+            )
+            for item in items or ()
+        ]
+    )
 
 
 def with_earlier(parsed: Parsed, earlier: Sequence[Mapping[str, Any]]) -> Parsed:
