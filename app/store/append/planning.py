@@ -373,7 +373,7 @@ def _equivalent_form(content: Content) -> tuple[Any, ...]:
     bytes (binary mode); data of a JSON type sent as bytes (``data_base64``, a binary-mode
     body) is the JSON it holds, as ``data`` would have sent it; and an extension is its
     canonical string (binary mode's headers carry no types, so an integer 5 comes back as
-    "5")."""
+    "5"). Media types compare as ``_media_type_form`` gives them."""
     media_type = content.datacontenttype
     data: tuple[str, Any] | None = None
     if content.data_binary is not None:
@@ -392,11 +392,33 @@ def _equivalent_form(content: Content) -> tuple[Any, ...]:
             data = ("json", orjson.dumps(content.data, option=orjson.OPT_SORT_KEYS))
     return (
         content.id, content.source, content.type, content.subject, content.time,
-        content.stream, media_type, content.dataschema, data,
+        content.stream, _media_type_form(media_type), content.dataschema, data,
         sorted((k, _canonical_string(v)) for k, v in content.extensions.items()),
         tuple(content.causes), content.correlation_id, content.model_name,
         content.model_version, content.model_signature,
     )  # fmt: skip
+
+
+def _media_type_form(media_type: str | None) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """What a media type says (RFC 9110, 8.3.1): its type and subtype and its parameter
+    names case-insensitive, parameters in any order, a value quoted or not, a charset
+    named in any case; JSON is UTF-8 whether it says so or not (RFC 8259, 8.1). So a
+    re-send in binary mode whose Content-Type adds ``; charset=utf-8`` is a duplicate."""
+    if media_type is None:
+        return None
+    essence, *pairs = media_type.split(";")
+    parameters = []
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        name, value = name.strip().lower(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1]
+        if name == "charset":
+            value = value.lower()
+            if is_json_media_type(essence) and value in ("utf-8", "utf8"):
+                continue
+        parameters.append((name, value))
+    return essence.strip().lower(), tuple(sorted(parameters))
 
 
 def _canonical_string(value: Any) -> str:

@@ -441,6 +441,21 @@ class TestIdempotency:
                     {"datacontenttype": "application/json", "data_base64": "eyJhIjoxfQ=="},
                 ),
             ),
+            # A media type says the same in any case, with a charset JSON implies anyway,
+            # or its parameters in another order: an HTTP client that adds "; charset=utf-8"
+            # on its retry was answered 409.
+            (
+                (STRUCTURED, {"datacontenttype": "application/json", "data": {"a": 1}}),
+                ({"Content-Type": "application/json; charset=utf-8"}, b'{"a":1}'),
+            ),
+            (
+                ({"Content-Type": "Application/JSON; Charset=UTF-8"}, b'{"a":1}'),
+                (STRUCTURED, {"data": {"a": 1}}),
+            ),
+            (
+                ({"Content-Type": 'text/plain; charset=UTF-8; format="flowed"'}, b"hi"),
+                ({"Content-Type": "text/plain; format=flowed; charset=utf-8"}, b"hi"),
+            ),
         ],
     )
     async def test_the_same_event_in_another_mode_is_a_duplicate(
@@ -477,6 +492,21 @@ class TestIdempotency:
             content=b'<much wow="XML"/>',
             headers={**binary, "Content-Type": "application/xml"},
         )
+        assert response.status_code == 409
+        assert problem_type(response) == "/problems/id-conflict"
+
+    async def test_text_in_another_charset_still_conflicts(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        """Only JSON implies its charset: text/plain bytes said to be in another charset
+        are other text."""
+        binary = {"ce-specversion": "1.0", "ce-id": "t-1", "ce-source": "/s", "ce-type": "t"}
+        first = {**binary, "Content-Type": "text/plain; charset=utf-8"}
+        assert (
+            await client.post("/events", content=b"caf\xc3\xa9", headers=first)
+        ).status_code == 201
+        again = {**binary, "Content-Type": "text/plain; charset=latin-1"}
+        response = await client.post("/events", content=b"caf\xc3\xa9", headers=again)
         assert response.status_code == 409
         assert problem_type(response) == "/problems/id-conflict"
 
