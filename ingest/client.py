@@ -80,9 +80,12 @@ class CausewayClient:
         labels: dict[str, str] | None = None,
         wait_s: float = 0.0,
         lease_s: float | None = None,
+        request_id: str | None = None,
     ) -> Lease | None:
-        """The best task of ``queue`` this worker can run, or None (after ``wait_s``)."""
-        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        """The best task of ``queue`` this worker can run, or None (after ``wait_s``).
+        ``request_id``: the worker's name for this request, new for each; sent again with
+        it after a lost answer, the request gets back what it leased (README)."""
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
         response = self._call("POST", f"/queues/{queue}/lease", body)
         return None if response.status_code == 204 else _lease_of(response.json())
 
@@ -97,10 +100,12 @@ class CausewayClient:
         labels: dict[str, str] | None = None,
         wait_s: float = 0.0,
         lease_s: float | None = None,
+        request_id: str | None = None,
     ) -> list[Lease]:
         """Up to ``max_tasks`` (at most 100) of the best tasks of ``queue`` this worker
-        can run, each under a lease of its own; empty when there is none (after ``wait_s``)."""
-        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        can run, each under a lease of its own; empty when there is none (after ``wait_s``).
+        ``request_id`` as ``lease`` takes it."""
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
         body["max_tasks"] = max_tasks
         response = self._call("POST", f"/queues/{queue}/lease", body)
         if response.status_code == 204:
@@ -119,13 +124,15 @@ class CausewayClient:
         labels: dict[str, str] | None = None,
         wait_s: float = 0.0,
         lease_s: float | None = None,
+        request_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[Lease]]:
         """``complete_many(done)`` and ``lease_many`` in one request (the completions first,
         in the same transaction as the first try to lease): each finished task's answer,
         as ``complete_many`` gives it, and the tasks leased (empty after ``wait_s``). The
         service caps this request's body at ``CAUSEWAY_MAX_JSON_BODY_BYTES`` (413 past it:
-        large results go by ``complete_many``)."""
-        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s)
+        large results go by ``complete_many``). ``request_id`` as ``lease`` takes it: sent
+        again, the completions get the answers they got, the leases come back."""
+        body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
         body["max_tasks"] = max_tasks
         body["complete"] = _completions(done)
         answer = self._call("POST", f"/queues/{queue}/lease", body).json()
@@ -216,6 +223,7 @@ def _lease_body(
     labels: dict[str, str] | None,
     wait_s: float,
     lease_s: float | None,
+    request_id: str | None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "worker": worker,
@@ -226,6 +234,8 @@ def _lease_body(
     }
     if lease_s is not None:
         body["lease_s"] = lease_s
+    if request_id is not None:
+        body["request_id"] = request_id
     return body
 
 

@@ -24,6 +24,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -156,7 +157,9 @@ class Worker:
                 wanted = wanted_now()
                 if not wanted:
                     break
-                leases = self._retrying(partial(self._lease, wanted))
+                # One name for the request and its retries: a retry after a lost answer
+                # gets the leases that answer held (README, "A lost answer").
+                leases = self._retrying(partial(self._lease, wanted, uuid.uuid4().hex))
                 if not leases:
                     if until_idle:
                         break
@@ -165,7 +168,9 @@ class Worker:
             wanted = wanted_now()
             if done and wanted:
                 try:
-                    leases = self._retrying(partial(self._complete_and_lease, done, wanted))
+                    leases = self._retrying(
+                        partial(self._complete_and_lease, done, wanted, uuid.uuid4().hex)
+                    )
                 except CausewayError as refused:
                     if refused.status != 413:
                         raise
@@ -208,20 +213,20 @@ class Worker:
             return self._batch
         return max(min(self._batch, max_tasks - (self.stats.leased - leased_before)), 0)
 
-    def _lease(self, wanted: int) -> list[Lease]:
+    def _lease(self, wanted: int, request_id: str) -> list[Lease]:
         return self._hold(
             self._client.lease_many(
                 self._queue, self._name, wanted, wait_s=self._wait(), lease_s=self._lease_s,
-                **self._profile,
+                request_id=request_id, **self._profile,
             )
         )  # fmt: skip
 
     def _complete_and_lease(
-        self, done: list[tuple[Lease, list[dict[str, Any]]]], wanted: int
+        self, done: list[tuple[Lease, list[dict[str, Any]]]], wanted: int, request_id: str
     ) -> list[Lease]:
         answers, leased = self._client.complete_and_lease(
             self._queue, self._name, done, wanted, wait_s=self._wait(), lease_s=self._lease_s,
-            **self._profile,
+            request_id=request_id, **self._profile,
         )  # fmt: skip
         self._finished(done, answers)
         return self._hold(leased)

@@ -45,10 +45,13 @@ def lease_data(
     *,
     expires: datetime,
     deployment_version: int | None,
+    request: str | None = None,
 ) -> dict[str, Any]:
     """The data of the decision that leases ``state`` to ``profile``; with the version of
     the service's deployment when the task has a service: a model mismatch rolls back
-    only that, never a later version someone else rolled to."""
+    only that, never a later version someone else rolled to; and with the worker's name
+    for the lease request, when it gave one (``request``: the same request sent again
+    finds this lease)."""
     data: dict[str, Any] = {
         "lease": lease_id,
         "worker": profile.worker,
@@ -59,6 +62,8 @@ def lease_data(
     }
     if deployment_version is not None:
         data["deployment_version"] = deployment_version
+    if request is not None:
+        data["request"] = request
     return data
 
 

@@ -48,13 +48,16 @@ _LEASE_TRIES = 5
 @dataclass(frozen=True, slots=True)
 class Wanted:
     """What a lease request asks for: up to ``max_tasks`` of the best ready tasks of
-    ``queue`` that ``profile`` can run, each leased for ``lease_s``."""
+    ``queue`` that ``profile`` can run, each leased for ``lease_s``. ``request`` is the
+    worker's name for the request, if it gave one: sent again (its answer lost), the
+    request gets the tasks it leased, while it still holds them, and no others."""
 
     queue: str
     profile: WorkerProfile
     lease_s: float
     off_peak: OffPeak | None
     max_tasks: int
+    request: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,32 +78,26 @@ class TaskQueue:
         self._conn = conn
         self._append = appender.append if appender is not None else EventLog(conn).append
 
-    async def lease(
-        self,
-        tenant: str,
-        queue: str,
-        profile: WorkerProfile,
-        *,
-        lease_s: float,
-        off_peak: OffPeak | None,
-        max_tasks: int = 1,
-    ) -> list[Lease]:
-        """Up to ``max_tasks`` of the best ready tasks ``profile`` can run, each leased to it
-        under a lease of its own; their decisions are appended as one group. Empty when
-        there is none."""
+    async def lease(self, tenant: str, wanted: Wanted) -> list[Lease]:
+        """Up to ``wanted.max_tasks`` of the best ready tasks its worker can run, each
+        leased to it under a lease of its own; their decisions are appended as one group.
+        Empty when there is none. A request sent again gets back what it leased
+        (``Wanted.request``)."""
+        if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
+            return held
         now = datetime.now(UTC)
-        fit = _fit(profile, off_peak, now)
-        expires = now + timedelta(seconds=lease_s)
+        fit = _fit(wanted.profile, wanted.off_peak, now)
+        expires = now + timedelta(seconds=wanted.lease_s)
         skip: list[str] = []
         # A row can lag the log (its process died after appending, or a rebuild runs):
         # its decision then conflicts on the task's stream, and the next task is tried.
         for _ in range(_LEASE_TRIES):
             found = await rows.fetch_next_ready(
-                self._conn, tenant, queue, fit, now=now, skip=skip, limit=max_tasks
+                self._conn, tenant, wanted.queue, fit, now=now, skip=skip, limit=wanted.max_tasks
             )
             if not found:
                 return []
-            granted, batch = await self._grants(tenant, found, profile, now, expires)
+            granted, batch = await self._grants(tenant, found, wanted, now, expires)
             try:
                 appended = await self._append(tenant, batch)
             except (VersionConflict, IdConflict):
@@ -120,11 +117,12 @@ class TaskQueue:
         self,
         tenant: str,
         found: list[t.TaskState],
-        profile: WorkerProfile,
+        wanted: Wanted,
         now: datetime,
         expires: datetime,
     ) -> tuple[list[tuple[t.TaskState, str]], list[NewEvent]]:
-        """A lease of its own for each task of ``found``, and the decisions granting them."""
+        """A lease of its own for each task of ``found``, for ``wanted``'s worker, and the
+        decisions granting them."""
         granted: list[tuple[t.TaskState, str]] = []
         batch: list[NewEvent] = []
         versions: dict[str, int] = {}  # each service's deployment version, read once
@@ -137,11 +135,29 @@ class TaskQueue:
                     versions[state.service] = await reader.fetch_version(tenant, state.service)
                 version = versions[state.service]
             decision = d.lease_data(
-                state, profile, lease_id, expires=expires, deployment_version=version
+                state,
+                wanted.profile,
+                lease_id,
+                expires=expires,
+                deployment_version=version,
+                request=wanted.request,
             )
             granted.append((state, lease_id))
             batch.append(t.decision(state, t.LEASED, decision, at=now))
         return granted, batch
+
+    async def _held_by(self, tenant: str, wanted: Wanted) -> list[Lease]:
+        """The leases ``wanted.request`` made in its queue that its worker still holds
+        (unexpired), with their triggers, best first; empty when none."""
+        held = await rows.fetch_held_by_request(
+            self._conn, tenant, wanted.queue, wanted.profile.worker, wanted.request or "",
+            now=datetime.now(UTC),
+        )  # fmt: skip
+        ids = [state.trigger_id for state, _, _ in held]
+        triggers = await EventReader(self._conn).read_events(tenant, ids) if held else {}
+        return [
+            Lease(s, lease, ends, triggers.get(s.trigger_id, "null")) for s, lease, ends in held
+        ]
 
     async def _lease_each(
         self,
@@ -242,7 +258,10 @@ class TaskQueue:
         with other content, a row that lags the log), each part is done as those two do
         it, so that a refusal fails its own task only."""
         if not items:
-            return await self._lease_wanted(tenant, wanted), []
+            return await self.lease(tenant, wanted), []
+        if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
+            # Sent again: its completions are answered as before, its leases given back.
+            return held, await self.complete_many(tenant, items)
         # Two statements, not one: the lock may wait for another transaction, and a scan
         # in the same statement would then run on the snapshot taken before the wait. It
         # would lock, and keep locked to its end, the rows leased since (PostgreSQL locks
@@ -256,7 +275,7 @@ class TaskQueue:
         )
         batch = await Completing.start(self._conn, self._append, tenant, items, locked)
         if not batch.ready:
-            return await self._lease_wanted(tenant, wanted), batch.answers()
+            return await self.lease(tenant, wanted), batch.answers()
         spans = completion_spans(tenant, [r.state for r in batch.ready], batch.traces)
         try:
             if found:
@@ -264,7 +283,7 @@ class TaskQueue:
                 # for their rows): the leases' time and end run from then, after theirs.
                 now = datetime.now(UTC)
                 expires = now + timedelta(seconds=wanted.lease_s)
-                granted, leases = await self._grants(tenant, found, wanted.profile, now, expires)
+                granted, leases = await self._grants(tenant, found, wanted, now, expires)
                 done = batch.events()
                 try:
                     appended = await self._append(tenant, [*done, *leases])
@@ -284,17 +303,7 @@ class TaskQueue:
             await batch.finish(self._conn, self._append, self._commit, tenant)
         finally:
             end_all(spans)
-        return (await self._lease_wanted(tenant, wanted) if found else []), batch.answers()
-
-    async def _lease_wanted(self, tenant: str, wanted: Wanted) -> list[Lease]:
-        return await self.lease(
-            tenant,
-            wanted.queue,
-            wanted.profile,
-            lease_s=wanted.lease_s,
-            off_peak=wanted.off_peak,
-            max_tasks=wanted.max_tasks,
-        )
+        return (await self.lease(tenant, wanted) if found else []), batch.answers()
 
     async def fail(
         self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str

@@ -104,6 +104,7 @@ class TaskState:
     seq: int
     version: int
     position: int
+    lease_request: str | None  # the worker's name for the request that leased it
 
     @property
     def stream(self) -> str:
@@ -183,12 +184,18 @@ def fold(
                 worker=data["worker"],
                 leased_at=_time(data["at"]),
                 lease_expires_at=_time(data["expires_at"]),
+                lease_request=data.get("request"),
             )
         case "causeway.task.lease_extended":
             return _next(state, position, lease_expires_at=_time(data["expires_at"]))
         case "causeway.task.completed":
             return _next(
-                state, position, state="completed", finished_at=_time(data["at"]), lease_id=None
+                state,
+                position,
+                state="completed",
+                finished_at=_time(data["at"]),
+                lease_id=None,
+                lease_request=None,
             )
         case "causeway.task.retried":
             return _next(
@@ -197,6 +204,7 @@ def fold(
                 state="ready",
                 available_at=_time(data["retry_at"]),
                 lease_id=None,
+                lease_request=None,
                 error_class=data["class"],
                 error=data["message"],
             )
@@ -206,6 +214,7 @@ def fold(
                 position,
                 state="dead",
                 lease_id=None,
+                lease_request=None,
                 error_class=data["class"],
                 error=data["message"],
                 disposition=data["disposition"],
@@ -221,6 +230,7 @@ def fold(
                 disposition=None,
                 finished_at=None,
                 lease_id=None,
+                lease_request=None,
             )
         case "causeway.task.discarded":
             # A discarded task finished when it was discarded, not when it died: its
@@ -270,6 +280,7 @@ def _created(data: dict[str, Any], position: int) -> TaskState:
         seq=position,
         version=1,
         position=position,
+        lease_request=None,
     )
 
 

@@ -299,6 +299,9 @@ tasks = Table(
     Column("seq", BigInteger, nullable=False),
     Column("version", Integer, nullable=False),
     Column("position", BigInteger, nullable=False),
+    # The worker's name for the request that leased the task, while it is leased: a retry
+    # of that request (its answer lost) gets these leases back (migration 0018).
+    Column("lease_request", Text),
     CheckConstraint(
         "state IN ('ready', 'leased', 'completed', 'superseded', 'dead', 'discarded')",
         name="state",
@@ -312,6 +315,13 @@ tasks = Table(
         postgresql_where=text("state = 'ready'"),
     ),
     Index("ix_tasks_leased", "lease_expires_at", postgresql_where=text("state = 'leased'")),
+    # Serves scheduler.rows.tasks.fetch_held_by_request (a lease request sent again).
+    Index(
+        "ix_tasks_lease_request",
+        "tenant",
+        "lease_request",
+        postgresql_where=text("state = 'leased' AND lease_request IS NOT NULL"),
+    ),
     # A digest of the key: a key is event content of any length, a btree entry is not.
     Index(
         "ix_tasks_debounce_digest",

@@ -115,6 +115,20 @@ _FETCH_POSITIONS = DriverStatement.of(
         " ON t.tenant = k.tenant AND t.id = k.id"
     )
 )
+# A lease request's tasks (written out as ix_tasks_lease_request's predicate).
+_HELD_BY_REQUEST = DriverStatement.of(
+    select(tasks)
+    .where(
+        _c.tenant == bindparam("tenant"),
+        _c.lease_request == bindparam("request"),
+        _c.state == literal_column("'leased'"),
+        _c.lease_request.is_not(None),
+        _c.queue == bindparam("queue"),
+        _c.worker == bindparam("worker"),
+        _c.lease_expires_at > bindparam("now"),
+    )
+    .order_by(_c.priority.desc(), _c.seq)
+)
 # Written out as ix_tasks_finished's predicate, so that every plan (a generic one too) can
 # use the index: a bound array would match it only once planned for its values.
 _FINISHED = text("tasks.state IN ('completed', 'superseded', 'discarded')")
@@ -294,6 +308,19 @@ def _fit_parameters(queue: str, fit: Fit, now: datetime, skip: list[str]) -> dic
         "highest": fit.highest,
         "skip": skip,
     }
+
+
+async def fetch_held_by_request(
+    conn: AsyncConnection, tenant: str, queue: str, worker: str, request: str, *, now: datetime
+) -> list[tuple[TaskState, str, datetime]]:
+    """The tasks of ``queue`` that lease request ``request`` of ``worker`` leased and that
+    are still leased under it, unexpired at ``now``, best first (as the lease scan orders
+    them); each with its lease id and end (``ix_tasks_lease_request``)."""
+    found = await _HELD_BY_REQUEST.rows(
+        conn, tenant=tenant, queue=queue, worker=worker, request=request, now=now
+    )
+    held = [TaskState(*row) for row in found]
+    return [(s, s.lease_id, s.lease_expires_at) for s in held if s.lease_id and s.lease_expires_at]
 
 
 async def fetch_debounced(

@@ -98,6 +98,14 @@ class LeaseRequest(BaseModel):
         description="lease up to this many tasks at once (each under a lease of its own); "
         "given, the answer is {'tasks': [...]}, else one task's document",
     )
+    request_id: str | None = Field(
+        default=None,
+        pattern=r"^[!-~]{1,128}$",
+        description="the worker's name for this request (1-128 visible ASCII characters), "
+        "new for each: sent again with it (its answer lost), the request answers the tasks "
+        "it leased that this worker still holds, under the same leases, and leases no "
+        "others; its completions are answered as before",
+    )
     complete: list[TaskCompletion] | None = Field(
         default=None,
         max_length=MAX_TASKS,
@@ -256,7 +264,9 @@ def _wanted(queue: str, body: LeaseRequest, policy: LeasePolicy) -> Wanted:
         body.worker, body.capabilities, spot=body.spot, labels=body.labels
     )
     lease_s = min(body.lease_s or policy.lease_s, policy.max_lease_s)
-    return Wanted(queue, profile, lease_s, policy.off_peak, body.max_tasks or 1)
+    return Wanted(
+        queue, profile, lease_s, policy.off_peak, body.max_tasks or 1, request=body.request_id
+    )
 
 
 async def _lease_once(
