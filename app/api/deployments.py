@@ -29,12 +29,12 @@ from app.store.keys import Principal, Scope
 from app.store.model_registry import NAME_PATTERN
 from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
-from app.web.bodies import JSONRoute
+from app.web.bodies import json_route
 from app.web.dependencies import engine_of, read_model_reads, require, still_authorized
 from app.web.openapi import TIME_FORMAT, Name, answers
 from app.web.reads import POSITION_HEADER
 
-router = APIRouter(tags=["deployments"], route_class=JSONRoute)
+router = APIRouter(tags=["deployments"], route_class=json_route(Scope.ADMIN))
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 _WATCH_POLL_S = 0.25

@@ -23,12 +23,12 @@ from app.store.model_commands import ModelCommands
 from app.store.model_registry import NAME_PATTERN, Signature
 from app.store.model_registry_reads import Model, RegistryReader
 from app.store.records import Text
-from app.web.bodies import JSONRoute
+from app.web.bodies import json_route
 from app.web.dependencies import read_model_reads, require
 from app.web.openapi import Name, answers
 from app.web.reads import POSITION_HEADER
 
-router = APIRouter(tags=["models"], route_class=JSONRoute)
+router = APIRouter(tags=["models"], route_class=json_route(Scope.ADMIN))
 _admin = require(Scope.ADMIN)
 _read = require(Scope.READ)
 _registry = read_model_reads(ModelRegistry.name)

@@ -5,9 +5,10 @@ under their own limits."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 from fastapi.routing import APIRoute
 from starlette.requests import ClientDisconnect, Request
@@ -15,7 +16,9 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Send
 
 from app.errors import InvalidJSON, PayloadTooLarge
+from app.store.keys import Scope
 from app.web import json_text
+from app.web.dependencies import authorization_of, authorize
 
 MAX_REQUEST_BYTES = "max_request_bytes"  # the setting that caps every request body
 
@@ -110,10 +113,20 @@ class JSONRequest(Request):
     ``str`` that no UTF-8 encoder takes, so such a value, deep in a model's tags or a
     route's types, failed only when the store encoded it: a 500. The standard library
     reads the body: what it reads that orjson would not (numbers past 64 bits,
-    ``Infinity``) reaches the route's own checks, which name the field."""
+    ``Infinity``) reaches the route's own checks, which name the field.
+
+    FastAPI reads a route's body before it runs the route's dependencies, its key check
+    among them: so the key is checked here first, for the scope the route's body needs
+    (``needs``, from ``json_route``). A caller without it learns that (401, 403), not what
+    is wrong with a body it could not send anyway, and no body is read for it."""
+
+    needs: Scope | None = None
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            if self.needs is not None:
+                header = authorization_of(self.scope["headers"])
+                await authorize(self.app.state.authenticator, header, self.needs)
             content_type = self.headers.get("content-type", "")
             body = await self.body()
             max_bytes = self.app.state.settings.max_json_body_bytes
@@ -140,12 +153,25 @@ def read_json(body: bytes, content_type: str) -> Any:
 
 
 class JSONRoute(APIRoute):
-    """The route class of every router with JSON bodies: their requests are ``JSONRequest``."""
+    """The route class of every router with JSON bodies: their requests are ``JSONRequest``.
+    ``json_route(scope)`` makes one for a router whose bodies all need ``scope``."""
+
+    needs: ClassVar[Scope | None] = None
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handle = super().get_route_handler()
+        needs = self.needs
 
         async def handle_json(request: Request) -> Response:
-            return await handle(JSONRequest(request.scope, request.receive))
+            json_request = JSONRequest(request.scope, request.receive)
+            json_request.needs = needs
+            return await handle(json_request)
 
         return handle_json
+
+
+@functools.cache
+def json_route(needs: Scope) -> type[JSONRoute]:
+    """The route class of a router whose JSON bodies are all for keys with ``needs``: a
+    caller's key is checked before its body is read (``JSONRequest``)."""
+    return type(f"JSONRoute_{needs.value}", (JSONRoute,), {"needs": needs})

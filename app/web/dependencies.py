@@ -92,15 +92,22 @@ def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, 
     return reads
 
 
-def settled_on_primary(*projection_names: str) -> Callable[..., Coroutine[Any, Any, None]]:
+def settled_on_primary(
+    caller: Callable[..., Coroutine[Any, Any, Principal]], *projection_names: str
+) -> Callable[..., Coroutine[Any, Any, None]]:
     """A dependency for reads that stay on the primary (the scheduler's): with a position
     named, wait until the read models ``projection_names`` show it, one after the other
-    (``ReadRouter.settle_on_primary``), else 503."""
+    (``ReadRouter.settle_on_primary``), else 503. ``caller`` (the route's own key check,
+    which FastAPI then runs once) runs first: a caller without the key the route needs is
+    refused at once, never held and told to retry."""
 
     async def settled(
         request: Request,
         min_position: MinPositionQuery = None,
         causeway_min_position: MinPositionHeader = None,
+        # A default, not an Annotated[...] type: this module's annotations are strings,
+        # which FastAPI resolves in the module's globals, where ``caller`` is not.
+        _: Principal = Depends(caller),  # noqa: B008 - FastAPI's documented form
     ) -> None:
         router: ReadRouter = request.app.state.read_router
         runner = request.app.state.runner

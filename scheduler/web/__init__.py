@@ -20,10 +20,10 @@ from scheduler.routes import NAME_PATTERN
 __all__ = [
     "NAME_PATTERN",
     "POSITION_HEADER",
-    "ROUTES_SETTLED",
-    "TASKS_SETTLED",
     "PrincipalOf",
     "QueueName",
+    "routes_settled",
+    "tasks_settled",
 ]
 
 PrincipalOf = Callable[..., Coroutine[Any, Any, Principal]]
@@ -33,7 +33,16 @@ QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]
 
 # The scheduler's reads stay on the primary. One that names a position (read-your-writes)
 # waits for the read models it reads: the routing table (the dispatcher's), or the task
-# rows (the dispatcher's decisions, then the task book that folds them).
-ROUTES_SETTLED = [Depends(settled_on_primary(Dispatcher.name))]
-TASKS_SETTLED = [Depends(settled_on_primary(Dispatcher.name, TaskBook.name))]
+# rows (the dispatcher's decisions, then the task book that folds them). ``caller`` is
+# the route's key check: a caller it refuses is refused before any wait.
+
+
+def routes_settled(caller: PrincipalOf) -> list[Any]:
+    return [Depends(settled_on_primary(caller, Dispatcher.name))]
+
+
+def tasks_settled(caller: PrincipalOf) -> list[Any]:
+    return [Depends(settled_on_primary(caller, Dispatcher.name, TaskBook.name))]
+
+
 POSITION_HEADER = "Causeway-Position"  # every command's answer: its decision's position

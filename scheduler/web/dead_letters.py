@@ -18,18 +18,18 @@ from app.db.tenancy import tenant_transaction
 from app.errors import BadRequest, Conflict, NotFound
 from app.store.append.group_commit import Appender
 from app.store.decision_reads import read_stream
-from app.store.keys import Principal
+from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import Text
 from app.store.timestamps import parse_time_parameter
-from app.web.bodies import JSONRoute
+from app.web.bodies import json_route
 from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.requeue import MAX_REQUEUE, requeue_dead_letters
 from scheduler.rows import tasks as task_rows
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
-from scheduler.web import NAME_PATTERN, POSITION_HEADER, TASKS_SETTLED, PrincipalOf
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, tasks_settled
 from scheduler.web.documents import history_json, task_json
 from scheduler.web.queues import TaskId
 
@@ -128,14 +128,14 @@ async def _dead_letter(conn: Connection, tenant: str, task_id: str) -> dict[str,
 def create_router(
     engine: Engine, decisions: Appender, admin: PrincipalOf, read: PrincipalOf
 ) -> APIRouter:
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    router = APIRouter(tags=["scheduler"], route_class=json_route(Scope.ADMIN))
     Admin = Annotated[Principal, Depends(admin)]
     Reader = Annotated[Principal, Depends(read)]
 
     @router.get(
         "/dead-letters",
         summary="Dead-lettered tasks (filters: queue, class, since)",
-        dependencies=TASKS_SETTLED,
+        dependencies=tasks_settled(read),
     )
     async def list_dead_letters(
         principal: Reader,
@@ -161,7 +161,7 @@ def create_router(
         "/dead-letters/{task_id:task_id}",
         summary="A dead letter: task, trigger, attempts",
         responses=answers(NotFound),
-        dependencies=TASKS_SETTLED,
+        dependencies=tasks_settled(read),
     )
     async def read_dead_letter(task_id: TaskId, principal: Reader) -> Response:
         async with tenant_transaction(engine, principal.tenant) as conn:

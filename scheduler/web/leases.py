@@ -35,10 +35,11 @@ from app.errors import (
     NotFound,
 )
 from app.store.append.group_commit import Appender
-from app.store.keys import Principal
+from app.store.keys import Principal, Scope
 from app.store.records import EXACT_LIMIT, NewEvent, Text, integral
 from app.web import json_text
-from app.web.bodies import JSONRoute, receive_body
+from app.web.bodies import json_route, receive_body
+from app.web.dependencies import authorization_of, authorize
 from app.web.openapi import answers
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.queue import Lease, TaskQueue, Wanted
@@ -151,7 +152,7 @@ def create_router(
     worker: PrincipalOf,
     wakeups: TaskWakeups,
 ) -> APIRouter:
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    router = APIRouter(tags=["scheduler"], route_class=json_route(Scope.WORKER))
     Worker = Annotated[Principal, Depends(worker)]
 
     @router.post(
@@ -169,12 +170,19 @@ def create_router(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(body.wait_s, policy.max_wait_s)
         pause = _POLL_S[0]
+        waited = False
         while True:
             # Leasing to a worker that is gone would only burn one of the task's attempts
             # (what it finished is still stored: that is work done).
             gone = await request.is_disconnected()
             if gone and completing is None:
                 return _leased([], completed, highest, batch=body.max_tasks is not None)
+            if waited:  # a key revoked while the long-poll waited leases nothing more
+                await authorize(
+                    request.app.state.authenticator,
+                    authorization_of(request.scope["headers"]),
+                    Scope.WORKER,
+                )
             seen = wakeups.generation  # a wake-up from here on is one this try may miss
             found, done = await _lease_once(
                 engine,
@@ -190,20 +198,13 @@ def create_router(
             if found or gone or (left := deadline - loop.time()) <= 0:
                 return _leased(found, completed, highest, batch=body.max_tasks is not None)
             pause = await _pause(wakeups, seen, left, pause)
+            waited = True
 
     @router.post("/tasks/{task_id}/heartbeat", summary="Extend a lease", responses=_HELD)
     async def heartbeat(
         task_id: str, body: Heartbeat, principal: Worker, response: Response
     ) -> dict[str, Any]:
-        async with engine.begin() as conn:
-            state = await TaskQueue(conn, appender=decisions).extend(
-                principal.tenant,
-                task_id,
-                body.lease,
-                lease_s=body.lease_s,
-                default_lease_s=policy.lease_s,
-                max_lease_s=policy.max_lease_s,
-            )
+        state = await _extend(engine, decisions, principal.tenant, task_id, body, policy)
         return _answered(state, response)
 
     _batch_routes(router, engine, decisions, max_request_bytes, parse_events, Worker)
@@ -293,6 +294,26 @@ async def _lease_once(
         if span is not None:
             span.set_attribute("causeway.tasks.leased", len(found))
     return found, done
+
+
+async def _extend(
+    engine: Engine,
+    decisions: Appender,
+    tenant: str,
+    task_id: str,
+    body: Heartbeat,
+    policy: LeasePolicy,
+) -> TaskState:
+    """``POST /tasks/{task_id}/heartbeat``'s decision."""
+    async with engine.begin() as conn:
+        return await TaskQueue(conn, appender=decisions).extend(
+            tenant,
+            task_id,
+            body.lease,
+            lease_s=body.lease_s,
+            default_lease_s=policy.lease_s,
+            max_lease_s=policy.max_lease_s,
+        )
 
 
 async def _fail(

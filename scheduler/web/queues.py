@@ -20,7 +20,7 @@ from app.web.bodies import JSONRoute
 from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
-from scheduler.web import TASKS_SETTLED, PrincipalOf, QueueName
+from scheduler.web import PrincipalOf, QueueName, tasks_settled
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
 
@@ -50,7 +50,7 @@ def create_router(
 ) -> APIRouter:
     """``more_metrics``: the service's own metrics (``app.web.metrics``) as the key's tenant
     may see them, appended."""
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=TASKS_SETTLED)
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=tasks_settled(read))
     Reader = Annotated[Principal, Depends(read)]
 
     @router.get(

@@ -10,13 +10,13 @@ from app.db.engine import Engine
 from app.db.tenancy import tenant_transaction
 from app.errors import NotFound
 from app.store.append.group_commit import Appender
-from app.store.keys import Principal
+from app.store.keys import Principal, Scope
 from app.store.records import EXACT_LIMIT, Text
-from app.web.bodies import JSONRoute
+from app.web.bodies import json_route
 from app.web.openapi import answers
 from scheduler import routes as r
 from scheduler.route_reads import RouteReader
-from scheduler.web import POSITION_HEADER, ROUTES_SETTLED, PrincipalOf
+from scheduler.web import POSITION_HEADER, PrincipalOf, routes_settled
 
 # What ``scheduler.routes.parse_new_route`` accepts, as JSON Schema: the body of ``POST
 # /routes`` in the OpenAPI document. The parser's own rules, spelt with its patterns.
@@ -158,7 +158,7 @@ class DeleteRoute(BaseModel):
 
 
 def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> APIRouter:
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
+    router = APIRouter(tags=["scheduler"], route_class=json_route(Scope.ADMIN))
     Admin = Annotated[Principal, Depends(admin)]
 
     @router.post(
@@ -187,7 +187,7 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
     @router.get(
         "/routes",
         summary="Every route of the tenant, as the dispatcher applies them",
-        dependencies=ROUTES_SETTLED,
+        dependencies=routes_settled(admin),
     )
     async def list_routes(principal: Admin) -> dict[str, Any]:
         async with tenant_transaction(engine, principal.tenant) as conn:
