@@ -154,9 +154,10 @@ MAX_RETRY_DELAY_S = 86_400.0
 
 
 def retry_delay_s(base_s: float, attempt: int, jitter: float) -> float:
-    """Exponential backoff: ``base * 2**(attempt-1)``, stretched by ``jitter`` (0-0.25),
-    and never more than a day (a route may allow 100 retries of a 1 h base)."""
-    return min(float(base_s * 2.0 ** (attempt - 1) * (1 + jitter)), MAX_RETRY_DELAY_S)
+    """Exponential backoff: ``base * 2**(attempt-1)``, at most a day (a route may allow
+    100 retries of a 1 h base), then stretched by ``jitter`` (0-0.25): tasks whose backoff
+    reached the cap still retry spread out, not all at the same instant."""
+    return min(float(base_s * 2.0 ** (attempt - 1)), MAX_RETRY_DELAY_S) * (1 + jitter)
 
 
 def draw_jitter() -> float:

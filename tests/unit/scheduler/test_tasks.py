@@ -31,14 +31,16 @@ class TestBackoff:
         assert [t.retry_delay_s(1.0, n, 0.0) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]
         assert t.retry_delay_s(1.0, 3, 0.25) == 5.0
 
-    def test_the_longest_wait_is_a_day_however_many_retries(self) -> None:
+    def test_the_longest_wait_is_a_day_and_its_jitter_however_many_retries(self) -> None:
         # A route may allow 100 retries of a 1 h base: 2**99 hours would overflow a date.
+        assert t.retry_delay_s(3600.0, 100, 0.0) == t.MAX_RETRY_DELAY_S
+        # The jitter stretches the capped wait too: capped retries do not all come at once.
         delay = t.retry_delay_s(3600.0, 100, 0.25)
-        assert delay == t.MAX_RETRY_DELAY_S
+        assert delay == t.MAX_RETRY_DELAY_S * 1.25
         state = replace(created(max_retries=100, backoff_base_s=3600.0), attempts=100)
         kind, data = t.after_failure(state, "transient", "x", at=NOW, jitter=0.25)
         assert kind == t.RETRIED
-        assert datetime.fromisoformat(data["retry_at"]) - NOW == timedelta(days=1)
+        assert datetime.fromisoformat(data["retry_at"]) - NOW == timedelta(days=1.25)
 
     def test_a_task_runs_at_most_one_plus_max_retries_times(self) -> None:
         state = created()
