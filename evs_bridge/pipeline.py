@@ -23,7 +23,10 @@ than ``jump_segments`` segments ahead of the newest admitted event is an outlier
 timestamp, e.g. a flipped bit), dropped and counted, unless ``jump_confirm_events``
 consecutive events agree on the new time (each within the same margin of the first): then
 the stream really moved on (a sensor silent for a while), the confirming event is admitted
-and so is everything after it; the events that confirmed it before are lost. Every
+and so is everything after it; the events that confirmed it before are lost. The first
+newest time is the median of the stream's first ``jump_confirm_events`` times in the
+geometry (its first chunks are held until they come), so a wild first time is an outlier
+too, and not the time every later event is late for. Every
 decision depends only on the events before it in stream order, so the result does not
 depend on the chunking.
 """
@@ -48,6 +51,9 @@ from evs_bridge.windows import Segment, SegmentCutter, WindowSpec
 _tracer = trace.get_tracer("evs_bridge")
 
 _URGENCY = {Delivery.LAZY: 0, Delivery.SOON: 1, Delivery.IMMEDIATE: 2}
+# The stream's first chunks are held until they hold this many events at most, in case
+# none of them is in the geometry: then they go on with what reference they give.
+_MAX_START_HELD = 1_000_000
 
 
 class EventFilter(Protocol):
@@ -144,8 +150,36 @@ class Pipeline:
         self._last_unix_us = (MAX_UNIX_US // window_us) * window_us - 1
         self._candidate: int | None = None  # a far-ahead time waiting for confirmation
         self._candidates = 0
+        self._start: list[EventChunk] | None = []  # the stream's first chunks, held
+        self._start_times: list[int] = []  # their first fitting times
 
     def feed(self, chunk: EventChunk) -> None:
+        if self._start is not None:
+            # The first reference time is the median of the stream's first
+            # ``jump_confirm_events`` times, not its first time alone: were that one
+            # wild, every later event would be behind it, in its segment. So the chunks
+            # are held until that many have come (in stream order, whatever the chunking).
+            self._start.append(chunk)
+            self._start_times.extend(self._fitting_times(chunk.events)[: self._wanted_times()])
+            held = sum(len(c.events) for c in self._start)
+            if self._wanted_times() and held < _MAX_START_HELD:
+                return
+            chunk = self._started()
+        self._process(chunk)
+
+    def _wanted_times(self) -> int:
+        return max(self.config.jump_confirm_events - len(self._start_times), 0)
+
+    def _started(self) -> EventChunk:
+        """The held chunks as one, the reference time set from them (the median of their
+        first ``jump_confirm_events`` fitting times, or of those there are)."""
+        held = _joined(self._start or [])
+        self._start = None
+        if self._start_times:
+            self.stats.newest_us = int(np.median(self._start_times))
+        return held
+
+    def _process(self, chunk: EventChunk) -> None:
         raw = self._admit(chunk.events)
         after_hot_pixel = self._hot_pixel.apply(raw)
         after_background = self._background.apply(after_hot_pixel)
@@ -174,11 +208,22 @@ class Pipeline:
         self.stats.out_of_geometry += len(events) - int(np.count_nonzero(keep))
         times = events["t"].astype(np.int64, copy=False)
         if self.lineage.clock is ClockDomain.UNIX:
-            in_range = (times >= MIN_UNIX_US) & (times <= self._last_unix_us)
+            in_range = self._in_range(times)
             self.stats.outliers += int(np.count_nonzero(keep & ~in_range))
             keep &= in_range
         keep &= self._not_jumps(times, keep)
         return events if bool(keep.all()) else events[keep]
+
+    def _in_range(self, times: np.ndarray) -> np.ndarray:
+        return (times >= MIN_UNIX_US) & (times <= self._last_unix_us)
+
+    def _fitting_times(self, events: Events) -> list[int]:
+        """The times of ``events`` that are in the geometry (and range), in order."""
+        times = events["t"].astype(np.int64, copy=False)
+        fits = (events["x"] < self._width) & (events["y"] < self._height)
+        if self.lineage.clock is ClockDomain.UNIX:
+            fits &= self._in_range(times)
+        return [int(t) for t in times[fits][: self.config.jump_confirm_events]]
 
     def _not_jumps(self, times: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which of the events in ``candidates`` are no outlier jump (see the docstring)."""
@@ -216,6 +261,9 @@ class Pipeline:
         return keep
 
     def finish(self) -> None:
+        if self._start:  # fewer events than it takes to know where the stream starts
+            self._process(self._started())
+        self._start = None
         for segment in self._cutter.finish():
             self._emit(segment)
 
@@ -308,3 +356,12 @@ class Pipeline:
                 f"{raw!r}, not a number in [0, 1]"
             )
         return str(label), confidence
+
+
+def _joined(chunks: list[EventChunk]) -> EventChunk:
+    """Consecutive ``chunks`` as one."""
+    if len(chunks) == 1:
+        return chunks[0]
+    return EventChunk(
+        np.concatenate([c.events for c in chunks]), chunks[0].offset_start, chunks[-1].offset_end
+    )

@@ -100,8 +100,8 @@ class ArrayRecording:
         if width is None or height is None:
             width = height = 0
             for _, part in self._parts():
-                width = max(width, int(part["x"].max()) + 1)
-                height = max(height, int(part["y"].max()) + 1)
+                width = max(width, min(int(part["x"].max()) + 1, _OUTSIDE))
+                height = max(height, min(int(part["y"].max()) + 1, _OUTSIDE))
         for _, part in self._parts():
             first_t = int(part["t"][0])
             break
@@ -128,9 +128,10 @@ class ArrayRecording:
     def _chunks(self) -> Iterator[EventChunk]:
         for start, part in self._parts():
             events: Events = np.empty(len(part), dtype=EVENT_DTYPE)
-            events["x"] = part["x"]
-            events["y"] = part["y"]
-            events["p"] = part[self._polarity]
+            events["x"] = _pixel(part["x"])
+            events["y"] = _pixel(part["y"])
+            # Polarity 1 is "on"; 0 and -1 (a signed -1/+1 set, as MVSEC's) are "off".
+            events["p"] = part[self._polarity] > 0
             events["t"] = part["t"]
             yield EventChunk(events, start, start + len(part))
 
@@ -149,3 +150,16 @@ class ArrayRecording:
                 if len(data) < count * dtype.itemsize:
                     raise UnsupportedArray(f"{self.path}: events member is truncated")
                 yield start, np.frombuffer(data, dtype=dtype, count=count)
+
+
+# A coordinate no uint16 pixel of a sensor has: what a value out of uint16's range
+# becomes, so that the pipeline drops and counts it as outside the geometry (a cast would
+# wrap 65541 onto pixel 5). An inferred width or height stops short of it.
+_OUTSIDE = 65535
+
+
+def _pixel(values: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``values`` as ``EVENT_DTYPE``'s uint16 pixels, out-of-range ones as ``_OUTSIDE``."""
+    if values.dtype == np.uint16 or values.dtype == np.uint8:
+        return values
+    return np.where((values < 0) | (values > _OUTSIDE), _OUTSIDE, values)
