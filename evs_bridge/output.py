@@ -23,7 +23,10 @@ whose body is not one of Causeway's problems (``type`` ``/problems/<code>``) mea
 target is no Causeway store: the events are spooled and ``StoreRefused`` is raised.
 
 ``hold()`` (after ``StoreRefused``, or when stopping) makes every later flush go to the
-spool without trying the store, so that finishing a pipeline loses nothing.
+spool without trying the store, so that finishing a pipeline loses nothing. A refusal met
+while the pipeline puts an event holds the output at once, and is raised by the next
+``poll``, ``flush`` or ``close``, not by ``put``: the rest of what the pipeline emits then
+(the rest of a segment, the other segments a chunk closed) goes to the spool.
 """
 
 from __future__ import annotations
@@ -146,6 +149,7 @@ class Output:
         self._is_down = False
         self._warned_full_at = -1e9
         self._held = False
+        self._refusal: StoreRefused | None = None  # met by a put, raised by what follows
 
     @property
     def is_down(self) -> bool:
@@ -162,14 +166,23 @@ class Output:
         }[delivery]
         self._due = min(self._due, now + wait_s) if self._due is not None else now + wait_s
         if wait_s == 0.0 or len(self._pending) >= self.config.max_batch_events:
-            self.flush()
+            try:
+                self._flush()
+            except StoreRefused as refused:
+                # Not raised here, in the middle of the pipeline's emission: what it emits
+                # after this goes to the spool too, and the next poll, flush or close
+                # raises it.
+                self._held = True
+                self._refusal = refused
 
     def hold(self) -> None:
         """From now on, flush into the spool only (no spool: count the events as dropped)."""
         self._held = True
 
     def poll(self) -> None:
-        """Flush when the oldest queued event's delay is up; retry the spool when due."""
+        """Flush when the oldest queued event's delay is up; retry the spool when due.
+        Raises the ``StoreRefused`` a ``put`` met (the output holds since)."""
+        self._raise_refused()
         now = self._clock()
         if self._due is not None and now >= self._due:
             self.flush()
@@ -178,6 +191,15 @@ class Output:
 
     def flush(self) -> None:
         """Send everything queued now (or spool it, behind what the spool holds)."""
+        self._raise_refused()
+        self._flush()
+
+    def _raise_refused(self) -> None:
+        refused, self._refusal = self._refusal, None
+        if refused is not None:
+            raise refused
+
+    def _flush(self) -> None:
         events, self._pending, self._due = self._pending, [], None
         if self._held:
             if self._spool is None:
@@ -207,7 +229,8 @@ class Output:
         """Flush, and try to empty the spool for up to ``drain_timeout_s``; the spool is
         then closed (its lock released), whatever happens."""
         try:
-            self.flush()
+            self._flush()
+            self._raise_refused()
             deadline = self._clock() + drain_timeout_s
             while self._has_backlog() and self._clock() < deadline and not self._held:
                 self._sleep(max(0.0, min(self._retry_at, deadline) - self._clock()))

@@ -193,8 +193,7 @@ class Pipeline:
             offset_start=chunk.offset_start,
             offset_end=chunk.offset_end,
         )
-        for segment in closed:
-            self._emit(segment)
+        self._emit_all(closed)
 
     @property
     def jump_us(self) -> int:
@@ -264,8 +263,19 @@ class Pipeline:
         if self._start:  # fewer events than it takes to know where the stream starts
             self._process(self._started())
         self._start = None
-        for segment in self._cutter.finish():
-            self._emit(segment)
+        self._emit_all(self._cutter.finish())
+
+    def _emit_all(self, segments: list[Segment]) -> None:
+        """Emit each of ``segments``, the cutter's no longer: when one fails (a classifier
+        raises), the others are still emitted, and the first error is raised after."""
+        failed: Exception | None = None
+        for segment in segments:
+            try:
+                self._emit(segment)
+            except Exception as exc:  # a classifier is any code: raised below
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def _emit(self, segment: Segment) -> None:
         # A span per segment, through OpenTelemetry's API alone: a no-op (a few µs a

@@ -261,9 +261,13 @@ class TestRefusals:
         store.status = 401
         spool = Spool(tmp_path)
         out = output(store, clock, spool)
+        out.put(event("a"), Delivery.IMMEDIATE)  # not raised in the pipeline's emission...
+        out.put(event("b"), Delivery.IMMEDIATE)  # ...whose rest goes to the spool, untried
+        assert store.requests == 1
         with pytest.raises(StoreRefused):
-            out.put(event("a"), Delivery.IMMEDIATE)
-        assert [e["id"] for e in spool.read_batch(10).events] == ["a"]
+            out.poll()  # ...but by what the bridge's loop calls next
+        assert [e["id"] for e in spool.read_batch(10).events] == ["a", "b"]
+        out.poll()  # raised once: the owner holds the output and stops
 
     @pytest.mark.parametrize(
         ("status", "problem"),
@@ -284,8 +288,9 @@ class TestRefusals:
         store.status, store.problem = status, problem
         spool = Spool(tmp_path)
         out = output(store, clock, spool)
+        out.put(event("a"), Delivery.IMMEDIATE)
         with pytest.raises(StoreRefused, match="--target"):
-            out.put(event("a"), Delivery.IMMEDIATE)
+            out.close()
         assert out.stats.rejected == 0
         assert [e["id"] for e in spool.read_batch(10).events] == ["a"]
 
