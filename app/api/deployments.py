@@ -30,7 +30,13 @@ from app.store.model_registry import NAME_PATTERN
 from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import json_route
-from app.web.dependencies import engine_of, read_model_reads, require, still_authorized
+from app.web.dependencies import (
+    PLAIN_DIGITS,
+    engine_of,
+    read_model_reads,
+    require,
+    still_authorized,
+)
 from app.web.openapi import TIME_FORMAT, Name, answers
 from app.web.reads import POSITION_HEADER
 
@@ -228,7 +234,9 @@ async def watch(
     principal: Annotated[Principal, Depends(_read)],
     engine: Database,
     after: Annotated[
-        int | None, Query(ge=0, le=MAX_POSITION, description="resume after this position")
+        int | None,
+        Query(ge=0, le=MAX_POSITION, description="resume after this position"),
+        PLAIN_DIGITS,
     ] = None,
 ) -> StreamingResponse:
     # Last-Event-ID first: an EventSource reconnects to the same URL, after= and all, and

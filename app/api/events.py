@@ -12,7 +12,7 @@ from app.errors import NotFound
 from app.store.keys import Principal, Scope
 from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
-from app.web.dependencies import log_reads, require
+from app.web.dependencies import PLAIN_DIGITS, log_reads, require
 from app.web.openapi import StoredText, answers
 
 router = APIRouter(tags=["events"])
@@ -53,8 +53,8 @@ async def read_stream(
     stream: StoredText,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Connector, Depends(log_reads)],
-    from_version: Annotated[int, Query(ge=1, le=MAX_POSITION)] = 1,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    from_version: Annotated[int, Query(ge=1, le=MAX_POSITION), PLAIN_DIGITS] = 1,
+    limit: Annotated[int, Query(ge=1, le=10_000), PLAIN_DIGITS] = 1000,
 ) -> Response:
     async with engine.connect() as conn:
         reader = EventReader(conn)

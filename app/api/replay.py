@@ -34,7 +34,7 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
 from app.telemetry import metrics
-from app.web.dependencies import log_reads, require, settings_of
+from app.web.dependencies import PLAIN_DIGITS, log_reads, require, settings_of
 from app.web.openapi import TIME_FORMAT
 from app.web.timeouts import SendTimedOut
 
@@ -249,7 +249,9 @@ async def replay(
     engine: Annotated[Connector, Depends(log_reads)],
     settings: Annotated[Settings, Depends(settings_of)],
     after: Annotated[
-        int, Query(ge=0, le=MAX_POSITION, description="resume after this position")
+        int,
+        Query(ge=0, le=MAX_POSITION, description="resume after this position"),
+        PLAIN_DIGITS,
     ] = 0,
     types: Annotated[
         list[Annotated[str, StringConstraints(pattern=_SOME_TYPE)]] | None,
@@ -266,7 +268,7 @@ async def replay(
     until: Annotated[
         str | None, Query(description="event time < (RFC 3339)", json_schema_extra=TIME_FORMAT)
     ] = None,
-    limit: Annotated[int | None, Query(ge=1, le=MAX_POSITION)] = None,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_POSITION), PLAIN_DIGITS] = None,
     format: Annotated[
         Literal["ndjson", "parquet"],
         Query(description="ndjson: a structured CloudEvent a line; parquet: a column each"),

@@ -24,6 +24,7 @@ from app.cli.runtime import (
     err_console,
     fail,
     load_settings,
+    plain_integer,
     utf8,
 )
 from app.db.engine import create_engine
@@ -189,8 +190,7 @@ def replay(
     after: Annotated[
         list[int] | None,
         typer.Option(
-            min=0,
-            max=MAX_POSITION,
+            parser=plain_integer(0, MAX_POSITION),
             metavar="POSITION",
             help="resume after this position",
             show_default="0",
@@ -223,8 +223,7 @@ def replay(
     limit: Annotated[
         list[int] | None,
         typer.Option(
-            min=1,
-            max=MAX_POSITION,
+            parser=plain_integer(1, MAX_POSITION),
             metavar="COUNT",
             help="stop after this many events",
             show_default="no limit",

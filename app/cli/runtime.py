@@ -4,7 +4,7 @@ embedded one), and a one-line failure with exit code 2."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
@@ -47,6 +47,24 @@ def utf8(value: str | list[str] | None) -> str | list[str] | None:
         except UnicodeEncodeError:
             raise typer.BadParameter("is not valid UTF-8 text") from None
     return value
+
+
+def plain_integer(low: int, high: int) -> Callable[[str], int]:
+    """A Typer ``parser``: a whole number from ``low`` to ``high`` in the digits 0-9 alone.
+    Typer reads an ``int`` option with ``int()``, which takes ``1_0`` (10), ``+2`` and
+    `` 2 ``, so a mangled ``--after`` resumed somewhere else and the export silently
+    lacked events."""
+
+    def parse(text: str) -> int:
+        if text.isascii() and text.isdigit() and len(text) <= len(str(high)):
+            number = int(text)
+            if low <= number <= high:
+                return number
+        raise typer.BadParameter(
+            f"{text[:64]!r} is not a whole number from {low} to {high} in the digits 0-9 alone"
+        )
+
+    return parse
 
 
 def load_settings() -> Settings:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Query, Request, Security
 from fastapi.requests import HTTPConnection
 from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BeforeValidator
 
 from app.db.engine import Connector, Engine
 from app.db.tenancy import TenantReads
@@ -36,6 +37,18 @@ def _integer_only(schema: dict[str, Any]) -> None:
     schema.update(integer)
 
 
+def _plain_digits(value: object) -> object:
+    """A number in a query or a header as ASCII digits alone: pydantic's lax ``int`` also
+    reads ``1_0`` (10), ``+2``, `` 2 `` and ``2.0``, so a mangled cursor (``after=1_0``)
+    was read as another position, and its answer silently skipped events."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a whole number written in the digits 0-9 alone")
+    return value
+
+
+PLAIN_DIGITS = BeforeValidator(_plain_digits)
+"""With a query or header parameter's int: read from ASCII digits alone."""
+
 MinPositionQuery = Annotated[
     int | None,
     Query(
@@ -46,6 +59,7 @@ MinPositionQuery = Annotated[
         examples=[0],
         json_schema_extra=_integer_only,
     ),
+    PLAIN_DIGITS,  # after the Query: before it, the document's schema says ge, not minimum
 ]
 MinPositionHeader = Annotated[
     int | None,
@@ -56,6 +70,7 @@ MinPositionHeader = Annotated[
         examples=[0],
         json_schema_extra=_integer_only,
     ),
+    PLAIN_DIGITS,
 ]
 
 

@@ -23,6 +23,7 @@ from app.store.reads import EventReader
 from app.store.records import Text
 from app.store.timestamps import parse_time_parameter
 from app.web.bodies import json_route
+from app.web.dependencies import PLAIN_DIGITS
 from app.web.openapi import TIME_FORMAT, answers
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
@@ -144,7 +145,7 @@ def create_router(
         since: Annotated[
             str | None, Query(description="RFC 3339", json_schema_extra=TIME_FORMAT)
         ] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        limit: Annotated[int, Query(ge=1, le=1000), PLAIN_DIGITS] = 100,
         after: Annotated[
             str | None,
             Query(

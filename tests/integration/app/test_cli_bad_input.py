@@ -62,6 +62,17 @@ def test_replay_refuses_an_option_of_one_value_given_twice(run: CliRunner, optio
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("value", ["1_0", "+2", " 2", "2.0", "-1"])
+@pytest.mark.parametrize("option", ["--after", "--limit"])
+def test_replay_reads_a_number_from_plain_digits(run: CliRunner, option: str, value: str) -> None:
+    """Read with ``int()``, ``--after 1_0`` resumed after position 10, and the export
+    silently lacked events 1 to 10."""
+    result = run.invoke(cli, ["replay", "--out", "-", option, value])
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert f"Invalid value for '{option}': {value!r} is not a whole number" in result.stderr
+    assert result.stdout == ""
+
+
 def test_the_tenant_the_metrics_name_their_overflow_is_reserved(run: CliRunner) -> None:
     """The metrics label tenants past their bound ``other``, and every tenant's scrape
     shows that bucket: a tenant of that name would show its sources to all."""
