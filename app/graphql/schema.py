@@ -185,6 +185,7 @@ class Query:
     ) -> EventConnection:
         if from_version is not None and from_version < 1:  # as GET /streams/{stream} says
             raise BadRequest(f"fromVersion counts from 1, not {from_version}")
+        refuse_empty_filters({"id": id})  # a variable gone missing, not a stream
         selection = StoreFilter(after=decode_cursor(after), stream=id, from_version=from_version)
         return await _page(info, selection, first)
 
@@ -192,6 +193,7 @@ class Query:
     async def correlation(
         self, info: Info, id: str, first: int = 50, after: str | None = None
     ) -> EventConnection:
+        refuse_empty_filters({"id": id})  # a variable gone missing, not a run with no events
         selection = StoreFilter(after=decode_cursor(after), correlation_id=id)
         return await _page(info, selection, first)
 
