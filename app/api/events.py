@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from app.db.engine import Connector
@@ -45,12 +45,21 @@ async def read_event(
     summary="The events of one stream, in version order",
     response_class=Response,
     responses={
-        200: {"content": {"application/cloudevents-batch+json": {"schema": {"type": "array"}}}},
+        200: {
+            "content": {"application/cloudevents-batch+json": {"schema": {"type": "array"}}},
+            "headers": {
+                "Link": {
+                    "description": 'when more events follow: <the next page>; rel="next"',
+                    "schema": {"type": "string"},
+                }
+            },
+        },
         **answers(NotFound),
     },
 )
 async def read_stream(
     stream: StoredText,
+    request: Request,
     principal: Annotated[Principal, Depends(_read)],
     engine: Annotated[Connector, Depends(log_reads)],
     from_version: Annotated[int, Query(ge=1, le=MAX_POSITION), PLAIN_DIGITS] = 1,
@@ -58,10 +67,14 @@ async def read_stream(
 ) -> Response:
     async with engine.connect() as conn:
         reader = EventReader(conn)
-        found = await reader.read_stream(
+        page = await reader.read_stream(
             principal.tenant, stream, from_version=from_version, limit=limit
         )
-        if not found and not await reader.has_stream(principal.tenant, stream):
+        if not page.events and not await reader.has_stream(principal.tenant, stream):
             raise NotFound(f"no stream {stream!r}", stream=stream)
-    body = "[" + ",".join(found) + "]"
-    return Response(body, media_type="application/cloudevents-batch+json")
+    headers = {}
+    if page.next_version is not None:  # RFC 8288: where the next page is
+        following = request.url.include_query_params(from_version=page.next_version, limit=limit)
+        headers["Link"] = f'<{following}>; rel="next"'
+    body = "[" + ",".join(page.events) + "]"
+    return Response(body, media_type="application/cloudevents-batch+json", headers=headers)

@@ -149,18 +149,30 @@ class EventReader:
 
     async def read_stream(
         self, tenant: str, stream: str, *, from_version: int, limit: int
-    ) -> list[str]:
+    ) -> StreamPage:
+        """A page of ``stream`` from ``from_version``: up to ``limit`` events, each as
+        compact structured CloudEvent JSON text, but no more than about ``PAGE_BYTES``
+        (one event at least), read from a named cursor; and the version the next page
+        starts at, when more follow."""
         statement = (
-            select(_json_text())
+            select(events.c.stream_version, _json_text())
             .where(
                 events.c.tenant == tenant,
                 events.c.stream == stream,
                 events.c.stream_version >= from_version,
             )
             .order_by(events.c.stream_version)
-            .limit(limit)
+            .limit(limit + 1)  # the one past the page tells that more follow
         )
-        return [compact_json(text) for text in (await self._conn.execute(statement)).scalars()]
+        page: list[str] = []
+        size = 0
+        async for rows in self._stream(statement, min(limit + 1, 1000), _second_bytes):
+            for version, text in rows:
+                if len(page) == limit or (page and size >= PAGE_BYTES):
+                    return StreamPage(page, int(version))
+                page.append(compact_json(text))
+                size += _utf8_bytes(page[-1])
+        return StreamPage(page, None)
 
     async def has_stream(self, tenant: str, stream: str) -> bool:
         statement = select(
@@ -218,6 +230,17 @@ class EventReader:
 
 FIRST_FETCH_ROWS = 100
 FETCH_BYTES = 8 << 20
+PAGE_BYTES = 8 << 20  # a stream page ends once it holds this much (README)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPage:
+    events: list[str]  # compact structured CloudEvent JSON, in version order
+    next_version: int | None  # where the next page starts; None: this is the last
+
+
+def _second_bytes(rows: list[tuple[Any, ...]]) -> int:
+    return sum(_utf8_bytes(row[1]) for row in rows)
 
 
 def _utf8_bytes(text: str) -> int:

@@ -1,0 +1,67 @@
+"""``GET /streams/{stream}`` pages: a page ends at ``limit`` events or once it holds about
+``PAGE_BYTES``, and when more follow it says where (``Link: <...>; rel="next"``, RFC 8288).
+A page was built whole, however large (10,000 events of 1 MiB: a 10 GiB string), and a
+full page looked the same as the stream's last one."""
+
+from __future__ import annotations
+
+import re
+
+import httpx2
+import orjson
+
+from app.store.reads import PAGE_BYTES
+from tests.integration.events import BATCH, STRUCTURED, dumps, event
+
+DATA = "x" * 1_000_000  # just under the 1 MiB bound on one event's data
+
+
+def next_link(response: httpx2.Response) -> str | None:
+    link = response.headers.get("link")
+    if link is None:
+        return None
+    found = re.fullmatch(r'<([^>]+)>; rel="next"', link)
+    assert found, link
+    return found.group(1)
+
+
+async def test_a_page_ends_at_its_byte_bound_and_links_the_next(
+    client: httpx2.AsyncClient,
+) -> None:
+    for _ in range(12):
+        posted = await client.post(
+            "/events", content=dumps(event(stream="big", data={"blob": DATA})), headers=STRUCTURED
+        )
+        assert posted.status_code == 201, posted.text
+    versions: list[int] = []
+    url: str | None = "/streams/big?limit=12"
+    pages = 0
+    while url is not None:
+        page = await client.get(url)
+        assert page.status_code == 200, page.text
+        assert len(page.content) <= PAGE_BYTES + 2 * len(DATA)  # one event past the bound
+        versions += [e["stream_version"] for e in orjson.loads(page.content)]
+        url = next_link(page)
+        pages += 1
+    assert versions == list(range(1, 13))  # each once, in order
+    assert pages == 2
+
+
+async def test_a_full_page_says_that_more_follow_and_the_last_does_not(
+    client: httpx2.AsyncClient,
+) -> None:
+    for n in (2, 3):  # a stream of exactly two events, and one of three
+        events = [event(stream=f"s{n}") for _ in range(n)]
+        assert (await client.post("/events", content=dumps(events), headers=BATCH)).is_success
+    last = await client.get("/streams/s2", params={"limit": 2, "min_position": 0})
+    more = await client.get("/streams/s3", params={"limit": 2, "min_position": 0})
+    assert len(last.json()) == len(more.json()) == 2
+    assert next_link(last) is None
+    following = next_link(more)
+    assert following is not None
+    assert "from_version=3" in following
+    assert "limit=2" in following
+    assert "min_position=0" in following  # the request's other parameters stay
+    rest = await client.get(following)
+    assert [e["stream_version"] for e in rest.json()] == [3]
+    assert next_link(rest) is None
