@@ -51,7 +51,7 @@ class TaskMaker:
         if key is not None:
             after, before = d.debounce_window(trigger_time, route.debounce_window_s)
             pending = await rows.fetch_debounced(
-                self._conn, tenant, route.id, key, after=after, before=before
+                self._conn, tenant, route.id, route.debounce_key, key, after=after, before=before
             )
             for other in pending:
                 if other.trigger_time > trigger_time:
@@ -118,5 +118,6 @@ def _created(
         priority=route.priority_for(record),
         trigger={**trigger, "time": event_time(record).isoformat()},
         debounce_key=debounce_key,
+        debounce_on=route.debounce_key,
         at=at,
     )

@@ -105,6 +105,7 @@ class TaskState:
     version: int
     position: int
     lease_request: str | None  # the worker's name for the request that leased it
+    debounce_on: str | None  # the attribute ``debounce_key`` is the value of
 
     @property
     def stream(self) -> str:
@@ -282,6 +283,7 @@ def _created(data: dict[str, Any], position: int) -> TaskState:
         version=1,
         position=position,
         lease_request=None,
+        debounce_on=data.get("debounce_on"),
     )
 
 
@@ -294,6 +296,7 @@ def created(
     trigger: dict[str, Any],
     debounce_key: str | None,
     at: datetime,
+    debounce_on: str | None = None,
 ) -> NewEvent:
     data = {
         "tenant": tenant,
@@ -311,6 +314,8 @@ def created(
         "on_model_mismatch": route["on_model_mismatch"],
         "at": at.isoformat(),
     }
+    if debounce_key is not None and debounce_on is not None:
+        data["debounce_on"] = debounce_on
     return NewEvent(
         id=decision_id(task_id, 1),
         source=SOURCE,

@@ -302,6 +302,8 @@ tasks = Table(
     # The worker's name for the request that leased the task, while it is leased: a retry
     # of that request (its answer lost) gets these leases back (migration 0018).
     Column("lease_request", Text),
+    # The attribute debounce_key is the value of (migration 0019; None: made before it).
+    Column("debounce_on", Text),
     CheckConstraint(
         "state IN ('ready', 'leased', 'completed', 'superseded', 'dead', 'discarded')",
         name="state",

@@ -327,13 +327,17 @@ async def fetch_debounced(
     conn: AsyncConnection,
     tenant: str,
     route_id: str,
+    attribute: str | None,
     key: str,
     *,
     after: datetime,
     before: datetime,
 ) -> list[TaskState]:
-    """The route's ready tasks with debounce key ``key`` triggered strictly between
-    ``after`` and ``before``, oldest first, locked (rows held elsewhere are passed)."""
+    """The route's ready tasks with debounce key ``key`` (the value of ``attribute``)
+    triggered strictly between ``after`` and ``before``, oldest first, locked (rows held
+    elsewhere are passed). A task made under a definition of the route that debounced on
+    another attribute is not one of them; one made before tasks named it (migration
+    0019) is matched on the value alone."""
     rows = await conn.execute(
         select(tasks)
         .where(
@@ -341,6 +345,7 @@ async def fetch_debounced(
             _c.route_id == route_id,
             func.md5(_c.debounce_key) == func.md5(key),  # what the index holds
             _c.debounce_key == key,
+            or_(_c.debounce_on == attribute, _c.debounce_on.is_(None)),
             _c.state == "ready",
             _c.trigger_time > after,
             _c.trigger_time < before,

@@ -33,6 +33,7 @@ def task_json(state: t.TaskState) -> dict[str, Any]:
         "trigger": state.trigger_id,
         "trigger_type": state.trigger_type,
         "debounce_key": state.debounce_key,
+        "debounce_on": state.debounce_on,
         "attempts": state.attempts,
         "max_retries": state.max_retries,
         "available_at": at(state.available_at),

@@ -51,6 +51,28 @@ class TestDebounceAndPrewarm:
         [superseded] = await events_of_type(admin, "causeway.task.superseded")
         assert newer["id"] in superseded["causationid"].split(",")
 
+    async def test_a_route_debouncing_on_another_attribute_supersedes_nothing_keyed_before(
+        self, app: FastAPI, admin: Client
+    ) -> None:
+        """The route's key changes from user_id to device_id (defining a route again
+        replaces it): an event from device 42 is no newer version of the work pending for
+        user 42, which it superseded, so that work never ran."""
+        await define(
+            admin, id="r", types=["changed"], kind="k", queue="q",
+            debounce={"key": "user_id", "window_s": 60},
+        )  # fmt: skip
+        await post(admin, type="changed", data={"user_id": "42", "device_id": "7"})
+        await catch_up(app)
+        await define(
+            admin, id="r", types=["changed"], kind="k", queue="q",
+            debounce={"key": "device_id", "window_s": 60},
+        )  # fmt: skip
+        await post(admin, type="changed", data={"user_id": "1", "device_id": "42"})
+        await post(admin, type="changed", data={"user_id": "2", "device_id": "42"})
+        await catch_up(app)
+        # User 42's work, and device 42's newest (it superseded the one before it).
+        assert (await queues(admin))["q"]["ready"] == 2
+
     async def test_a_late_event_older_than_the_pending_one_is_superseded_at_once(
         self, app: FastAPI, admin: Client
     ) -> None:
