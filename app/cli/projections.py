@@ -25,7 +25,8 @@ from app.db.engine import create_engine
 from app.db.schema import upgrade_to_head
 from app.errors import AppError
 from app.projections.base import Projection
-from app.projections.runner import ProjectionFailed, ProjectionRunner
+from app.projections.batches import ProjectionFailed
+from app.projections.runner import ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
 from app.store.records import parse_position
 from app.telemetry import logs, tracing

@@ -100,6 +100,10 @@ class DriftWatch:
         # the last minute of the log has its median gauge cleared (``_quieten``).
         self._last_sampled: dict[_Key, int] = {}
         self._batch: AsyncConnection | None = None
+        # The newest position observed into the metrics by this process: a rebuild, or a
+        # batch retried after a rollback, reads events again, and the histogram sees each
+        # event once (docs/observability.md).
+        self._observed = 0
 
     async def tally(self, conn: AsyncConnection, rows: Sequence[Any]) -> None:
         if conn is not self._batch:
@@ -163,7 +167,9 @@ class DriftWatch:
             self._last_sampled.pop(key, None)  # to the end: the oldest stay first
             self._last_sampled[key] = now_us
             median_now = median_us / 1e6
-        self._meter.observe(tenant, source, drift_us / 1e6, median_now)
+        if position > self._observed:
+            self._observed = position
+            self._meter.observe(tenant, source, drift_us / 1e6, median_now)
 
     async def flush(self, conn: AsyncConnection) -> None:
         """The state of the batch's changed sources (``Flushing``): one executemany,

@@ -32,15 +32,12 @@ import psycopg
 from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import projection_checkpoints, projection_skips
 from app.errors import BadRequest, Conflict, NotFound
 from app.projections import checkpoints
 from app.projections.base import (
-    Applying,
-    FlushFailed,
-    Flushing,
     Projection,
     Selection,
     Selective,
@@ -48,27 +45,15 @@ from app.projections.base import (
     narrowing,
     quiet_types,
 )
+from app.projections.batches import ProjectionFailed, flush_batch, read_and_apply
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
-from app.store.records import StoredEvent
 from app.telemetry import tracing
 from app.telemetry.batch_spans import traced_batch
 
 logger = logging.getLogger(__name__)
 _c = projection_checkpoints.c
-
-
-# A projection whose ``apply`` seldom waits on the database (drift) runs a batch of
-# thousands without giving the event loop back: every this many events, the runner does,
-# so the requests beside it wait for a few hundred events at most, not a batch.
-YIELD_EVERY = 256
-
-
-class ProjectionFailed(Exception):
-    def __init__(self, position: int, error: BaseException) -> None:
-        super().__init__(f"{type(error).__name__}: {error}")
-        self.position = position
 
 
 class ProjectionRunner:
@@ -169,11 +154,11 @@ class ProjectionRunner:
                     # may have sent a hint the old interest ignored: step once more.
                     self._interest[projection.name] = interest
                     self._wake[projection.name].set()
-            found, reached, more = await _read_and_apply(
+            found, reached, more, first = await read_and_apply(
                 conn, projection, checkpoint, head, size, selection
             )
             if found:
-                await _flush(projection, conn, reached)
+                await flush_batch(projection, conn, first)
             if (
                 not found
                 and reached - checkpoint < size
@@ -200,11 +185,11 @@ class ProjectionRunner:
             after = applied = 0
             more = True
             while more:
-                found, after, more = await _read_and_apply(
+                found, after, more, _ = await read_and_apply(
                     conn, projection, after, head, 1000, None
                 )
                 applied += found
-            await _flush(projection, conn, after)
+            await flush_batch(projection, conn, after)
             await checkpoints.advance(
                 conn,
                 projection.name,
@@ -242,6 +227,10 @@ class ProjectionRunner:
         # failure, and otherwise by each step with the checkpoint it locks.
         rebuild = await self.is_rebuild_requested(projection)
         while True:
+            # Before each batch, check the lock's connection still lives: once it died,
+            # another runner may lead, and a busy leader that checked only when idle went
+            # on applying beside it (the error ends this lead; the loop starts over).
+            await lead.confirm()
             if rebuild:
                 await self._rebuild_as_asked(projection)
             try:
@@ -250,10 +239,7 @@ class ProjectionRunner:
                 failures = 0
             except ProjectionFailed as failed:
                 failures += 1
-                # Keep what came before the failing event, so the projection stops right
-                # at it (the failed batch was rolled back whole).
-                while await self.step(projection, until=failed.position - 1):
-                    pass
+                failed = await self._up_to(projection, failed)
                 await self.record_failure(projection, failed)
                 delay = min(self._poll_interval_s * 2**failures, self._max_backoff_s)
                 logger.error(
@@ -268,9 +254,20 @@ class ProjectionRunner:
                 continue
             if not more and not rebuild:
                 await self._wait(projection)
-                # Idle: check the lock's connection still lives, or another runner may
-                # have taken the lead (the error ends this lead, and the loop starts over).
-                await lead.confirm()
+
+    async def _up_to(self, projection: Projection, failed: ProjectionFailed) -> ProjectionFailed:
+        """Keep what came before the failing event, so the projection stops right at it
+        (the failed batch was rolled back whole); the failure it stops at: an earlier
+        one, when the batches up to it fail too (a flush's failure is the batch's)."""
+        while True:
+            try:
+                while await self.step(projection, until=failed.position - 1):
+                    pass
+            except ProjectionFailed as earlier:
+                if earlier.position < failed.position:
+                    failed = earlier
+                    continue
+            return failed
 
     async def _rebuild_as_asked(self, projection: Projection) -> None:
         """The rebuild an operator asked for. One that fails is withdrawn: the event it
@@ -413,75 +410,6 @@ class ProjectionRunner:
             await conn.execute(
                 update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
-
-
-async def _read_and_apply(
-    conn: AsyncConnection,
-    projection: Projection,
-    after: int,
-    head: int,
-    size: int,
-    selection: Selection | None,
-) -> tuple[int, int, bool]:
-    """Read ``projection``'s next batch in (after, head], ``size`` at most, and apply or
-    tally it; as ``_apply_events`` answers."""
-    if not isinstance(projection, Tallying):
-        found = await checkpoints.read_events(conn, projection, after, head, size, selection)
-        return await _apply_events(projection, conn, found, size, head, selection)
-    rows = await checkpoints.read_rows(conn, projection, after, head, size)
-    if rows:
-        try:
-            await projection.tally(conn, rows)
-        except Exception as exc:
-            raise _failure(rows[0].position, exc) from exc
-    more = len(rows) == size
-    return len(rows), rows[-1].position if more else head, more
-
-
-async def _apply_events(
-    projection: Projection,
-    conn: AsyncConnection,
-    found: Sequence[StoredEvent],
-    size: int,
-    head: int,
-    selection: Selection | None,
-) -> tuple[int, int, bool]:
-    """Apply ``found`` (a batch of at most ``size`` read up to ``head``) in order; how many,
-    the position the batch reached, and whether another should follow at once: it was
-    full, or ended at an event that may change what a Selective projection reads."""
-    if not isinstance(projection, Applying):
-        raise TypeError(f"projection {projection.name!r} neither applies nor tallies")
-    reached = found[-1].position if len(found) == size else head
-    more = len(found) == size
-    for n, event in enumerate(found, 1):
-        try:
-            await projection.apply(conn, event)
-        except Exception as exc:
-            raise _failure(event.position, exc) from exc
-        if n % YIELD_EVERY == 0:
-            await asyncio.sleep(0)  # a handler that awaits nothing holds the loop
-        if selection is not None and event.record.type in selection.types:
-            return n, event.position, True  # what the projection reads may have changed
-    return len(found), reached, more
-
-
-async def _flush(projection: Projection, conn: AsyncConnection, position: int) -> None:
-    """A ``Flushing`` projection's writes of the batch that ended at ``position``; its
-    failure is the batch's, at that position."""
-    if isinstance(projection, Flushing):
-        try:
-            await projection.flush(conn)
-        except Exception as exc:
-            raise _failure(position, exc) from exc
-
-
-def _failure(position: int, exc: Exception) -> ProjectionFailed:
-    """The failure of the event at ``position``, or of the one a ``FlushFailed`` names
-    (a projection's flush, at the batch's end or during a later event's ``apply``)."""
-    if isinstance(exc, FlushFailed):
-        cause = exc.__cause__
-        return ProjectionFailed(exc.position, cause if isinstance(cause, Exception) else exc)
-    return ProjectionFailed(position, exc)
 
 
 def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import events, log_head
-from app.projections.runner import ProjectionFailed
+from app.projections.batches import ProjectionFailed
 from app.store.log import EventLog
 from app.store.records import NewEvent
 from scheduler.tasks import task_id_for

@@ -19,9 +19,10 @@ from app.db.tables import events
 from app.errors import Conflict, NotFound
 from app.projections import checkpoints as checkpoints_module
 from app.projections.base import FlushFailed
+from app.projections.batches import ProjectionFailed
 from app.projections.deployments import Deployments
 from app.projections.model_registry import ModelRegistry
-from app.projections.runner import ProjectionFailed, ProjectionRunner
+from app.projections.runner import ProjectionRunner
 from app.projections.status import fetch_skips, fetch_status
 from app.store import deployments as deploy
 from app.store.deployments import DeploymentState
