@@ -53,6 +53,8 @@ class Settings(BaseSettings):
     # much more of the body, for at most this long, then close (app.web.timeouts).
     linger_bytes: int = Field(default=32 << 20, ge=0)
     linger_s: float = Field(default=5.0, ge=0)
+    # After SIGTERM, what still runs (watches, replays) is cut once this has passed.
+    shutdown_timeout_s: int = Field(default=25, ge=0, le=3600)
     db_pool_size: int = Field(default=5, ge=1)
     key_cache_ttl_s: float = Field(default=5.0, ge=0)
     # At most 2048: an attribute is indexed (id, stream, source, type, ...), and a btree
@@ -62,7 +64,8 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=16 << 20, ge=1)
     max_batch_events: int = Field(default=10_000, ge=1)
     # An event stamped more than this ahead of the server's clock is refused (422); None: off.
-    max_future_s: float | None = Field(default=None, gt=0)
+    # At most a hundred years: past about 2.7e11 s the server's clock plus it is no date.
+    max_future_s: float | None = Field(default=None, gt=0, le=3_153_600_000)
     # The JSON endpoints but POST /events, GraphQL and task completions (app.web.bodies)
     max_json_body_bytes: int = Field(default=256 << 10, ge=1024)
     replay_fetch_rows: int = Field(default=1000, ge=1, le=1_000_000)  # FETCH takes 32 bits

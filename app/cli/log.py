@@ -131,8 +131,14 @@ def anchor(
         return
     line = f"{position}:{digest.hex()} {datetime.now(UTC).isoformat(timespec='seconds')}\n"
     try:
-        with journal.open("a", encoding="utf-8") as out:
-            out.write(line)
+        with journal.open("a+b") as out:
+            # A last line without its newline (typed by hand) would take this anchor in
+            # as its tail, where verify never reads it: a line of its own, always.
+            if out.seek(0, os.SEEK_END) > 0:
+                out.seek(-1, os.SEEK_END)
+                if out.read(1) != b"\n":
+                    line = "\n" + line
+            out.write(line.encode())
             out.flush()
             os.fsync(out.fileno())
     except OSError as exc:
@@ -330,9 +336,14 @@ def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
         if found is not None and not stat.S_ISREG(found.st_mode):
             return out.open("wb"), None
         partial = out.with_name(f".{out.name}.partial")
-        sink = partial.open("wb")
+        mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()  # left by a replay that was killed; never followed (a link)
+        # Made with the export's mode (the umask narrows it): made wider and narrowed after,
+        # another local user could open it in between and read the export as it is written.
+        sink = os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb")
         if found is not None:
-            os.chmod(partial, stat.S_IMODE(found.st_mode))
+            os.chmod(partial, mode)  # the export's mode exactly, whatever the umask took
         return sink, partial
     except OSError as exc:
         fail(f"--out {out}: {exc.strerror or exc}")

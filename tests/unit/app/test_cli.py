@@ -124,6 +124,8 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         ("NATS_DUPLICATE_WINDOW_S", "5", "at least twice CAUSEWAY_NATS_ACK_TIMEOUT_S"),
         ("NATS_URL", "http://127.0.0.1:4222", "is not a nats:// or tls:// server URL"),
         ("NATS_REPLICAS", "7", "Input should be less than or equal to 5"),
+        # Taken, it turned every POST of an event with a time into a 500 (OverflowError).
+        ("MAX_FUTURE_S", "1e15", "Input should be less than or equal to 3153600000"),
     ],
 )
 def test_a_setting_out_of_its_range_is_one_line_and_exit_2(

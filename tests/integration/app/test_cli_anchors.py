@@ -1,0 +1,56 @@
+"""``causeway anchor`` appends to a journal an operator may also edit by hand: its line is
+a line of its own even when the journal's last line lacks its newline. It was appended
+to that line, where ``verify --anchors`` never read it, so a rewrite passed as intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import URL
+from typer.testing import CliRunner
+
+from app.cli import cli
+from tests.integration.app.test_cli import store
+from tests.integration.forgery import rewrite
+
+
+@pytest.fixture
+def run(database_url: URL, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("CAUSEWAY_DATABASE_URL", database_url.render_as_string(hide_password=False))
+    return CliRunner()
+
+
+def test_an_anchor_appended_after_a_comment_without_newline_still_catches_a_rewrite(
+    run: CliRunner, database_url: URL, tmp_path: Path
+) -> None:
+    """The journal starts with a comment an operator typed (an editor or `printf` that
+    left no final newline)."""
+    journal = tmp_path / "anchors.log"
+    journal.write_text("# anchors of the production store, kept on the audit host")
+    store(database_url, "acme", 5)
+    appended = run.invoke(cli, ["anchor", str(journal)])
+    assert appended.exit_code == 0, appended.output
+    rewrite(database_url, 5, {"i": 99}, move_head=True)
+    result = run.invoke(cli, ["verify", "--anchors", str(journal)])
+    assert result.exit_code == 1, (
+        f"the rewrite passed against the journal {journal.read_text()!r}: {result.output}"
+    )
+
+
+def test_an_anchor_appended_after_an_anchor_line_without_newline_is_checked(
+    run: CliRunner, database_url: URL, tmp_path: Path
+) -> None:
+    """A journal whose last anchor line lost its newline (copied over by hand): the new
+    anchor became the third word of the old line."""
+    journal = tmp_path / "anchors.log"
+    store(database_url, "acme", 3)
+    assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0
+    journal.write_text(journal.read_text().rstrip("\n"))
+    store(database_url, "acme2", 2)
+    assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0
+    rewrite(database_url, 5, {"i": 99}, move_head=True)
+    result = run.invoke(cli, ["verify", "--anchors", str(journal)])
+    assert result.exit_code == 1, (
+        f"the rewrite passed against the journal {journal.read_text()!r}: {result.output}"
+    )
