@@ -4,6 +4,7 @@ embedded one), and a one-line failure with exit code 2."""
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from app.settings import Settings
 err_console = Console(stderr=True)
 ADMIN_KEY_FILE = "admin.key"
 ADDRESS_FILE = "address"  # where `serve` answers, for `causeway demo`
+SERVE_LOCK_FILE = "serve.lock"  # held by the one `serve` of an embedded PostgreSQL
 
 
 def fail(detail: str, code: int = 2) -> NoReturn:
@@ -89,24 +91,49 @@ class Database:
 
 @contextmanager
 def database(settings: Settings) -> Iterator[Database]:
-    """The configured database, or the embedded server started for the block."""
+    """The configured database, or the embedded server started for the block. SIGTERM
+    stops the block as Ctrl-C does (``sigterm_exits``), from before the embedded server
+    starts: under the default handler it ended the process at once, the server left
+    running."""
     if settings.database_url is not None:
         yield Database(settings.database_url, None)
         return
     embedded = EmbeddedPostgres(settings.data_dir)
+    with sigterm_exits():
+        try:
+            url = embedded.start()
+        except Exception as exc:  # pgserver raises assorted errors; report any of them
+            embedded.stop()
+            fail(
+                f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc} "
+                f"(its log: {embedded.log_path})",
+                1,
+            )
+        except BaseException:  # SIGTERM or Ctrl-C while it started
+            embedded.stop()
+            raise
+        db = Database(url, embedded)
+        try:
+            yield db
+        finally:
+            db.close()
+
+
+@contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """SIGTERM stops the command as Ctrl-C does: ``SystemExit(143)`` (128 + 15, a shell's
+    status for SIGTERM), so that the blocks it leaves clean up (the embedded PostgreSQL
+    is stopped). uvicorn shuts down on SIGTERM, restores the handler it found and raises
+    the signal again; under the default handler that ended the process at once."""
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
     try:
-        url = embedded.start()
-    except Exception as exc:  # pgserver raises assorted errors; report any of them
-        fail(
-            f"could not start the embedded PostgreSQL in {settings.data_dir}: {exc} "
-            f"(its log: {embedded.log_path})",
-            1,
-        )
-    db = Database(url, embedded)
-    try:
-        yield db
+        yield
     finally:
-        db.close()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def require_head(url: URL | str, advice: str) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +29,7 @@ from app.cli.keys import create_key
 from app.cli.runtime import (
     ADDRESS_FILE,
     ADMIN_KEY_FILE,
+    SERVE_LOCK_FILE,
     Database,
     announce,
     database,
@@ -36,6 +37,7 @@ from app.cli.runtime import (
     load_settings,
     migrate_to_head,
     require_head,
+    sigterm_exits,
     url_text,
 )
 from app.db.schema import head_revision
@@ -82,7 +84,7 @@ def serve(
     bind_port = settings.port if port is None else port
     _check_bind(bind_host, bind_port)  # before a database is started for nothing
     logs.configure(settings.log_format)
-    with database(settings) as db:
+    with _one_serve_per_data_dir(settings), database(settings) as db:
         url = db.url
         if db.embedded is not None or migrate:
             with _migrations_logged_to(db):
@@ -96,12 +98,51 @@ def serve(
         # server has stopped.
         os.environ["CAUSEWAY_DATABASE_URL"] = url_text(url)
         try:
-            with _sigterm_exits():
+            with sigterm_exits():
                 run_server(settings, bind_host, bind_port, workers or settings.workers)
         finally:
             if address_file is not None:
-                address_file.unlink(missing_ok=True)
+                _unlink_own(address_file, _address(bind_host, bind_port))
             db.close()
+
+
+@contextlib.contextmanager
+def _one_serve_per_data_dir(settings: Settings) -> Iterator[None]:
+    """With the embedded PostgreSQL, one ``serve`` per data folder: a second one started
+    on the same server and, stopping, removed the first one's address file. An exclusive
+    lock on ``<data_dir>/serve.lock``, held for the life of the process (the system drops
+    it when the process ends, however)."""
+    if settings.database_url is not None:
+        yield
+        return
+    path = settings.data_dir / SERVE_LOCK_FILE
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        holder = path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot use {settings.data_dir}: {exc.strerror or exc}")
+    with holder:
+        try:
+            fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder.seek(0)
+            pid = holder.read().strip() or "?"
+            fail(
+                f"another causeway serve (pid {pid}) uses {settings.data_dir}: stop it, or "
+                "give this one a CAUSEWAY_DATA_DIR of its own"
+            )
+        holder.seek(0)
+        holder.truncate()
+        holder.write(f"{os.getpid()}\n")
+        holder.flush()
+        yield
+
+
+def _unlink_own(path: Path, address: str) -> None:
+    """Remove the address file unless another service wrote its own address there."""
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8").strip() == address:
+            path.unlink()
 
 
 @contextlib.contextmanager
@@ -165,24 +206,6 @@ def _address(host: str, port: int) -> str:
     return f"http://[{reach}]:{port}" if ":" in reach else f"http://{reach}:{port}"
 
 
-@contextlib.contextmanager
-def _sigterm_exits() -> Iterator[None]:
-    """SIGTERM stops the service as Ctrl-C does, the embedded PostgreSQL included. uvicorn
-    shuts down on SIGTERM, restores the handler it found and raises the signal again (so
-    that the process ends as the signal asks); under the default handler that ends the
-    process at once, before the ``finally`` that stops PostgreSQL. This handler turns it
-    into ``SystemExit(143)`` (128 + 15, a shell's status for SIGTERM) once uvicorn is done."""
-
-    def exit_now(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, exit_now)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
     """uvicorn serving the app over HTTP/1.1 through its public API (``uvicorn.run``):
     httptools parses, no WebSocket is spoken (the GraphQL schema has nothing to subscribe
@@ -202,6 +225,9 @@ def run_server(settings: Settings, host: str, port: int, workers: int) -> None:
             # Each worker process configures its logging with this (uvicorn's and ours).
             log_config=logs.logging_config(settings.log_format),
             access_log=settings.access_log,
+            # What still runs (an SSE watch, a long replay) is cut this long after SIGTERM:
+            # an open watch waited for its client to leave, and the process never ended.
+            timeout_graceful_shutdown=settings.shutdown_timeout_s,
         )
 
 
