@@ -58,7 +58,11 @@ function modelFacts(model) {
 function data(event) {
   if (event.dataBase64 !== null && event.dataBase64 !== undefined) {
     const bytes = Math.floor((event.dataBase64.length * 3) / 4) - (event.dataBase64.match(/=*$/)[0].length);
-    const type = event.dataContentType || "application/octet-stream";
+    // Only the media type's essence, and only a well-formed one: the producer's
+    // parameters (name="a,b.bin") would end the data URL's header early, and the download
+    // would hold the rest of them in front of the bytes.
+    const essence = (event.dataContentType || "").split(";")[0].trim().toLowerCase();
+    const type = /^[a-z0-9!#$&^_.+-]+\/[a-z0-9!#$&^_.+-]+$/.test(essence) ? essence : "application/octet-stream";
     return h("p", {}, `Binary data, ${bytes} bytes. `,
       h("a", { href: `data:${type};base64,${event.dataBase64}`, download: `${event.id}.bin` }, "Download"));
   }

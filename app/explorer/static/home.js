@@ -10,11 +10,12 @@ const FIND = `query ($q: ID!, $s: String!) {
   model(name: $s) { name }
 }`;
 
-const PAGE = 500; // events a read of recent() answers at most
+const PAGE = 500; // events a read of recent() asks for (the server may answer fewer)
 const MAX_READS = 40; // reads of recent() at most: windows up to 2**39 pages back
 const RECENT = `query ($from: BigInt!, $to: BigInt!) {
   events(filter: { positionFrom: $from, positionTo: $to }, first: 500) {
     edges { node { id type source time recordedTime position correlationId } }
+    pageInfo { hasNextPage }
   }
 }`;
 
@@ -70,8 +71,11 @@ async function recent() {
   let span = PAGE;
   for (let reads = 0; to > 0 && found.length < 25 && reads < MAX_READS; reads++) {
     const from = Math.max(1, to - span + 1);
-    const page = (await gql(RECENT, { from, to })).events.edges.map((e) => e.node);
-    if (page.length === PAGE && from < to) {
+    const answer = (await gql(RECENT, { from, to })).events;
+    const page = answer.edges.map((e) => e.node);
+    // More than a page, by what the server says: its page may be smaller than PAGE
+    // (CAUSEWAY_GRAPHQL_MAX_PAGE_SIZE), and a page cut short would hide the latest.
+    if (answer.pageInfo.hasNextPage && from < to) {
       span = Math.max(1, Math.floor(span / 2)); // more than a page: the latest are nearer
       continue;
     }

@@ -3,12 +3,15 @@ import { gql } from "./api.js";
 import { colourOf, family, h, link, params, problem, urls } from "./dom.js";
 import { draw } from "./graph.js";
 
-const FIELDS = `nodes { depth event { id type model { name version } } }
+const FIELDS = (more) => `nodes { depth event { id type model { name version } ${more} } }
   edges { cause { id } effect { id } } truncated`;
+// Each walk gives the links among its own events: a link from an ancestor straight to a
+// descendant (C names A besides B, in A -> B -> C) is in neither, so the descendants'
+// causes are asked for too.
 const LINEAGE = `query ($id: ID!, $up: Int!, $down: Int!) {
   root: event(id: $id) { id type model { name version } }
-  up: lineage(id: $id, direction: UPSTREAM, maxDepth: $up, limit: 2000) { ${FIELDS} }
-  down: lineage(id: $id, direction: DOWNSTREAM, maxDepth: $down, limit: 2000) { ${FIELDS} }
+  up: lineage(id: $id, direction: UPSTREAM, maxDepth: $up, limit: 2000) { ${FIELDS("")} }
+  down: lineage(id: $id, direction: DOWNSTREAM, maxDepth: $down, limit: 2000) { ${FIELDS("causes { id }")} }
 }`;
 
 function depth(name) {
@@ -30,7 +33,10 @@ export async function render(_options, id) {
   for (const n of data.down.nodes) nodes.set(n.event.id, n.event);
   const seen = new Set();
   const edges = [];
-  for (const e of [...data.up.edges, ...data.down.edges]) {
+  const across = data.down.nodes.flatMap((n) => (n.event.causes || [])
+    .filter((c) => ancestors.has(c.id))
+    .map((c) => ({ cause: { id: c.id }, effect: { id: n.event.id } })));
+  for (const e of [...data.up.edges, ...data.down.edges, ...across]) {
     const key = `${e.cause.id}\n${e.effect.id}`;
     if (seen.has(key)) continue;
     seen.add(key);
@@ -42,7 +48,7 @@ export async function render(_options, id) {
   const truncated = data.up.truncated || data.down.truncated;
   return [
     h("h1", {}, "Lineage of ", link(urls.event(id), id, { class: "mono" })),
-    depthForm(up, down),
+    depthForm(id, up, down),
     h("p", { id: "graph-summary", "data-nodes": list.length, "data-edges": edges.length },
       `${list.length} events, ${edges.length} links (cause above, effect below, arrows point to the effect). `,
       h("span", { id: "graph-time" }), "Click an event to open its graph; ",
@@ -71,13 +77,17 @@ export async function shown() {
   document.getElementById("graph-time").textContent = `Laid out and drawn in ${ms.toFixed(0)} ms. `;
 }
 
-function depthForm(up, down) {
+function depthForm(id, up, down) {
   const select = (name, label, value) => [
     h("label", { for: name }, label),
     h("select", { id: name, name }, Array.from({ length: 10 }, (_, i) =>
       h("option", { value: i + 1, selected: i + 1 === value }, String(i + 1)))),
   ];
+  // A GET form replaces the whole query: an id that goes in ?id= ("." and "..", whose
+  // path segment is "_") goes along, or the graph shown next is the event "_"'s.
+  const named = new URL(urls.lineage(id), location.origin).searchParams.get("id");
   return h("form", { class: "depth", method: "get" },
+    named === null ? null : h("input", { type: "hidden", name: "id", value: named }),
     select("up", "Causes, steps up", up), select("down", "Effects, steps down", down),
     h("button", { type: "submit" }, "Show"));
 }

@@ -15,7 +15,7 @@ export async function render(_options, kind, id) {
   if (!events.length) return [h("h1", {}, title, id), problem(`Your tenant has no events in ${kind} ${id}.`)];
   return [
     h("h1", {}, title, h("span", { class: "mono" }, id)),
-    h("p", {}, `${events.length} events${data.page.hasNextPage ? " (the first 500)" : ""}. `,
+    h("p", {}, `${events.length} events${data.page.pageInfo.hasNextPage ? ` (the first ${events.length})` : ""}. `,
       "○ event time (the producer's clock) — ■ recorded time (the store's clock)."),
     chart(events),
     table(["position", "id", "type", "event time", "recorded", "recorded − event"], events.map((e) => [
