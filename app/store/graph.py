@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import orjson
 from psycopg import AsyncConnection as PsycopgConnection
-from sqlalchemy import BigInteger, Text, any_, func, literal, select, true
-from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy import BigInteger, Text, any_, cast, func, literal, null, select, true
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events
@@ -88,6 +88,19 @@ _WALK = """
     WHERE root.tenant = %(tenant)s AND root.id = %(id)s
     ORDER BY walked.depth, events.position
 """
+
+
+def _row_without_content() -> tuple[Any, ...]:
+    """``full_row()``'s columns, with no data, no binary data and no extensions (empty)."""
+    kept = [
+        null().label(c.name)
+        if c.name in ("data", "data_binary")
+        else cast(literal("{}"), JSONB).label(c.name)
+        if c.name == "extensions"
+        else c
+        for c in events.c
+    ]
+    return (*kept, events.c.data.is_not(None).label("has_json_data"))
 
 
 def _stored(row: Any) -> StoredEvent:
@@ -193,9 +206,14 @@ class GraphReader:
             grouped[row.of].append(_stored(row))
         return {p: Page(found[:first], len(found) > first) for p, found in grouped.items()}
 
-    async def fetch_page(self, tenant: str, selection: EventFilter, *, first: int) -> Page:
-        """Events matching ``selection`` after ``selection.after``, ``first`` at most."""
-        statement = apply_filter(select(*full_row()), tenant, selection).limit(first + 1)
+    async def fetch_page(
+        self, tenant: str, selection: EventFilter, *, first: int, content: bool = True
+    ) -> Page:
+        """Events matching ``selection`` after ``selection.after``, ``first`` at most;
+        without their data, binary data and extensions unless ``content`` (a page whose
+        answer shows none of them held them all: 500 events of 1 MiB for a page of ids)."""
+        columns = full_row() if content else _row_without_content()
+        statement = apply_filter(select(*columns), tenant, selection).limit(first + 1)
         found = [_stored(row) for row in await self._conn.execute(statement)]
         return Page(found[:first], len(found) > first)
 
