@@ -239,7 +239,7 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             for lease in leased:
-                length = _seconds_until(lease.expires_at)
+                length = _lease_length(lease)
                 self._held[lease.task_id] = _Held(lease, length, now + length / 2)
         self.stats.leased += len(leased)
         return leased
@@ -367,7 +367,12 @@ def _str(value: object) -> str:
         return f"<{type(value).__name__} that cannot be shown>"
 
 
-def _seconds_until(expires_at: str) -> float:
-    """How long a lease that ends at ``expires_at`` (ISO 8601, with its offset) has left."""
-    end = datetime.fromisoformat(expires_at)
-    return max((end - datetime.now(end.tzinfo)).total_seconds(), 1.0)
+def _lease_length(lease: Lease) -> float:
+    """How long ``lease`` lasts, by the service's clock alone: from when it was granted to
+    when it ends (a service older than ``leased_at``: until it ends, by this machine's
+    clock). By this machine's clock alone, one a minute behind the service's took a lease
+    of 30 s for 90, and heartbeat it too late: the lease was lost."""
+    end = datetime.fromisoformat(lease.expires_at)
+    granted = lease.task.get("leased_at")
+    start = datetime.fromisoformat(granted) if granted else datetime.now(end.tzinfo)
+    return max((end - start).total_seconds(), 1.0)

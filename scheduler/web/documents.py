@@ -38,6 +38,7 @@ def task_json(state: t.TaskState) -> dict[str, Any]:
         "max_retries": state.max_retries,
         "available_at": at(state.available_at),
         "worker": state.worker,
+        "leased_at": at(state.leased_at) if state.state == "leased" else None,
         "lease_expires_at": at(state.lease_expires_at) if state.state == "leased" else None,
         "error": (
             {"class": state.error_class, "message": state.error} if state.error_class else None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import get_args
 
-from ingest.worker import _ERROR_CLASSES, TaskFailed, _failure, _storable
+from ingest.client import Lease
+from ingest.worker import _ERROR_CLASSES, TaskFailed, _failure, _lease_length, _storable
 from scheduler.tasks import ErrorClass
 
 
@@ -22,3 +23,15 @@ def test_a_message_is_sent_as_the_service_can_store_it() -> None:
 def test_a_class_the_service_does_not_take_fails_the_task_as_unknown() -> None:
     assert _failure(TaskFailed("bogus", "no")) == ("unknown", "TaskFailed('bogus'): no")
     assert _failure(TaskFailed("transient", "later")) == ("transient", "later")
+
+
+def test_a_lease_lasts_as_the_service_granted_it_whatever_this_machine_s_clock() -> None:
+    """Measured by this machine's clock, a lease of 30 s granted by a service
+    whose clock runs far ahead (or this one far behind) seemed to last for years, and was
+    heartbeated too late: it ran out, and the task's attempt was lost."""
+    task = {"id": "t", "leased_at": "2999-01-01T00:00:00+00:00"}
+    lease = Lease("t", "l", "2999-01-01T00:00:30+00:00", task, {})
+    assert _lease_length(lease) == 30.0
+    # A service that does not say when it granted the lease: until it ends, from now.
+    older = Lease("t", "l", "2000-01-01T00:00:30+00:00", {"id": "t"}, {})
+    assert _lease_length(older) == 1.0  # ended already: heartbeat at once
