@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
@@ -74,7 +75,16 @@ async def read_stream(
             raise NotFound(f"no stream {stream!r}", stream=stream)
     headers = {}
     if page.next_version is not None:  # RFC 8288: where the next page is
-        following = request.url.include_query_params(from_version=page.next_version, limit=limit)
-        headers["Link"] = f'<{following}>; rel="next"'
+        headers["Link"] = f'<{_next_page(request, stream, page.next_version, limit)}>; rel="next"'
     body = "[" + ",".join(page.events) + "]"
     return Response(body, media_type="application/cloudevents-batch+json", headers=headers)
+
+
+def _next_page(request: Request, stream: str, from_version: int, limit: int) -> str:
+    """The URL of the page after this one: the stream's name percent-encoded (the request's
+    own path is decoded: a name with ``%``, ``>`` or characters past Latin-1 made a link
+    to another stream, one no parser reads, or a header that cannot be sent), the request's
+    other parameters kept."""
+    path = f"{request.scope.get('root_path', '')}/streams/{quote(stream, safe='')}"
+    url = request.url.replace(path=path)
+    return str(url.include_query_params(from_version=from_version, limit=limit))

@@ -1,11 +1,14 @@
 """``GET /streams/{stream}`` pages: a page ends at ``limit`` events or once it holds about
 ``PAGE_BYTES``, and when more follow it says where (``Link: <...>; rel="next"``, RFC 8288).
 A page was built whole, however large (10,000 events of 1 MiB: a 10 GiB string), and a
-full page looked the same as the stream's last one."""
+full page looked the same as the stream's last one. The link names the stream
+percent-encoded: built from the decoded path, a name with ``%`` linked another stream,
+one with ``>`` made a link no parser reads, and one past Latin-1 a 500."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import httpx2
 import orjson
@@ -65,3 +68,45 @@ async def test_a_full_page_says_that_more_follow_and_the_last_does_not(
     rest = await client.get(following)
     assert [e["stream_version"] for e in rest.json()] == [3]
     assert next_link(rest) is None
+
+
+async def _post(client: httpx2.AsyncClient, stream: str, n: int) -> None:
+    events = [event(stream=stream, data={"in": stream}) for _ in range(n)]
+    posted = await client.post("/events", content=dumps(events), headers=BATCH)
+    assert posted.is_success, posted.text
+
+
+async def test_the_next_link_of_a_stream_whose_name_holds_a_percent_sign_names_that_stream(
+    client: httpx2.AsyncClient,
+) -> None:
+    # Two streams: "a%41" (three events) and "aA" (one event). The page of "a%41" must
+    # link the rest of "a%41", not "aA".
+    await _post(client, "a%41", 3)
+    await _post(client, "aA", 1)
+    first = await client.get(f"/streams/{quote('a%41', safe='')}", params={"limit": 2})
+    assert first.status_code == 200, first.text
+    assert [e["stream"] for e in first.json()] == ["a%41", "a%41"]
+    following = await client.get(next_link(first) or "")
+    assert following.status_code == 200, following.text
+    assert [e["stream"] for e in following.json()] == ["a%41"], following.json()
+
+
+async def test_a_stream_with_a_name_outside_latin1_and_more_than_a_page_is_answered(
+    client: httpx2.AsyncClient,
+) -> None:
+    await _post(client, "カメラ", 2)
+    first = await client.get(f"/streams/{quote('カメラ', safe='')}", params={"limit": 1})
+    assert first.status_code == 200, first.text
+    assert [e["stream"] for e in first.json()] == ["カメラ"]
+    following = await client.get(next_link(first) or "")
+    assert [e["stream_version"] for e in following.json()] == [2]
+
+
+async def test_a_stream_whose_name_holds_a_closing_angle_bracket_gets_a_parsable_link(
+    client: httpx2.AsyncClient,
+) -> None:
+    await _post(client, "in>out", 2)
+    first = await client.get(f"/streams/{quote('in>out', safe='')}", params={"limit": 1})
+    assert first.status_code == 200, first.text
+    following = await client.get(next_link(first) or "")
+    assert [e["stream"] for e in following.json()] == ["in>out"]
