@@ -51,9 +51,6 @@ from evs_bridge.windows import Segment, SegmentCutter, WindowSpec
 _tracer = trace.get_tracer("evs_bridge")
 
 _URGENCY = {Delivery.LAZY: 0, Delivery.SOON: 1, Delivery.IMMEDIATE: 2}
-# The stream's first chunks are held until they hold this many events at most, in case
-# none of them is in the geometry: then they go on with what reference they give.
-_MAX_START_HELD = 1_000_000
 
 
 class EventFilter(Protocol):
@@ -158,11 +155,14 @@ class Pipeline:
             # The first reference time is the median of the stream's first
             # ``jump_confirm_events`` times, not its first time alone: were that one
             # wild, every later event would be behind it, in its segment. So the chunks
-            # are held until that many have come (in stream order, whatever the chunking).
+            # are held until that many have come (in stream order, whatever the chunking),
+            # without what would not be admitted anyway (so a stream that starts with
+            # millions of events outside the sensor holds none of them).
+            chunk = self._fitting(chunk)
             self._start.append(chunk)
-            self._start_times.extend(self._fitting_times(chunk.events)[: self._wanted_times()])
-            held = sum(len(c.events) for c in self._start)
-            if self._wanted_times() and held < _MAX_START_HELD:
+            times = chunk.events["t"][: self._wanted_times()]
+            self._start_times.extend(int(t) for t in times)
+            if self._wanted_times():
                 return
             chunk = self._started()
         self._process(chunk)
@@ -203,26 +203,31 @@ class Pipeline:
     def _admit(self, events: Events) -> Events:
         if len(events) == 0:
             return events
-        keep = (events["x"] < self._width) & (events["y"] < self._height)
-        self.stats.out_of_geometry += len(events) - int(np.count_nonzero(keep))
-        times = events["t"].astype(np.int64, copy=False)
-        if self.lineage.clock is ClockDomain.UNIX:
-            in_range = self._in_range(times)
-            self.stats.outliers += int(np.count_nonzero(keep & ~in_range))
-            keep &= in_range
-        keep &= self._not_jumps(times, keep)
+        keep = self._fits(events)
+        keep &= self._not_jumps(events["t"].astype(np.int64, copy=False), keep)
         return events if bool(keep.all()) else events[keep]
 
-    def _in_range(self, times: np.ndarray) -> np.ndarray:
-        return (times >= MIN_UNIX_US) & (times <= self._last_unix_us)
-
-    def _fitting_times(self, events: Events) -> list[int]:
-        """The times of ``events`` that are in the geometry (and range), in order."""
-        times = events["t"].astype(np.int64, copy=False)
-        fits = (events["x"] < self._width) & (events["y"] < self._height)
+    def _fits(self, events: Events) -> np.ndarray:
+        """Which of ``events`` are in the geometry (and, with the unix clock, in range);
+        the others are counted (``out_of_geometry``, ``outliers``)."""
+        keep = (events["x"] < self._width) & (events["y"] < self._height)
+        self.stats.out_of_geometry += len(events) - int(np.count_nonzero(keep))
         if self.lineage.clock is ClockDomain.UNIX:
-            fits &= self._in_range(times)
-        return [int(t) for t in times[fits][: self.config.jump_confirm_events]]
+            times = events["t"].astype(np.int64, copy=False)
+            in_range = (times >= MIN_UNIX_US) & (times <= self._last_unix_us)
+            self.stats.outliers += int(np.count_nonzero(keep & ~in_range))
+            keep &= in_range
+        return keep
+
+    def _fitting(self, chunk: EventChunk) -> EventChunk:
+        """``chunk`` without what ``_admit`` drops before the jump rule, counted (``_fits``):
+        a held chunk keeps only what may be admitted."""
+        if len(chunk.events) == 0:
+            return chunk
+        keep = self._fits(chunk.events)
+        if bool(keep.all()):
+            return chunk
+        return EventChunk(chunk.events[keep], chunk.offset_start, chunk.offset_end)
 
     def _not_jumps(self, times: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which of the events in ``candidates`` are no outlier jump (see the docstring)."""

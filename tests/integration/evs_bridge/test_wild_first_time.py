@@ -46,3 +46,28 @@ def test_a_wild_first_timestamp_costs_one_event_not_the_recording(tmp_path: Path
 
     assert _windows(glitched) == _windows(clean)
     assert "1 with outlier times" in summary, summary
+
+
+LEADING = 65536 * 16 - 1  # out-of-geometry events before the first one in it
+
+
+def test_a_wild_first_time_after_a_million_outside_events_costs_one_event(
+    tmp_path: Path,
+) -> None:
+    """The first chunks are held until 8 times in the geometry have come; a hold that
+    ended at a million events, fitting or not, started from the one wild time."""
+    with np.load(PROPHESEE_NPZ) as archive:
+        events, width, height = archive["events"], archive["width"], archive["height"]
+    outside = np.repeat(events[:1], LEADING)
+    outside["x"] = int(width)  # one column past the sensor: dropped, counted
+    outside["t"] = events["t"][0]
+    clean = np.concatenate([outside, events[1:]])
+    np.savez(tmp_path / "clean.npz", events=clean, width=width, height=height)
+    wild = np.concatenate([outside, events])
+    wild["t"][LEADING] += HOUR_US  # the first event in the geometry glitched an hour ahead
+    np.savez(tmp_path / "wild.npz", events=wild, width=width, height=height)
+
+    _, clean_out = _replay(tmp_path / "clean.npz", tmp_path / "clean.ndjson")
+    summary, wild_out = _replay(tmp_path / "wild.npz", tmp_path / "wild.ndjson")
+
+    assert _windows(wild_out) == _windows(clean_out), summary
