@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,7 @@ from app.store.reads import EventReader
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.completing import Completed, Completing, Item, sorted_ids
-from scheduler.placement import OffPeak, WorkerProfile
+from scheduler.lease_requests import Lease, Wanted, fit_of
 from scheduler.rows import tasks as rows
 from scheduler.traces import completion_spans, end_all
 
@@ -43,29 +42,6 @@ if TYPE_CHECKING:
     from app.store.records import Appended, NewEvent
 
 _LEASE_TRIES = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Wanted:
-    """What a lease request asks for: up to ``max_tasks`` of the best ready tasks of
-    ``queue`` that ``profile`` can run, each leased for ``lease_s``. ``request`` is the
-    worker's name for the request, if it gave one: sent again (its answer lost), the
-    request gets the tasks it leased, while it still holds them, and no others."""
-
-    queue: str
-    profile: WorkerProfile
-    lease_s: float
-    off_peak: OffPeak | None
-    max_tasks: int
-    request: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    task: t.TaskState
-    lease_id: str
-    expires_at: datetime
-    trigger: str  # the trigger event, structured CloudEvent JSON
 
 
 class TaskQueue:
@@ -86,7 +62,7 @@ class TaskQueue:
         if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
             return held
         now = datetime.now(UTC)
-        fit = _fit(wanted.profile, wanted.off_peak, now)
+        fit = fit_of(wanted.profile, wanted.off_peak, now)
         expires = now + timedelta(seconds=wanted.lease_s)
         skip: list[str] = []
         # A row can lag the log (its process died after appending, or a rebuild runs):
@@ -153,11 +129,17 @@ class TaskQueue:
             self._conn, tenant, wanted.queue, wanted.profile.worker, wanted.request or "",
             now=datetime.now(UTC),
         )  # fmt: skip
-        ids = [state.trigger_id for state, _, _ in held]
+        return await self._leases_held(tenant, held)
+
+    async def _leases_held(self, tenant: str, held: list[t.TaskState]) -> list[Lease]:
+        """The leases of ``held`` (leased tasks), with their triggers."""
+        ids = [state.trigger_id for state in held]
         triggers = await EventReader(self._conn).read_events(tenant, ids) if held else {}
         return [
-            Lease(s, lease, ends, triggers.get(s.trigger_id, "null")) for s, lease, ends in held
-        ]
+            Lease(s, s.lease_id or "", s.lease_expires_at or datetime.now(UTC),
+                  triggers.get(s.trigger_id, "null"))
+            for s in held
+        ]  # fmt: skip
 
     async def _lease_each(
         self,
@@ -259,17 +241,29 @@ class TaskQueue:
         it, so that a refusal fails its own task only."""
         if not items:
             return await self.lease(tenant, wanted), []
-        if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
-            # Sent again: its completions are answered as before, its leases given back.
-            return held, await self.complete_many(tenant, items)
         # Two statements, not one: the lock may wait for another transaction, and a scan
         # in the same statement would then run on the snapshot taken before the wait. It
         # would lock, and keep locked to its end, the rows leased since (PostgreSQL locks
         # a row before it finds that the row's new version no longer matches): the
         # workers holding them then wait for this request to finish their completions.
-        locked = await rows.fetch_tasks_locked(self._conn, tenant, sorted_ids(items))
+        # The first also finds what a request sent again leased before (``Wanted.request``).
+        ids = sorted_ids(items)
+        if wanted.request is None:
+            locked = await rows.fetch_tasks_locked(self._conn, tenant, ids)
+        else:
+            held_by = rows.HeldBy(
+                wanted.request, wanted.queue, wanted.profile.worker, datetime.now(UTC)
+            )
+            found_rows, traces, held = await rows.fetch_tasks_locked_or_held(
+                self._conn, tenant, ids, held_by
+            )
+            locked = (found_rows, traces)
+            if held:  # sent again: its completions answered as before, its leases given back
+                return await self._leases_held(tenant, held), await self.complete_many(
+                    tenant, items
+                )
         scanned_at = datetime.now(UTC)
-        fit = _fit(wanted.profile, wanted.off_peak, scanned_at)
+        fit = fit_of(wanted.profile, wanted.off_peak, scanned_at)
         found = await rows.fetch_next_ready(
             self._conn, tenant, wanted.queue, fit, now=scanned_at, skip=[], limit=wanted.max_tasks
         )
@@ -489,9 +483,3 @@ class TaskQueue:
                 after = t.fold(after, event.type, event.data, where.position)
         await rows.write_task(self._conn, after)
         return after, appended
-
-
-def _fit(profile: WorkerProfile, off_peak: OffPeak | None, now: datetime) -> rows.Fit:
-    """What the lease scan matches for ``profile`` at ``now``."""
-    lowest, highest = d.lease_band(profile, off_peak, now)
-    return rows.Fit(profile.numbers, sorted(profile.flags), profile.labels, lowest, highest)

@@ -33,11 +33,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
 
 from app.db.engine import DriverStatement
-from app.db.tables import events, routes, tasks
+from app.db.tables import events, tasks
 from app.store import trace_contexts
 from app.store.reads import structured_json
 from app.telemetry.tracing import TraceContext
-from scheduler.tasks import FIELDS, NEEDS_ATTENTION, TaskState
+from scheduler.tasks import FIELDS, TaskState
 
 TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
 _c = tasks.c
@@ -87,7 +87,7 @@ _FETCH_LOCKED_ON_DRIVER = DriverStatement.of(_FETCH.with_for_update())
 # Many rows, locked in id order (the sort runs below the lock): two batches never deadlock;
 # with the stored trace context of each task's trigger (its results continue the trigger's
 # trace: ``scheduler.traces``), in the same statement. A batch completion runs it.
-_MANY_LOCKED = (
+_LOCKED_WITH_TRACES = (
     select(tasks, trace_contexts.TRACEPARENT, trace_contexts.TRACESTATE)
     .select_from(
         tasks.outerjoin(
@@ -99,11 +99,30 @@ _MANY_LOCKED = (
             ),
         )
     )
-    .where(_c.tenant == bindparam("tenant"), _c.id == any_(bindparam("ids", type_=ARRAY(Text))))
+    .where(_c.tenant == bindparam("tenant"))
     .order_by(_c.id)
     .with_for_update(of=tasks)
 )
-_FETCH_MANY_LOCKED = DriverStatement.of(_MANY_LOCKED)
+_WANTED = _c.id == any_(bindparam("ids", type_=ARRAY(Text)))
+_FETCH_MANY_LOCKED = DriverStatement.of(_LOCKED_WITH_TRACES.where(_WANTED))
+# The same, and in the same statement the tasks a lease request (sent again) leased and
+# its worker still holds (``fetch_held_by_request``): a lease request that completes
+# tasks and names itself costs no round trip more.
+_FETCH_MANY_LOCKED_OR_HELD = DriverStatement.of(
+    _LOCKED_WITH_TRACES.where(
+        or_(
+            _WANTED,
+            and_(
+                _c.lease_request == bindparam("request"),
+                _c.state == literal_column("'leased'"),
+                _c.lease_request.is_not(None),
+                _c.queue == bindparam("queue"),
+                _c.worker == bindparam("worker"),
+                _c.lease_expires_at > bindparam("now"),
+            ),
+        )
+    )
+)
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -198,21 +217,6 @@ class Fit:
     highest: int
 
 
-@dataclass(frozen=True, slots=True)
-class QueueDepth:
-    queue: str
-    ready_by_priority: dict[int, int]
-    delayed: int
-    in_flight: int
-    dead_letters: int
-    alerts: int
-    oldest_ready_s: float
-
-    @property
-    def ready(self) -> int:
-        return sum(self.ready_by_priority.values())
-
-
 async def fetch_task(
     conn: AsyncConnection, tenant: str, task_id: str, *, lock: bool = False
 ) -> TaskState | None:
@@ -234,6 +238,36 @@ async def fetch_tasks_locked(
     of their triggers, by trigger id (a trigger with none is left out). One statement."""
     rows = await _FETCH_MANY_LOCKED.rows(conn, tenant=tenant, ids=task_ids)
     return await _locked(conn, tenant, task_ids, rows)
+
+
+async def fetch_tasks_locked_or_held(
+    conn: AsyncConnection,
+    tenant: str,
+    task_ids: list[str],
+    held_by: HeldBy,
+) -> tuple[dict[str, TaskState | None], dict[str, TraceContext], list[TaskState]]:
+    """``fetch_tasks_locked``, and in the same statement what ``fetch_held_by_request``
+    finds for ``held_by`` (locked too), best first."""
+    rows = await _FETCH_MANY_LOCKED_OR_HELD.rows(
+        conn, tenant=tenant, ids=task_ids, request=held_by.request, queue=held_by.queue,
+        worker=held_by.worker, now=held_by.now,
+    )  # fmt: skip
+    wanted = set(task_ids)
+    width = len(FIELDS)
+    held = [TaskState(*row[:width]) for row in rows if row[1] not in wanted]
+    held.sort(key=lambda s: (-s.priority, s.seq))
+    found, traces = await _locked(conn, tenant, task_ids, [r for r in rows if r[1] in wanted])
+    return found, traces, held
+
+
+@dataclass(frozen=True, slots=True)
+class HeldBy:
+    """A lease request sent again: its name, queue and worker, and the time now."""
+
+    request: str
+    queue: str
+    worker: str
+    now: datetime
 
 
 async def _locked(
@@ -312,15 +346,14 @@ def _fit_parameters(queue: str, fit: Fit, now: datetime, skip: list[str]) -> dic
 
 async def fetch_held_by_request(
     conn: AsyncConnection, tenant: str, queue: str, worker: str, request: str, *, now: datetime
-) -> list[tuple[TaskState, str, datetime]]:
+) -> list[TaskState]:
     """The tasks of ``queue`` that lease request ``request`` of ``worker`` leased and that
     are still leased under it, unexpired at ``now``, best first (as the lease scan orders
     them); each with its lease id and end (``ix_tasks_lease_request``)."""
     found = await _HELD_BY_REQUEST.rows(
         conn, tenant=tenant, queue=queue, worker=worker, request=request, now=now
     )
-    held = [TaskState(*row) for row in found]
-    return [(s, s.lease_id, s.lease_expires_at) for s in held if s.lease_id and s.lease_expires_at]
+    return [TaskState(*row) for row in found]
 
 
 async def fetch_debounced(
@@ -425,46 +458,3 @@ async def delete_finished(
         delete(tasks).where(_c.tenant == doomed.c.tenant, _c.id == doomed.c.id)
     )
     return int(gone.rowcount)
-
-
-async def read_depths(conn: AsyncConnection, tenant: str, *, now: datetime) -> list[QueueDepth]:
-    ready = and_(_c.state == "ready", _c.available_at <= now)
-    rows = await conn.execute(
-        select(
-            _c.queue,
-            _c.priority,
-            func.count().filter(ready).label("ready"),
-            func.count().filter(_c.state == "ready", _c.available_at > now).label("delayed"),
-            func.count().filter(_c.state == "leased").label("in_flight"),
-            func.count().filter(_c.state == "dead").label("dead"),
-            func.count()
-            .filter(_c.state == "dead", _c.disposition.in_(NEEDS_ATTENTION))
-            .label("alerts"),
-            func.min(_c.available_at).filter(ready).label("oldest"),
-        )
-        .where(_c.tenant == tenant, _c.state.in_(("ready", "leased", "dead")))
-        .group_by(_c.queue, _c.priority)
-    )
-    # Queues of the routes, too, so an idle queue reads as zeros rather than vanishing.
-    routed = await conn.execute(
-        select(routes.c.spec["queue"].astext)
-        .where(routes.c.tenant == tenant, routes.c.spec["queue"].astext.is_not(None))
-        .distinct()
-    )
-    found = {q: QueueDepth(q, {}, 0, 0, 0, 0, 0.0) for (q,) in routed}
-    for row in rows:
-        depth = found.get(row.queue) or QueueDepth(row.queue, {}, 0, 0, 0, 0, 0.0)
-        by_priority = dict(depth.ready_by_priority)
-        if row.ready:
-            by_priority[int(row.priority)] = int(row.ready)
-        age = (now - row.oldest).total_seconds() if row.oldest is not None else 0.0
-        found[row.queue] = QueueDepth(
-            row.queue,
-            by_priority,
-            depth.delayed + int(row.delayed),
-            depth.in_flight + int(row.in_flight),
-            depth.dead_letters + int(row.dead),
-            depth.alerts + int(row.alerts),
-            round(max(depth.oldest_ready_s, age, 0.0), 3),
-        )
-    return [found[q] for q in sorted(found)]

@@ -12,7 +12,7 @@ from scheduler import tasks as t
 
 if TYPE_CHECKING:
     from app.store.decision_reads import LoggedEntry
-    from scheduler.rows.tasks import QueueDepth
+    from scheduler.rows.depths import QueueDepth
 
 
 def task_json(state: t.TaskState) -> dict[str, Any]:

@@ -41,8 +41,9 @@ from app.web import json_text
 from app.web.bodies import json_route, receive_body
 from app.web.dependencies import authorization_of, authorize
 from app.web.openapi import answers
+from scheduler.lease_requests import Lease, Wanted
 from scheduler.placement import OffPeak, WorkerProfile
-from scheduler.queue import Lease, TaskQueue, Wanted
+from scheduler.queue import TaskQueue
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.tasks import ErrorClass, TaskState
 from scheduler.traces import decision_span

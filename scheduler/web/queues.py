@@ -20,6 +20,7 @@ from app.web.bodies import JSONRoute
 from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
+from scheduler.rows.depths import read_depths
 from scheduler.web import PrincipalOf, QueueName, tasks_settled
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
@@ -69,7 +70,7 @@ def create_router(
     @router.get("/queues", summary="Depth by priority, oldest age, in flight, dead letters")
     async def list_queues(principal: Reader) -> dict[str, Any]:
         async with tenant_transaction(engine, principal.tenant) as conn:
-            depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
+            depths = await read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return {"queues": [depth_json(d) for d in depths]}
 
     @router.get("/queues/{queue}/autoscale", summary="Recommended worker count (PID advice)")
@@ -92,7 +93,7 @@ def create_router(
     )
     async def metrics(principal: Reader) -> Response:
         async with tenant_transaction(engine, principal.tenant) as conn:
-            depths = await task_rows.read_depths(conn, principal.tenant, now=datetime.now(UTC))
+            depths = await read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return Response(
             exposition(depths) + await more_metrics(principal.tenant),
             media_type=CONTENT_TYPE_LATEST,
