@@ -10,6 +10,7 @@ the test that made it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -196,10 +197,12 @@ def _seed(base: str, keys: dict[str, str]) -> str:
         return str(task["task"]["id"])
 
 
-@pytest.fixture(scope="module")
-def served(
-    server: URL, template_db: str, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def explorer_service(
+    server: URL, template_db: str, data_dir: Path, **settings: str
 ) -> Iterator[Served]:
+    """A ``causeway serve`` of a database of its own, with a key of each kind, and the
+    ``CAUSEWAY_*`` ``settings`` given; no events."""
     name = f"causeway_test_{token_hex(4)}"
     with janitor(server, name, template_dbname=template_db):
         url = server.set(database=name)
@@ -207,10 +210,21 @@ def served(
             keys = thread.submit(asyncio.run, _keys(url)).result()
         env = environment(
             CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
-            CAUSEWAY_DATA_DIR=str(tmp_path_factory.mktemp("explorer")),
+            CAUSEWAY_DATA_DIR=str(data_dir),
+            **{f"CAUSEWAY_{k.upper()}": v for k, v in settings.items()},
         )
         with serving(env) as base:
-            yield Served(base, url, keys, _seed(base, keys))
+            yield Served(base, url, keys)
+
+
+@pytest.fixture(scope="module")
+def served(
+    server: URL, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    folder = tmp_path_factory.mktemp("explorer")
+    with explorer_service(server, template_db, folder) as service:
+        service.dead_letter = _seed(service.base, service.keys)
+        yield service
 
 
 @pytest.fixture(scope="module")

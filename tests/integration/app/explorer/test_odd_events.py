@@ -8,12 +8,9 @@ page wider than the screen; and with pages smaller than 500
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from secrets import token_hex
 from typing import Any
 
 import httpx2
@@ -21,28 +18,18 @@ import pytest
 from playwright.sync_api import Browser, Page
 from sqlalchemy import URL
 
-from tests.conftest import janitor
-from tests.integration.app.explorer.test_explorer import Served, _keys, open_page
+from tests.integration.app.explorer.test_explorer import Served, explorer_service, open_page
 from tests.integration.events import BATCH, dumps
 from tests.integration.events import event as cloudevent
-from tests.integration.process import environment, serving
 
 
 @pytest.fixture(scope="module")
 def served(
     server: URL, template_db: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    name = f"causeway_test_{token_hex(4)}"
-    with janitor(server, name, template_dbname=template_db):
-        url = server.set(database=name)
-        with ThreadPoolExecutor(1) as thread:
-            keys = thread.submit(asyncio.run, _keys(url)).result()
-        env = environment(
-            CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
-            CAUSEWAY_DATA_DIR=str(tmp_path_factory.mktemp("explorer-odd")),
-        )
-        with serving(env) as base:
-            yield Served(base, url, keys)
+    folder = tmp_path_factory.mktemp("explorer-odd")
+    with explorer_service(server, template_db, folder) as service:
+        yield service
 
 
 def post(served: Served, batch: list[dict[str, Any]], key: str | None = None) -> None:
@@ -179,18 +166,9 @@ def test_a_stream_of_more_than_500_events_says_it_shows_only_the_first_500(
 def small_pages(
     server: URL, template_db: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Served]:
-    name = f"causeway_test_{token_hex(4)}"
-    with janitor(server, name, template_dbname=template_db):
-        url = server.set(database=name)
-        with ThreadPoolExecutor(1) as thread:
-            keys = thread.submit(asyncio.run, _keys(url)).result()
-        env = environment(
-            CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
-            CAUSEWAY_DATA_DIR=str(tmp_path_factory.mktemp("explorer-small")),
-            CAUSEWAY_GRAPHQL_MAX_PAGE_SIZE="100",
-        )
-        with serving(env) as base:
-            yield Served(base, url, keys)
+    folder = tmp_path_factory.mktemp("explorer-small")
+    with explorer_service(server, template_db, folder, graphql_max_page_size="100") as service:
+        yield service
 
 
 def test_the_start_page_lists_the_latest_events_when_pages_are_smaller(
