@@ -105,24 +105,20 @@ _LOCKED_WITH_TRACES = (
 )
 _WANTED = _c.id == any_(bindparam("ids", type_=ARRAY(Text)))
 _FETCH_MANY_LOCKED = DriverStatement.of(_LOCKED_WITH_TRACES.where(_WANTED))
+# The tasks a lease request leased and its worker still holds (written out as
+# ix_tasks_lease_request's predicate, so that a generic plan uses the index).
+_HELD = and_(
+    _c.lease_request == bindparam("request"),
+    _c.state == literal_column("'leased'"),
+    _c.lease_request.is_not(None),
+    _c.queue == bindparam("queue"),
+    _c.worker == bindparam("worker"),
+    _c.lease_expires_at > bindparam("now"),
+)
 # The same, and in the same statement the tasks a lease request (sent again) leased and
 # its worker still holds (``fetch_held_by_request``): a lease request that completes
 # tasks and names itself costs no round trip more.
-_FETCH_MANY_LOCKED_OR_HELD = DriverStatement.of(
-    _LOCKED_WITH_TRACES.where(
-        or_(
-            _WANTED,
-            and_(
-                _c.lease_request == bindparam("request"),
-                _c.state == literal_column("'leased'"),
-                _c.lease_request.is_not(None),
-                _c.queue == bindparam("queue"),
-                _c.worker == bindparam("worker"),
-                _c.lease_expires_at > bindparam("now"),
-            ),
-        )
-    )
-)
+_FETCH_MANY_LOCKED_OR_HELD = DriverStatement.of(_LOCKED_WITH_TRACES.where(or_(_WANTED, _HELD)))
 _FETCH_POSITION = DriverStatement.of(
     select(_c.position).where(_c.tenant == bindparam("tenant"), _c.id == bindparam("id"))
 )
@@ -134,18 +130,9 @@ _FETCH_POSITIONS = DriverStatement.of(
         " ON t.tenant = k.tenant AND t.id = k.id"
     )
 )
-# A lease request's tasks (written out as ix_tasks_lease_request's predicate).
 _HELD_BY_REQUEST = DriverStatement.of(
     select(tasks)
-    .where(
-        _c.tenant == bindparam("tenant"),
-        _c.lease_request == bindparam("request"),
-        _c.state == literal_column("'leased'"),
-        _c.lease_request.is_not(None),
-        _c.queue == bindparam("queue"),
-        _c.worker == bindparam("worker"),
-        _c.lease_expires_at > bindparam("now"),
-    )
+    .where(_c.tenant == bindparam("tenant"), _HELD)
     .order_by(_c.priority.desc(), _c.seq)
 )
 # Written out as ix_tasks_finished's predicate, so that every plan (a generic one too) can

@@ -24,6 +24,7 @@ from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import BATCH, JSON, dumps, event
 from tests.integration.process import create_key, environment, serving
 from tests.integration.scheduler.conftest import Client, define, queues
+from tests.integration.scheduler.test_worker_library import _queue_jobs
 
 
 @pytest.fixture
@@ -161,12 +162,7 @@ def test_the_worker_library_sends_a_retry_under_the_same_name(
     key = create_key(env, "acme", "admin,worker")
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {key}"}
-        route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs"}
-        posted = httpx2.post(f"{base}/routes", content=dumps(route), headers={**JSON, **auth})
-        assert posted.status_code == 201, posted.text
-        jobs = [event(type="job", data={"n": n}) for n in range(12)]
-        posted = httpx2.post(f"{base}/events", content=dumps(jobs), headers={**BATCH, **auth})
-        assert posted.status_code == 201, posted.text
+        _queue_jobs(base, auth, 12)
         _LosingProxy.upstream, _LosingProxy.lost = base, []
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
