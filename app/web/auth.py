@@ -4,10 +4,16 @@ Without the cache every request would spend a database round trip (and a pooled
 connection) on its key before doing any work. A hit is only trusted for ``ttl_s``
 seconds, so a revoked key stops working within that time in every process (0 turns the
 cache off). The cache holds SHA-256 digests of keys, never the keys.
+
+A key is looked up once however many of its requests arrive while it is not cached: the
+others wait for that lookup. (Each looked it up itself: whenever a busy key's entry ran
+out, every request in flight took a pooled connection for the same row at once, and a
+burst of 32 clients opened connections past the pool's size, each a new server process.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -22,13 +28,25 @@ class Authenticator:
         self._ttl_s = ttl_s
         self._max_entries = max_entries
         self._cache: OrderedDict[bytes, tuple[float, Principal]] = OrderedDict()
+        # The lookups under way, by digest: what a request for the same key waits on.
+        self._looking: dict[bytes, asyncio.Future[Principal | None]] = {}
 
     async def authenticate(self, key: str) -> Principal | None:
         digest = hashlib.sha256(key.encode()).digest()
-        now = time.monotonic()
-        found = self._hit(digest, now)
+        found = self._hit(digest, time.monotonic())
         if found is not None:
             return found
+        lookup = self._looking.get(digest)
+        if lookup is None or lookup.get_loop() is not asyncio.get_running_loop():
+            lookup = asyncio.ensure_future(self._look_up(key, digest))
+            self._looking[digest] = lookup
+            lookup.add_done_callback(lambda done: self._forget(digest, done))
+        # Shielded: a request that goes away (its client left) does not end the lookup
+        # the others wait on.
+        return await asyncio.shield(lookup)
+
+    async def _look_up(self, key: str, digest: bytes) -> Principal | None:
+        now = time.monotonic()
         async with self._engine.connect() as conn:
             found = await KeyStore(conn).authenticate(key)
         if found is None:
@@ -39,6 +57,12 @@ class Authenticator:
             while len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
         return found
+
+    def _forget(self, digest: bytes, done: asyncio.Future[Principal | None]) -> None:
+        if self._looking.get(digest) is done:
+            del self._looking[digest]
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter has it raised already
 
     def _hit(self, digest: bytes, now: float) -> Principal | None:
         hit = self._cache.get(digest)
