@@ -249,6 +249,9 @@ async def driver_of(conn: AsyncConnection) -> PsycopgConnection[Any]:
 _PSYCOPG = psycopg_dialect.dialect(paramstyle="numeric_dollar")  # type: ignore[no-untyped-call]
 
 
+_ADVISORY_LOCK = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+
+
 @dataclass(frozen=True, slots=True)
 class DriverStatement:
     """A Core statement compiled once, to run on the driver under a SQLAlchemy connection
@@ -296,6 +299,24 @@ class DriverStatement:
         async with AsyncRawCursor(await driver_of(conn), row_factory=namedtuple_row) as cursor:
             await cursor.execute(self.sql, self.parameters(values), prepare=True)
             return await cursor.fetchall()
+
+    async def rows_once_locked(
+        self, conn: AsyncConnection, lock: tuple[int, str], **values: Any
+    ) -> list[Any]:
+        """``rows``, run once ``conn``'s transaction holds the advisory lock ``lock`` (a
+        namespace, and a name hashed into it), in the same round trip: psycopg's
+        pipeline sends the lock and the statement together, and PostgreSQL starts the
+        statement, and takes its snapshot, once the lock is held. So a transaction that
+        held the lock before has ended when the statement reads, and what it wrote is
+        seen. (The lock is one of two keys: no single-key lock, as the projections'
+        leaders take, is ever the same.)"""
+        driver = await driver_of(conn)
+        async with driver.pipeline():
+            async with AsyncRawCursor(driver) as locking:
+                await locking.execute(_ADVISORY_LOCK, list(lock), prepare=True)
+            async with AsyncRawCursor(driver, row_factory=namedtuple_row) as cursor:
+                await cursor.execute(self.sql, self.parameters(values), prepare=True)
+                return await cursor.fetchall()
 
     async def run(self, conn: AsyncConnection, **values: Any) -> None:
         async with AsyncRawCursor(await driver_of(conn)) as cursor:

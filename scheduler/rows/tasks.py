@@ -235,8 +235,9 @@ async def fetch_tasks_locked_or_held(
 ) -> tuple[dict[str, TaskState | None], dict[str, TraceContext], list[TaskState]]:
     """``fetch_tasks_locked``, and in the same statement what ``fetch_held_by_request``
     finds for ``held_by`` (locked too), best first."""
-    rows = await _FETCH_MANY_LOCKED_OR_HELD.rows(
-        conn, tenant=tenant, ids=task_ids, request=held_by.request, queue=held_by.queue,
+    rows = await _FETCH_MANY_LOCKED_OR_HELD.rows_once_locked(
+        conn, _request_lock(tenant, held_by.queue, held_by.worker, held_by.request),
+        tenant=tenant, ids=task_ids, request=held_by.request, queue=held_by.queue,
         worker=held_by.worker, now=held_by.now,
     )  # fmt: skip
     wanted = set(task_ids)
@@ -336,11 +337,26 @@ async def fetch_held_by_request(
 ) -> list[TaskState]:
     """The tasks of ``queue`` that lease request ``request`` of ``worker`` leased and that
     are still leased under it, unexpired at ``now``, best first (as the lease scan orders
-    them); each with its lease id and end (``ix_tasks_lease_request``)."""
-    found = await _HELD_BY_REQUEST.rows(
-        conn, tenant=tenant, queue=queue, worker=worker, request=request, now=now
-    )
+    them); each with its lease id and end (``ix_tasks_lease_request``). Read once no
+    other try of the same request is under way (``_request_lock``)."""
+    found = await _HELD_BY_REQUEST.rows_once_locked(
+        conn, _request_lock(tenant, queue, worker, request),
+        tenant=tenant, queue=queue, worker=worker, request=request, now=now,
+    )  # fmt: skip
     return [TaskState(*row) for row in found]
+
+
+# The advisory locks of lease requests that name themselves (their namespace: "LEAS").
+_LEASE_REQUESTS = 0x4C454153
+
+
+def _request_lock(tenant: str, queue: str, worker: str, request: str) -> tuple[int, str]:
+    """The lock a try of lease request ``request`` holds until its transaction ends: a
+    worker whose client gave up sends the request again while the first try may still
+    be at work, and the second try, waiting for the first, finds the tasks it leased
+    (otherwise it leased others, and the first's, answered to no one, waited out their
+    leases and lost an attempt)."""
+    return _LEASE_REQUESTS, "\x1f".join((tenant, queue, worker, request))
 
 
 async def fetch_debounced(

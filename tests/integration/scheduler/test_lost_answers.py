@@ -6,6 +6,7 @@ again when it retries."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +16,8 @@ from typing import Any, ClassVar
 import httpx2
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import URL
+from sqlalchemy import URL, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.main import create_app, dispose
 from app.settings import Settings
@@ -109,6 +111,29 @@ async def test_a_request_id_finds_only_what_its_worker_still_holds(worker: Clien
     assert done.status_code == 200, done.text
     [after] = await lease(worker, request_id="req-1", max_tasks=1)
     assert after["task"]["id"] not in (first["task"]["id"], theirs["task"]["id"])
+
+
+@pytest.mark.parametrize("complete", [False, True], ids=["lease", "complete-and-lease"])
+async def test_a_request_sent_again_while_its_first_try_runs_gets_that_try_s_leases(
+    worker: Client, engine: AsyncEngine, complete: bool
+) -> None:
+    """A worker whose client timed out sends the request again while its first try is
+    still at work (here: waiting to append its decisions). The second try waits for the
+    first and answers its leases; it leased two others, and the first's tasks, answered
+    to no one, waited out their leases."""
+    body: dict[str, Any] = {"request_id": "req-1"}
+    if complete:
+        [done] = await lease(worker, max_tasks=1)
+        body["complete"] = [{"task": done["task"]["id"], "lease": done["lease"], "events": []}]
+    async with engine.begin() as blocker:  # no append gets through until it commits
+        await blocker.execute(text("LOCK TABLE events IN SHARE MODE"))
+        first = asyncio.create_task(lease(worker, **body))
+        await asyncio.sleep(0.5)  # the first try waits on its append, its rows locked
+        again = asyncio.create_task(lease(worker, **body))
+        await asyncio.sleep(0.5)
+    assert held(await again) == held(await first)
+    assert len(await first) == 2
+    assert await ready(worker) == (2 if complete else 3)
 
 
 @pytest.mark.parametrize(
