@@ -248,9 +248,15 @@ def output_violation(registration: Registration, data: Any) -> tuple[str, str] |
             if column.get("required", True):
                 return name, f"required output {name!r} is missing"
             continue
-        if not _fits(kind, data[name]):
-            return name, f"output {name!r} must be {kind}, got {type(data[name]).__name__}"
+        value = data[name]
+        if not _fits(kind, value):
+            if _fits(_WIDER.get(kind, kind), value):
+                return name, f"output {name!r} is {value!r}, outside a 32-bit integer's range"
+            return name, f"output {name!r} must be {kind}, got {type(value).__name__}"
     return None
+
+
+_WIDER = {"integer": "long"}
 
 
 def _fits(kind: str, value: Any) -> bool:
@@ -258,7 +264,12 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool):
         return False
-    if kind in ("integer", "long"):
+    # MLflow's integer is 32 bits (a rollout that widens it knows: app.store.deployments):
+    # a value only a long holds is no output of its. (Every number's range is ingest's
+    # I-JSON limit, 2**53, within a 32-bit float's.)
+    if kind == "integer":
+        return isinstance(value, int) and -(2**31) <= value < 2**31
+    if kind == "long":
         return isinstance(value, int)
     if kind in ("float", "double"):
         return isinstance(value, int | float)

@@ -301,6 +301,24 @@ class TestIngestRules:
         if status == 422:
             assert response.json()["errors"][0]["attribute"].startswith("data")
 
+    @pytest.mark.parametrize("value", [2**31, 2**40, -(2**31) - 1, 2**31 - 1])
+    async def test_an_integer_output_holds_32_bits(
+        self, client: httpx2.AsyncClient, admin: httpx2.AsyncClient, value: int
+    ) -> None:
+        """MLflow's integer is 32 bits, as the rollout check has it (a rollout from integer
+        to float is refused for its 32 bits): a value only a long holds is no output."""
+        signature = {"inputs": SIGNATURE["inputs"], "outputs": [{"name": "n", "type": "integer"}]}
+        body = registration("5", signature, enforce_outputs=True)
+        await admin.post("/models/counter/versions", content=body, headers=JSON)
+        sent = event(modelname="counter", modelversion="5", data={"n": value})
+        response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+        if value == 2**31 - 1:
+            assert response.status_code == 201, response.text
+            return
+        assert response.status_code == 422, response.text
+        assert response.json()["errors"][0]["attribute"] == "data.n"
+        assert "outside a 32-bit integer's range" in response.text
+
     async def test_registrations_stay_in_their_tenant(
         self, app: FastAPI, register: Any, make_key: MakeKey
     ) -> None:
