@@ -151,9 +151,10 @@ def baseline(url: URL) -> tuple[float, int, int]:
                 "specversion": "1.0", "position": row[0], "id": row[1], "source": row[2],
                 "type": row[3], "subject": row[4], "time": row[5], "datacontenttype": row[6],
                 "dataschema": row[7], "correlationid": row[12], "modelname": row[13],
-                "modelversion": row[14], "modelsig": row[15], "causes": row[11],
-                "stream": row[16], "stream_version": row[17],
-                "recordedtime": row[18].isoformat(), "prev_hash": row[19].hex(),
+                "modelversion": row[14], "modelsig": row[15],
+                "causationid": ",".join(row[11]) or None,
+                "stream": row[16], "streamversion": row[17],
+                "storedtime": row[18].isoformat(), "prevhash": row[19].hex(),
                 "hash": row[20].hex(), **row[10],
             }  # fmt: skip
             if row[9] is not None:

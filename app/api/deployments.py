@@ -282,7 +282,7 @@ async def _changes(
             payload = {
                 "type": change.type,
                 "position": change.position,
-                "recordedtime": change.recorded_at.isoformat(),
+                "storedtime": change.recorded_at.isoformat(),
                 **change.data,
             }
             yield (

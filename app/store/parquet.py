@@ -33,9 +33,9 @@ SCHEMA = pa.schema(
         pa.field("subject", pa.string()),
         pa.field("time", _TIME),
         pa.field("time_text", pa.string()),
-        pa.field("recordedtime", _TIME, nullable=False),
+        pa.field("storedtime", _TIME, nullable=False),
         pa.field("stream", pa.string(), nullable=False),
-        pa.field("stream_version", pa.int64(), nullable=False),
+        pa.field("streamversion", pa.int64(), nullable=False),
         pa.field("datacontenttype", pa.string()),
         pa.field("dataschema", pa.string()),
         pa.field("data", pa.string()),
@@ -46,7 +46,7 @@ SCHEMA = pa.schema(
         pa.field("modelname", pa.string()),
         pa.field("modelversion", pa.string()),
         pa.field("modelsig", pa.string()),
-        pa.field("prev_hash", pa.binary(32), nullable=False),
+        pa.field("prevhash", pa.binary(32), nullable=False),
         pa.field("hash", pa.binary(32), nullable=False),
     ]
 )

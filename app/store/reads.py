@@ -3,8 +3,11 @@
 Events leave the store as structured CloudEvents JSON, built by PostgreSQL itself (one
 ``jsonb`` expression), so replay streams text straight from a server-side cursor to the
 client without decoding ``data`` in Python. Besides the CloudEvents attributes each event
-carries ``position``, ``stream``, ``stream_version``, ``recordedtime``, ``prev_hash`` and
-``hash`` (hex), and ``causes`` (the cause ids, also joined in ``causationid``).
+carries, as extension attributes of the store's (named and typed as CloudEvents has
+them: lower-case letters, strings and integers), ``position``, ``stream``,
+``streamversion``, ``storedtime`` (when the store recorded it; a producer's own
+``recordedtime``, the Recorded Time extension, is kept as sent), ``prevhash`` and ``hash``
+(hex); its causes are ``causationid``, their ids joined by commas.
 """
 
 from __future__ import annotations
@@ -55,20 +58,18 @@ def _structured() -> ColumnElement[Any]:
             e.model_signature,
             "stream",
             e.stream,
-            "stream_version",
+            "streamversion",
             e.stream_version,
             "position",
             e.position,
-            "recordedtime",
+            "storedtime",
             func.to_char(
                 func.timezone("UTC", e.recorded_at), literal('YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
             ),
-            "prev_hash",
+            "prevhash",
             func.encode(e.prev_hash, "hex"),
             "hash",
             func.encode(e.hash, "hex"),
-            "causes",
-            e.causes,
         ),
         type_=JSONB,
     )

@@ -47,3 +47,10 @@ def digest_of(signature: dict[str, Any] = SIGNATURE) -> str:
 
 def registration(version: str, signature: dict[str, Any] = SIGNATURE, **extra: Any) -> bytes:
     return dumps({"version": version, "signature": signature, **extra})
+
+
+def causes_of(stored: dict[str, Any]) -> list[str]:
+    """The cause ids of an event as the store reads it back: its ``causationid``, the ids
+    joined by commas (no stored id holds one)."""
+    text = stored.get("causationid")
+    return text.split(",") if text else []

@@ -2,14 +2,14 @@
 
 Structured mode (the default; the only mode of the released binding, v1.0.2): the
 payload is the event as ``application/cloudevents+json``, byte for byte what
-``GET /events/{id}`` answers (with ``position``, ``stream``, ``stream_version``, ``hash``
+``GET /events/{id}`` answers (with ``position``, ``stream``, ``streamversion``, ``hash``
 and the other store attributes), and ``Content-Type: application/cloudevents+json``
 says so. Binary mode (the binding's working draft, 1.0.3-wip): every attribute is a
 ``ce-<name>`` header and the payload is the data alone; there is no ``Content-Type``
 header (its absence is how a receiver tells the modes apart), the data's type goes in
 ``ce-datacontenttype``. Header values are percent-encoded as that draft says: space,
-``"``, ``%`` and every byte outside ``!``..``~``. A list (``causes``) is its items
-joined by commas; numbers and booleans are their JSON text.
+``"``, ``%`` and every byte outside ``!``..``~``. Integers and booleans are their JSON
+text.
 """
 
 from __future__ import annotations
@@ -47,11 +47,7 @@ def encode_header_value(value: str) -> str:
 
 
 def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list):
-        return ",".join(_text(v) for v in value)
-    return orjson.dumps(value).decode()
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
 def _is_json(content_type: str | None) -> bool:

@@ -78,12 +78,13 @@ class TestBinaryMode:
         headers = [
             (b"ce-specversion", b"1.0"),
             (b"ce-id", b"%e2%82%ac"),
-            (b"ce-source", b'"/a\\"b"'),
+            (b"ce-source", b"/s"),
+            (b"ce-subject", b'"a\\"b"'),
             (b"ce-type", b"t"),
             (b"ce-expectedversion", b"4"),
         ]
         [event] = parse_request("text/plain", headers, b"hi", LIMITS)
-        assert (event.id, event.source, event.expected_version) == ("€", '/a"b', 4)
+        assert (event.id, event.subject, event.expected_version) == ("€", 'a"b', 4)
         assert event.data_binary == b"hi"
 
     @pytest.mark.parametrize(

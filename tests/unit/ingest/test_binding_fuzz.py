@@ -196,6 +196,12 @@ _PRINTABLE = st.text(
 _ID = _PRINTABLE.filter(lambda s: "," not in s and s == s.strip()).filter(
     lambda s: not s.startswith(tuple(RESERVED_ID_PREFIXES))
 )
+# A URI-reference, as CloudEvents' source is: none of the characters RFC 3986 leaves out.
+_SOURCE = st.text(
+    st.characters(codec="utf-8", categories=["L", "N", "P", "S"], exclude_characters='<>"{}|\\^`'),
+    min_size=1,
+    max_size=12,
+).filter(lambda s: not s.startswith(tuple(RESERVED_ID_PREFIXES)))
 _KNOWN = {
     "id", "source", "type", "subject", "time", "datacontenttype", "dataschema", "specversion",
     "data", "stream", "expectedversion", "causationid", "correlationid", "modelname",
@@ -227,7 +233,7 @@ def events(draw: st.DrawFn) -> dict[str, Any]:
     event: dict[str, Any] = {
         "specversion": "1.0",
         "id": draw(_ID),
-        "source": draw(_ID.filter(lambda s: not s.startswith(tuple(RESERVED_ID_PREFIXES)))),
+        "source": draw(_SOURCE),
         "type": draw(_ID.filter(lambda s: not s.startswith("causeway."))),
     }
     if draw(st.booleans()):

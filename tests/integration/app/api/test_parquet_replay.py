@@ -20,7 +20,7 @@ from app.main import create_app, dispose
 from app.settings import Settings
 from app.store.parquet import SCHEMA, parquet_file
 from tests.integration.conftest import MakeKey, asgi_client
-from tests.integration.events import BATCH, STRUCTURED, dumps, event
+from tests.integration.events import BATCH, STRUCTURED, causes_of, dumps, event
 
 
 async def replayed(client: httpx2.AsyncClient, **params: Any) -> list[dict[str, Any]]:
@@ -64,15 +64,16 @@ async def test_every_attribute_arrives_as_the_ndjson_replay_gives_it(
     for row, line in zip(columns, lines, strict=True):
         assert row["id"] == line["id"]
         assert row["position"] == line["position"]
-        for name in ("source", "type", "subject", "stream", "stream_version", "causes"):
+        for name in ("source", "type", "subject", "stream", "streamversion"):
             assert row[name] == line.get(name), name
+        assert row["causes"] == causes_of(line)
         for name in ("datacontenttype", "correlationid", "modelname", "modelsig"):
             assert row[name] == line.get(name), name
         assert row["time_text"] == line.get("time")
         if row["time"] is not None:
             assert row["time"] == datetime.fromisoformat(line["time"][:26] + line["time"][29:])
-        assert row["recordedtime"].isoformat() == line["recordedtime"].replace("Z", "+00:00")
-        assert (row["prev_hash"].hex(), row["hash"].hex()) == (line["prev_hash"], line["hash"])
+        assert row["storedtime"].isoformat() == line["storedtime"].replace("Z", "+00:00")
+        assert (row["prevhash"].hex(), row["hash"].hex()) == (line["prevhash"], line["hash"])
         if "data" in line:
             assert orjson.loads(row["data"]) == line["data"]
         else:

@@ -46,7 +46,7 @@ class TestStreams:
         batch.append(event(stream="orders"))
         await client.post("/events", content=dumps(batch), headers=BATCH)
         response = await client.get("/streams/orders", params={"from_version": 2, "limit": 5})
-        assert [e["stream_version"] for e in response.json()] == [2, 3]
+        assert [e["streamversion"] for e in response.json()] == [2, 3]
         assert [e["id"] for e in response.json()] == [batch[2]["id"], batch[3]["id"]]
 
     async def test_an_unknown_stream_is_404(self, client: httpx2.AsyncClient) -> None:

@@ -43,7 +43,7 @@ async def test_a_page_ends_at_its_byte_bound_and_links_the_next(
         page = await client.get(url)
         assert page.status_code == 200, page.text
         assert len(page.content) <= PAGE_BYTES + 2 * len(DATA)  # one event past the bound
-        versions += [e["stream_version"] for e in orjson.loads(page.content)]
+        versions += [e["streamversion"] for e in orjson.loads(page.content)]
         url = next_link(page)
         pages += 1
     assert versions == list(range(1, 13))  # each once, in order
@@ -66,7 +66,7 @@ async def test_a_full_page_says_that_more_follow_and_the_last_does_not(
     assert "limit=2" in following
     assert "min_position=0" in following  # the request's other parameters stay
     rest = await client.get(following)
-    assert [e["stream_version"] for e in rest.json()] == [3]
+    assert [e["streamversion"] for e in rest.json()] == [3]
     assert next_link(rest) is None
 
 
@@ -99,7 +99,7 @@ async def test_a_stream_with_a_name_outside_latin1_and_more_than_a_page_is_answe
     assert first.status_code == 200, first.text
     assert [e["stream"] for e in first.json()] == ["カメラ"]
     following = await client.get(next_link(first) or "")
-    assert [e["stream_version"] for e in following.json()] == [2]
+    assert [e["streamversion"] for e in following.json()] == [2]
 
 
 async def test_a_stream_whose_name_holds_a_closing_angle_bracket_gets_a_parsable_link(

@@ -20,7 +20,7 @@ from app.store.keys import Principal
 from ingest.limits import Limits
 from ingest.openlineage.router import LineageIngest
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
-from tests.integration.events import STRUCTURED, dumps, event, registration
+from tests.integration.events import STRUCTURED, causes_of, dumps, event, registration
 from tests.integration.ingest.openlineage.shapes import (
     SPARK,
     SPEC,
@@ -103,7 +103,7 @@ class TestAirflowDag:
         assert stored["type"] == "io.openlineage.run.complete"
         assert stored["source"] == complete["producer"]
         # the START before it, the parent DAG run's START, and the input's version
-        assert stored["causes"] == [
+        assert causes_of(stored) == [
             started["id"],
             _first_id(await _stream(client, dag)),
             external["id"],
@@ -246,7 +246,7 @@ class TestOrderAndRetries:
         assert (done.status_code, start.status_code) == (201, 201)
         [completed], [started] = done.json()["events"], start.json()["events"]
         read = (await client.get(f"/events/{started['id']}")).json()
-        assert read["causes"] == [completed["id"]]  # causes follow arrival, not eventTime
+        assert causes_of(read) == [completed["id"]]  # causes follow arrival, not eventTime
         assert started["stream_version"] == 2
 
     async def test_a_retry_is_stored_once(self, client: httpx2.AsyncClient) -> None:
@@ -286,9 +286,9 @@ class TestOrderAndRetries:
         answers = await asyncio.gather(*(post(client, e) for e in sent))
         assert [a.status_code for a in answers] == [201] * 8
         events = await _stream(client, run)
-        assert [e["stream_version"] for e in events] == list(range(1, 9))
+        assert [e["streamversion"] for e in events] == list(range(1, 9))
         # one after the other: each caused by the one before, none by the same
-        assert [e["causes"] for e in events] == [[], *([e["id"]] for e in events[:-1])]
+        assert [causes_of(e) for e in events] == [[], *([e["id"]] for e in events[:-1])]
 
     async def test_events_of_one_run_racing_from_two_processes_are_all_chained(
         self, client: httpx2.AsyncClient, app: FastAPI
@@ -306,8 +306,8 @@ class TestOrderAndRetries:
         )
         assert [status for status, _, _ in answers] == [201] * 8
         events = await _stream(client, run)
-        assert [e["stream_version"] for e in events] == list(range(1, 9))
-        assert [e["causes"] for e in events] == [[], *([e["id"]] for e in events[:-1])]
+        assert [e["streamversion"] for e in events] == list(range(1, 9))
+        assert [causes_of(e) for e in events] == [[], *([e["id"]] for e in events[:-1])]
 
 
 class TestRefusals:
@@ -402,7 +402,7 @@ class TestParentFacet:
         [stored] = response.json()["events"]
         read = (await client.get(f"/events/{stored['id']}")).json()
         assert read["correlationid"] == (run if correlated == "run" else RUN)
-        assert read["causes"] == []
+        assert causes_of(read) == []
 
 
 class TestTimeInFuture:

@@ -98,7 +98,7 @@ class TestStructured:
             assert read["id"] == sent["id"]
             assert read["type"] == sent["type"]
             assert read["position"] == stored["position"]
-            assert read["stream_version"] == stored["stream_version"]
+            assert read["streamversion"] == stored["streamversion"]
             assert read["hash"] == stored["hash"]
         assert from_json(got[0].data).data == {"frame": 1}
         assert from_json(got[2].data).data == b"\x00\x01"

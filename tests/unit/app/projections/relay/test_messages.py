@@ -16,8 +16,9 @@ STORED = {
     "subject": "caf\u00e9 au lait",
     "position": 7,
     "stream": "cam-1",
-    "stream_version": 3,
-    "causes": ["a", "b"],
+    "streamversion": 3,
+    "causationid": "a,b",
+    "active": True,
     "hash": "ab" * 32,
     "data": {"frame": 1},
 }
@@ -38,8 +39,9 @@ class TestBinary:
         assert headers["ce-id"] == "e-1"
         assert headers["ce-subject"] == "caf%C3%A9%20au%20lait"
         assert headers["ce-position"] == "7"
-        assert headers["ce-stream_version"] == "3"
-        assert headers["ce-causes"] == "a,b"
+        assert headers["ce-streamversion"] == "3"
+        assert headers["ce-causationid"] == "a,b"
+        assert headers["ce-active"] == "true"
         assert "ce-data" not in headers
         assert orjson.loads(payload) == {"frame": 1}
 
