@@ -237,7 +237,7 @@ def alerts_for(
 def own_rollback(effects: list[CausedEffect], requeued_onto: int | None = None) -> int | None:
     """The deployment version the task's last rollback left (the stream version of the
     rollback its dead letter caused), or the one another task's rollback requeued it
-    onto (``requeued_onto``, from its last requeue), whichever is later; None when
+    onto (``requeued_onto``, from the last requeue that says so), whichever is later; None when
     neither; ``effects`` are the deployments rolled back by the task's dead letters."""
     versions = [
         e.effect_stream_version
@@ -271,9 +271,13 @@ def roll_back(
     dead = replace(state, version=state.version + 1)  # the state a requeue follows
     if ran_on is not None and ran_on < deployment.versions_changed_at:
         reason = f"service {service!r} changed since the task ran; it runs again on that"
-        # The deployment it is requeued onto: another's rollback, which it takes for its
-        # own (``own_rollback``): failing so again there, it does not roll back further.
-        data = {"reason": reason, "actor": "scheduler", "onto": deployment.stream_version}
+        data: dict[str, Any] = {"reason": reason, "actor": "scheduler"}
+        if deployment.rolled_back_at == deployment.versions_changed_at:
+            # The deployment it is requeued onto is another's rollback, which it takes for
+            # its own (``own_rollback``): failing so again there, it does not roll back
+            # further. (Onto an operator's rollout or promotion, it may: that version is
+            # new, and nobody rolled it back.)
+            data["onto"] = deployment.stream_version
         requeue = t.decision(dead, t.REQUEUED, data, at=now)
         return t.DEPLOYMENT_CHANGED, [requeue]
     if own_rollback is not None and own_rollback >= deployment.versions_changed_at:

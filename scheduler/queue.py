@@ -430,7 +430,11 @@ class TaskQueue:
         deployment = await DeploymentReader(self._conn).fetch_state(tenant, state.service or "")
         last_lease = await log.read_last(self._conn, tenant, state.stream, types=(t.LEASED,))
         ran_on = last_lease.data.get("deployment_version") if last_lease is not None else None
-        requeue = await log.read_last(self._conn, tenant, state.stream, types=(t.REQUEUED,))
+        # The last requeue onto another's rollback (an operator's requeue since, of the
+        # dead letter, changed nothing the task runs on: it says nothing of the kind).
+        requeue = await log.read_last(
+            self._conn, tenant, state.stream, types=(t.REQUEUED,), having="onto"
+        )
         onto = requeue.data.get("onto") if requeue is not None else None
         effects = await log.read_effects(
             self._conn,

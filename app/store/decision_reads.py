@@ -78,14 +78,22 @@ async def read_stream(conn: AsyncConnection, tenant: str, stream: str) -> list[L
 
 
 async def read_last(
-    conn: AsyncConnection, tenant: str, stream: str, *, types: Collection[str] | None = None
+    conn: AsyncConnection,
+    tenant: str,
+    stream: str,
+    *,
+    types: Collection[str] | None = None,
+    having: str | None = None,
 ) -> LoggedEntry | None:
-    """The stream's last event (of ``types``, when given); None when it has none."""
+    """The stream's last event (of ``types``, and whose data has the member ``having``,
+    when given); None when it has none."""
     statement = select(_e.type, _e.position, _e.time_rfc3339, _e.data).where(
         _e.tenant == tenant, _e.stream == stream
     )
     if types is not None:
         statement = statement.where(_e.type.in_(tuple(types)))
+    if having is not None:
+        statement = statement.where(_e.data.has_key(having))
     row = (await conn.execute(statement.order_by(_e.stream_version.desc()).limit(1))).one_or_none()
     return None if row is None else LoggedEntry(row.type, row.position, row.time_rfc3339, row.data)
 

@@ -51,6 +51,8 @@ class DeploymentState:
     # only to a state folded from the stream (``DeploymentReader.fetch_state``, which the
     # scheduler's rollback reads); one built from the ``deployments`` table leaves it 0.
     versions_changed_at: int = 0
+    # The stream version of the last rollback (folded from the stream, as above).
+    rolled_back_at: int = 0
 
     @property
     def status(self) -> str:
@@ -109,6 +111,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
                 candidate_percent=0,
                 stream_version=version,
                 versions_changed_at=version,
+                rolled_back_at=version,
             )
         return replace(
             state,
@@ -116,6 +119,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             previous_stable=state.previous_stable[:-1],
             stream_version=version,
             versions_changed_at=version,
+            rolled_back_at=version,
         )
     return replace(state, stream_version=version)
 

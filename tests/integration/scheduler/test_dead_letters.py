@@ -194,6 +194,73 @@ class TestRetriesAndDeadLetters:
         assert (await fail(worker, third, "model_version_mismatch"))["state"] == "ready"
         assert len(await events_of_type(admin, "causeway.deployment.rolled_back")) == 2
 
+    async def test_an_operators_requeue_does_not_license_a_second_rollback(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        """The second task, requeued onto 2 by the first's rollback, takes that rollback
+        for its own: an operator's requeue of its dead letter changes nothing of that (it
+        rolled gate back to 1, as the requeue said nothing of the rollback before)."""
+        await three_stable_versions_and_a_rollback_route(admin)  # gate: 1, 2, 3 (stable)
+        for _ in range(2):
+            await post(admin, type="frame")
+        await catch_up(app)
+        first, second = await lease(worker, "q"), await lease(worker, "q")
+        assert first is not None
+        assert second is not None
+        for leased in (first, second):  # the first rolls gate back; the second goes onto 2
+            assert (await fail(worker, leased, "model_version_mismatch"))["state"] == "ready"
+        for _ in range(2):  # both fail again on 2: flagged, not rolled back to 1
+            again = await lease(worker, "q")
+            assert again is not None
+            dead = await fail(worker, again, "model_version_mismatch")
+            assert (dead["state"], dead["disposition"]) == ("dead", "flagged")
+        task = second["task"]["id"]
+        requeued = await admin.post(f"/dead-letters/{task}/requeue", content=b"{}", headers=JSON)
+        assert requeued.status_code == 200, requeued.text
+        third = await lease(worker, "q")
+        assert third is not None
+        assert third["task"]["id"] == task
+        after = await fail(worker, third, "model_version_mismatch")
+        await catch_up(app)
+        stable = (await admin.get("/deployments/gate")).json()["stable_version"]
+        rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
+        assert (after["state"], after["disposition"], stable, len(rollbacks)) == (
+            "dead", "flagged", "2", 1,
+        )  # fmt: skip
+
+    async def test_a_task_requeued_onto_a_promotion_rolls_that_version_back(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        """Requeued onto version 2 because an operator promoted it while the task ran on
+        1, the task that then fails on 2 rolls 2 back: nobody did (it was flagged, as if
+        it had rolled gate back itself, and the bad version stayed)."""
+        for version in ("1", "2"):
+            await admin.post("/models/faces/versions", content=registration(version), headers=JSON)
+        await _deploy(admin, "1")
+        await define(
+            admin, id="r", types=["frame"], kind="k", queue="q", max_retries=0,
+            service="gate", on_model_mismatch="rollback",
+        )  # fmt: skip
+        await post(admin, type="frame")
+        await catch_up(app)
+        leased = await lease(worker, "q")  # runs on version 1
+        assert leased is not None
+        await _deploy(admin, "2")
+        assert (await fail(worker, leased, "model_version_mismatch"))["state"] == "ready"
+        history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+        assert history[-2]["data"]["disposition"] == "deployment_changed"
+        again = await lease(worker, "q")  # runs on version 2, and fails the same way
+        assert again is not None
+        second = await fail(worker, again, "model_version_mismatch")
+        await catch_up(app)
+        stable = (await admin.get("/deployments/gate")).json()["stable_version"]
+        rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
+        history = (await admin.get(f"/tasks/{leased['task']['id']}")).json()["history"]
+        dead = [h for h in history if h["type"] == "causeway.task.dead_lettered"][-1]
+        assert (dead["data"]["disposition"], second["state"], stable, len(rollbacks)) == (
+            "rolled_back", "ready", "1", 1,
+        )  # fmt: skip
+
     async def test_a_rollback_with_nothing_to_roll_back_to_is_recorded_so(
         self, app: FastAPI, admin: Client, worker: Client
     ) -> None:
@@ -414,3 +481,11 @@ async def test_tasks_requeued_by_a_rollback_do_not_walk_the_service_back_further
     rollbacks = await events_of_type(admin, "causeway.deployment.rolled_back")
     stable = (await admin.get("/deployments/gate")).json()["stable_version"]
     assert (len(rollbacks), stable) == (1, "2")
+
+
+async def _deploy(admin: Client, version: str) -> None:
+    """Version ``version`` of ``faces`` rolled out to service ``gate`` and promoted."""
+    body = {"model": "faces", "version": version, "percent": 100}
+    for action, sent in (("rollouts", body), ("promote", {})):
+        answer = await admin.post(f"/deployments/gate/{action}", content=dumps(sent), headers=JSON)
+        assert answer.status_code == 200, answer.text
