@@ -6,6 +6,7 @@ too, so ``alembic upgrade head`` and ``causeway migrate`` do the same thing.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -54,13 +55,23 @@ def current_revision(url: str | URL) -> str | None:
     engine = create_engine(sync_url(url), poolclass=None)
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            return _revision_of(conn)
     finally:
         engine.dispose()
 
 
 async def fetch_revision(conn: AsyncConnection) -> str | None:
-    def current(sync_conn: Connection) -> str | None:
-        return MigrationContext.configure(sync_conn).get_current_revision()
+    return await conn.run_sync(_revision_of)
 
-    return await conn.run_sync(current)
+
+def _revision_of(conn: Connection) -> str | None:
+    """The revision ``conn``'s database is at. Alembic's context says at INFO which
+    dialect it found each time one is made: a look at the revision (a refusal to serve, a
+    health check) is no migration, and says nothing."""
+    migration_log = logging.getLogger("alembic.runtime.migration")
+    level = migration_log.level
+    migration_log.setLevel(logging.WARNING)
+    try:
+        return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        migration_log.setLevel(level)

@@ -25,13 +25,14 @@ from evs_bridge.windows import WindowSpec
 
 DEFAULT_SPOOL = Path(".causeway-evs/spool")
 
-Target = Annotated[
+_TARGET_HELP = "Causeway base URL, e.g. http://127.0.0.1:8000"
+# Where events go: the store, or (``evs replay`` only) a file instead.
+TargetOrOut = Annotated[
     str | None,
-    typer.Option(
-        metavar="URL",
-        help="Causeway base URL, e.g. http://127.0.0.1:8000",
-        show_default="none: give it, or --out",
-    ),
+    typer.Option(metavar="URL", help=_TARGET_HELP, show_default="none: give it, or --out"),
+]
+Target = Annotated[
+    str | None, typer.Option(metavar="URL", help=_TARGET_HELP, show_default="none: give it")
 ]
 Key = Annotated[
     str | None,

@@ -30,7 +30,7 @@ from evs_bridge.cli.options import (
     SpoolDir,
     SpoolMb,
     Sustained,
-    Target,
+    TargetOrOut,
     WindowMs,
     build_bridge_settings,
     check_sensor,
@@ -52,7 +52,7 @@ def replay(
         Path, typer.Argument(metavar="FILE", help="Recording: .raw, .db3, .aedat4, .npz or .npy")
     ],
     sensor: Sensor,
-    target: Target = None,
+    target: TargetOrOut = None,
     key: Key = None,
     out: Annotated[
         Path | None,

@@ -67,8 +67,10 @@ def test_serve_refuses_a_database_below_head_unless_told_to_migrate(
             timeout=60,
         )
         assert refused.returncode == 2
-        assert f"at revision None, not {head_revision()};" in refused.stderr
-        assert "--migrate" in refused.stderr
+        # One line, as every refusal (Alembic's INFO lines on its dialect came first).
+        [line] = refused.stderr.strip().splitlines()
+        assert f"at revision None, not {head_revision()};" in line
+        assert "--migrate" in line
         with serving(env, "--migrate") as base:
             assert httpx2.get(f"{base}/readyz").status_code == 200
 
@@ -98,7 +100,10 @@ def test_a_schema_newer_than_this_release_is_one_line_everywhere(
     )
     assert done.returncode == 2, done.stderr[-400:]
     assert "Traceback" not in done.stderr
-    line = done.stderr.strip().splitlines()[-1]  # after Alembic's own INFO lines, if any
+    lines = done.stderr.strip().splitlines()
+    line = lines[-1]
+    if argv == ["serve", "--port", "1"]:  # a look at the revision says nothing more
+        assert lines == [line]
     assert line.startswith("error: the database schema is at revision 0099, which this "), line
     assert "does not know" in line
 

@@ -62,3 +62,15 @@ def test_help_prints_no_type_in_angle_brackets(path: list[str], command: Any) ->
     options = result.output.split("Options:", 1)[1]
     for line in options.splitlines():
         assert not _TYPE_AS_METAVAR.match(line), f"{' '.join(path)}: {line}"
+
+
+@pytest.mark.parametrize(("path", "command"), _ALL, ids=[" ".join(p) for p, _ in _ALL])
+def test_help_names_only_options_the_command_has(path: list[str], command: Any) -> None:
+    """An option's help that points to another option names one of the same command
+    (``evs drain`` and ``evs mqtt`` said ``--target`` could be left for ``--out``)."""
+    ctx = command.context_class(command, info_name=" ".join(path))
+    own = {name for param in command.get_params(ctx) for name in param.opts}
+    for param in command.get_params(ctx):
+        _, text = param.get_help_record(ctx)
+        named = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", text))
+        assert named <= own, f"{' '.join(path)}: {text!r} names {named - own}"
