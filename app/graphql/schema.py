@@ -173,6 +173,7 @@ async def _walk_once(info: Info, run: Callable[[DriverConnection[Any]], Awaitabl
 class Query:
     @strawberry.field(description="One event by id; null when your tenant has none.")
     async def event(self, info: Info, id: strawberry.ID) -> Event | None:
+        _refuse_empty_id(id, "id")  # a variable gone missing, not an event not stored
         async with info.context.reading() as conn:
             found = await GraphReader(conn).fetch_by_ids(info.context.tenant, [str(id)])
         stored = found.get(str(id))
@@ -292,6 +293,7 @@ class Query:
             max(1, _bound(limit, caps.max_lineage_nodes, "limit")),
         )
 
+        _refuse_empty_id(id, "id")
         refuse_empty_filters({"types": types})
         walking = _walk(
             info,
@@ -316,7 +318,7 @@ class Query:
     ) -> DecisionAudit:
         caps = info.context.limits
         depth = _bound(max_depth, caps.max_lineage_depth, "maxDepth")
-
+        _refuse_empty_id(decision_id, "decisionId")
         auditing = _walk(
             info,
             lambda conn: audit(
@@ -424,3 +426,9 @@ def create_schema(limits: GraphQLLimits) -> strawberry.Schema:
 
 
 schema = create_schema(GraphQLLimits())
+
+
+def _refuse_empty_id(value: str, argument: str) -> None:
+    """No stored event has an empty id (ingest refuses it; ``GET /events/`` is a 422)."""
+    if not value:
+        raise BadRequest(f"{argument} cannot be empty", argument=argument)

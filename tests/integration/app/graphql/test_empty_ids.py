@@ -3,7 +3,9 @@ both), so every other face refuses it as a value gone missing: ``GET /replay?str
 and ``?correlationid=`` (422), ``GET /streams/`` (422), and GraphQL's own
 ``events(filter: {stream: "", correlationId: ""})`` (BAD_REQUEST, ``refuse_empty_filters``).
 GraphQL's ``stream(id: "")`` and ``correlation(id: "")`` too: they answered an empty
-page, and a client whose variable went missing read "this run has no events"."""
+page, and a client whose variable went missing read "this run has no events"; and
+``event(id: "")``, ``lineage(id: "")`` and ``audit(decisionId: "")``, as ``GET /events/``
+(422): the first answered null, as for an event not stored."""
 
 from __future__ import annotations
 
@@ -55,3 +57,20 @@ async def test_an_empty_id_is_refused_by_graphql_as_by_rest(
     answer = direct.json()
     assert "errors" in answer, f'{field}(id: "") answered {answer} (an empty page, no error)'
     assert answer["errors"][0]["extensions"]["code"] == "BAD_REQUEST"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "query($id: ID!) { event(id: $id) { id } }",
+        "query($id: ID!) { lineage(id: $id) { truncated } }",
+        "query($id: ID!) { audit(decisionId: $id) { truncated } }",
+    ],
+    ids=["event", "lineage", "audit"],
+)
+async def test_an_empty_event_id_is_refused_by_graphql_as_by_rest(
+    client: httpx2.AsyncClient, query: str
+) -> None:
+    assert (await client.get("/events/")).status_code == 422
+    answer = (await client.post("/graphql", json={"query": query, "variables": {"id": ""}})).json()
+    assert answer["errors"][0]["extensions"]["code"] == "BAD_REQUEST", answer
