@@ -97,7 +97,7 @@ class Timeouts:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        timed = _Timed(self, scope, receive, send)
+        timed = _Timed(self, scope, receive, send, asyncio.get_running_loop())
         try:
             await self.app(scope, timed.receive, timed.send)
         except* SendTimedOut:  # a streaming answer's task group may wrap it
@@ -110,9 +110,11 @@ class Timeouts:
                 self.send_timeout_s,
             )
 
-    def watch(self, limit_s: float) -> _Wait:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
+    def watch(self, limit_s: float, loop: asyncio.AbstractEventLoop) -> _Wait:
+        """Note the call under way in the current task of ``loop`` (the running one: the
+        caller knows it; Python 3.11 asks the kernel for its process id each time it
+        looks the running loop up)."""
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("an ASGI call outside a task")
         wait = _Wait(task, loop.time() + limit_s)
@@ -154,6 +156,7 @@ class _Timed:
     __slots__ = (
         "_has_body",
         "_lingers",
+        "_loop",
         "_receive",
         "_scope",
         "_send",
@@ -162,8 +165,16 @@ class _Timed:
         "_timeouts",
     )
 
-    def __init__(self, timeouts: Timeouts, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(
+        self,
+        timeouts: Timeouts,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         self._timeouts = timeouts
+        self._loop = loop
         self._scope = scope
         self._receive = receive
         self._send = send
@@ -180,7 +191,7 @@ class _Timed:
         if not self._has_body:
             return await self._receive()  # the client leaving, whenever it does
         timeouts = self._timeouts
-        wait = timeouts.watch(timeouts.body_timeout_s)
+        wait = timeouts.watch(timeouts.body_timeout_s, self._loop)
         try:
             message = await self._receive()
         except asyncio.CancelledError:
@@ -246,7 +257,7 @@ class _Timed:
 
     async def _timed_send(self, message: Message) -> None:
         timeouts = self._timeouts
-        wait = timeouts.watch(timeouts.send_timeout_s)
+        wait = timeouts.watch(timeouts.send_timeout_s, self._loop)
         try:
             await self._send(message)
         except asyncio.CancelledError:
