@@ -57,17 +57,25 @@ class AppendResponse(BaseModel):
 
 # The JSON format of one event, as ``ingest.attributes`` checks it: what the OpenAPI
 # document says of the body of ``POST /events`` (binary mode is told in its description).
-_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f]"  # an attribute's text holds no control character
+# An attribute's text holds no control character and no Unicode noncharacter (those of
+# the planes past the first are left out here: a pattern's \\u escapes name one unit).
+_NONCHARACTERS = "\\ufdd0-\\ufdef\\ufffe\\uffff"
+_PRINTABLE = f"[^\\x00-\\x1f\\x7f-\\x9f{_NONCHARACTERS}]"
 _TEXT = {"type": "string", "pattern": f"^{_PRINTABLE}*$"}
 _NULL = {"type": "null"}
 # A URI's character: neither whitespace (str.isspace) nor a control character.
-_URI_CHAR = "[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+_URI_CHAR = (
+    "[^\\x00-\\x20\\x7f-\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+    f"{_NONCHARACTERS}]"
+)
+# A URI-reference's: nor one of the characters RFC 3986 leaves out of every URI.
+_SOURCE_CHAR = _URI_CHAR.replace("]", '<>"{}|\\\\^`]')
 _ID_END = _URI_CHAR.replace("]", ",]")  # nor a comma
 _MEDIA = "[!#$%&'*+.^_`|~0-9A-Za-z-]+"  # a media type's type or subtype  # an attribute that is null is left out
 _SOME_TEXT = {"anyOf": [{"type": "string", "pattern": f"^{_PRINTABLE}+$"}, _NULL]}
 _RESERVED = "|".join(RESERVED_ID_PREFIXES)  # no regex metacharacter in them
 _NOT_RESERVED = {"anyOf": [{"type": "string", "pattern": f"^(?!{_RESERVED}){_PRINTABLE}+$"}, _NULL]}
-_ID_CHAR = "[^\\x00-\\x1f\\x7f-\\x9f,]"  # an id names no comma: causationid lists ids with them
+_ID_CHAR = _PRINTABLE.replace("]", ",]")  # an id names no comma: causationid lists ids with them
 _CAUSE = f"{_ID_CHAR}*{_ID_END}{_ID_CHAR}*"  # one id of a causationid: stripped, not empty
 CLOUDEVENT_SCHEMA: dict[str, Any] = {
     "title": "CloudEvent",
@@ -80,7 +88,11 @@ CLOUDEVENT_SCHEMA: dict[str, Any] = {
             "pattern": f"^(?!{_RESERVED}){_ID_END}(?:{_ID_CHAR}*{_ID_END})?$",
             "description": "unique in the tenant; no comma, no whitespace at either end",
         },
-        "source": {"type": "string", "pattern": f"^{_PRINTABLE}+$"},
+        "source": {
+            "type": "string",
+            "pattern": f"^{_SOURCE_CHAR}+$",
+            "description": "a URI-reference",
+        },
         "type": {"type": "string", "pattern": f"^(?!causeway\\.){_PRINTABLE}+$"},
         "subject": _SOME_TEXT,
         "time": {"anyOf": [{"type": "string", "format": "date-time"}, _NULL]},
