@@ -16,7 +16,13 @@ from rich.console import Console
 from sqlalchemy import URL
 
 from app.db.embedded import EmbeddedPostgres
-from app.db.schema import current_revision, head_revision, is_known_revision, upgrade_to_head
+from app.db.schema import (
+    MigrationRefused,
+    current_revision,
+    head_revision,
+    is_known_revision,
+    upgrade_to_head,
+)
 from app.settings import Settings
 
 err_console = Console(stderr=True)
@@ -149,7 +155,10 @@ def migrate_to_head(url: URL | str) -> None:
     """Upgrade the schema to the Alembic head; exit 2 with one line when the database is
     at a revision this release does not know (Alembic would raise)."""
     _refuse_unknown(current_revision(url))
-    upgrade_to_head(url)
+    try:
+        upgrade_to_head(url)
+    except MigrationRefused as refused:
+        fail(str(refused))
 
 
 def _refuse_unknown(revision: str | None) -> None:

@@ -13,6 +13,8 @@ of the same database, and the schema name is put back).
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 from secrets import token_hex
 
@@ -23,6 +25,7 @@ from sqlalchemy import URL
 
 from app.db.schema import alembic_config, current_revision, head_revision
 from tests.conftest import janitor
+from tests.integration.process import environment
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL_FILES = sorted((ROOT / "app").rglob("sql/*.sql"))
@@ -86,7 +89,7 @@ def test_the_tables_match_the_migrations(database_url: URL) -> None:
 
 
 def test_a_migrated_database_is_at_head(database_url: URL) -> None:
-    assert current_revision(database_url) == head_revision() == "0019"
+    assert current_revision(database_url) == head_revision() == "0020"
 
 
 def test_each_function_file_is_the_one_its_newest_migration_installs() -> None:
@@ -127,3 +130,37 @@ def test_history_replays_from_empty_and_back_one_step(server: URL) -> None:
         assert installed_functions(url) == {**before, **statement_functions(url, replaced)}
         command.upgrade(config, "head")
         assert installed_functions(url) == file_functions(url)
+
+
+def test_a_store_holding_an_extension_the_store_now_names_is_not_upgraded(
+    server: URL, tmp_path: Path
+) -> None:
+    """Before 0020 a producer could send an extension named streamversion, storedtime or
+    prevhash; read back under this release, the store's member of that name would hide
+    its value and the chain would not verify from a replay. Such a store is not
+    upgraded: one line says why, and it stays at the revision before."""
+    name = f"causeway_names_{token_hex(4)}"
+    with janitor(server, name):
+        url = server.set(database=name)
+        command.upgrade(alembic_config(url), "0019")
+        with psycopg.connect(url.set(drivername="postgresql").render_as_string(False)) as conn:
+            conn.execute(
+                "INSERT INTO events (tenant, position, id, source, type, stream, stream_version,"
+                " recorded_at, extensions, prev_hash, hash) VALUES ('acme', 1, 'e', '/s', 't',"
+                " '/s', 1, now(),"
+                ' \'{"storedtime": "x"}\', %s, %s)',
+                (bytes(32), bytes(32)),
+            )
+        env = environment(
+            CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
+            CAUSEWAY_DATA_DIR=str(tmp_path),
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "app.cli", "migrate"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr[-400:]
+        [line] = done.stderr.strip().splitlines()
+        assert line.startswith("error: stored events carry extensions"), line
+        assert "1 with 'storedtime'" in line
+        assert current_revision(url) == "0019"
