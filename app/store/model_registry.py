@@ -257,6 +257,7 @@ def output_violation(registration: Registration, data: Any) -> tuple[str, str] |
 
 
 _WIDER = {"integer": "long"}
+_NUMBERS = frozenset({"integer", "long", "float", "double"})
 
 
 def _fits(kind: str, value: Any) -> bool:
@@ -264,15 +265,17 @@ def _fits(kind: str, value: Any) -> bool:
         return isinstance(value, bool)
     if isinstance(value, bool):
         return False
-    # MLflow's integer is 32 bits (a rollout that widens it knows: app.store.deployments):
-    # a value only a long holds is no output of its. (Every number's range is ingest's
-    # I-JSON limit, 2**53, within a 32-bit float's.)
-    if kind == "integer":
-        return isinstance(value, int) and -(2**31) <= value < 2**31
-    if kind == "long":
-        return isinstance(value, int)
-    if kind in ("float", "double"):
-        return isinstance(value, int | float)
+    if kind in _NUMBERS:
+        # Numbers as ingest takes JSON data (JSON sent as bytes is decoded for the check
+        # without passing it): within I-JSON's exact range (2**53, inside a 32-bit float's
+        # too), a number with no fraction an integer. MLflow's integer is 32 bits (a
+        # rollout that widens it knows: app.store.deployments).
+        if not isinstance(value, int | float) or not abs(value) < EXACT_LIMIT:  # NaN too
+            return False
+        if kind in ("float", "double"):
+            return True
+        whole = isinstance(value, int) or value.is_integer()
+        return whole and (kind == "long" or -(2**31) <= value < 2**31)
     if kind == "string":
         return isinstance(value, str)
     if kind == "datetime":
