@@ -4,15 +4,16 @@ tracing is on (``Ingest.answer`` tests ``tracing.on`` before it comes here).
 An event that carries the CloudEvents Distributed Tracing extension (``traceparent``,
 optionally ``tracestate``) gets its span as a child of that producer context; any other
 event's span is a child of the request's. An event that names causes gets span links to
-the causes' stored trace contexts (``causeway.link=cause``), so a trace viewer walks the
-lineage across services. A malformed ``traceparent`` is stored as sent (it is an
+the causes' stored trace contexts (``causeway.link=cause``; a cause earlier in the same
+batch, by the context it came with), so a trace viewer walks the lineage across services.
+An append that fails, or is cancelled (the server stopping), ends its spans as errors. A malformed ``traceparent`` is stored as sent (it is an
 extension attribute like any other) and ignored for tracing."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opentelemetry.trace import Span, SpanKind, StatusCode
+from opentelemetry.trace import Span, SpanKind
 
 from app.db.tenancy import tenant_transaction
 from app.store.append.group_commit import Appender
@@ -25,20 +26,23 @@ async def traced_append(
     appender: Appender, tenant: str, events: Sequence[NewEvent], size_bytes: int
 ) -> list[Appended]:
     """``appender.append`` with a span for each event."""
-    causes = {cause for event in events for cause in event.causes}
+    in_batch: dict[str, tracing.TraceContext] = {
+        e.id: (e.extensions.get("traceparent"), e.extensions.get("tracestate"))
+        for e in events
+        if "traceparent" in e.extensions
+    }
+    causes = {cause for event in events for cause in event.causes} - in_batch.keys()
     stored: dict[str, tracing.TraceContext] = {}
     if causes:
         async with tenant_transaction(appender.engine, tenant) as connection:
             stored = await trace_contexts(connection, tenant, causes)
+    stored.update(in_batch)
     spans = [_start(tenant, event, stored) for event in events]
     try:
         appended = await appender.append(tenant, events, size_bytes=size_bytes)
-    except Exception as exc:
+    except BaseException as exc:  # a cancellation too: its spans end all the same
         for span in spans:
-            span.record_exception(exc)
-            span.set_status(StatusCode.ERROR, type(exc).__name__)
-            span.set_attribute("error.type", type(exc).__name__)
-            span.end()
+            tracing.end_failed(span, exc)
         raise
     for span, landed in zip(spans, appended, strict=True):
         span.set_attribute("causeway.position", landed.position)

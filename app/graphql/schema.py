@@ -330,7 +330,8 @@ class Query:
             ),
         )
         answer = await (
-            traced_walk("audit", auditing, depth, lambda a: _found(a.trace))
+            # Truncated as the answer says: the decision's walk, or a training run's.
+            traced_walk("audit", auditing, depth, lambda a: (*_found(a.trace)[:2], a.truncated))
             if tracing.on
             else auditing
         )

@@ -28,7 +28,7 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanContext, SpanKind, Tracer
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "context_of",
     "current_span_context",
     "current_traceparent",
+    "end_failed",
     "install_for_tests",
     "link_to",
     "on",
@@ -173,3 +174,12 @@ def current_traceparent() -> str | None:
 def current_span_context() -> SpanContext:
     """The context of the span now current (invalid when there is none)."""
     return trace.get_current_span().get_span_context()
+
+
+def end_failed(span: Span, failure: BaseException) -> None:
+    """End ``span`` as failed by ``failure`` (a cancellation too): the exception recorded,
+    an error status and ``error.type``."""
+    span.record_exception(failure)
+    span.set_status(StatusCode.ERROR, type(failure).__name__)
+    span.set_attribute("error.type", type(failure).__name__)
+    span.end()

@@ -305,31 +305,51 @@ class NatsRelay:
         while True:
             reached, batch = await found.get()
             span = publish_span(config.stream, len(batch)) if tracing.on else None
-            acks = []
-            for event in batch:
-                headers, payload = headers_and_payload(event.document, config.mode)
-                headers["Nats-Msg-Id"] = this = msg_id(event.tenant, event.position)
-                if expected is not None:
-                    headers["Nats-Expected-Last-Msg-Id"] = expected
-                else:
-                    headers.update(first)
-                if len(payload) + 4096 > max_payload:  # headers are small: count them then
-                    _check_size(event.position, payload, headers, max_payload)
-                subject = subject_for(event.tenant, event.type)
-                if len(subject) > MAX_SUBJECT_BYTES:
-                    raise _subject_too_long(event.position, subject)
-                acks.append(
-                    await js.publish_async(
-                        subject,
-                        payload,
-                        headers=headers,
-                        stream=config.stream,
-                    )
-                )
-                expected = this
+            try:
+                acks, expected = await self._send(js, batch, first, expected, max_payload)
+            except BaseException as failed:  # the batch an operator looks for: in the trace
+                if span is not None:
+                    tracing.end_failed(span, failed)
+                raise
             if span is not None:
                 span.end()
             await batches.put((reached, acks))
+
+    async def _send(
+        self,
+        js: JetStreamContext,
+        batch: list[log.Relayed],
+        first: dict[str, str],
+        expected: str | None,
+        max_payload: int,
+    ) -> tuple[list[asyncio.Future[PubAck]], str | None]:
+        """Publish ``batch``, each message chained to the one before (``expected``, the
+        id of the last one sent; None: the first of the session, chained by ``first``);
+        its acknowledgements to come, and the id of its last message."""
+        config = self.config
+        acks = []
+        for event in batch:
+            headers, payload = headers_and_payload(event.document, config.mode)
+            headers["Nats-Msg-Id"] = this = msg_id(event.tenant, event.position)
+            if expected is not None:
+                headers["Nats-Expected-Last-Msg-Id"] = expected
+            else:
+                headers.update(first)
+            if len(payload) + 4096 > max_payload:  # headers are small: count them then
+                _check_size(event.position, payload, headers, max_payload)
+            subject = subject_for(event.tenant, event.type)
+            if len(subject) > MAX_SUBJECT_BYTES:
+                raise _subject_too_long(event.position, subject)
+            acks.append(
+                await js.publish_async(
+                    subject,
+                    payload,
+                    headers=headers,
+                    stream=config.stream,
+                )
+            )
+            expected = this
+        return acks, expected
 
     async def _acknowledge(
         self, batches: asyncio.Queue[tuple[int, list[asyncio.Future[PubAck]]]]
