@@ -7,7 +7,9 @@ nobody serves still reads as slow. The error is relative to the target (``(obser
 target) / target``), so one set of gains fits queues with targets of 1 s or 1 min. The
 output is positional: ``min_workers + kp*e + ki*integral + kd*de/dt``, clamped to
 ``[min_workers, max_workers]``, and the recommendation moves at most ``max_step`` workers
-per tick; while either limit holds the output back, the integral does not grow
+per tick (unless a bound lowered or raised since holds it: the bounds win); when a tick
+is more than 2.5 targets long, the error is scaled by 2.5 targets / tick, as one tick
+short of workers would read as many targets of latency; while either limit holds the output back, the integral does not grow
 (conditional integration, the anti-windup), so nothing builds up behind a limit to
 overshoot with, or to lag with when the load drops. A tick that changes it is
 recorded as a ``causeway.queue.autoscale_changed`` event.
@@ -25,6 +27,7 @@ from app.store.records import NewEvent
 from scheduler.rows import autoscale as rows
 
 AUTOSCALE_CHANGED = "causeway.queue.autoscale_changed"
+_TICKS_OF_TARGET = 2.5  # past this many targets a tick, the error is scaled down
 _SOURCE = "causeway:scheduler"
 
 
@@ -51,12 +54,22 @@ class PidController:
         error = (observed_s - self.target_s) / self.target_s
         if abs(error) <= self.deadband:
             error = 0.0  # close enough: hold, rather than chase measurement noise
+        elif dt_s > 0:
+            # A tick much longer than the target: one tick short of workers leaves a
+            # backlog that reads as many targets of latency, and the advice swung by
+            # max_step each tick for ever (1 s target, 15 s ticks: 10, 14, 10, ...). Past
+            # 2.5 targets a tick, the error counts in that (it settles, within one
+            # worker, for targets of 0.5 s to 1 min and ticks of 5 s to 30 s).
+            error *= min(1.0, _TICKS_OF_TARGET * self.target_s / dt_s)
         derivative = (error - state.last_error) / dt_s if dt_s > 0 else 0.0
         integral = state.integral + error * dt_s
         desired = self.min_workers + self.kp * error + self.ki * integral + self.kd * derivative
         clamped = min(max(desired, self.min_workers), self.max_workers)
         lo, hi = state.recommended - self.max_step, state.recommended + self.max_step
-        stepped = int(min(max(round(clamped), lo), hi))
+        # The bounds last: a limit lowered since the last tick holds at once.
+        stepped = min(
+            max(int(min(max(round(clamped), lo), hi)), self.min_workers), self.max_workers
+        )
         if desired != clamped or round(clamped) != stepped:
             # Held back by the bounds or by the step limit: integrating further would only
             # wind up, and the advice would overshoot once it caught up.

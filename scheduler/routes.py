@@ -166,11 +166,7 @@ class Route:
     def priority_for(self, record: ChainRecord) -> int:
         if self.priority is not None:
             return self.priority
-        value = record.extensions.get("priority")
-        try:
-            return min(max(int(str(value)), 0), 9)
-        except ValueError:
-            return 5
+        return _priority_of(record.extensions.get("priority"))
 
     def debounce_value(self, record: ChainRecord) -> str | None:
         if self.debounce_key is None:
@@ -466,3 +462,23 @@ def route_from_json(data: dict[str, Any]) -> Route:
     """A stored route (the data of its ``causeway.route.defined`` event): stored as
     ``Route.as_json`` writes it, which ``parse_route`` reads back to the same route."""
     return parse_route(data)
+
+
+# A number as JSON writes one (an extension in binary mode is text: "9.0" and "1e1" are
+# numbers, "1_0" and " 9" are not).
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?\Z")
+
+
+def _priority_of(value: object) -> int:
+    """An event's ``priority`` extension as a task's priority: a number (an integer, or
+    text that is one) clamped to 0-9, its fraction dropped; 5 for anything else. ("9.0"
+    was read as no number: guaranteed work went to spot workers.)"""
+    if isinstance(value, bool):
+        return 5
+    if isinstance(value, int):
+        number: float = value
+    elif isinstance(value, str) and _NUMBER.match(value):
+        number = float(value)  # 1e999: infinity, clamped to 9
+    else:
+        return 5
+    return int(min(max(number, 0.0), 9.0))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from scheduler.autoscale import PidController, PidState
 
 TICK_S = 5.0
@@ -12,7 +14,7 @@ PER_WORKER = 5.0  # tasks a worker finishes per second
 SERVICE_S = 0.2
 
 
-def simulate(controller: PidController, loads: list[float]) -> list[int]:
+def simulate(controller: PidController, loads: list[float], tick_s: float = TICK_S) -> list[int]:
     """A fluid queue: tasks arrive at ``load`` a second, ``workers`` serve ``PER_WORKER``
     each; the observed latency is the backlog's wait plus the service time."""
     backlog = 0.0
@@ -20,9 +22,9 @@ def simulate(controller: PidController, loads: list[float]) -> list[int]:
     advised = []
     for load in loads:
         workers = state.recommended
-        backlog = max(0.0, backlog + (load - PER_WORKER * workers) * TICK_S)
+        backlog = max(0.0, backlog + (load - PER_WORKER * workers) * tick_s)
         latency = backlog / (PER_WORKER * workers) + SERVICE_S
-        state = controller.step(state, latency, TICK_S)
+        state = controller.step(state, latency, tick_s)
         advised.append(state.recommended)
     return advised
 
@@ -66,3 +68,22 @@ class TestStep:
         controller = PidController(target_s=1.0, max_step=2)
         state = controller.step(PidState(3), observed_s=100.0, dt_s=5.0)
         assert state.recommended == 5
+
+    @pytest.mark.parametrize("tick_s", [5.0, 15.0, 30.0])
+    @pytest.mark.parametrize("target_s", [0.5, 1.0, 2.0, 5.0, 60.0])
+    def test_short_targets_and_long_ticks_settle_within_a_worker(
+        self, tick_s: float, target_s: float
+    ) -> None:
+        """A tick many targets long: one tick short of workers reads as many targets of
+        latency. With a 1 s target at the default 15 s interval the advice swung 10, 14,
+        10, ... for ever (60 tasks/s need exactly 12 workers)."""
+        controller = PidController(target_s=target_s)
+        advised = simulate(controller, [20.0] * 60 + [60.0] * 200, tick_s=tick_s)
+        assert set(advised[-40:]) <= {11, 12, 13}, advised[-40:]
+
+    def test_a_bound_lowered_since_holds_at_once(self) -> None:
+        """The step limit let the advice come down 4 a tick from 13 to a new cap of 5."""
+        state = PidController(target_s=1.0, max_workers=5).step(PidState(13), 100.0, 5.0)
+        assert state.recommended == 5
+        state = PidController(target_s=1.0, min_workers=20).step(PidState(3), 0.0, 5.0)
+        assert state.recommended == 20

@@ -63,6 +63,18 @@ class TestParsing:
         assert route().priority_for(record(priority="42")) == 9
         assert route(priority=3).priority_for(record(priority="8")) == 3
 
+    @pytest.mark.parametrize(
+        ("sent", "priority"),
+        [("9.0", 9), ("1e1", 9), (9, 9), (-2, 0), ("-3.5", 0), ("7.9", 7), ("1e999", 9),
+         ("1_0", 5), (" 9", 5), ("nan", 5), ("inf", 5), (True, 5), ("", 5)],
+    )  # fmt: skip
+    def test_a_priority_that_is_a_number_in_any_json_spelling_is_clamped(
+        self, sent: object, priority: int
+    ) -> None:
+        """ "9.0" and "1e1" (numbers, as binary mode sends every extension: text) read as
+        no number, 5, and a spot worker took guaranteed work; "1_0" read as 10."""
+        assert route().priority_for(record(priority=sent)) == priority
+
     def test_model_size_counts_against_gpu_memory(self) -> None:
         r = route(requires={"gpu_memory_gb": 8, "model_size_gb": 12, "fp16": True, "int8": False})
         assert r.requires.numbers == {"gpu_memory_gb": 12.0}
