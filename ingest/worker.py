@@ -1,6 +1,7 @@
 """A worker for the scheduler's queues: lease tasks in batches, run each with a handler,
 heartbeat the ones that run long, complete and fail them in batches, and back off when the
-service asks to (429, 503 and their ``Retry-After``) or cannot be reached.
+service asks to (429, 503 and their ``Retry-After``), when a proxy in front says it is
+unwell (500, 502, 504), or when it cannot be reached.
 
     def detect(lease: Lease) -> list[dict[str, Any]]:
         frame = lease.trigger["data"]
@@ -42,7 +43,10 @@ __all__ = ["TaskFailed", "Worker", "WorkerStats"]
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
-_BUSY = (429, 503)  # answers that say "later", not "never"
+# Answers that say "later", not "never": the service's 429 and 503, and what a proxy in
+# front answers while the service restarts or is slow (500, 502, 504). Every request
+# the worker sends again is answered as the first was (a lease request by its name).
+_BUSY = (429, 500, 502, 503, 504)
 _MAX_RETRY_AFTER_S = 300.0  # a Retry-After is waited out up to this (one from a proxy too)
 _MESSAGE_CAP = 4000  # characters of a failure's message the service takes (POST /tasks/fail)
 # The classes the service takes for a failure (any other refuses the whole batch's report).
@@ -158,8 +162,12 @@ class Worker:
                 if not wanted:
                     break
                 # One name for the request and its retries: a retry after a lost answer
-                # gets the leases that answer held (README, "A lost answer").
-                leases = self._retrying(partial(self._lease, wanted, uuid.uuid4().hex))
+                # gets the leases that answer held (README, "A lost answer"). Holding
+                # nothing, it gives up once stopping.
+                leases = self._retrying(
+                    partial(self._lease, wanted, uuid.uuid4().hex, time.monotonic()),
+                    or_once_stopping=[],
+                )
                 if not leases:
                     if until_idle:
                         break
@@ -169,7 +177,13 @@ class Worker:
             if done and wanted:
                 try:
                     leases = self._retrying(
-                        partial(self._complete_and_lease, done, wanted, uuid.uuid4().hex)
+                        partial(
+                            self._complete_and_lease,
+                            done,
+                            wanted,
+                            uuid.uuid4().hex,
+                            time.monotonic(),
+                        )
                     )
                 except CausewayError as refused:
                     if refused.status != 413:
@@ -213,34 +227,42 @@ class Worker:
             return self._batch
         return max(min(self._batch, max_tasks - (self.stats.leased - leased_before)), 0)
 
-    def _lease(self, wanted: int, request_id: str) -> list[Lease]:
+    def _lease(self, wanted: int, request_id: str, first_sent: float) -> list[Lease]:
         return self._hold(
             self._client.lease_many(
                 self._queue, self._name, wanted, wait_s=self._wait(), lease_s=self._lease_s,
                 request_id=request_id, **self._profile,
-            )
+            ),
+            first_sent,
         )  # fmt: skip
 
     def _complete_and_lease(
-        self, done: list[tuple[Lease, list[dict[str, Any]]]], wanted: int, request_id: str
+        self,
+        done: list[tuple[Lease, list[dict[str, Any]]]],
+        wanted: int,
+        request_id: str,
+        first_sent: float,
     ) -> list[Lease]:
         answers, leased = self._client.complete_and_lease(
             self._queue, self._name, done, wanted, wait_s=self._wait(), lease_s=self._lease_s,
             request_id=request_id, **self._profile,
         )  # fmt: skip
         self._finished(done, answers)
-        return self._hold(leased)
+        return self._hold(leased, first_sent)
 
     def _wait(self) -> float:
         return 0.0 if self._stopping.is_set() else self._wait_s
 
-    def _hold(self, leased: list[Lease]) -> list[Lease]:
-        """Keep ``leased`` for the heartbeats, and count them."""
-        now = time.monotonic()
+    def _hold(self, leased: list[Lease], first_sent: float) -> list[Lease]:
+        """Keep ``leased`` for the heartbeats, and count them. Each lease was granted no
+        sooner than the request's first try was sent (``first_sent``, by the monotonic
+        clock): its heartbeat is due half its length after that. (Timed from the answer,
+        the leases a try sent again got back, granted to the lost first try, lapsed
+        before their first heartbeat.)"""
         with self._lock:
             for lease in leased:
                 length = _lease_length(lease)
-                self._held[lease.task_id] = _Held(lease, length, now + length / 2)
+                self._held[lease.task_id] = _Held(lease, length, first_sent + length / 2)
         self.stats.leased += len(leased)
         return leased
 
@@ -265,8 +287,26 @@ class Worker:
         return done
 
     def _complete(self, done: list[tuple[Lease, list[dict[str, Any]]]]) -> None:
-        if done:
+        """Complete ``done``; a batch past the service's request cap (413) in halves, and
+        a task whose results alone pass it failed (``unknown``): its results cannot be
+        sent, and every other task's are."""
+        if not done:
+            return
+        try:
             self._finished(done, self._retrying(lambda: self._client.complete_many(done)))
+        except CausewayError as refused:
+            if refused.status != 413:
+                raise
+            if len(done) > 1:
+                half = len(done) // 2
+                self._complete(done[:half])
+                self._complete(done[half:])
+                return
+            [(lease, _)] = done
+            message = _storable(f"its results pass the service's request cap: {_str(refused)}")
+            answers = self._retrying(lambda: self._client.fail_many([(lease, "unknown", message)]))
+            self._count(answers, "failed")
+            self._release([lease])
 
     def _finished(
         self, done: list[tuple[Lease, list[dict[str, Any]]]], answers: list[dict[str, Any]]
@@ -300,15 +340,17 @@ class Worker:
                 except CausewayError as refused:
                     if refused.status in _BUSY:
                         held.renew_at = time.monotonic() + 1.0
-                    else:  # the lease is lost: its completion will say so
+                    else:  # the lease is lost (404, 409): its completion will say so
                         held.renew_at = float("inf")
                 except httpx2.TransportError:
                     held.renew_at = time.monotonic() + 1.0
 
-    def _retrying(self, call: Callable[[], T]) -> T:
-        """``call()``, again after a pause while the service answers 429 or 503 (as long
-        as its ``Retry-After`` says, five minutes at most, else a doubling pause with
-        jitter, ``max_backoff_s`` at most) or is unreachable."""
+    def _retrying(self, call: Callable[[], T], *, or_once_stopping: T | None = None) -> T:
+        """``call()``, again after a pause while the service answers "later" (``_BUSY``:
+        as long as its ``Retry-After`` says, five minutes at most, else a doubling pause
+        with jitter, ``max_backoff_s`` at most) or is unreachable. With
+        ``or_once_stopping``, that is the answer once ``stop()`` is called (a lease
+        request holding nothing: a stop during an outage ended the run only after it)."""
         attempt = 0
         while True:
             try:
@@ -322,8 +364,20 @@ class Worker:
             attempt += 1
             self.stats.backoffs += 1
             if pause is None:
-                pause = min(self._max_backoff_s, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
-            time.sleep(min(pause, _MAX_RETRY_AFTER_S))
+                pause = doubling_pause(attempt, self._max_backoff_s)
+            pause = min(pause, _MAX_RETRY_AFTER_S)
+            if or_once_stopping is None:
+                time.sleep(pause)
+            elif self._stopping.wait(pause):
+                return or_once_stopping
+
+
+def doubling_pause(attempt: int, cap_s: float) -> float:
+    """The pause before try ``attempt + 1``: 0.1 s doubled per try, ``cap_s`` at most, with
+    jitter. (The exponent is capped too: from the 1,024th try, about 6 h of outage at 30 s
+    a try, 2**attempt was past a float, and the run ended with an OverflowError.)"""
+    doubled: float = 0.1 * 2.0 ** min(attempt, 30)
+    return min(cap_s, doubled) * random.uniform(0.5, 1.0)  # noqa: S311 - jitter
 
 
 def _results(answer: object) -> list[dict[str, Any]]:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import get_args
 
 from ingest.client import Lease
-from ingest.worker import _ERROR_CLASSES, TaskFailed, _failure, _lease_length, _storable
+from ingest.worker import (
+    _ERROR_CLASSES,
+    TaskFailed,
+    _failure,
+    _lease_length,
+    _storable,
+    doubling_pause,
+)
 from scheduler.tasks import ErrorClass
 
 
@@ -35,3 +42,10 @@ def test_a_lease_lasts_as_the_service_granted_it_whatever_this_machine_s_clock()
     # A service that does not say when it granted the lease: until it ends, from now.
     older = Lease("t", "l", "2000-01-01T00:00:30+00:00", {"id": "t"}, {})
     assert _lease_length(older) == 1.0  # ended already: heartbeat at once
+
+
+def test_the_pause_of_a_long_outage_stays_at_its_cap() -> None:
+    """From the 1,024th try (about 6 h of outage at 30 s a try) 2**attempt was past a float:
+    the run ended with an OverflowError instead of waiting on."""
+    assert 0.05 <= doubling_pause(1, 30.0) <= 0.2
+    assert all(15.0 <= doubling_pause(attempt, 30.0) <= 30.0 for attempt in (20, 1024, 10**6))
