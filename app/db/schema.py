@@ -31,11 +31,6 @@ def alembic_config(url: str | URL) -> Config:
     return config
 
 
-class MigrationRefused(Exception):
-    """A migration that will not run on what the database holds; its message says why
-    and what to do (the command that ran it prints it as its one line)."""
-
-
 def upgrade_to_head(url: str | URL) -> None:
     command.upgrade(alembic_config(url), "head")
 

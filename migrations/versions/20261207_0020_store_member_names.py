@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
-from app.db.schema import MigrationRefused
+from alembic.util import CommandError
 
 revision = "0020"
 down_revision = "0019"
@@ -46,7 +45,7 @@ def upgrade() -> None:
     )
     if found:
         counts = ", ".join(f"{count} with {name!r}" for name, count in found)
-        raise MigrationRefused(
+        raise CommandError(
             f"stored events carry extensions this release names its own ({counts}): it "
             "reads every event back with the store's streamversion, storedtime and "
             "prevhash, which would hide theirs; keep running the release before"
