@@ -7,7 +7,9 @@ carries, as extension attributes of the store's (named and typed as CloudEvents 
 them: lower-case letters, strings and integers), ``position``, ``stream``,
 ``streamversion``, ``storedtime`` (when the store recorded it; a producer's own
 ``recordedtime``, the Recorded Time extension, is kept as sent), ``prevhash`` and ``hash``
-(hex); its causes are ``causationid``, their ids joined by commas.
+(hex); its causes are ``causationid``, their ids joined by commas. ``position`` and
+``streamversion`` are JSON integers: past 2**31 - 1 they leave CloudEvents' Integer range
+(a store that long-lived needs consumers that read them as 64-bit; Parquet's columns are).
 """
 
 from __future__ import annotations
