@@ -111,3 +111,22 @@ def test_retry_after_is_waited_out_past_max_backoff_s(service: str) -> None:
         worker.run(until_idle=True)
     assert len(Busy.seen) == 2
     assert Busy.seen[1][1] - Busy.seen[0][1] >= 2.0
+
+
+def test_stop_ends_a_run_that_is_backing_off_with_nothing_leased(service: str) -> None:
+    """``stop()`` (from a signal handler, another thread) while the service answers 503 and
+    the worker holds no task ends the run. (It went on retrying its lease request for as
+    long as the service was busy.)"""
+    Busy.answers = {"/queues/q/lease": [(503, {"Retry-After": "1"}, PROBLEM)]}
+    worker = Worker(service, "key", queue="q", name="w1", handler=lambda _: [], wait_s=0)
+    running = threading.Thread(target=worker.run, daemon=True)
+    try:
+        running.start()
+        time.sleep(0.5)
+        worker.stop()
+        running.join(timeout=5.0)
+        assert not running.is_alive(), f"still retrying 5 s after stop() ({len(Busy.seen)} tries)"
+    finally:
+        Busy.answers = {"/queues/q/lease": [(204, {}, None)]}  # let a run left over end
+        running.join(timeout=10.0)
+        worker.close()

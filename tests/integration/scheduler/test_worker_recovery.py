@@ -1,9 +1,10 @@
 """The worker library (``ingest.worker``) when the way to the service misbehaves: an answer
-lost, a reverse proxy's 502, a batch past the request cap, an outage during a stop.
+lost, a reverse proxy's 502, a batch past the request cap (a stop during an outage is
+in test_worker_backoff.py).
 
 Each test runs the worker against a real ``causeway serve`` (one for the module, a queue
 of its own per test), sometimes through a small proxy that misbehaves as a network or a
-reverse proxy does, or against a stand-in service on a loopback port."""
+reverse proxy does."""
 
 from __future__ import annotations
 
@@ -245,51 +246,3 @@ def test_a_batch_whose_results_together_pass_the_request_cap_is_completed(
         assert (stats.completed, stats.lost) == (3, 0), stats
         state = _queue_state(base, key, "big")
         assert (state["ready"], state["in_flight"]) == (0, 0), state
-
-
-class _Busy(BaseHTTPRequestHandler):
-    """A stand-in service: every lease request is answered ``answer`` (503 with
-    ``Retry-After: 1`` until a test changes it)."""
-
-    answer: tuple[int, dict[str, str], bytes] = (503, {"Retry-After": "1"}, b"{}")
-    count = 0
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        _Busy.count += 1
-        status, headers, payload = _Busy.answer
-        self.send_response(status)
-        for name, value in {"Content-Type": "application/problem+json", **headers}.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-def test_stop_ends_a_run_that_is_backing_off_with_nothing_leased() -> None:
-    """``stop()`` (from a signal handler, another thread) while the service answers 503 and
-    the worker holds no task ends the run. (It went on retrying its lease request for as
-    long as the service was busy.)"""
-    _Busy.answer = (503, {"Retry-After": "1"}, b'{"status": 503, "detail": "busy"}')
-    _Busy.count = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}"
-    worker = Worker(base, "key", queue="q", name="w1", handler=lambda _: [], wait_s=0)
-    running = threading.Thread(target=worker.run, daemon=True)
-    try:
-        running.start()
-        time.sleep(0.5)
-        worker.stop()
-        running.join(timeout=5.0)
-        still_running = running.is_alive()
-    finally:
-        _Busy.answer = (204, {}, b"")  # let the run end, whatever the outcome
-        running.join(timeout=10.0)
-        server.shutdown()
-        server.server_close()
-        worker.close()
-    assert not still_running, f"run() still retrying 5 s after stop() ({_Busy.count} tries)"
