@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx2
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
+from tests.integration.ingest.openlineage.audits import audit_of_a_decision
 from tests.integration.ingest.openlineage.shapes import dataset, new_run, run_event
 from tests.integration.ingest.openlineage.test_router import post as post_lineage
 
@@ -27,22 +27,9 @@ async def test_an_audit_walk_span_says_truncated_when_the_answer_is(
             client, run_event(state, run, "train", inputs=[dataset("s3://x", "d")])
         )
         assert sent.status_code == 201, sent.text
-    registered = await admin.post(
-        "/models/m/versions", content=registration("1", training_run=run), headers=JSON
-    )
-    assert registered.status_code == 201, registered.text
-    used = event(modelname="m", modelversion="1")
-    decision = event(causationid=used["id"])
-    for sent_event in (used, decision):
-        answer = await client.post("/events", content=dumps(sent_event), headers=STRUCTURED)
-        assert answer.status_code == 201, answer.text
-    spans.clear()
-    query = 'query {{ audit(decisionId: "{}", maxDepth: 1) {{ truncated }} }}'.format(
-        decision["id"]
-    )
-    answer = await client.post("/graphql", json={"query": query})
-    assert answer.status_code == 200, answer.text
-    assert answer.json()["data"]["audit"]["truncated"] is True
+    query = "query($id: ID!) { audit(decisionId: $id, maxDepth: 1) { truncated } }"
+    answer = await audit_of_a_decision(client, admin, run, query)
+    assert answer["data"]["audit"]["truncated"] is True, answer
     [walk] = [s for s in spans.get_finished_spans() if s.name == "audit walk"]
     assert walk.attributes is not None
     assert walk.attributes["causeway.walk.truncated"] is True
