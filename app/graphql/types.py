@@ -225,7 +225,7 @@ class Event:
         )
         if info.context.budget.spent:
             return EventConnection.from_page(Page([], False))
-        return EventConnection.from_page(page)
+        return EventConnection.from_page(page, has_previous=page.has_previous)
 
 
 def made_once() -> Callable[[StoredEvent], Event]:

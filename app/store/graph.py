@@ -38,6 +38,8 @@ class Direction(enum.Enum):
 class Page:
     events: list[StoredEvent]
     has_next: bool
+    # Whether a match lies before the page's cursor (read only where asked: effects).
+    has_previous: bool = False
 
 
 class WalkedNode(NamedTuple):
@@ -204,7 +206,22 @@ class GraphReader:
         grouped: dict[int, list[StoredEvent]] = {p: [] for p in positions}
         for row in rows:
             grouped[row.of].append(_stored(row))
-        return {p: Page(found[:first], len(found) > first) for p, found in grouped.items()}
+        earlier: set[int] = set()
+        if after > 0:
+            # Causes and effects are one tenant's (checked at append).
+            earlier = set(
+                await self._conn.scalars(
+                    select(event_causes.c.cause)
+                    .where(
+                        event_causes.c.cause == func.any(_positions(positions)),
+                        event_causes.c.effect <= after,
+                    )
+                    .distinct()
+                )
+            )
+        return {
+            p: Page(found[:first], len(found) > first, p in earlier) for p, found in grouped.items()
+        }
 
     async def fetch_page(
         self, tenant: str, selection: EventFilter, *, first: int, content: bool = True

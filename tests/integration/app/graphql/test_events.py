@@ -39,6 +39,28 @@ class TestEvents:
         assert found["position"] == 6  # after the two model registrations
         assert len(found["hash"]) == 64
 
+    async def test_a_page_of_effects_says_whether_an_effect_lies_before_its_cursor(
+        self, client: httpx2.AsyncClient
+    ) -> None:
+        query = """query ($after: String) { event(id: "pre-1") {
+            effects(first: 1, after: $after) {
+            edges { node { id } } pageInfo { hasPreviousPage hasNextPage endCursor } } } }"""
+
+        async def page(after: str | None) -> dict[str, Any]:
+            found = await ask(client, query, after=after)
+            effects: dict[str, Any] = found["data"]["event"]["effects"]
+            return effects
+
+        first = await page(None)
+        assert [e["node"]["id"] for e in first["edges"]] == ["tumor-1"]
+        assert first["pageInfo"]["hasPreviousPage"] is False
+        second = await page(first["pageInfo"]["endCursor"])
+        assert [e["node"]["id"] for e in second["edges"]] == ["fracture-1"]
+        assert second["pageInfo"]["hasPreviousPage"] is True
+        assert second["pageInfo"]["hasNextPage"] is False
+        # A cursor before every effect: nothing lies before it.
+        assert (await page(encode_cursor(1)))["pageInfo"]["hasPreviousPage"] is False
+
     async def test_causes_keep_the_order_the_event_named_them(
         self, client: httpx2.AsyncClient
     ) -> None:
