@@ -7,7 +7,7 @@
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import strawberry
 from graphql import GraphQLError, OperationDefinitionNode
@@ -283,8 +283,21 @@ class Query:
         id: strawberry.ID,
         direction: LineageDirection = LineageDirection.UPSTREAM,
         max_depth: int = 10,
-        types: list[str] | None = None,
-        limit: int = 1000,
+        types: Annotated[
+            list[str] | None,
+            strawberry.argument(
+                description="Only events of these types in the answer (the root always); "
+                "the walk still passes through the others."
+            ),
+        ] = None,
+        limit: Annotated[
+            int,
+            strawberry.argument(
+                description="Events walked at most, the root included, whether or not "
+                "`types` keeps them in the answer (the server caps it too); `truncated` "
+                "says when it cut the walk short."
+            ),
+        ] = 1000,
     ) -> Lineage:
         caps = info.context.limits
         depth, nodes = (
