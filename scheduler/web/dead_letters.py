@@ -174,8 +174,9 @@ def create_router(
         summary="Put the oldest dead letters that match back in their queues (at most 100)",
     )
     async def requeue_many(
-        body: RequeueMany, principal: Admin, response: Response
+        principal: Admin, response: Response, body: RequeueMany | None = None
     ) -> dict[str, Any]:
+        body = body or RequeueMany()  # no body: every filter left out
         since = parse_time_parameter("since", body.since)
         which = DeadLetters(body.queue, body.error_class, since)
         async with engine.begin() as conn:

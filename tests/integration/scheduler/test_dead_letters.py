@@ -392,6 +392,15 @@ class TestBulkRequeue:
         history = (await admin.get(f"/tasks/{died[0]}")).json()["history"]
         assert [h["type"] for h in history].count("causeway.task.requeued") == 1
 
+    async def test_without_a_body_every_filter_is_left_out(
+        self, app: FastAPI, admin: Client, worker: Client
+    ) -> None:
+        died = await _dead_letters(app, admin, worker, "q", 2)
+        others = await _dead_letters(app, admin, worker, "other", 1)
+        answer = await admin.post("/dead-letters/requeue")
+        assert answer.status_code == 200, answer.text
+        assert [t["id"] for t in answer.json()["requeued"]] == died + others
+
     async def test_bad_requests_and_keys_that_may_not(self, admin: Client, worker: Client) -> None:
         for body, status in (
             ({"limit": 0}, 422),
