@@ -194,6 +194,21 @@ def failure(
     return event_type, data
 
 
+def is_failure_reported(
+    entry: LoggedEntry | None, lease_id: str, error_class: str, message: str
+) -> bool:
+    """Whether ``entry`` (a task's last failure) is the report of ``error_class`` and
+    ``message`` under ``lease_id``."""
+    if entry is None or not isinstance(entry.data, dict):
+        return False
+    data = entry.data
+    return (data.get("lease"), data.get("class"), data.get("message")) == (
+        lease_id,
+        error_class,
+        message,
+    )
+
+
 def archived_input(event_id: str, content: EventContent | None) -> dict[str, Any] | None:
     """The trigger as a dead letter keeps it: its id, type, source, content type and
     data; binary data as ``data_base64``, as CloudEvents' JSON format writes it."""

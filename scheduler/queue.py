@@ -189,8 +189,9 @@ class TaskQueue:
         """Extend the lease to ``lease_s`` from now (by default, as long as it was last
         granted for, else ``default_lease_s``), ``max_lease_s`` at most; never to end
         sooner than it does already, so a heartbeat cannot hand a running task back."""
-        state = await self._held(tenant, task_id, lease_id)
+        found = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
         now = datetime.now(UTC)
+        state = d.holding(found, task_id, lease_id, now)
         if lease_s is None:
             last_grant = await log.read_last(
                 self._conn, tenant, state.stream, types=(t.LEASED, t.LEASE_EXTENDED)
@@ -302,8 +303,17 @@ class TaskQueue:
     async def fail(
         self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str
     ) -> t.TaskState:
-        state = await self._held(tenant, task_id, lease_id)
-        return await self._after_failure(tenant, state, error_class, message)
+        """Retry or dead-letter the task leased under ``lease_id``; a report sent again
+        (its answer was lost) is answered with the task as it is now, while its last
+        failure is that report (the same lease, class and message)."""
+        state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+        if state is not None and not (state.state == "leased" and state.lease_id == lease_id):
+            failed = (t.RETRIED, t.DEAD_LETTERED)
+            last = await log.read_last(self._conn, tenant, state.stream, types=failed)
+            if d.is_failure_reported(last, lease_id, error_class, message):
+                return state
+        held = d.holding(state, task_id, lease_id, datetime.now(UTC))
+        return await self._after_failure(tenant, held, error_class, message, lease_id=lease_id)
 
     async def fail_many(
         self, tenant: str, items: Sequence[tuple[str, str, str, str]]
@@ -363,10 +373,6 @@ class TaskQueue:
             tenant, state, t.DISCARDED, {"reason": reason, "actor": actor}, at=datetime.now(UTC)
         )
 
-    async def _held(self, tenant: str, task_id: str, lease_id: str) -> t.TaskState:
-        state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
-        return d.holding(state, task_id, lease_id, datetime.now(UTC))
-
     async def _after_failure(
         self,
         tenant: str,
@@ -375,14 +381,17 @@ class TaskQueue:
         message: str,
         *,
         retry_now: bool = False,
+        lease_id: str | None = None,
     ) -> t.TaskState:
-        """Retry or dead-letter ``state`` after a failed attempt; a dead letter's handling
-        (alert, rollback and requeue) is appended with it, in one atomic batch."""
+        """Retry or dead-letter ``state`` after a failed attempt (reported under
+        ``lease_id``, or the lease expired); a dead letter's handling is appended with it."""
         now = datetime.now(UTC)
         jitter = 0.0 if retry_now else t.draw_jitter()
         event_type, data = d.failure(
             state, error_class, message, at=now, jitter=jitter, retry_now=retry_now
         )
+        if lease_id is not None:
+            data = {**data, "lease": lease_id}
         if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
             content = await log.read_content(self._conn, tenant, state.trigger_id)
             data = {**data, "input": d.archived_input(state.trigger_id, content)}

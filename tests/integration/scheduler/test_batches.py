@@ -164,6 +164,16 @@ async def test_a_batch_completion_answers_each_task_and_one_lost_lease_fails_onl
     assert [a["status"] for a in answers] == [200, 409]
     assert answers[0]["result"]["attempts"] == 1
     assert answers[0]["result"]["error"]["class"] == "transient"
+    # Sent again, the failures are answered as before and write nothing; a report of
+    # another failure under the spent lease is still refused.
+    again = await worker.post("/tasks/fail", content=dumps({"tasks": failures}), headers=JSON)
+    assert [a["status"] for a in again.json()["tasks"]] == [200, 409]
+    assert again.json()["tasks"][0]["result"] == answers[0]["result"]
+    history = (await admin.get(f"/tasks/{leased[1]['task']['id']}")).json()["history"]
+    assert [h["type"] for h in history].count("causeway.task.retried") == 1
+    other = [{**failures[0], "message": "disk full"}]
+    refused = await worker.post("/tasks/fail", content=dumps({"tasks": other}), headers=JSON)
+    assert [a["status"] for a in refused.json()["tasks"]] == [409]
 
 
 async def test_a_long_poll_answers_within_100_ms_of_the_task_being_made(
