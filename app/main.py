@@ -32,7 +32,7 @@ from app.graphql.router import GraphQLApp, create_graphql
 from app.settings import Settings
 from app.store.append.group_commit import Appender
 from app.store.keys import Scope as KeyScope
-from app.telemetry import tracing
+from app.telemetry import metrics, tracing
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
@@ -117,6 +117,7 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await dispose(app)
+        metrics.leave()
         if on_shutdown is not None:
             on_shutdown()
 

@@ -237,5 +237,13 @@ def _mark_dead() -> None:
     multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
+def leave() -> None:
+    """With several processes, this one's gauges leave the sum: called as its service
+    stops. (``atexit`` runs too late or never: uvicorn raises the SIGTERM it caught again
+    after its shutdown, and the process dies of it.)"""
+    if MULTIPROCESS:
+        _mark_dead()
+
+
 if MULTIPROCESS:
-    atexit.register(_mark_dead)
+    atexit.register(_mark_dead)  # the other ways out

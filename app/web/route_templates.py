@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
-# Answered before FastAPI's router (``app.main.Causeway.answer``): no route in the scope.
-_OWN_ROUTES = frozenset({"/events", "/graphql"})
+# Routes whose template the scope does not say: the two answered before FastAPI's router
+# (``app.main.Causeway.answer``), GraphQL's GET (its router is included under a prefix:
+# the route in the scope says ""), and the OpenAPI document (a plain Starlette route,
+# which puts none in the scope).
+_OWN_ROUTES = frozenset({"/events", "/graphql", "/openapi.json"})
 
 
 def route_template(scope: Scope) -> str | None:
@@ -14,7 +17,7 @@ def route_template(scope: Scope) -> str | None:
     (``/events/{event_id:path}`` is ``/events/{event_id}``); the path of the two routes
     answered before the router; None when no route took the request."""
     template = getattr(scope.get("route"), "path_format", None)
-    if isinstance(template, str):
+    if isinstance(template, str) and template:
         return template
     path: str = scope["path"]
     return path if path in _OWN_ROUTES else None

@@ -5,7 +5,10 @@ scrape (queue depths, lags) as they are now, for the scraping key's tenant only.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx2
@@ -49,6 +52,50 @@ def test_one_scrape_shows_every_workers_counts(database_url: URL, tmp_path: Path
         scrapes = [httpx2.get(f"{base}/metrics", headers=auth).text for _ in range(6)]
     for text in scrapes:
         assert (appended(text, "stored"), appended(text, "duplicate")) == (12, 1)
+
+
+def drift_medians(text: str) -> list[float]:
+    return [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "causeway_source_drift_median_seconds" and s.labels.get("source") == "/late"
+    ]
+
+
+# uvicorn raises the SIGTERM it caught again after its shutdown: the worker died of it,
+# atexit never ran, and the leader's median stayed in every scrape (an alert for ever).
+def test_a_worker_that_stops_leaves_no_gauges_behind(database_url: URL, tmp_path: Path) -> None:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        TMPDIR=str(temporary),  # where serve makes the metrics folder
+    )
+    key = create_key(env, "t", "ingest,read")
+    late = (datetime.now(UTC) - timedelta(seconds=10)).isoformat()
+    with serving(env, "--workers", "2") as base:
+        [folder] = temporary.glob("causeway-metrics-*")
+        sent = httpx2.post(
+            f"{base}/events",
+            content=orjson.dumps(event(source="/late", time=late)),
+            headers={**STRUCTURED, "Authorization": f"Bearer {key}"},
+        )
+        assert sent.status_code == 201, sent.text
+        deadline = time.monotonic() + 30
+        while not drift_medians(scrape(base, key)):
+            assert time.monotonic() < deadline, "the drift projection never reported /late"
+            time.sleep(0.3)
+        [leading] = folder.glob("gauge_livemostrecent_*.db")
+        leader = int(leading.stem.rsplit("_", 1)[1])
+        os.kill(leader, signal.SIGTERM)  # as uvicorn's supervisor stops a worker
+        deadline = time.monotonic() + 30
+        while leading.exists():
+            assert time.monotonic() < deadline, f"worker {leader}'s gauges stayed"
+            time.sleep(0.2)
+        assert not list(folder.glob(f"gauge_live*_{leader}.db"))
+        assert not [m for _ in range(6) for m in drift_medians(scrape(base, key))]
 
 
 def scrape(base: str, key: str) -> str:

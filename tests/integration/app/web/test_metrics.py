@@ -74,6 +74,10 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
         await post(client, type="job")
         await catch_up(relaying_app)
         answer = await client.get("/metrics")
+        # GraphQL over GET and the OpenAPI document are routes, not an unmatched path.
+        assert (await client.get("/graphql", params={"query": "{ __typename }"})).status_code == 200
+        assert (await client.get("/openapi.json")).status_code == 200
+        again = samples((await client.get("/metrics")).text)
     assert answer.status_code == 200
     found = samples(answer.text)
     appended = "causeway_events_appended_total"
@@ -91,6 +95,10 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
     assert value(found, "causeway_graphql_walk_duration_seconds_count", outcome="ok") >= 1
     assert value(found, "causeway_graphql_walk_truncations_total", kind="lineage") >= 1
     assert value(found, timed, route="/graphql", method="POST", status="2xx") >= 1
+    unmatched = value(found, timed, route="unmatched", method="GET", status="2xx")
+    assert value(again, timed, route="/graphql", method="GET", status="2xx") >= 1
+    assert value(again, timed, route="/openapi.json", method="GET", status="2xx") >= 1
+    assert value(again, timed, route="unmatched", method="GET", status="2xx") == unmatched
     assert ("causeway_db_pool_connections_in_use", frozenset({("pool", "main")})) in found
     assert ("causeway_relay_lag_events", frozenset({("stream", "CAUSEWAY")})) in found
     lags = {
