@@ -6,13 +6,13 @@ last event of some streams. docs/openlineage.md describes the mapping.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import select, tuple_
-from sqlalchemy.dialects.postgresql import distinct_on
+from sqlalchemy import Text, any_, func, literal, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import event_causes, events
@@ -73,6 +73,12 @@ class Head:
     stream_version: int
 
 
+def _texts(values: Iterable[str]) -> Any:
+    """``values`` as one array parameter: a run may name tens of thousands of datasets, past
+    the 65,535 parameters a statement may have, were each a parameter of its own."""
+    return literal(list(values), ARRAY(Text))
+
+
 async def fetch_stored(conn: AsyncConnection, tenant: str, event_id: str) -> Appended | None:
     """Where the event ``event_id`` is stored (as a re-send's answer), or None."""
     found = await fetch_all_stored(conn, tenant, [event_id])
@@ -86,7 +92,7 @@ async def fetch_all_stored(
     answer)."""
     rows = await conn.execute(
         select(_e.id, _e.source, _e.stream, _e.stream_version, _e.position).where(
-            _e.tenant == tenant, _e.id.in_(event_ids)
+            _e.tenant == tenant, _e.id == any_(_texts(event_ids))
         )
     )
     found = {
@@ -103,7 +109,7 @@ async def fetch_heads(
         return {}
     statement = (
         select(_e.stream, _e.id, _e.stream_version)
-        .where(_e.tenant == tenant, _e.stream.in_(list(streams)))
+        .where(_e.tenant == tenant, _e.stream == any_(_texts(streams)))
         .ext(distinct_on(_e.stream))
         .order_by(_e.stream, _e.stream_version.desc())
     )
@@ -127,7 +133,12 @@ async def fetch_named_versions(
         .where(
             _e.tenant == tenant,
             _e.type == DATASET_VERSION,
-            tuple_(_e.stream, named).in_(list(wanted)),
+            tuple_(_e.stream, named).in_(
+                select(
+                    func.unnest(_texts(s for s, _ in wanted)),
+                    func.unnest(_texts(v for _, v in wanted)),
+                )
+            ),
         )
         .ext(distinct_on(_e.stream, named))
         .order_by(_e.stream, named, _e.stream_version.desc())
@@ -195,7 +206,7 @@ async def read_run_events(
     streams = {run_stream(r): r for r in run_ids}
     rows = await conn.execute(
         select(*full_row())
-        .where(_e.tenant == tenant, _e.stream.in_(list(streams)))
+        .where(_e.tenant == tenant, _e.stream == any_(_texts(streams)))
         .order_by(_e.position)
     )
     found: dict[str, list[StoredEvent]] = {}

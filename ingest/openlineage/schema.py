@@ -5,7 +5,8 @@
 The top level is ``oneOf: RunEvent | DatasetEvent | JobEvent``. A failed ``oneOf`` only
 says "valid under none", so the event is first held to the one branch its members name
 (``run``: a RunEvent, else ``dataset``: a DatasetEvent, else ``job``: a JobEvent), whose
-errors point into the event; then to the whole schema. Formats are checked: ``uuid`` (a
+errors point into the event; then to the whole schema where the branch alone may not
+decide the ``oneOf`` (``_others``). Formats are checked: ``uuid`` (a
 ``runId``) and ``date-time`` (``eventTime``, RFC 3339).
 """
 
@@ -81,13 +82,25 @@ def validate(event: Any) -> Kind:
     error by its JSON Pointer (``#/run/runId``) otherwise."""
     kind = kind_of(event)
     validators = _validators()
-    for validator in (validators[kind], validators[None]):
+    for validator in (validators[kind], *_others(event, kind)):
         first = _first(validator.iter_errors(event))
         if first is not None:
             raise _refusal(first, kind)
     if kind is None:  # cannot be: the whole schema holds, so one branch matched
         raise InvalidOpenLineageEvent("not a RunEvent, DatasetEvent or JobEvent", schema=SPEC_ID)
     return kind
+
+
+def _others(event: Any, kind: Kind | None) -> list[Draft202012Validator]:
+    """The whole schema (``kind`` None: it was the first), when an event valid as ``kind``
+    may still break its ``oneOf``:
+    only a DatasetEvent that has a ``job`` may be a valid JobEvent too. A RunEvent (it has
+    ``run`` and ``job``) is neither of the others (a JobEvent has no ``run``, a
+    DatasetEvent not both), and a JobEvent (no ``run``, no ``dataset``) neither. Held to
+    the whole schema again, each dataset of a large event was validated six times."""
+    if kind is Kind.DATASET and "job" in event:
+        return [_validators()[None]]
+    return []
 
 
 def _first(errors: Iterable[ValidationError]) -> ValidationError | None:

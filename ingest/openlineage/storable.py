@@ -4,11 +4,12 @@ refuses of a CloudEvent too.
 
 - The event as a value: the character U+0000, JSON nested deeper than the log keeps, a
   number outside ±(2**53 - 1) (422 ``invalid-openlineage-event``, pointer ``#``);
-  ``check_value``, before the event is parsed (parsing hashes it, which a value nested
-  past orjson's limit would fail).
+  ``check_depth`` before the schema and ``check_value`` after it, before the event is
+  parsed (parsing hashes it, which a value nested past orjson's limit would fail).
 - An empty ``producer`` (the ``source``, which CloudEvents wants non-empty) or an empty
-  job or dataset ``name`` (the ``subject``) (422 ``invalid-openlineage-event``, naming
-  the member), as ``POST /events`` refuses an empty ``source`` or ``subject``.
+  job, dataset, input or output ``name`` (a ``subject``) (422
+  ``invalid-openlineage-event``, naming the member), as ``POST /events`` refuses an
+  empty ``source`` or ``subject``.
 - A name the spec leaves unbounded but Causeway makes an attribute of (the stream, the
   ``source``, the ``subject``, the ``correlationid``), past ``max_attributes_bytes`` in
   UTF-8: the limit ``POST /events`` puts on an event's attributes, and what keeps each
@@ -49,13 +50,20 @@ def check_storable(parsed: Parsed, limits: Limits, now: datetime | None = None) 
         _check_time(parsed, limits.max_future_s, now or datetime.now(UTC))
 
 
-def check_value(event: Any) -> None:
-    """Refuse what the log cannot keep of a valid event: its facets are copied into the
-    dataset versions' JSON data, and its names into text columns."""
-    why = None
+def check_depth(event: Any) -> None:
+    """Refuse an event nested deeper than the log keeps: checked before the schema, whose
+    error messages show the event (past about 900 levels, making one overflowed the
+    stack)."""
     if nests_deeper(event):
-        why = f"it nests arrays and objects more than {MAX_DATA_DEPTH} levels deep"
-    elif contains_nul(event):
+        _refuse(f"it nests arrays and objects more than {MAX_DATA_DEPTH} levels deep")
+
+
+def check_value(event: Any) -> None:
+    """Refuse what the log cannot keep of a valid event (``check_depth`` passed): its
+    facets are copied into the dataset versions' JSON data, and its names into text
+    columns."""
+    why = None
+    if contains_nul(event):
         why = "it holds the character U+0000, which cannot be stored"
     elif needs_normalising(event):
         try:
@@ -63,19 +71,25 @@ def check_value(event: Any) -> None:
         except ValueError as exc:
             why = str(exc)
     if why is not None:
-        raise InvalidOpenLineageEvent(
-            f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
-        )
+        _refuse(why)
+
+
+def _refuse(why: str) -> None:
+    raise InvalidOpenLineageEvent(
+        f"the event cannot be stored: {why}", errors=[{"pointer": "#", "detail": why}]
+    )
 
 
 def _check_present(parsed: Parsed) -> None:
     """The members that become attributes CloudEvents wants non-empty."""
     event = parsed.event
     named = "dataset" if parsed.kind is Kind.DATASET else "job"
-    for pointer, value in (
-        ("#/producer", event["producer"]),
-        (f"#/{named}/name", event[named]["name"]),
-    ):
+    present = [("#/producer", event["producer"]), (f"#/{named}/name", event[named]["name"])]
+    if parsed.kind is not Kind.DATASET:  # each input and output: a dataset version's subject
+        for side in ("inputs", "outputs"):
+            for n, dataset in enumerate(event.get(side) or ()):
+                present.append((f"#/{side}/{n}/name", dataset["name"]))
+    for pointer, value in present:
         if value == "":
             what = "source" if pointer == "#/producer" else "subject"
             detail = f"{pointer[2:]} is empty: it is the {what} of a CloudEvent, which cannot be"

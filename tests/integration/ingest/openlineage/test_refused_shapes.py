@@ -12,7 +12,7 @@ import pytest
 from fastapi import FastAPI
 
 from tests.integration.conftest import MakeKey
-from tests.integration.ingest.openlineage.shapes import SPEC, facet, new_run, run_event
+from tests.integration.ingest.openlineage.shapes import SPEC, dataset, facet, new_run, run_event
 
 JSON = {"Content-Type": "application/json"}
 
@@ -42,8 +42,9 @@ def _nested(levels: int) -> bytes:
 
 
 # Past orjson's 254 levels, hashing the event (its id) failed before its depth was
-# checked: a 500. Within them, the depth check answered.
-@pytest.mark.parametrize("levels", [200, 300])
+# checked: a 500. Within them, the depth check answered. Past about 900, the schema's
+# error message (the event's repr) overflowed the stack before it: a 500 again.
+@pytest.mark.parametrize("levels", [200, 300, 1000])
 async def test_a_facet_nested_too_deep_is_a_422(
     server_client: httpx2.AsyncClient, levels: int
 ) -> None:
@@ -87,3 +88,17 @@ async def test_an_empty_producer_or_job_name_is_refused(
     problem = response.json()
     assert problem["type"].endswith("invalid-openlineage-event"), problem
     assert [e["pointer"] for e in problem["errors"]] == [pointer]
+
+
+# An input's or output's name is the subject of its dataset version: an empty one was
+# stored, an event POST /events itself would refuse.
+@pytest.mark.parametrize("side", ["inputs", "outputs"])
+async def test_an_empty_input_or_output_name_is_refused(
+    server_client: httpx2.AsyncClient, side: str
+) -> None:
+    named = [dataset("s3://lake", "kept"), dataset("s3://lake", "")]
+    event = run_event("COMPLETE", new_run(), "job")
+    event[side] = named
+    response = await post(server_client, event)
+    assert response.status_code == 422, (response.status_code, response.text[:300])
+    assert [e["pointer"] for e in response.json()["errors"]] == [f"#/{side}/1/name"]
