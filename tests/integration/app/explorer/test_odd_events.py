@@ -3,8 +3,10 @@ real ``causeway serve`` (as test_explorer.py does). From a review, each a fault 
 the depth form of the graph of ".." dropped its ?id=; the graph left out a link from an
 ancestor straight to a descendant; a binary download took the producer's media type
 parameters as data; a stream of more than a page did not say so; a long id made the
-page wider than the screen; and with pages smaller than 500
-(``CAUSEWAY_GRAPHQL_MAX_PAGE_SIZE``), "Recent events" missed the newest."""
+page wider than the screen, and so did a long id among an event's causes or effects;
+with pages smaller than 500 (``CAUSEWAY_GRAPHQL_MAX_PAGE_SIZE``), "Recent events" missed
+the newest; and an audit's model card showed what the model produced as text, not
+links."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from playwright.sync_api import Browser, Page
 from sqlalchemy import URL
 
 from tests.integration.app.explorer.test_explorer import Served, explorer_service, open_page
-from tests.integration.events import BATCH, dumps
+from tests.integration.events import BATCH, JSON, dumps
 from tests.integration.events import event as cloudevent
 
 
@@ -184,5 +186,67 @@ def test_the_start_page_lists_the_latest_events_when_pages_are_smaller(
         rows = page.locator("table.recent tbody tr")
         assert rows.count() == 25
         assert rows.first.locator("td").nth(1).inner_text() == "ev-149"  # the newest first
+    finally:
+        context.close()
+
+
+def test_the_audit_links_the_events_each_model_produced(browser: Browser, served: Served) -> None:
+    """Each model's card links the events it produced. (The links came nested one level
+    too deep for dom.js: the card read "Produced: ,http://host/ui/events/au-found".)"""
+    registered = httpx2.post(
+        f"{served.base}/models/au-detector/versions",
+        content=dumps({"version": "1", "signature": {"inputs": [], "outputs": []}}),
+        headers={**JSON, "Authorization": f"Bearer {served.keys['admin']}"},
+        timeout=30,
+    )
+    assert registered.status_code == 201, registered.text
+    post(
+        served,
+        [
+            cloudevent(id="au-scan"),
+            cloudevent(
+                id="au-found",
+                causationid="au-scan",
+                modelname="au-detector",
+                modelversion="1",
+                data={},
+            ),
+            cloudevent(id="au-decision", causationid="au-found"),
+        ],
+    )
+    context, page = open_page(browser, served, served.keys["read"])
+    try:
+        visit(page, served, "/ui/events/au-decision/audit")
+        card = page.locator("#page section.card").filter(has_text="au-detector")
+        produced = card.locator("p").filter(has_text="Produced")
+        assert produced.inner_text() == "Produced: au-found"
+        assert produced.locator("a").count() == 1
+        assert produced.locator("a").get_attribute("href") == "/ui/events/au-found"
+    finally:
+        context.close()
+
+
+def test_an_event_whose_cause_or_effect_has_a_long_id_fits_the_page(
+    browser: Browser, served: Served
+) -> None:
+    """The pages fit 1280x800 with a long id among an event's causes or effects too (its
+    list let no id break: some 2,300 pixels wide)."""
+    long_id = "wide-" + "7" * 295
+    post(
+        served,
+        [
+            cloudevent(id="wide-parent"),
+            cloudevent(id=long_id, causationid="wide-parent"),
+            cloudevent(id="wide-child", causationid=long_id),
+        ],
+    )
+    context, page = open_page(browser, served, served.keys["read"])
+    try:
+        for path in ("/ui/events/wide-child", "/ui/events/wide-parent"):
+            visit(page, served, path)
+            assert page.locator("#page .error").count() == 0
+            assert page.locator(f'#page li a[href="/ui/events/{long_id}"]').count() == 1
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 1280, f"{path}: the page is {width} px wide"
     finally:
         context.close()
