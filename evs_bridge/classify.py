@@ -104,7 +104,10 @@ def load_classifier(path: str) -> Classifier:
     except (ImportError, AttributeError) as exc:
         raise ClassifierNotFound(f"cannot import {path!r}: {exc}") from exc
     if isinstance(found, type):
-        found = found()
+        try:
+            found = found()
+        except Exception as exc:  # a class that takes arguments, or fails as it is made
+            raise ClassifierNotFound(f"cannot make {path!r} with no arguments: {exc}") from exc
     if not isinstance(found, Classifier):
         raise ClassifierNotFound(f"{path!r} has no classify(region) method")
     return found

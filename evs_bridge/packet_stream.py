@@ -242,14 +242,23 @@ class PacketStream:
         self._first_packet = None
 
     def finish(self) -> None:
-        """Finish the pipeline at hand, if any: its last segments are emitted."""
+        """Finish the pipeline at hand, if any: its last segments are emitted. What fails
+        there (the classifier, on a region only the end closes) is counted as a bad
+        packet, as in ``take``: the bridge stops or restarts the stream all the same, and
+        what is queued for the store is still flushed. Only the output's errors
+        propagate."""
         pipeline, self._pipeline, self._geometry = self._pipeline, None, None
         if pipeline is not None:
             self._earlier = (
                 self._earlier[0] + pipeline.stats.out_of_geometry,
                 self._earlier[1] + pipeline.stats.outliers,
             )
-            pipeline.finish()
+            try:
+                pipeline.finish()
+            except (StoreRefused, StoreUnavailable, SpoolCorrupt):
+                raise
+            except Exception as exc:  # as in take: one bad segment must not stop the bridge
+                self._bad(f"{type(exc).__name__}: {exc}")
 
     def _events(self, packet: Packet) -> Events:
         if packet.encoding == Encoding.PACKED:

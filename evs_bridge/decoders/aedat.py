@@ -23,13 +23,43 @@ class UnsupportedAedat(ValueError):
     """The file has no event stream, or the ``aedat`` package cannot read it."""
 
 
+_MAGIC = b"#!AER-DAT4.0\r\n"
+
+
+def _check_header(path: Path) -> None:
+    """Refuse a file cut off in its header (the magic, the header's length, the header), on
+    which the Rust decoder panics, printing its own message first."""
+    try:
+        with path.open("rb") as file:
+            start = file.read(len(_MAGIC) + 4)
+            if start[: len(_MAGIC)] != _MAGIC:
+                return  # not AEDAT 4: the decoder says so
+            length = int.from_bytes(start[len(_MAGIC) :], "little")
+            cut = len(start) < len(_MAGIC) + 4 or length < 4 or len(file.read(length)) < length
+    except OSError as exc:
+        raise UnsupportedAedat(f"{path}: not a readable AEDAT 4 file: {exc}") from exc
+    if cut:
+        raise UnsupportedAedat(f"{path}: not a readable AEDAT 4 file: cut off in its header")
+
+
+def _decoder_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the Rust decoder's: its errors, or a panic in it (a file cut off
+    in its header), which pyo3 raises as ``PanicException``, a ``BaseException``."""
+    return isinstance(exc, RuntimeError | OSError | ValueError) or (
+        type(exc).__name__ == "PanicException"
+    )
+
+
 class AedatRecording:
     def __init__(self, path: Path, *, chunk_events: int = 65536) -> None:
         self.path = path
         self.chunk_events = chunk_events
+        _check_header(path)
         try:
             streams: dict[int, dict[str, Any]] = aedat.Decoder(str(path)).id_to_stream()
-        except (RuntimeError, OSError, ValueError) as exc:  # the Rust decoder's errors
+        except BaseException as exc:
+            if not _decoder_failed(exc):
+                raise
             raise UnsupportedAedat(f"{path}: not a readable AEDAT 4 file: {exc}") from exc
         found = [(i, s) for i, s in sorted(streams.items()) if s.get("type") == "events"]
         if not found:
@@ -51,7 +81,9 @@ class AedatRecording:
     def chunks(self) -> Iterator[EventChunk]:
         try:
             yield from self._chunks()
-        except (RuntimeError, OSError) as exc:
+        except BaseException as exc:
+            if not _decoder_failed(exc):
+                raise
             raise UnsupportedAedat(f"{self.path}: not a readable AEDAT 4 file: {exc}") from exc
 
     def _chunks(self) -> Iterator[EventChunk]:

@@ -83,6 +83,13 @@ def garbage_aedat(tmp_path: Path) -> Path:
     return path
 
 
+def cut_aedat(tmp_path: Path) -> Path:
+    # The magic, then a header length of 0: the Rust decoder panicked (a traceback).
+    path = tmp_path / "cut.aedat4"
+    path.write_bytes(b"#!AER-DAT4.0\r\n" + b"\x00" * 8)
+    return path
+
+
 def pk_not_zip(tmp_path: Path) -> Path:
     path = tmp_path / "fake.npz"
     path.write_bytes(b"PK\x03\x04 this is no zip archive")
@@ -142,6 +149,7 @@ BAD_FILES = {
     "events longer than the blob": (overlong_events, "message 5: events length"),
     "corrupt sqlite": (corrupt_sqlite, "not a readable rosbag2"),
     "garbage aedat4": (garbage_aedat, "not a readable AEDAT 4"),
+    "aedat4 cut off in its header": (cut_aedat, "cut off in its header"),
     "PK but no zip": (pk_not_zip, "not a readable .npz"),
     "coordinates past the largest sensor": (huge_coordinates, "outside 0-8192 pixels a side"),
     "a header past the largest sensor": (huge_header, "outside 0-8192 pixels a side"),
@@ -195,6 +203,18 @@ class TestReplay:
                 "channel 'face' is given twice",
             ),
             ([str(NPZ), "--sensor", "a", "--out", "x", "--classifier", "..:X"], "dotted path"),
+            (
+                [
+                    str(NPZ),
+                    "--sensor",
+                    "a",
+                    "--out",
+                    "x",
+                    "--classifier",
+                    "evs_bridge.windows:Window",
+                ],
+                "with no arguments",
+            ),
             ([str(NPZ), "--sensor", "a", "--target", "http://h", "--key", "\u00e9"], "--key must"),
             ([str(NPZ), "--sensor", "a", "--target", "http://h", "--key", ""], "--key must"),
         ],

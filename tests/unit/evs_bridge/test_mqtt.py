@@ -257,6 +257,25 @@ class TestBridgeWorker:
         assert bridge.stats.processed == 29
         assert any(e["type"] == "evs.activity.detected" for e in written(buffer))
 
+    def test_stop_flushes_the_output_when_the_last_segment_fails(self) -> None:
+        # The classifier raising on the segment only the end closes made stop() raise
+        # before the output was closed: every queued event of the earlier segments lost.
+        class FailsAtTheEnd:
+            def classify(self, region: Region) -> tuple[str, float]:
+                if region.window_start_us >= 200_000:
+                    raise RuntimeError("model crashed")
+                return "other", 0.3
+
+        buffer = io.StringIO()
+        bridge = bridge_to(buffer, settings=BridgeSettings(classifier=FailsAtTheEnd()))
+        for sequence in range(30):  # 0-300 ms: segments at 0, 100 and 200 ms
+            bridge.submit(packed(sequence, sequence * 10_000))
+        bridge.stop()
+        assert bridge.failure is None
+        assert bridge.stats.bad == 1
+        segments = [e for e in written(buffer) if e["type"] == "evs.segment.recorded"]
+        assert {0, 100_000} <= {e["data"]["window"]["start_us"] for e in segments}
+
     def test_stop_never_blocks_on_a_full_queue(self) -> None:
         buffer = io.StringIO()
         bridge = bridge_to(buffer, queue_packets=2)
