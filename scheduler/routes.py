@@ -47,7 +47,9 @@ NAME_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]?|\.[A-Za-z0-9_\-]|[A-Za-z0-9_
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _ATTRIBUTE = ATTRIBUTE
-_EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)\s*(.*?)\s*$")
+# The value runs to the end of its line, blanks stripped after the match: a lazy value
+# before `\s*$` scanned its trailing blanks again at every step (30 KB of blanks: 5 s).
+_EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)([^\n]*+)\s*\Z")
 _IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)
 _EXISTS = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+exists|exists)\s*$", re.IGNORECASE)
 # What the scheduler writes never triggers a route, so no route can feed itself.
@@ -278,18 +280,27 @@ def parse_predicate(text: str) -> Predicate:
         if not values:
             raise BadRequest(f"predicate {text!r} lists no values")
         if m.group(2).lower().startswith("not"):
-            return Predicate(m.group(1), "not_in", values)
-        return Predicate(m.group(1), "in", values)
+            return Predicate(_prefix_folded(m.group(1)), "not_in", values)
+        return Predicate(_prefix_folded(m.group(1)), "in", values)
     if m := _EXISTS.match(text):
         if m.group(2).lower().startswith("not"):
-            return Predicate(m.group(1), "not_exists")
-        return Predicate(m.group(1), "exists")
+            return Predicate(_prefix_folded(m.group(1)), "not_exists")
+        return Predicate(_prefix_folded(m.group(1)), "exists")
     if m := _EQUALS.match(text):
-        return Predicate(m.group(1), "eq" if m.group(2) == "=" else "ne", (m.group(3),))
+        value = m.group(3).strip()
+        return Predicate(m.group(1), "eq" if m.group(2) == "=" else "ne", (value,))
     raise BadRequest(
         f"predicate {text!r} is not one of 'NAME=VALUE', 'NAME!=VALUE', "
         "'NAME in (A, B)', 'NAME exists', 'NAME not exists'"
     )
+
+
+def _prefix_folded(attribute: str) -> str:
+    """``attribute`` with its ``ext.`` or ``data.`` prefix in lower case, as ``_lookup``
+    reads it: the ``in`` and ``exists`` forms match their keywords ignoring case, the
+    prefix too, so ``DATA.room in (a)`` was taken and then matched nothing."""
+    where, dot, name = attribute.partition(".")
+    return f"{where.lower()}.{name}" if dot else attribute
 
 
 def stream_of(route_id: str) -> str:
