@@ -54,6 +54,7 @@ _EDGES_DIFFER = text("""
     ) AS differ (position)
 """)
 
+_EDGES_REASON = "causal edges differ from the causes it was hashed with"
 
 # Fetched at once: 64 MiB of event text at most (63 events of the 1 MiB the store takes
 # by default). Their data loaded by the driver, 1,000 events of half a megabyte each held
@@ -89,6 +90,9 @@ async def verify_chain(
     at most), and the walk parses one event at a time."""
     anchors = anchors or {}
     expected_position, prev_hash, count = 1, GENESIS_HASH, 0
+    # Read first, so that an effect whose edges differ is reported where the walk meets
+    # it, not past a later break.
+    differs = (await conn.execute(_EDGES_DIFFER)).scalar()
     per_fetch = max(1, min(1000, fetch_bytes // (largest_event_bytes + ROW_BYTES)))
     async with aclosing(_rows(conn, per_fetch)) as rows:
         async for row in rows:
@@ -115,6 +119,8 @@ async def verify_chain(
                 return _broken(count, prev_hash, row.position, "hash differs from the anchor")
             if not _time_follows(row.time, row.time_rfc3339):
                 return _broken(count, prev_hash, row.position, "time differs from the hashed time")
+            if row.position == differs:
+                return _broken(count, prev_hash, row.position, _EDGES_REASON)
             prev_hash, count, expected_position = bytes(row.hash), count + 1, expected_position + 1
     if anchors and max(anchors) > count:
         return _broken(
@@ -125,11 +131,8 @@ async def verify_chain(
         return _broken(count, prev_hash, None, "the log head row is missing")
     if head.position != count or bytes(head.hash) != prev_hash:
         return _broken(count, prev_hash, None, f"log head names position {head.position}")
-    differs = (await conn.execute(_EDGES_DIFFER)).scalar()
-    if differs is not None:
-        return _broken(
-            count, prev_hash, differs, "causal edges differ from the causes it was hashed with"
-        )
+    if differs is not None:  # an edge of an effect past the log's end
+        return _broken(count, prev_hash, differs, _EDGES_REASON)
     return ChainReport(count=count, head_hash=prev_hash)
 
 

@@ -291,6 +291,20 @@ class TestHashChain:
             "causal edges differ from the causes it was hashed with",
         )
 
+    async def test_a_deleted_edge_is_found_before_a_later_break(self, engine: AsyncEngine) -> None:
+        # The edges were compared only once the whole chain checked out: a later change
+        # was named first, and the edit where the tampering began not at all.
+        await append(engine, "acme", new("a"), new("b", causes=("a",)), new("c"), new("d"))
+        await forge(engine, "event_causes", text("DELETE FROM event_causes WHERE effect = 2"))
+        await forge(
+            engine, "events", text("""UPDATE events SET data = '{"n": 9}' WHERE id = 'd'""")
+        )
+        report = await verified(engine)
+        assert (report.bad_position, report.reason) == (
+            2,
+            "causal edges differ from the causes it was hashed with",
+        )
+
     async def test_a_rewritten_time_column_is_found(self, engine: AsyncEngine) -> None:
         # Filters read the time column; the chain holds the text it was derived from.
         sent = "2026-11-30T12:00:00Z"
