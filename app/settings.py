@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     graphql_max_fragments: int = Field(default=32, ge=0)
     graphql_max_page_size: int = Field(default=500, ge=1)
     graphql_max_lineage_depth: int = Field(default=100, ge=1)
-    graphql_max_lineage_nodes: int = Field(default=10_000, ge=1)
+    graphql_max_lineage_nodes: int = Field(default=10_000, ge=1, le=2**31 - 1)  # an int of SQL
     graphql_timeout_ms: int = Field(default=5000, ge=1, le=2**31 - 1)  # a statement_timeout
     graphql_max_answer_items: int = Field(default=100_000, ge=1)
     graphql_max_answer_bytes: int = Field(default=128 << 20, ge=1024)
@@ -104,10 +104,10 @@ class Settings(BaseSettings):
     scheduler_off_peak_hours: str | None = None
     # At most 7: priorities 8 and 9 are guaranteed, never held back for spot workers.
     scheduler_off_peak_max_priority: int = Field(default=3, ge=0, le=7)
-    scheduler_autoscale_interval_s: float = Field(default=15.0, gt=0)
+    scheduler_autoscale_interval_s: float = Field(default=15.0, gt=0, le=86_400)
     scheduler_target_latency_s: float = Field(default=5.0, gt=0)
-    scheduler_min_workers: int = Field(default=1, ge=0)
-    scheduler_max_workers: int = Field(default=64, ge=1)
+    scheduler_min_workers: int = Field(default=1, ge=0, le=2**31 - 1)  # an integer column
+    scheduler_max_workers: int = Field(default=64, ge=1, le=2**31 - 1)
     scheduler_max_step: int = Field(default=4, ge=1)
     # The relay to NATS JetStream (docs/relay.md): on with a URL (several, comma-separated,
     # for a cluster); `causeway relay nats` runs it alone, `serve` runs it beside the app.

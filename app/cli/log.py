@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import re
 import stat
@@ -335,7 +336,7 @@ def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
     try:
         if found is not None and not stat.S_ISREG(found.st_mode):
             return out.open("wb"), None
-        partial = out.with_name(f".{out.name}.partial")
+        partial = _partial_of(out)
         mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()  # left by a replay that was killed; never followed (a link)
@@ -347,6 +348,20 @@ def _open_for_writing(out: Path) -> tuple[IO[bytes], Path | None]:
         return sink, partial
     except OSError as exc:
         fail(f"--out {out}: {exc.strerror or exc}")
+
+
+def _partial_of(out: Path) -> Path:
+    """Where the export is written until it is whole: ``.NAME.partial`` beside ``out``,
+    or, where that would pass the longest name the folder takes, a name made of a digest
+    of NAME (the same for the same target: what a killed replay left is found again)."""
+    name = f".{out.name}.partial"
+    try:
+        longest = os.pathconf(out.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    if len(os.fsencode(name)) > longest:
+        name = f".{hashlib.sha256(os.fsencode(out.name)).hexdigest()[:32]}.partial"
+    return out.with_name(name)
 
 
 def _finish(sink: IO[bytes]) -> None:

@@ -66,3 +66,21 @@ def test_a_partial_file_left_behind_is_replaced_not_followed(
     assert elsewhere.read_text() == "keep me\n"
     assert len(out.read_text().splitlines()) == 2
     assert not (tmp_path / ".acme.ndjson.partial").exists()
+
+
+@pytest.mark.parametrize("exists", [False, True])
+def test_a_long_but_valid_file_name_is_written(
+    database_url: URL, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exists: bool
+) -> None:
+    """A name of 250 bytes is valid (255 at most), but `.<name>.partial` is 9 bytes longer:
+    "File name too long". Such an export is written through a partial file of a short
+    name."""
+    monkeypatch.setenv("CAUSEWAY_DATABASE_URL", database_url.render_as_string(hide_password=False))
+    store(database_url, "acme", 2)
+    out = tmp_path / ("r" * 250)
+    if exists:
+        out.write_text("old")
+    result = CliRunner().invoke(cli, ["replay", "--tenant", "acme", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert len(out.read_bytes().splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no partial left

@@ -126,6 +126,12 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         ("NATS_REPLICAS", "7", "Input should be less than or equal to 5"),
         # Taken, it turned every POST of an event with a time into a 500 (OverflowError).
         ("MAX_FUTURE_S", "1e15", "Input should be less than or equal to 3153600000"),
+        # Taken, they failed every audit (an int of SQL) and every autoscale step (an
+        # integer column), or overflowed the step's timedelta, at run time.
+        ("GRAPHQL_MAX_LINEAGE_NODES", "3000000000", "less than or equal to 2147483647"),
+        ("SCHEDULER_MIN_WORKERS", "3000000000", "less than or equal to 2147483647"),
+        ("SCHEDULER_MAX_WORKERS", "3000000000", "less than or equal to 2147483647"),
+        ("SCHEDULER_AUTOSCALE_INTERVAL_S", "1e11", "less than or equal to 86400"),
     ],
 )
 def test_a_setting_out_of_its_range_is_one_line_and_exit_2(
