@@ -47,9 +47,11 @@ NAME_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]?|\.[A-Za-z0-9_\-]|[A-Za-z0-9_
 _NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
 ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _ATTRIBUTE = ATTRIBUTE
-# The value runs to the end of its line, blanks stripped after the match: a lazy value
-# before `\s*$` scanned its trailing blanks again at every step (30 KB of blanks: 5 s).
-_EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)([^\n]*+)\s*\Z")
+# The value starts past the blanks (line ends too) after the operator and runs to the end
+# of its line, stripped after the match; neither part is matched again (atomic and
+# possessive): a lazy value before `\s*$` scanned the blanks again at every step (30 KB
+# of blanks: 5 s).
+_EQUALS = re.compile(rf"^\s*({_ATTRIBUTE})\s*(=|!=)(?>\s*)([^\n]*+)\s*\Z")
 _IN = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+in|in)\s*\((.*)\)\s*$", re.IGNORECASE)
 _EXISTS = re.compile(rf"^\s*({_ATTRIBUTE})\s+(not\s+exists|exists)\s*$", re.IGNORECASE)
 # What the scheduler writes never triggers a route, so no route can feed itself.

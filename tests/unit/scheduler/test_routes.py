@@ -115,6 +115,7 @@ class TestParsing:
     @pytest.mark.parametrize(
         ("text", "value"),
         [("a=b", "b"), (" a = b  c \t", "b  c"), ("a=b\n", "b"), ("a!=", ""),
+         ("a!= \xa0\u2003\n\u2000\x1a\xbc\x0c", "\x1a\xbc"), ("a=\n", ""),
          ("a=" + " " * 50_000 + "b", "b"), ("a=b" + " " * 50_000, "b")],
     )  # fmt: skip
     def test_an_equality_takes_its_value_stripped(self, text: str, value: str) -> None:
