@@ -9,6 +9,7 @@ wrote (a command's rows, a projection's checkpoint and read model).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -19,6 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head
+
+# How long a replica may take to give a connection (a pooled one is pinged first) before
+# it is taken as gone: a server frozen, or cut off by a partition that drops packets,
+# never refuses; it just never answers.
+ANSWER_S = 2.0
 
 _HEAD = DriverStatement.of(select(log_head.c.position))
 _RECORDED_AT = DriverStatement.of(
@@ -51,9 +57,10 @@ def replica_name(url: str) -> str:
 
 class FallbackConnector:
     """Connections to a replica's ``engine``; when one cannot be had (the replica is down,
-    its pooled connections broke and it refuses new ones), a connection to ``fallback``
-    (the primary's engine) instead, and ``on_failure`` is told. A read that has its
-    connection runs where it got it: one that fails mid-way fails."""
+    its pooled connections broke and it refuses new ones, or it gives none within
+    ``ANSWER_S``), a connection to ``fallback`` (the primary's engine) instead, and
+    ``on_failure`` is told. A read that has its connection runs where it got it: one that
+    fails mid-way fails."""
 
     def __init__(
         self,
@@ -71,8 +78,8 @@ class FallbackConnector:
     @asynccontextmanager
     async def _connected(self) -> AsyncIterator[AsyncConnection]:
         try:
-            conn = await self.engine.connect()
-        except (DBAPIError, OSError) as exc:
+            conn = await asyncio.wait_for(self.engine.connect(), ANSWER_S)
+        except (DBAPIError, OSError) as exc:  # TimeoutError is an OSError
             self._on_failure(exc)
             conn = await self._fallback.connect()
         try:

@@ -33,7 +33,7 @@ from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
 from app.store.records import MAX_POSITION, parse_position
-from app.store.replication import read_age_s, read_head
+from app.store.replication import ANSWER_S, read_age_s, read_head
 from app.telemetry import metrics
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,16 @@ class ReadSource:
         await self.walks.close()
         for engine in self.engines:
             await engine.dispose()
+
+
+async def _asked(source: ReadSource, reached: Callable[[Connection], Awaitable[bool]]) -> bool:
+    async with source.direct.connect() as conn:
+        return await reached(conn)
+
+
+async def _head_of(replica: ReadSource) -> int:
+    async with replica.direct.connect() as conn:
+        return await read_head(conn)
 
 
 def parse_min_position(text: str | None) -> int | None:
@@ -195,9 +205,12 @@ class ReadRouter:
         delay = _FIRST_POLL_S
         while True:
             try:
-                async with source.direct.connect() as conn:
-                    if await reached(conn):
-                        return True
+                if source.is_primary:
+                    found = await _asked(source, reached)
+                else:  # a replica that does not answer is gone
+                    found = await asyncio.wait_for(_asked(source, reached), ANSWER_S)
+                if found:
+                    return True
             except Exception as exc:
                 if source.is_primary:
                     raise
@@ -211,7 +224,11 @@ class ReadRouter:
 
     def mark_down(self, replica: ReadSource, exc: BaseException) -> None:
         """A replica that failed a read: skipped until the watcher finds it back."""
-        self._set(replica, usable=False, why=f"unreachable ({_first_line(exc)})")
+        if isinstance(exc, TimeoutError) and not str(exc):
+            why = f"no answer within {ANSWER_S:g} s"
+        else:
+            why = f"unreachable ({_first_line(exc)})"
+        self._set(replica, usable=False, why=why)
 
     async def watch(self) -> None:
         """Check every replica each interval, until cancelled (an app's lifespan)."""
@@ -237,9 +254,8 @@ class ReadRouter:
             return
         for replica in self.replicas:
             try:
-                async with replica.direct.connect() as conn:
-                    head = await read_head(conn)
-            except Exception as exc:
+                head = await asyncio.wait_for(_head_of(replica), ANSWER_S)
+            except Exception as exc:  # one that does not answer (TimeoutError) too
                 self.mark_down(replica, exc)
                 continue
             lag_positions, lag_s = max(primary_head - head, 0), 0.0

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from pathlib import Path
 from secrets import token_hex
 from typing import Any
 
@@ -207,6 +210,65 @@ async def test_with_the_replica_stopped_reads_keep_answering(
     assert len(skipped) == 1, skipped  # logged once per change, not once per read
     name = f'replica="127.0.0.1:{pair.replica.port}/causeway"'
     assert f"causeway_read_replica_up{{{name}}} 0.0" in metrics
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _signal_replica(pair: Pair, sig: signal.Signals) -> None:
+    postmaster = int((pair.replica.folder / "postmaster.pid").read_text().split()[0])
+    for pid in _tree(postmaster):
+        with suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+async def test_reads_keep_answering_when_the_replica_stops_answering(pair: Pair) -> None:
+    """A replica whose host froze (or a partition that drops its packets) never refuses a
+    connection: reads on it hung, and the watcher, waiting on it, never marked it down."""
+    run = f"frozen-{token_hex(3)}"
+    primary = pair.primary.url()
+    async with (
+        running(primary, read_database_url=pair.replica.url(), read_wait_ms=500) as app,
+        await admin_of(app, primary) as admin,
+    ):
+        token = await write_a_run(admin, run)
+        assert (await admin.get(f"/events/{run}-face", headers=at(token))).status_code == 200
+        _signal_replica(pair, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(3)  # the watcher's rounds (every second) had their chance
+            answers = {}
+            for name, path, headers in (
+                ("no token", f"/events/{run}-face", {}),
+                ("token", f"/events/{run}-face", at(token)),
+                ("models", f"/models/{run}", {}),
+            ):
+                try:
+                    answer = await asyncio.wait_for(admin.get(path, headers=headers), 20)
+                    answers[name] = answer.status_code
+                except TimeoutError:
+                    answers[name] = 0  # no answer in 20 s
+            usable = app.state.read_router.replicas[0].is_usable
+        finally:
+            _signal_replica(pair, signal.SIGCONT)
+    assert answers == {"no token": 200, "token": 200, "models": 200}
+    assert not usable
 
 
 class FailingOnce:
