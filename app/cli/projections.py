@@ -12,6 +12,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from sqlalchemy import URL
+from sqlalchemy.exc import DBAPIError
 
 from app.cli.runtime import (
     announce,
@@ -64,7 +65,8 @@ def projections_status() -> None:
         rows, skips = asyncio.run(_status(db.url))
     typer.echo(f"{'name':<20} {'checkpoint':>10} {'head':>10} {'lag':>8} {'lag_s':>8}  error")
     for row in rows:
-        error = f"at {row.error_position}: {_one_line(row.last_error)}" if row.last_error else "-"
+        where = "rebuild" if row.error_position is None else f"at {row.error_position}"
+        error = f"{where}: {_one_line(row.last_error)}" if row.last_error else "-"
         typer.echo(
             f"{row.name:<20} {row.checkpoint:>10} {row.head:>10} {row.lag_events:>8} "
             f"{row.lag_seconds:>8.1f}  {error}"
@@ -128,16 +130,25 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
                 except ProjectionFailed as failed:
                     await runner.record_failure(projection, failed)
                     fail(_failed_at(projection.name, failed.position, str(failed)), 1)
+                except DBAPIError as exc:
+                    if exc.connection_invalidated:
+                        raise
+                    fail(_failed_at(projection.name, None, str(exc.orig)), 1)
         failures = (await runner.status(projection)).failures
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             now = await runner.status(projection)
-            # A leader tries a requested rebuild before anything else, and withdraws one
-            # that failed as it records the failure: one more failure is the rebuild's.
-            if now.failures > failures and now.error_position is not None:
-                fail(_failed_at(projection.name, now.error_position, now.last_error or ""), 1)
+            # A leader withdraws a failed rebuild as it records the failure, at or below
+            # the checkpoint (or at none); failures while the request waits are the
+            # leader's usual retries, and one past the checkpoint stopped the projection
+            # after a rebuild that went through.
             if not now.rebuild_requested:
+                rebuild_failed = now.failures > failures and (
+                    now.error_position is None or now.error_position <= now.checkpoint
+                )
+                if rebuild_failed and now.last_error is not None:
+                    fail(_failed_at(projection.name, now.error_position, now.last_error), 1)
                 return -1
             if asyncio.get_running_loop().time() > deadline:
                 fail(f"the leader did not rebuild {projection.name} within {timeout_s:.0f} s", 1)
@@ -151,8 +162,10 @@ def _one_line(text: str) -> str:
     return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
-def _failed_at(name: str, position: int, error: str) -> str:
+def _failed_at(name: str, position: int | None, error: str) -> str:
     first = error.strip().splitlines()[0] if error.strip() else "an error"
+    if position is None:  # at no event: one of the rebuild's own statements
+        return f"rebuilding {name} failed ({first}); the read model is as it was"
     return (
         f"rebuilding {name} failed at position {position} ({first}); the read model is as "
         f"it was. `causeway projections skip {name} {position} --reason ...` passes over "

@@ -286,6 +286,18 @@ class ProjectionRunner:
                 failed,
             )
             return
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise  # the database is gone: the lead ends (``_follow``)
+            # A statement of its own failed (emptying a large read model past the statement
+            # timeout, say), at no event: asked again on the next lead, it failed for ever.
+            await self.record_failure(projection, RebuildFailed(exc), withdraw=True)
+            logger.error(
+                "projection %s: the rebuild failed (%s); the read model is as it was and goes on",
+                projection.name,
+                _first_line(exc.orig),
+            )
+            return
         logger.info("projection %s rebuilt from %d events", projection.name, count)
 
     async def _wait(self, projection: Projection) -> None:
@@ -387,10 +399,15 @@ class ProjectionRunner:
         return found
 
     async def record_failure(
-        self, projection: Projection, failed: ProjectionFailed, *, withdraw: bool = False
+        self,
+        projection: Projection,
+        failed: ProjectionFailed | RebuildFailed,
+        *,
+        withdraw: bool = False,
     ) -> None:
-        """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs);
-        ``withdraw``: a rebuild failed, and its request is withdrawn in the same breath.
+        """Record that ``projection`` failed at ``failed.position`` (what ``skip`` needs;
+        None: a rebuild failed at no event); ``withdraw``: a rebuild failed, and its
+        request is withdrawn in the same breath.
 
         An error at or below the checkpoint (a rebuild's: the read model passed that event
         long ago) stays while the projection follows the log, until a rebuild succeeds;
@@ -410,6 +427,20 @@ class ProjectionRunner:
             await conn.execute(
                 update(projection_checkpoints).where(_c.name == projection.name).values(values)
             )
+
+
+class RebuildFailed(Exception):
+    """A rebuild that failed at no event: one of its own statements did."""
+
+    position: int | None = None
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(_first_line(error.orig))
+
+
+def _first_line(error: BaseException | None) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _interest(projection: Projection, selection: Selection) -> frozenset[str] | None:
