@@ -5,6 +5,7 @@ scrape (queue depths, lags) as they are now, for the scraping key's tenant only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -71,6 +72,7 @@ def test_a_worker_that_stops_leaves_no_gauges_behind(database_url: URL, tmp_path
     env = environment(
         CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
         CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_SHUTDOWN_TIMEOUT_S="5",
         TMPDIR=str(temporary),  # where serve makes the metrics folder
     )
     key = create_key(env, "t", "ingest,read")
@@ -89,6 +91,7 @@ def test_a_worker_that_stops_leaves_no_gauges_behind(database_url: URL, tmp_path
             time.sleep(0.3)
         [leading] = folder.glob("gauge_livemostrecent_*.db")
         leader = int(leading.stem.rsplit("_", 1)[1])
+        supervisor = _parent_of(leader)
         os.kill(leader, signal.SIGTERM)  # as uvicorn's supervisor stops a worker
         deadline = time.monotonic() + 30
         while leading.exists():
@@ -96,6 +99,26 @@ def test_a_worker_that_stops_leaves_no_gauges_behind(database_url: URL, tmp_path
             time.sleep(0.2)
         assert not list(folder.glob(f"gauge_live*_{leader}.db"))
         assert not [m for _ in range(6) for m in drift_medians(scrape(base, key))]
+        # Stopped while the supervisor replaces the worker, serve once waited past 30 s.
+        while len(workers := _children_of(supervisor)) < 2 or leader in workers:
+            assert time.monotonic() < deadline, f"worker {leader} was not replaced"
+            time.sleep(0.2)
+        scrape(base, key)  # the new worker is up
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _children_of(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid and stat[0] != "Z":
+                    found.add(int(entry.name))
+    return found
 
 
 def scrape(base: str, key: str) -> str:
