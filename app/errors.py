@@ -15,6 +15,7 @@
     │   └── LeaseLost           409 lease-lost
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
+    │   └── UnsupportedContentEncoding 415 unsupported-content-encoding
     ├── InvalidEvent            422 invalid-event
     │   ├── InvalidOpenLineageEvent 422 invalid-openlineage-event
     │   ├── UnknownCause        422 unknown-cause
@@ -162,6 +163,16 @@ class UnsupportedMediaType(AppError):
     about = (
         "Only the CloudEvents JSON format is understood in structured and batch mode "
         "(application/cloudevents+json, application/cloudevents-batch+json)."
+    )
+
+
+class UnsupportedContentEncoding(UnsupportedMediaType):
+    code = "unsupported-content-encoding"
+    title = "Unsupported content encoding"
+    about = (
+        "The body has a Content-Encoding other than identity: it would be read, and an "
+        "event's data stored, as the encoded bytes. Only POST /api/v1/lineage inflates "
+        "gzip; send other bodies as they are."
     )
 
 

@@ -26,7 +26,7 @@ from app.api import (
 from app.api.replay import ReplaySlots
 from app.db.engine import Engine, create_engine, libpq_conninfo
 from app.db.schema import head_revision
-from app.errors import BadRequest
+from app.errors import BadRequest, UnsupportedContentEncoding
 from app.explorer import router as explorer
 from app.graphql.router import GraphQLApp, create_graphql
 from app.settings import Settings
@@ -254,6 +254,11 @@ class Causeway(FastAPI):
             malformed = BadRequest(f"the {undecodable}'s percent-encoding does not decode as UTF-8")
             await problems.response_for(malformed, method, path)(scope, receive, send)
             return
+        encoding = _header(scope["headers"], b"content-encoding").strip().lower()
+        if encoding not in ("", "identity") and method not in _BODILESS and path not in _INFLATED:
+            coded = UnsupportedContentEncoding(f"Content-Encoding {encoding[:64]!r}: send identity")
+            await problems.response_for(coded, method, path)(scope, receive, send)
+            return
         if path == "/events" and method == "POST":
             await self._post_events(scope, receive, send)
             return
@@ -298,6 +303,8 @@ class Causeway(FastAPI):
 
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
+# Where a route inflates the body itself (OpenLineage clients send gzip).
+_INFLATED = frozenset({"/api/v1/lineage"})
 
 
 def _json(body: bytes) -> list[tuple[bytes, bytes]]:

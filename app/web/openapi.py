@@ -13,7 +13,8 @@ from what every request of a kind goes through, whatever the route:
 - an operation that needs a key (its ``security``): 401, 403, and 503 (the key is looked
   up in the database, which may be unreachable or slow);
 - a method that may carry a body (POST, PUT, PATCH, DELETE): 413 (``app.web.bodies``
-  caps every such request, body or not) and 408 (``app.web.timeouts``).
+  caps every such request, body or not), 408 (``app.web.timeouts``) and 415 (a
+  Content-Encoding other than identity, ``app.main``).
 
 And every answer's ``X-Request-Id`` header (``app.web.request_ids``).
 
@@ -37,6 +38,7 @@ from app.errors import (
     PayloadTooLarge,
     Unauthenticated,
     Unavailable,
+    UnsupportedContentEncoding,
 )
 from app.store.model_registry import NAME_PATTERN
 from app.store.records import EXACT_LIMIT, TEXT_PATTERN
@@ -137,7 +139,7 @@ def _complete(method: str, operation: dict[str, Any]) -> None:
     if operation.get("security"):
         statuses += _described(Unauthenticated, Forbidden, Unavailable)
     if method in _BODY_METHODS:
-        statuses += _described(PayloadTooLarge, BodyTimeout)
+        statuses += _described(PayloadTooLarge, BodyTimeout, UnsupportedContentEncoding)
     for code, description in statuses:
         responses.setdefault(str(code), {"description": description})
     for status, response in responses.items():

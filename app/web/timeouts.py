@@ -39,14 +39,25 @@ time, a lingering close past those bounds) is the proxy's in front: docs/deploym
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import BodyTimeout
+from app.errors import BodyTimeout, Unavailable
 
 logger = logging.getLogger(__name__)
+
+_STOPPING = orjson.dumps(
+    {
+        "type": f"/problems/{Unavailable.code}",
+        "title": Unavailable.title,
+        "status": Unavailable.status,
+        "detail": "the service is stopping; send the request again",
+    }
+)
 
 
 class SendTimedOut(Exception):
@@ -99,9 +110,17 @@ class Timeouts:
             return
         timed = _Timed(self, scope, receive, send, asyncio.get_running_loop())
         try:
-            await self.app(scope, timed.receive, timed.send)
-        except* SendTimedOut:  # a streaming answer's task group may wrap it
-            pass
+            try:
+                await self.app(scope, timed.receive, timed.send)
+            except* SendTimedOut:  # a streaming answer's task group may wrap it
+                pass
+        except asyncio.CancelledError:
+            # The server cancels what still runs when its shutdown's grace period is over
+            # (a long-poll, an upload still coming); unanswered, it says a bare
+            # text/plain 500. A 503 problem says try again. (It stays a cancellation.)
+            if not timed.started:
+                await timed.answer_stopping()
+            raise
         if timed.stalled:  # raised to here, or caught by the app (a replay ends quietly)
             logger.warning(
                 "a client took no byte of its answer to %s %s for %g s; closing its connection",
@@ -161,6 +180,7 @@ class _Timed:
         "_scope",
         "_send",
         "_stalled",
+        "_started",
         "_timed_out",
         "_timeouts",
     )
@@ -182,10 +202,28 @@ class _Timed:
         self._stalled = False  # a send timed out: the client is not reading
         self._lingers = False  # answered before its body was read: linger, then close
         self._timed_out = False  # the body stopped arriving: nothing to linger for
+        self._started = False  # the answer's head went out
 
     @property
     def stalled(self) -> bool:
         return self._stalled
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    async def answer_stopping(self) -> None:
+        """A 503 problem, and the connection closed after it: the service is stopping."""
+        body = _STOPPING
+        headers = [
+            (b"content-type", b"application/problem+json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"retry-after", b"1"),
+            (b"connection", b"close"),
+        ]
+        with contextlib.suppress(Exception):  # the client may be gone too
+            await self._send({"type": "http.response.start", "status": 503, "headers": headers})
+            await self._send({"type": "http.response.body", "body": body})
 
     async def receive(self) -> Message:
         if not self._has_body:
@@ -218,6 +256,8 @@ class _Timed:
                 await self._drain()
                 message = {"type": "http.response.body", "body": b"", "more_body": False}
         await self._timed_send(message)
+        if message["type"] == "http.response.start":
+            self._started = True
 
     def _closing(self, start: Message) -> Message:
         """``start``, saying ``Connection: close`` when the request has a body not read

@@ -95,10 +95,15 @@ async def test_a_request_cancelled_from_outside_is_cancelled_not_timed_out() -> 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         await receive()
 
+    sink = Sink(9)
     request = asyncio.create_task(
-        Timeouts(app, body_timeout_s=5, send_timeout_s=5)(SCOPE, receive, Sink(9))
+        Timeouts(app, body_timeout_s=5, send_timeout_s=5)(SCOPE, receive, sink)
     )
     await waiting.wait()
     request.cancel()
     with pytest.raises(asyncio.CancelledError):
         await request
+    # Unanswered so far, it is answered 503, try again (the server would say a bare 500).
+    start, body = sink.sent
+    assert (start["status"], dict(start["headers"])[b"retry-after"]) == (503, b"1")
+    assert b"/problems/unavailable" in body["body"]
