@@ -255,7 +255,7 @@ class Causeway(FastAPI):
             await problems.response_for(malformed, method, path)(scope, receive, send)
             return
         encoding = _header(scope["headers"], b"content-encoding").strip().lower()
-        if encoding not in ("", "identity") and method not in _BODILESS and path not in _INFLATED:
+        if encoding not in ("", "identity") and method not in _BODILESS and not _inflates(scope):
             coded = UnsupportedContentEncoding(f"Content-Encoding {encoding[:64]!r}: send identity")
             await problems.response_for(coded, method, path)(scope, receive, send)
             return
@@ -304,7 +304,17 @@ class Causeway(FastAPI):
 
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Where a route inflates the body itself (OpenLineage clients send gzip).
-_INFLATED = frozenset({"/api/v1/lineage"})
+_INFLATED = "/api/v1/lineage"
+
+
+def _inflates(scope: Scope) -> bool:
+    """Whether the request's route inflates its body itself: its path, under a path
+    prefix too (ASGI ``root_path``, which the path then holds), a trailing slash aside."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    return path.rstrip("/") == _INFLATED
 
 
 def _json(body: bytes) -> list[tuple[bytes, bytes]]:

@@ -139,13 +139,17 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:
             now = await runner.status(projection)
-            # A leader withdraws a failed rebuild as it records the failure, at or below
-            # the checkpoint (or at none); failures while the request waits are the
-            # leader's usual retries, and one past the checkpoint stopped the projection
-            # after a rebuild that went through.
+            # The request is gone: done, or withdrawn as the leader recorded the rebuild's
+            # failure (one more failure). A rebuild that went through sets the count to 0,
+            # so with failures before it (a stuck leader's retries, counted while the
+            # request waited too) a count above them is the rebuild's. From none, one is
+            # the rebuild's unless it lies past the checkpoint: the projection stopped
+            # there after a rebuild that went through.
             if not now.rebuild_requested:
                 rebuild_failed = now.failures > failures and (
-                    now.error_position is None or now.error_position <= now.checkpoint
+                    failures > 0
+                    or now.error_position is None
+                    or now.error_position <= now.checkpoint
                 )
                 if rebuild_failed and now.last_error is not None:
                     fail(_failed_at(projection.name, now.error_position, now.last_error), 1)

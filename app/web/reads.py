@@ -33,7 +33,7 @@ from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
 from app.store.records import MAX_POSITION, parse_position
-from app.store.replication import ANSWER_S, read_age_s, read_head
+from app.store.replication import ANSWER_S, NOTHING_LEFT, read_age_s, read_head, within
 from app.telemetry import metrics
 
 logger = logging.getLogger(__name__)
@@ -208,7 +208,7 @@ class ReadRouter:
                 if source.is_primary:
                     found = await _asked(source, reached)
                 else:  # a replica that does not answer is gone
-                    found = await asyncio.wait_for(_asked(source, reached), ANSWER_S)
+                    found = await within(_asked(source, reached), ANSWER_S, left=NOTHING_LEFT)
                 if found:
                     return True
             except Exception as exc:
@@ -254,7 +254,7 @@ class ReadRouter:
             return
         for replica in self.replicas:
             try:
-                head = await asyncio.wait_for(_head_of(replica), ANSWER_S)
+                head = await within(_head_of(replica), ANSWER_S, left=NOTHING_LEFT)
             except Exception as exc:  # one that does not answer (TimeoutError) too
                 self.mark_down(replica, exc)
                 continue

@@ -229,8 +229,7 @@ class NatsRelay:
         if info.state.messages:
             found = await self._last_message(js, last_seq, info.state.first_seq or 1)
         if found is None:  # purged, or new: nothing tells a position
-            if checkpoint > 0:
-                self._warn_missing(None, checkpoint)
+            await self._warn_if_missing(None, checkpoint)
             return checkpoint, first
         position = position_of((found.headers or {}).get("Nats-Msg-Id"))
         logger.info(
@@ -242,15 +241,8 @@ class NatsRelay:
             async with self._engine.begin() as conn:
                 await log.advance(conn, self._name, position)
             return position, first
-        if position is not None and position < checkpoint:
-            # Past the stream's end, the checkpoint passed events it left out on purpose
-            # (CAUSEWAY_NATS_TENANTS): missing only if one it takes lies between.
-            async with self._engine.connect() as conn:
-                between = await log.read_batch(
-                    conn, position, checkpoint, 1, 1, self.config.tenants
-                )
-            if between.events:
-                self._warn_missing(position, checkpoint)
+        if position is not None:
+            await self._warn_if_missing(position, checkpoint)
         return checkpoint, first
 
     async def _last_message(
@@ -266,6 +258,19 @@ class NatsRelay:
             except nats.js.errors.NotFoundError:
                 continue
         return None
+
+    async def _warn_if_missing(self, position: int | None, checkpoint: int) -> None:
+        """Warn when the stream ends (at ``position``; None: no message of ours) before an
+        event the relay sent: past its end, the checkpoint also passed events it left out
+        on purpose (CAUSEWAY_NATS_TENANTS), which are not missing."""
+        if checkpoint <= (position or 0):
+            return
+        async with self._engine.connect() as conn:
+            between = await log.read_batch(
+                conn, position or 0, checkpoint, 1, 1, self.config.tenants
+            )
+        if between.events:
+            self._warn_missing(position, checkpoint)
 
     def _warn_missing(self, position: int | None, checkpoint: int) -> None:
         logger.warning(

@@ -165,3 +165,59 @@ async def test_a_rebuild_that_times_out_is_withdrawn_and_the_projection_goes_on(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await runner_engine.dispose()
+
+
+class FailsAt3:
+    name = "rebuilt-failing"
+    tables = (rows,)
+    types = frozenset({"t.count"})
+
+    def __init__(self, rebuilds: list[int]) -> None:
+        self.rebuilds = rebuilds
+
+    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
+        if event.position == 1:
+            self.rebuilds.append(1)  # each pass from the start (the first, then rebuilds)
+        if event.position == 3:
+            raise ValueError("event 3 cannot be applied")
+        await conn.execute(insert(rows).values(position=event.position))
+
+
+async def test_a_rebuild_failing_where_the_leader_is_stuck_is_reported_failed(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    """The rebuild fails at the event the leader is stuck at, past its checkpoint; a
+    rule that took only a failure at or below the checkpoint as the rebuild's said
+    "rebuilt", exit 0."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+        await EventLog(conn).append(
+            "acme",
+            [NewEvent(id=f"c{i}", source="/s", type="t.count", stream="s") for i in range(4)],
+        )  # positions 1-4
+    passes: list[int] = []
+    leader = ProjectionRunner(engine, [FailsAt3(passes)], poll_interval_s=0.05, max_backoff_s=0.2)
+    task = asyncio.create_task(leader.run())
+    try:
+        for _ in range(200):  # the leader is stuck at event 3
+            async with engine.connect() as conn:
+                [status] = await fetch_status(conn, [FailsAt3([])])
+            if status.error_position == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert (status.checkpoint, status.error_position) == (2, 3)
+        cli_engine = create_engine(database_url, pool_size=2)
+        cli_runner = ProjectionRunner(cli_engine, [FailsAt3([])])
+        outcome: int | str
+        try:
+            outcome = await asyncio.wait_for(
+                _rebuild(cli_runner, cli_runner.projection("rebuilt-failing"), 30), 40
+            )
+        except typer.Exit as exited:
+            outcome = f"exit {exited.exit_code}"
+        assert len(passes) >= 2, "the leader did not rebuild"
+        # The leader's rebuild failed at event 3 and was withdrawn; nothing was rebuilt.
+        assert outcome == "exit 1", f"the command reported {outcome!r} for a failed rebuild"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

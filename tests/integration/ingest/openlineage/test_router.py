@@ -545,3 +545,27 @@ async def test_a_dataset_over_2_gib_keeps_its_size(client: httpx2.AsyncClient) -
     answer = await ask(client, SIZES, namespace="s3://lake", name="features")
     [version] = answer["dataset"]["versions"]
     assert version == {"rowCount": 3_000_000_000, "sizeBytes": 5_000_000_000}
+
+
+async def test_openlineage_gzip_under_a_path_prefix_is_still_inflated(
+    app: FastAPI, make_key: MakeKey
+) -> None:
+    """The route inflates gzip itself, under a path prefix too (ASGI root_path, the path
+    then holding it), where the refusal of coded bodies on other routes once took it."""
+    key = await make_key("acme", "ingest,read")
+    transport = httpx2.ASGITransport(app=app, root_path="/causeway")
+    async with httpx2.AsyncClient(
+        transport=transport,
+        base_url="http://causeway",
+        headers={"Authorization": f"Bearer {key}"},
+    ) as client:
+        plain = orjson.dumps(run_event("START", new_run(), "spark_app", producer=SPARK))
+        sent = await client.post("/causeway/api/v1/lineage", content=plain, headers=JSON)
+        assert sent.status_code == 201, sent.text  # the route answers under the prefix
+        body = orjson.dumps(run_event("START", new_run(), "spark_app", producer=SPARK))
+        coded = await client.post(
+            "/causeway/api/v1/lineage",
+            content=gzip.compress(body),
+            headers={**JSON, "Content-Encoding": "gzip"},
+        )
+        assert coded.status_code == 201, coded.text
