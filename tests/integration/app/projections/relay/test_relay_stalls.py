@@ -31,6 +31,18 @@ from tests.integration.process import create_key, environment, free_port
 pytestmark = needs_nats
 
 
+def _stalling(database_url: URL, server: Nats) -> dict[str, str]:
+    """A relay that gives up on an ack after 1 s, with 5 awaited at most."""
+    return environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_NATS_URL=server.url,
+        CAUSEWAY_NATS_ACK_TIMEOUT_S="1",
+        CAUSEWAY_NATS_DUPLICATE_WINDOW_S="10",
+        CAUSEWAY_NATS_MAX_PENDING="5",
+        CAUSEWAY_PROJECTION_POLL_INTERVAL_S="0.2",
+    )
+
+
 async def _stall(server: Nats, client: httpx2.AsyncClient) -> None:
     """NATS hangs while 50 events wait to be relayed, then dies and comes back."""
     server.pause()  # SIGSTOP
@@ -51,14 +63,7 @@ async def test_the_relay_catches_up_after_nats_dies_mid_batch(
     key = await make_key("acme")
     app = create_app(Settings(_env_file=None), database_url=database_url)  # appends only
     with nats_servers(1) as server:
-        env = environment(
-            CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
-            CAUSEWAY_NATS_URL=server.url,
-            CAUSEWAY_NATS_ACK_TIMEOUT_S="1",
-            CAUSEWAY_NATS_DUPLICATE_WINDOW_S="10",
-            CAUSEWAY_NATS_MAX_PENDING="5",
-            CAUSEWAY_PROJECTION_POLL_INTERVAL_S="0.2",
-        )
+        env = _stalling(database_url, server)
         relay = Relay(env)
         relay.start()
         try:
@@ -86,14 +91,7 @@ def test_serve_stops_on_sigterm_while_its_relay_waits_for_acks(database_url: URL
     """``serve``'s lifespan stops the relay by cancelling it, here while it waits for a slot
     to publish."""
     with nats_servers(1) as server:
-        env = environment(
-            CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
-            CAUSEWAY_NATS_URL=server.url,
-            CAUSEWAY_NATS_ACK_TIMEOUT_S="1",
-            CAUSEWAY_NATS_DUPLICATE_WINDOW_S="10",
-            CAUSEWAY_NATS_MAX_PENDING="5",
-            CAUSEWAY_PROJECTION_POLL_INTERVAL_S="0.2",
-        )
+        env = _stalling(database_url, server)
         key = create_key(env, "acme", "ingest,read")
         port = free_port()
         process = subprocess.Popen(
