@@ -17,8 +17,8 @@ from app.store.replication import ANSWER_S, FallbackConnector
 
 
 class Freezable:
-    def __init__(self, host: str, port: int) -> None:
-        self._target = (host, port)
+    def __init__(self, server: URL) -> None:
+        self._server_url = server
         self.thawed = asyncio.Event()
         self.thawed.set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -36,7 +36,7 @@ class Freezable:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self._target)
+        up_reader, up_writer = await _open(self._server_url)
 
         async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             try:
@@ -52,9 +52,17 @@ class Freezable:
             self._tasks.add(task)
 
 
+async def _open(url: URL) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the test server: by TCP, or to its socket (an embedded server's)."""
+    folder = url.query.get("host")
+    if isinstance(folder, str) and folder.startswith("/"):
+        return await asyncio.open_unix_connection(f"{folder}/.s.PGSQL.{url.port or 5432}")
+    return await asyncio.open_connection(url.host or "127.0.0.1", url.port or 5432)
+
+
 @pytest.fixture
 async def proxy(server: URL) -> AsyncIterator[Freezable]:
-    found = Freezable(server.host or "127.0.0.1", server.port or 5432)
+    found = Freezable(server)
     await found.start()
     yield found
     await found.stop()
@@ -66,7 +74,7 @@ async def test_a_frozen_replica_is_skipped_within_answer_s(server: URL, proxy: F
     that waited for the cancelled checkout (``asyncio.wait_for``) took some 12 s."""
     url = server.set(database="postgres")
     replica = create_engine(
-        url.set(host="127.0.0.1", port=proxy.port), pool_size=1, pre_ping=True, role=None
+        url.set(host="127.0.0.1", port=proxy.port, query={}), pool_size=1, pre_ping=True, role=None
     )
     primary = create_engine(url, pool_size=1, role=None)
     failures: list[BaseException] = []

@@ -61,8 +61,12 @@ async def test_a_large_event_leaves_the_event_loop_free(client: httpx2.AsyncClie
 
     ticking = asyncio.create_task(tick())
     await asyncio.sleep(0.05)
+    started = time.perf_counter()
     answer = await client.post("/api/v1/lineage", content=body, headers=JSON)
+    took_s = time.perf_counter() - started
     done.set()
     await ticking
     assert answer.status_code == 201, answer.text[:300]
-    assert max(gaps) < 0.5, f"the event loop stood still for {max(gaps):.2f} s"
+    # Measured against the request itself, so a loaded machine changes nothing: held on
+    # the loop, the checks stood it still for most of the request.
+    assert max(gaps) < took_s / 3, f"the loop stood still {max(gaps):.2f} s of {took_s:.2f} s"
