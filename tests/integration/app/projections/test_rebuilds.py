@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.cli.projections import _rebuild
 from app.db.engine import create_engine
+from app.projections.base import Projection
 from app.projections.runner import ProjectionRunner
 from app.projections.status import fetch_status
 from app.store.log import EventLog
@@ -42,6 +43,16 @@ class Rows:
         await conn.execute(insert(rows).values(position=event.position))
 
 
+async def _asked_to_rebuild(database_url: URL, projection: Projection) -> int | str:
+    """What `causeway projections rebuild` ends with, asked while a leader runs: the
+    count it answers, or "exit N"."""
+    runner = ProjectionRunner(create_engine(database_url, pool_size=2), [projection])
+    try:
+        return await asyncio.wait_for(_rebuild(runner, runner.projection(projection.name), 30), 40)
+    except typer.Exit as exited:
+        return f"exit {exited.exit_code}"
+
+
 async def _positions(engine: AsyncEngine) -> list[int]:
     async with engine.connect() as conn:
         return list(
@@ -68,15 +79,7 @@ async def test_a_rebuild_asked_of_a_stuck_leader_is_not_reported_failed_when_it_
     task = asyncio.create_task(leader.run())
     try:
         await asyncio.wait_for(inside.wait(), 20)  # the leader is applying event 3, again
-        cli_engine = create_engine(database_url, pool_size=2)
-        cli_runner = ProjectionRunner(cli_engine, [Rows(3)])
-        outcome: int | str
-        try:
-            outcome = await asyncio.wait_for(
-                _rebuild(cli_runner, cli_runner.projection("rebuilt-rows"), 30), 40
-            )
-        except typer.Exit as exited:
-            outcome = f"exit {exited.exit_code}"
+        outcome = await _asked_to_rebuild(database_url, Rows(3))
         async with engine.connect() as conn:
             [status] = await fetch_status(conn, [Rows(3)])
         # What happened in fact: the leader rebuilt the read model, and it is whole.
@@ -206,15 +209,7 @@ async def test_a_rebuild_failing_where_the_leader_is_stuck_is_reported_failed(
                 break
             await asyncio.sleep(0.05)
         assert (status.checkpoint, status.error_position) == (2, 3)
-        cli_engine = create_engine(database_url, pool_size=2)
-        cli_runner = ProjectionRunner(cli_engine, [FailsAt3([])])
-        outcome: int | str
-        try:
-            outcome = await asyncio.wait_for(
-                _rebuild(cli_runner, cli_runner.projection("rebuilt-failing"), 30), 40
-            )
-        except typer.Exit as exited:
-            outcome = f"exit {exited.exit_code}"
+        outcome = await _asked_to_rebuild(database_url, FailsAt3([]))
         assert len(passes) >= 2, "the leader did not rebuild"
         # The leader's rebuild failed at event 3 and was withdrawn; nothing was rebuilt.
         assert outcome == "exit 1", f"the command reported {outcome!r} for a failed rebuild"
