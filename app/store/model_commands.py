@@ -21,7 +21,7 @@ from app.store.model_registry import (
     training_event,
     training_id,
 )
-from app.store.model_registry_reads import fetch_alias_target, fetch_registered_digest
+from app.store.model_registry_reads import fetch_alias, fetch_registered_digest
 from app.store.openlineage import fetch_heads, fetch_stored, run_key, run_stream
 from app.store.records import Appended
 
@@ -97,22 +97,29 @@ class ModelCommands:
         return appended
 
     async def set_alias(self, tenant: str, name: str, alias: str, version: str) -> Appended:
-        """Point ``alias`` at a registered version of ``name``."""
+        """Point ``alias`` at a registered version of ``name``. Where it points already,
+        nothing is appended: the answer is the move that pointed it there."""
         _check_names(name, alias)
         if await self._registered_digest(tenant, name, version) is None:
             raise NotFound(f"model {name!r} has no registered version {version!r}")
-        [appended] = await self._appender.append(
-            tenant, [alias_event(name, alias, version, uuid.uuid4().int)]
-        )
+        async with self._engine.connect() as conn:
+            last = await fetch_alias(conn, tenant, name, alias)
+        if last is not None and last.version == version:
+            return last.event
+        after = 0 if last is None else last.event.position
+        [appended] = await self._appender.append(tenant, [alias_event(name, alias, version, after)])
         return appended
 
     async def remove_alias(self, tenant: str, name: str, alias: str) -> Appended:
+        """Remove ``alias``; ``NotFound`` when it points nowhere. Removals sent at once
+        are one removal, which each of them answers."""
         _check_names(name, alias)
         async with self._engine.connect() as conn:
-            if await fetch_alias_target(conn, tenant, name, alias) is None:
-                raise NotFound(f"model {name!r} has no alias {alias!r}")
+            last = await fetch_alias(conn, tenant, name, alias)
+        if last is None or last.version is None:
+            raise NotFound(f"model {name!r} has no alias {alias!r}")
         [appended] = await self._appender.append(
-            tenant, [alias_event(name, alias, None, uuid.uuid4().int)]
+            tenant, [alias_event(name, alias, None, last.event.position)]
         )
         return appended
 

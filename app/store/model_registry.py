@@ -191,10 +191,14 @@ def registration_event(
     )
 
 
-def alias_event(name: str, alias: str, version: str | None, sequence: int) -> NewEvent:
-    """Point ``alias`` at ``version`` (None: remove it). ``sequence`` keeps ids unique."""
+def alias_event(name: str, alias: str, version: str | None, after: int) -> NewEvent:
+    """Point ``alias`` at ``version`` (None: remove it), decided on the alias's event at
+    position ``after`` (0: it had none). The id is the decision's: the same move sent
+    twice on the same state, concurrently or as a retry, is stored once (a version holds
+    no ``:``, so the two forms never meet)."""
+    move = "removed" if version is None else f"set:{version}"
     return NewEvent(
-        id=f"causeway:model:{name}:alias:{alias}:{sequence}",
+        id=f"causeway:model:{name}:alias:{alias}:after:{after}:{move}",
         source=SOURCE,
         type=ALIASED,
         stream=f"causeway:model:{name}",

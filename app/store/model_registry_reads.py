@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.tables import events, model_aliases, model_versions
 from app.store.model_registry import ALIASED, REGISTERED, TRAINED, registration_id
+from app.store.records import Appended
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,14 @@ class Model:
     name: str
     versions: list[ModelVersion]
     aliases: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """An alias's last move: the version it points at (None: removed), and its event."""
+
+    version: str | None
+    event: Appended
 
 
 class RegistryReader:
@@ -116,14 +125,12 @@ async def fetch_registered_digest(
     return found.scalar()
 
 
-async def fetch_alias_target(
-    conn: AsyncConnection, tenant: str, name: str, alias: str
-) -> str | None:
-    """The version ``alias`` of model ``name`` points at, read from the log itself (never
-    stale); None when it points nowhere (never set, or removed)."""
+async def fetch_alias(conn: AsyncConnection, tenant: str, name: str, alias: str) -> Alias | None:
+    """The last move of ``alias`` of model ``name``, read from the log itself (never
+    stale); None when it was never set."""
     e = events.c
     found = await conn.execute(
-        select(e.data["version"].astext)
+        select(e.data["version"].astext, e.id, e.source, e.stream, e.stream_version, e.position)
         .where(
             e.tenant == tenant,
             e.stream == f"causeway:model:{name}",
@@ -133,4 +140,8 @@ async def fetch_alias_target(
         .order_by(e.position.desc())
         .limit(1)
     )
-    return found.scalar()
+    row = found.first()
+    if row is None:
+        return None
+    version, id, source, stream, stream_version, position = row
+    return Alias(version, Appended(id, source, stream, stream_version, position, duplicate=True))

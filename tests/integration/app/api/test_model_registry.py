@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import Any
 
 import httpx2
+import orjson
 import pytest
 from fastapi import FastAPI
 from sqlalchemy.dialects.postgresql import insert
@@ -215,6 +217,41 @@ class TestRead:
         again = await admin.delete("/models/faces/aliases/prod")
         assert again.status_code == 404
         assert again.json()["detail"] == "model 'faces' has no alias 'prod'"
+
+    async def test_removals_sent_at_once_are_one_removal(self, admin: httpx2.AsyncClient) -> None:
+        await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        for alias in ("prod", "edge", "lab"):  # a few rounds: the race is not always met
+            put = await admin.put(
+                f"/models/faces/aliases/{alias}", content=dumps({"version": "3"}), headers=JSON
+            )
+            assert put.status_code == 200
+            removals = await asyncio.gather(
+                *(admin.delete(f"/models/faces/aliases/{alias}") for _ in range(6))
+            )
+            assert {r.status_code for r in removals} <= {200, 404}
+            positions = {r.json()["position"] for r in removals if r.status_code == 200}
+            assert len(positions) == 1  # every 200 answers the one removal
+        assert await _alias_moves(admin) == [
+            (alias, version) for alias in ("prod", "edge", "lab") for version in ("3", None)
+        ]
+
+    async def test_pointing_an_alias_where_it_points_appends_nothing(
+        self, admin: httpx2.AsyncClient
+    ) -> None:
+        await admin.post("/models/faces/versions", content=registration("3"), headers=JSON)
+        await admin.post("/models/faces/versions", content=registration("4"), headers=JSON)
+        body = dumps({"version": "3"})
+        first = await admin.put("/models/faces/aliases/prod", content=body, headers=JSON)
+        again = await asyncio.gather(
+            *(admin.put("/models/faces/aliases/prod", content=body, headers=JSON) for _ in range(4))
+        )
+        assert {r.json()["position"] for r in again} == {first.json()["position"]}
+        moved = await admin.put(
+            "/models/faces/aliases/prod", content=dumps({"version": "4"}), headers=JSON
+        )
+        back = await admin.put("/models/faces/aliases/prod", content=body, headers=JSON)
+        assert moved.status_code == back.status_code == 200
+        assert await _alias_moves(admin) == [("prod", "3"), ("prod", "4"), ("prod", "3")]
 
     async def test_an_unknown_model_is_404(self, admin: httpx2.AsyncClient) -> None:
         assert (await admin.get("/models/nothing")).status_code == 404
@@ -427,3 +464,10 @@ class TestProjectionsStatus:
         assert mine["last_error"] == "KeyError: 'acme/secret-1'"
         assert seen["last_error"] == WITHHELD
         assert (seen["error_position"], seen["failures"]) == (sent["position"], 3)
+
+
+async def _alias_moves(admin: httpx2.AsyncClient) -> list[tuple[str, str | None]]:
+    """Each alias move in the log, in its order: the alias and the version it pointed at."""
+    replay = await admin.get("/replay", params={"types": "causeway.model.aliased"})
+    moves = [orjson.loads(line)["data"] for line in replay.text.splitlines()]
+    return [(m["alias"], m["version"]) for m in moves]
