@@ -208,9 +208,11 @@ async def read_deployment(
     async with engine.connect() as conn:
         reader = DeploymentReader(conn)
         view = await reader.read_deployment(principal.tenant, service)
-        history = await reader.read_history(principal.tenant, service, at=when)
-    if view is None:
-        raise NotFound(f"no deployment for service {service!r}", service=service)
+        if view is None:
+            raise NotFound(f"no deployment for service {service!r}", service=service)
+        history = await reader.read_history(
+            principal.tenant, service, at=when, through=view.position
+        )
     if when is None:
         return {**_view_json(view), "history": [_change_json(c) for c in history]}
     if not history:

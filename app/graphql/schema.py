@@ -246,12 +246,8 @@ class Query:
         async with await info.context.reading_model(DEPLOYMENTS) as conn:
             reader = DeploymentReader(conn)
             found = await reader.read_deployments(info.context.tenant)
-            return [
-                Deployment.build(
-                    _as_state(v), await reader.read_history(info.context.tenant, v.service)
-                )
-                for v in found
-            ]
+            histories = await reader.read_histories(info.context.tenant, found)
+        return [Deployment.build(_as_state(v), histories[v.service]) for v in found]
 
     @strawberry.field(description="One service's deployment, now or as of ``at`` (RFC 3339).")
     async def deployment(

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db.tables import deployment_history, deployments, events
 from app.store.deployments import TYPES, DeploymentState, fold, stream_of
 from app.store.model_registry import REGISTERED, registration_id
+from app.store.records import MAX_POSITION
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,29 +121,51 @@ class DeploymentReader:
         return None if row is None else _view(row)
 
     async def read_history(
-        self, tenant: str, service: str, *, at: datetime | None = None
+        self, tenant: str, service: str, *, at: datetime | None = None, through: int = MAX_POSITION
     ) -> list[Change]:
-        """The service's changes in order; with ``at``, only those at or before it."""
+        """The service's changes in order; with ``at``, only those at or before it. Pass
+        the position of a view read before (``through``) to read the history it folds:
+        the projection may commit between two statements."""
         h = deployment_history.c
-        statement = select(deployment_history).where(h.tenant == tenant, h.service == service)
+        statement = select(deployment_history).where(
+            h.tenant == tenant, h.service == service, h.position <= through
+        )
         if at is not None:
             statement = statement.where(h.at <= at)
         rows = await self._conn.execute(statement.order_by(h.position))
-        return [
-            Change(
-                position=r.position,
-                at=r.at,
-                action=r.action,
-                model=r.model,
-                stable_version=r.stable_version,
-                candidate_version=r.candidate_version,
-                candidate_percent=r.candidate_percent,
-                reason=r.reason,
-                actor=r.actor,
-                event_id=r.event_id,
-            )
-            for r in rows
-        ]
+        return [_change(r) for r in rows]
+
+    async def read_histories(
+        self, tenant: str, views: list[DeploymentView]
+    ) -> dict[str, list[Change]]:
+        """The history of each service of ``views`` (all the tenant's, as
+        ``read_deployments`` gives them), in one statement: each up to its view's position
+        (what the view folds, as ``read_history``'s ``through``)."""
+        h = deployment_history.c
+        rows = await self._conn.execute(
+            select(deployment_history).where(h.tenant == tenant).order_by(h.service, h.position)
+        )
+        through = {v.service: v.position for v in views}
+        histories: dict[str, list[Change]] = {v.service: [] for v in views}
+        for r in rows:
+            if r.position <= through.get(r.service, -1):
+                histories[r.service].append(_change(r))
+        return histories
+
+
+def _change(r: Any) -> Change:
+    return Change(
+        position=r.position,
+        at=r.at,
+        action=r.action,
+        model=r.model,
+        stable_version=r.stable_version,
+        candidate_version=r.candidate_version,
+        candidate_percent=r.candidate_percent,
+        reason=r.reason,
+        actor=r.actor,
+        event_id=r.event_id,
+    )
 
 
 def _view(row: Any) -> DeploymentView:

@@ -14,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import URL
 
+from app.store.deployment_reads import DeploymentReader
 from tests.integration.conftest import catch_up
 from tests.integration.events import JSON, SIGNATURE, dumps, registration
 from tests.integration.process import create_key, environment, serving
@@ -323,6 +324,39 @@ class TestReadModel:
             }
         ]
         assert data["deployment"] is None
+
+    @pytest.mark.parametrize("read", ["rest", "graphql"])
+    async def test_a_state_and_its_history_agree_while_the_read_model_moves(
+        self, admin: httpx2.AsyncClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, read: str
+    ) -> None:
+        await command(admin, "rollouts", model="faces", version="1")
+        await command(admin, "promote")
+        await command(admin, "rollouts", model="faces", version="2", percent=10)
+        await catch_up(app)
+        await command(admin, "promote")
+        # The projection commits the promotion while a read is between its statements: the
+        # view read before it, the history after.
+        for method in ("read_deployment", "read_deployments"):
+            original = getattr(DeploymentReader, method)
+
+            async def view_then_commit(*args: Any, _read: Any = original) -> Any:
+                view = await _read(*args)
+                await catch_up(app)
+                return view
+
+            monkeypatch.setattr(DeploymentReader, method, view_then_commit)
+        if read == "rest":
+            answer = (await admin.get("/deployments/gate")).json()
+            keys = ("stable_version", "candidate_version")
+        else:
+            query = "{ deployments { stableVersion candidateVersion history { stableVersion candidateVersion } } }"
+            [answer] = (await admin.post("/graphql", json={"query": query})).json()["data"][
+                "deployments"
+            ]
+            keys = ("stableVersion", "candidateVersion")
+        # As of the view's read: the promotion is in neither.
+        assert [answer[k] for k in keys] == [answer["history"][-1][k] for k in keys] == ["1", "2"]
+        assert len(answer["history"]) == 3
 
 
 def test_watch_streams_promote_and_rollback_in_order(database_url: URL, tmp_path: Path) -> None:
