@@ -4,7 +4,6 @@ import base64
 import enum
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Annotated
 
 import strawberry
 from strawberry.scalars import JSON
@@ -389,14 +388,19 @@ class EventFilter:
     correlation_id: str | None = None
     model_name: str | None = None
     model_version: str | None = None
-    time_from: Annotated[
-        str | None, strawberry.argument(description="event time >= (RFC 3339)")
-    ] = None
-    time_to: Annotated[str | None, strawberry.argument(description="event time < (RFC 3339)")] = (
-        None
+    time_from: str | None = strawberry.field(
+        default=None, description="Events whose time is at or after this (RFC 3339)."
     )
-    position_from: BigInt | None = None
-    position_to: BigInt | None = None
+    time_to: str | None = strawberry.field(
+        default=None,
+        description="Events whose time is before this (RFC 3339): the end is left out.",
+    )
+    position_from: BigInt | None = strawberry.field(
+        default=None, description="Events at this position or later."
+    )
+    position_to: BigInt | None = strawberry.field(
+        default=None, description="Events at this position or earlier."
+    )
 
 
 @strawberry.type(description="One change to a deployment, and the state right after it.")

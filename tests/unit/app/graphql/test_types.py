@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from app.graphql.limits import GraphQLLimits
+from app.graphql.schema import create_schema
 from app.graphql.types import Event
 from app.store.chain import ChainRecord
 from app.store.records import StoredEvent
@@ -33,3 +35,19 @@ def test_an_event_is_what_its_dataclass_init_would_make(record: ChainRecord) -> 
     assert made.hash == bytes(range(32)).hex()
     data: Any = made.data
     assert data == (None if record.data_binary else record.data)
+
+
+def test_the_event_filters_bounds_say_whether_they_are_included() -> None:
+    """A client reads from the schema alone whether an event at ``timeTo`` is in the answer."""
+    query = '{ __type(name: "EventFilter") { inputFields { name description } } }'
+    found = create_schema(GraphQLLimits()).execute_sync(query)
+    assert found.errors is None
+    assert found.data is not None
+    fields = found.data["__type"]["inputFields"]
+    bounds = {f["name"]: f["description"] for f in fields if f["name"].endswith(("From", "To"))}
+    assert bounds == {
+        "timeFrom": "Events whose time is at or after this (RFC 3339).",
+        "timeTo": "Events whose time is before this (RFC 3339): the end is left out.",
+        "positionFrom": "Events at this position or later.",
+        "positionTo": "Events at this position or earlier.",
+    }
