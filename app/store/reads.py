@@ -14,7 +14,8 @@ them: lower-case letters, strings and integers), ``position``, ``stream``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,12 +170,14 @@ class EventReader:
         )
         page: list[str] = []
         size = 0
-        async for rows in self._stream(statement, min(limit + 1, 1000), _second_bytes):
-            for version, text in rows:
-                if len(page) == limit or (page and size >= PAGE_BYTES):
-                    return StreamPage(page, int(version))
-                page.append(compact_json(text))
-                size += _utf8_bytes(page[-1])
+        fetches = self._stream(statement, min(limit + 1, 1000), _second_bytes)
+        async with aclosing(fetches):  # closes the cursor on an early return (``_stream``)
+            async for rows in fetches:
+                for version, text in rows:
+                    if len(page) == limit or (page and size >= PAGE_BYTES):
+                        return StreamPage(page, int(version))
+                    page.append(compact_json(text))
+                    size += _utf8_bytes(page[-1])
         return StreamPage(page, None)
 
     async def has_stream(self, tenant: str, stream: str) -> bool:
@@ -195,29 +198,34 @@ class EventReader:
         renders each line, and building a Row object per line cost a third of the rate.
         """
         statement = apply_filter(select(_json_text()), tenant, selection)
-        async for rows in self._stream(statement, fetch_rows, _line_bytes):
-            yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
+        fetches = self._stream(statement, fetch_rows, _line_bytes)
+        async with aclosing(fetches):
+            async for rows in fetches:
+                yield ReplayChunk("\n".join(row[0] for row in rows) + "\n", len(rows))
 
     async def replay_rows(
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
     ) -> AsyncIterator[list[tuple[Any, ...]]]:
         """Matching events in position order, ``fetch_rows`` at a time, as tuples of
         ``parquet.SCHEMA``'s columns."""
-        async for rows in self._stream(
-            apply_filter(select(*_COLUMNS), tenant, selection), fetch_rows, _column_bytes
-        ):
-            yield rows
+        statement = apply_filter(select(*_COLUMNS), tenant, selection)
+        fetches = self._stream(statement, fetch_rows, _column_bytes)
+        async with aclosing(fetches):
+            async for rows in fetches:
+                yield rows
 
     async def _stream(
         self,
         statement: Select[Any],
         fetch_rows: int,
         measure: Callable[[list[tuple[Any, ...]]], int],
-    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+    ) -> AsyncGenerator[list[tuple[Any, ...]]]:
         """The rows of ``statement`` from a named cursor, ``fetch_rows`` at a time at
         most, and about ``FETCH_BYTES`` (as ``measure`` counts them): a fetch of 1,000
         events of a megabyte each held a gigabyte. Each fetch is sized by the rows of the
-        one before; the first takes ``FIRST_FETCH_ROWS``."""
+        one before; the first takes ``FIRST_FETCH_ROWS``. Its callers close it as they stop
+        (``aclosing``), so that the cursor is closed then, not by a finaliser that may run
+        once the connection serves another request."""
         compiled = statement.compile(
             dialect=self._conn.dialect, compile_kwargs={"render_postcompile": True}
         )

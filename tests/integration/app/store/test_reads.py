@@ -42,3 +42,15 @@ async def test_a_fetch_holds_about_fetch_bytes_however_large_the_events(
     assert sum(sizes) == 100
     assert sizes[:3] == [4, 30, 30]  # small rows: as many as fetch_rows allows
     assert max(sizes[3:]) <= 5  # rows of 4 kB: about 20,000 bytes a fetch
+
+
+async def test_a_stream_page_closes_its_cursor_before_it_answers(engine: AsyncEngine) -> None:
+    """A page that ends before the stream does leaves no cursor open on its connection for
+    a later finaliser to close, once the connection serves someone else."""
+    more = [NewEvent(id=f"e{i}", source="/s", type="t", stream="s") for i in range(5)]
+    async with engine.begin() as conn:
+        await EventLog(conn).append("acme", more)
+    async with engine.connect() as conn:
+        page = await EventReader(conn).read_stream("acme", "s", from_version=1, limit=2)
+        assert page.next_version == 3
+        assert (await conn.exec_driver_sql("SELECT count(*) FROM pg_cursors")).scalar() == 0
