@@ -103,3 +103,10 @@ def as_app_error(exc: BaseException) -> AppError | None:
     if isinstance(exc, _BAD_VALUE):
         return BadRequest(BAD_VALUE)
     return None
+
+
+def is_refusal(error: Exception) -> bool:
+    """Whether ``error`` refuses a request for its own content (a 4xx): an ``AppError``
+    below 500, or a value PostgreSQL refused (``as_app_error`` makes it a 400)."""
+    refused = error if isinstance(error, AppError) else as_app_error(error)
+    return refused is not None and refused.status < 500

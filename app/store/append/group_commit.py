@@ -50,12 +50,12 @@ import psycopg
 from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.errors import AppError, Unavailable
+from app.errors import Unavailable
 from app.store.append.connections import KeptConnection, KeptConnections
 from app.store.append.tail_cache import QUIET_GROUPS, Planned, TailCache
 from app.store.append.wake_hints import WakeHints
 from app.store.append.writes import HeadMoved, MovedGroup, appended_types, write_group, write_shared
-from app.store.failures import is_past_limits
+from app.store.failures import is_past_limits, is_refusal
 from app.store.log import append_on, fetch_facts
 from app.store.records import Appended, NewEvent
 from app.telemetry import metrics, tracing
@@ -123,6 +123,7 @@ class Appender:
         self._queue: deque[_Request] = deque()
         self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self._in_hand: list[_Request] = []  # the group the writer took, until it is sent
         self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
         self._held = KeptConnections(engine)
         self._hints = WakeHints(engine, window_s=hint_window_s)
@@ -181,16 +182,20 @@ class Appender:
                 elif len(self._flights) >= (1 if self._tail.shared else self._max_in_flight):
                     await self._land()
                 else:
-                    await self._send_ahead(self._take(), self._tail)
+                    self._in_hand = self._take()
+                    await self._send_ahead(self._in_hand, self._tail)
+                    self._in_hand = []  # on its way, or answered
         except BaseException:
-            # Cancelled (the server is stopping): no group follows, so the requests on
-            # their way or queued are answered now rather than never.
+            # Cancelled (the server is stopping): no group follows, so the requests taken
+            # and not yet sent, on their way or queued are answered now rather than never.
             await self._abandon_flights()
-            while self._queue:
-                _settle(self._queue.popleft(), _stopped())
+            for request in [*self._in_hand, *self._queue]:
+                _settle(request, _stopped())  # none that was answered already
+            self._queue.clear()
             raise
         finally:
-            if self._closed:
+            if self._closed:  # from now on a request starts a writer of its own
+                self._writer = None
                 await self._held.release()
 
     async def _next_arrival_or_landing(self) -> None:
@@ -212,10 +217,6 @@ class Appender:
         except Exception as exc:  # none to be had (the server is gone, the pool is full)
             await self._lost(group, exc)
             return
-        except BaseException:  # cancelled (the server is stopping): nothing was sent
-            for request in group:
-                _settle(request, _stopped())
-            raise
         planned: Planned | None = None
         try:
             while tail.head is not None:
@@ -235,8 +236,6 @@ class Appender:
             tail.forget()  # under the lock, the request at fault fails alone
         except BaseException:  # cancelled (the server is stopping): nothing was sent
             await self._held.discard(held)
-            for request in group:
-                _settle(request, _stopped())
             raise
         if planned is None:
             self._held.give_back(held)
@@ -330,25 +329,27 @@ class Appender:
 
     async def _commit_under_lock(self, group: list[_Request]) -> None:
         try:
-            if tracing.on:
-                await traced_group(self._commit(group), _shape(group), "lock")
-            else:
-                await self._commit(group)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled: the server is stopping
-                for request in group:
-                    _settle(request, _interrupted())
-                raise
-            if _fails_alone(exc) and len(group) > 1:
-                # One request's own fault (see _fails_alone): the whole group rolled back,
-                # so retry each request alone and let only the one at fault fail.
-                for request in group:
-                    try:
-                        await self._commit([request])
-                    except Exception as alone:
-                        _settle(request, alone)
+            try:
+                if tracing.on:
+                    await traced_group(self._commit(group), _shape(group), "lock")
+                else:
+                    await self._commit(group)
                 return
-            await self._lost(group, exc)
+            except Exception as exc:
+                if not _fails_alone(exc) or len(group) == 1:
+                    await self._lost(group, exc)
+                    return
+            # One request's own fault (see _fails_alone): the whole group rolled back, so
+            # retry each request alone and let only the one at fault fail.
+            for request in group:
+                try:
+                    await self._commit([request])
+                except Exception as alone:
+                    _settle(request, alone)
+        except BaseException:  # cancelled: the server is stopping
+            for request in group:
+                _settle(request, _interrupted())  # those not answered yet
+            raise
 
     async def _lost(self, group: list[_Request], exc: Exception) -> None:
         """The transaction failed: its requests get the error. When the server went
@@ -478,7 +479,7 @@ def _settle(request: _Request, outcome: Outcome) -> None:
     if isinstance(outcome, list):
         duplicate = sum(1 for a in outcome if a.duplicate)
         metrics.count_appended(request.tenant, len(outcome) - duplicate, duplicate)
-    elif isinstance(outcome, AppError) and outcome.status < 500:
+    elif is_refusal(outcome):
         metrics.count_refused(request.tenant, len(request.events))
     else:  # not answered by the store: the database unreachable, the server stopping
         metrics.count_failed(request.tenant, len(request.events))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from secrets import token_hex
 
+import psycopg
 import pytest
 from fastapi import FastAPI
 from prometheus_client import REGISTRY
@@ -20,6 +21,7 @@ from app.db.engine import create_engine
 from app.main import create_app, dispose
 from app.settings import Settings
 from app.store.append.group_commit import Appender
+from app.store.failures import as_app_error
 from app.store.records import NewEvent
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import STRUCTURED, dumps, event
@@ -197,3 +199,33 @@ async def test_an_append_the_database_never_answered_counts_as_failed(
     assert counted == 1
     refused = {"tenant": tenant, "outcome": "refused"}
     assert not REGISTRY.get_sample_value("causeway_events_appended_total", refused)
+
+
+# A value PostgreSQL refuses (a stream too long for its index: SQLSTATE 54000) is answered
+# 400, but was counted as failed: the outcome operators alert on as the database down.
+@pytest.mark.parametrize("plan_ahead", [True, False])
+async def test_an_append_postgresql_refuses_counts_as_refused(
+    database_url: URL, plan_ahead: bool
+) -> None:
+    tenant = f"t{token_hex(4)}"
+    engine = create_engine(database_url, pool_size=2)
+    appender = Appender(engine, plan_ahead=plan_ahead)
+    try:
+        await appender.append(tenant, [NewEvent(id="a", source="/s", type="t", stream="s")])
+        too_long = NewEvent(id="b", source="/s", type="t", stream=token_hex(4000))
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded) as refused:
+            await appender.append(tenant, [too_long])
+    finally:
+        await appender.close()
+        await engine.dispose()
+    answer = as_app_error(refused.value)
+    assert answer is not None
+    assert answer.status == 400
+    outcomes = {
+        outcome: REGISTRY.get_sample_value(
+            "causeway_events_appended_total", {"tenant": tenant, "outcome": outcome}
+        )
+        or 0
+        for outcome in ("stored", "refused", "failed")
+    }
+    assert outcomes == {"stored": 1, "refused": 1, "failed": 0}

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.db.engine import async_url, driver_of
 from app.errors import BadRequest, Unavailable, UnknownCause
+from app.store.append import group_commit
 from app.store.append.group_commit import Appender
 from app.store.failures import as_app_error
 from app.store.records import NewEvent
@@ -441,3 +442,88 @@ async def test_a_group_that_finds_no_connection_is_answered(
         monkeypatch.undo()
         await appender.close()
     assert x.position == 4
+
+
+def _event(event_id: str, **fields: Any) -> NewEvent:
+    return NewEvent(id=event_id, source="/s", type="t", stream="s", **fields)
+
+
+async def test_a_re_send_waiting_for_the_groups_ahead_is_answered_when_the_server_stops(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    # A re-send of an id the tail knows goes under the lock once the groups on their way
+    # have landed: the writer had taken it off the queue, and answered it never.
+    appender = Appender(engine, quiet_groups=2)
+    try:
+        for n in range(4):  # from the second on, planned ahead
+            await appender.append("acme", [_event(f"w{n}")])
+        async with await psycopg.AsyncConnection.connect(
+            database_url.set(drivername="postgresql").render_as_string(hide_password=False)
+        ) as holder:
+            await holder.execute("SELECT 1 FROM log_head FOR UPDATE")
+            ahead = asyncio.ensure_future(appender.append("acme", [_event("f1")]))
+            await asyncio.sleep(0.2)  # planned ahead, waiting at the head
+            resend = asyncio.ensure_future(appender.append("acme", [_event("w3")]))
+            await asyncio.sleep(0.2)
+            assert appender._writer is not None
+            appender._writer.cancel()
+            await asyncio.wait([ahead, resend], timeout=5)
+            await holder.rollback()
+        assert isinstance(resend.exception(), Unavailable)
+        assert ahead.done()
+    finally:
+        await appender.close()
+
+
+async def test_requests_retried_alone_are_answered_when_the_server_stops(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A group holding a value PostgreSQL refuses is written again a request at a time;
+    # stopped meanwhile, the requests not yet written again were never answered.
+    appender = Appender(engine, plan_ahead=False)
+    await appender.append("acme", [_event("w")])
+    real, calls = group_commit.append_on, 0
+
+    async def slow_append_on(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the second request alone: waiting for the head, say
+            await asyncio.sleep(30)
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(group_commit, "append_on", slow_append_on)
+    try:
+        answers = [
+            asyncio.ensure_future(appender.append("acme", [event]))
+            for event in (_event("bad", has_data=True, data="\x00"), _event("r2"), _event("r3"))
+        ]
+        await asyncio.wait([answers[0]], timeout=5)
+        assert appender._writer is not None
+        appender._writer.cancel()
+        await asyncio.wait(answers, timeout=5)
+        assert isinstance(answers[0].exception(), psycopg.DataError)
+        assert [type(a.exception()) for a in answers[1:]] == [Unavailable, Unavailable]
+    finally:
+        monkeypatch.undo()
+        await appender.close()
+
+
+async def test_an_append_while_a_closed_appender_lets_go_of_its_connections_is_written(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After close(), a late group starts a writer that gives its connections back when
+    # done (a round trip each): a request that came meanwhile stayed queued for good.
+    appender = Appender(engine, plan_ahead=False)
+    await appender.append("acme", [_event("w")])
+    await appender.close()
+    release = appender._held.release
+
+    async def slow_release() -> None:  # a round trip on a slower network
+        await asyncio.sleep(0.3)
+        await release()
+
+    monkeypatch.setattr(appender._held, "release", slow_release)
+    await asyncio.wait_for(appender.append("acme", [_event("a")]), timeout=5)
+    [b] = await asyncio.wait_for(appender.append("acme", [_event("b")]), timeout=5)
+    assert b.position == 3
+    await appender.close()
