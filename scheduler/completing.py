@@ -75,14 +75,14 @@ class Completing:
         locked: Locked | None = None,
     ) -> Completing:
         """``locked``: the items' rows and their triggers' trace contexts, when the caller
-        locked them (``rows.fetch_tasks_locked`` or a statement that does as it does)."""
-        order = sorted(range(len(items)), key=lambda n: items[n][0])
+        locked them (``rows.fetch_tasks_locked`` or a statement that does as it does).
+        The rows are locked in id order, but ``ready`` keeps the items' order: a result
+        may name as its cause, or append to the stream of, one of an item before it."""
         if locked is None:
             locked = await rows.fetch_tasks_locked(conn, tenant, sorted_ids(items))
         states, traces = locked
         batch = cls(len(items), traces)
-        for n in order:
-            task_id, lease_id, results = items[n]
+        for n, (task_id, lease_id, results) in enumerate(items):
             try:
                 state = states[task_id]
                 if state is not None and state.state == "completed":

@@ -417,6 +417,33 @@ async def test_a_result_that_is_no_object_fails_its_task_alone(
     assert [a["status"] for a in answer.json()[field]] == [200, 400]
 
 
+@pytest.mark.parametrize("entry", ["tasks/complete", "lease"])
+async def test_a_batchs_results_are_appended_in_the_workers_order(
+    app: FastAPI, admin: Client, worker: Client, entry: str
+) -> None:
+    """The second item's result is caused by the first's, as ``POST /events`` takes them
+    in one batch. They were appended in task-id order: refused as an unknown cause
+    whenever the first task's id sorted after the second's (ids are hashes: half the
+    time), in an answer that said the cause was stored."""
+    # The first item's task id sorts after the second's.
+    second, first = sorted(await _two_leased(app, admin, worker), key=lambda x: x["task"]["id"])
+    made = event(type="done")
+    uses = event(type="done", causationid=made["id"])
+    items = [
+        {"task": first["task"]["id"], "lease": first["lease"], "events": [made]},
+        {"task": second["task"]["id"], "lease": second["lease"], "events": [uses]},
+    ]
+    if entry == "lease":
+        body, path, field = {"worker": "w1", "complete": items}, "/queues/q/lease", "completed"
+    else:
+        body, path, field = {"tasks": items}, "/tasks/complete", "tasks"
+    answer = await worker.post(path, content=dumps(body), headers=JSON)
+    assert answer.status_code == 200, answer.text
+    assert [a["status"] for a in answer.json()[field]] == [200, 200], answer.text
+    [one], [two] = (a["results"] for a in answer.json()[field])
+    assert one["position"] < two["position"]
+
+
 async def _blocked_by(
     watch: psycopg.AsyncConnection[Any], holder: psycopg.AsyncConnection[Any]
 ) -> None:
