@@ -242,15 +242,16 @@ async def send_wake_hint(driver: PsycopgConnection[Any], hint: str) -> None:
 
 
 def wake_hint(position: int, types: set[str]) -> str:
-    """The NOTIFY payload: ``<head> <type> <type> ...``, or just the head when the types
-    would not fit PostgreSQL's 8,000-byte payload (then every projection wakes)."""
-    hint = " ".join([str(position), *sorted(types)])
+    """The NOTIFY payload: the head, then each type, a line each (a type may hold a
+    blank, never a control character), or just the head when the types would not fit
+    PostgreSQL's 8,000-byte payload (then every projection wakes)."""
+    hint = "\n".join([str(position), *sorted(types)])
     return hint if len(hint.encode()) < 7_000 else str(position)
 
 
 def read_wake_hint(payload: str) -> frozenset[str] | None:
     """The types a ``wake_hint`` names; None when it names none (wake every projection)."""
-    types = frozenset(payload.split()[1:])
+    types = frozenset(payload.split("\n")[1:])
     return types or None
 
 

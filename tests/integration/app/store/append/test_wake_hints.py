@@ -31,14 +31,14 @@ async def listener(database_url: URL) -> AsyncIterator[psycopg.AsyncConnection[o
 async def hints_heard(
     listener: psycopg.AsyncConnection[object], *, until: int | None = None, within_s: float = 10
 ) -> list[str]:
-    """The hints that arrive within ``within_s``; with ``until``, up to the one naming that
-    position, which must come."""
+    """The hints that arrive within ``within_s``, their lines joined by blanks; with
+    ``until``, up to the one naming that position, which must come."""
     found: list[str] = []
     try:
         async with asyncio.timeout(within_s):
             async for notice in listener.notifies():
-                found.append(notice.payload)
-                if until is not None and int(notice.payload.split()[0]) >= until:
+                found.append(notice.payload.replace("\n", " "))
+                if until is not None and int(notice.payload.split("\n")[0]) >= until:
                     return found
     except TimeoutError:
         pass
