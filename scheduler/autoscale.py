@@ -13,10 +13,18 @@ short of workers would read as many targets of latency; while either limit holds
 (conditional integration, the anti-windup), so nothing builds up behind a limit to
 overshoot with, or to lag with when the load drops. A tick that changes it is
 recorded as a ``causeway.queue.autoscale_changed`` event.
+
+Latency alone cannot tell "just enough workers" from "too many": with either, tasks wait
+about nothing, so the error pushed the advice down to the minimum, a backlog grew, and
+the advice swung by ``max_step`` for ever (a load needing 2 workers: 1, 5, 1, 5, ... with
+the defaults). So the advice never goes below the tasks in flight at the tick (leased,
+the lease unexpired: workers busy now), rounded up; while that floor holds it up, the
+integral does not grow either.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -50,7 +58,9 @@ class PidController:
     kd: float = 0.0
     deadband: float = 0.25
 
-    def step(self, state: PidState, observed_s: float, dt_s: float) -> PidState:
+    def step(self, state: PidState, observed_s: float, dt_s: float, busy: float = 0.0) -> PidState:
+        """The next state after ``dt_s`` seconds that observed ``observed_s`` of latency,
+        with ``busy`` workers busy at its end (tasks in flight)."""
         error = (observed_s - self.target_s) / self.target_s
         if abs(error) <= self.deadband:
             error = 0.0  # close enough: hold, rather than chase measurement noise
@@ -66,13 +76,14 @@ class PidController:
         desired = self.min_workers + self.kp * error + self.ki * integral + self.kd * derivative
         clamped = min(max(desired, self.min_workers), self.max_workers)
         lo, hi = state.recommended - self.max_step, state.recommended + self.max_step
+        floor = min(math.ceil(busy), hi)  # no fewer than are busy (the module's docstring)
         # The bounds last: a limit lowered since the last tick holds at once.
         stepped = min(
-            max(int(min(max(round(clamped), lo), hi)), self.min_workers), self.max_workers
+            max(int(min(max(round(clamped), lo), hi)), floor, self.min_workers), self.max_workers
         )
         if desired != clamped or round(clamped) != stepped:
-            # Held back by the bounds or by the step limit: integrating further would only
-            # wind up, and the advice would overshoot once it caught up.
+            # Held back by the bounds, the step limit or the floor: integrating further
+            # would only wind up, and the advice would overshoot once it caught up.
             integral = state.integral
         return PidState(stepped, integral, error, observed_s)
 
@@ -124,9 +135,10 @@ class AutoscaleAdvisor:
         observed = await rows.read_latency_s(
             self._conn, tenant, queue, since=row.updated_at, now=now
         )
+        busy = await rows.count_in_flight(self._conn, tenant, queue, now=now)
         before = PidState(row.recommended, row.integral, row.last_error, row.observed_s)
         dt = (now - row.updated_at).total_seconds()
-        after = self._controller.step(before, observed, dt)
+        after = self._controller.step(before, observed, dt, busy)
         stepped = rows.AutoscaleRow(
             after.recommended, after.integral, after.last_error, observed, now
         )

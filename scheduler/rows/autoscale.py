@@ -134,6 +134,21 @@ async def read_latency_s(
     return round(max(waited or 0.0, age, 0.0), 3)
 
 
+async def count_in_flight(conn: AsyncConnection, tenant: str, queue: str, *, now: datetime) -> int:
+    """The queue's tasks leased under a lease not yet expired at ``now``: the workers busy
+    with it (one whose lease ran out has likely stopped)."""
+    c = tasks.c
+    count = await conn.scalar(
+        select(func.count()).where(
+            c.tenant == tenant,
+            c.queue == queue,
+            c.state == "leased",
+            c.lease_expires_at > literal(now),
+        )
+    )
+    return int(count or 0)
+
+
 def _row(row: Row[Any]) -> AutoscaleRow:
     return AutoscaleRow(
         row.recommended, row.integral, row.last_error, row.observed_s, row.updated_at

@@ -111,6 +111,35 @@ class TestAutoscale:
         finally:
             await dispose(app)
 
+    async def test_the_advice_keeps_the_workers_busy_with_the_queue(
+        self, database_url: URL, make_key: MakeKey
+    ) -> None:
+        """Three tasks in flight, none waiting: latency alone read that as too many
+        workers and advised the minimum, a backlog grew, and the advice swung by the
+        step for ever. It keeps the three busy workers."""
+        settings = Settings(
+            _env_file=None, scheduler_target_latency_s=5.0, scheduler_autoscale_interval_s=0.1
+        )
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin,worker")) as admin:
+                await queued(app, admin, jobs=3)
+                for _ in range(3):
+                    assert await lease(admin, "q")
+                loop = SchedulerLoop(
+                    app.state.engine,
+                    app.state.scheduler_controller,
+                    SchedulerTimers(autoscale_interval_s=0.1),
+                    app.state.decisions,
+                )
+                for _ in range(3):  # each step at least an interval after the one before
+                    await asyncio.sleep(0.15)
+                    assert await loop.advise() == 1
+                advice = (await admin.get("/queues/q/autoscale")).json()
+                assert advice["recommended_workers"] == 3, advice
+        finally:
+            await dispose(app)
+
 
 # 70,000 finished tasks of queue q, leased now (copies of its one ready task's row).
 _MANY_LEASED = """

@@ -4,10 +4,14 @@ and does not wind up while saturated."""
 from __future__ import annotations
 
 import itertools
+import math
+from dataclasses import replace
 
 import pytest
 
+from app.settings import Settings
 from scheduler.autoscale import PidController, PidState
+from scheduler.service import controller_from
 
 TICK_S = 5.0
 PER_WORKER = 5.0  # tasks a worker finishes per second
@@ -16,15 +20,20 @@ SERVICE_S = 0.2
 
 def simulate(controller: PidController, loads: list[float], tick_s: float = TICK_S) -> list[int]:
     """A fluid queue: tasks arrive at ``load`` a second, ``workers`` serve ``PER_WORKER``
-    each; the observed latency is the backlog's wait plus the service time."""
+    each; the observed latency is the backlog's wait plus the service time, and the
+    workers busy are all of them while a backlog waits, else as many as the load needs."""
     backlog = 0.0
     state = PidState(controller.min_workers)
     advised = []
     for load in loads:
         workers = state.recommended
         backlog = max(0.0, backlog + (load - PER_WORKER * workers) * tick_s)
-        latency = backlog / (PER_WORKER * workers) + SERVICE_S
-        state = controller.step(state, latency, tick_s)
+        if workers == 0:
+            latency, busy = (tick_s if backlog else SERVICE_S), 0.0
+        else:
+            latency = backlog / (PER_WORKER * workers) + SERVICE_S
+            busy = workers if backlog else min(workers, load / PER_WORKER)
+        state = controller.step(state, latency, tick_s, busy)
         advised.append(state.recommended)
     return advised
 
@@ -87,3 +96,21 @@ class TestStep:
         assert state.recommended == 5
         state = PidController(target_s=1.0, min_workers=20).step(PidState(3), 0.0, 5.0)
         assert state.recommended == 20
+
+    @pytest.mark.parametrize("needed", [1.4, 2.0, 2.6, 3.0, 5.0, 12.0])
+    @pytest.mark.parametrize("min_workers", [0, 1])
+    def test_a_steady_load_is_advised_the_workers_it_needs_with_the_defaults(
+        self, needed: float, min_workers: int
+    ) -> None:
+        """Latency alone reads "just enough" as "too many": a load needing 2 workers was
+        advised 1, 5, 1, 5, ... for ever at the defaults (a 5 s target, 15 s steps, steps
+        of 4). Never fewer than are busy, it settles on the workers the load needs."""
+        defaults = Settings(_env_file=None)
+        controller = replace(controller_from(defaults), min_workers=min_workers)
+        tick_s = defaults.scheduler_autoscale_interval_s
+        advised = simulate(controller, [needed * PER_WORKER] * 200, tick_s=tick_s)
+        assert set(advised[-40:]) == {math.ceil(needed)}, advised[-40:]
+
+    def test_the_busy_floor_moves_no_faster_than_a_step(self) -> None:
+        state = PidController(target_s=1.0, max_step=2).step(PidState(3), 0.0, 5.0, busy=20)
+        assert state.recommended == 5
