@@ -83,6 +83,8 @@ def connection_problem(exc: BaseException) -> str | None:
     first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
     if isinstance(cause, psycopg.errors.UndefinedTable):
         return f"the database is not migrated ({first}); run `causeway migrate`"
+    if isinstance(cause, psycopg.errors.InsufficientPrivilege):
+        return f"the database user may not do what this needs: {first}"
     # A failed connection (no server, no such database or role, a refused password) is
     # the base class itself; its subclasses (a cancelled statement, a full disk, a
     # shutdown) are about the server's state, not about which database was named.

@@ -62,14 +62,20 @@ TENANT_TABLES = (
 _ROLES = f"""
 DO $roles$
 BEGIN
-    BEGIN
-        CREATE ROLE {SERVICE} NOLOGIN;
-    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-    END;
-    BEGIN
-        CREATE ROLE {SYSTEM} NOLOGIN;
-    EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
-    END;
+    -- Looked up first: PostgreSQL checks the right to create roles before it finds one
+    -- exists, and a server's second database is migrated by a user without that right.
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SERVICE}') THEN
+        BEGIN
+            CREATE ROLE {SERVICE} NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{SYSTEM}') THEN
+        BEGIN
+            CREATE ROLE {SYSTEM} NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+        END;
+    END IF;
     IF NOT pg_has_role('{SYSTEM}', '{SERVICE}', 'MEMBER') THEN
         BEGIN
             GRANT {SERVICE} TO {SYSTEM};
@@ -84,7 +90,7 @@ BEGIN
     END IF;
 END
 $roles$
-"""
+"""  # noqa: S608 (constant names, no input)
 
 
 def upgrade() -> None:

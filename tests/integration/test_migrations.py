@@ -164,3 +164,71 @@ def test_a_store_holding_an_extension_the_store_now_names_is_not_upgraded(
         assert line.startswith("error: stored events carry extensions"), line
         assert "1 with 'storedtime'" in line
         assert current_revision(url) == "0019"
+
+
+def _migrating(url: URL, tmp_path: Path) -> subprocess.Popen[str]:
+    """``causeway migrate`` on ``url``, started."""
+    env = environment(
+        CAUSEWAY_DATABASE_URL=url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "migrate"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_two_migrations_started_together_both_end_at_head(server: URL, tmp_path: Path) -> None:
+    """Two ``causeway migrate`` (or ``serve --migrate``) at once on a fresh database: the
+    second failed on the first's half-made objects (a traceback, exit 1) or on Alembic's
+    "expected to match one row"; one waits for the other now, and finds nothing to do."""
+    name = f"causeway_race_{token_hex(4)}"
+    with janitor(server, name):
+        url = server.set(database=name)
+        started = [_migrating(url, tmp_path), _migrating(url, tmp_path)]
+        errors = [done.communicate(timeout=300)[1] for done in started]
+        assert [done.returncode for done in started] == [0, 0], [e[-600:] for e in errors]
+        assert current_revision(url) == head_revision()
+
+
+class TestRights:
+    """What the user in ``CAUSEWAY_DATABASE_URL`` may do (docs/deployment.md)."""
+
+    def test_a_second_database_needs_no_right_to_create_roles(
+        self, server: URL, tmp_path: Path
+    ) -> None:
+        """The roles are the server's, made by the first database's migration: a user
+        who owns the second database and is a member of causeway_system migrates it.
+        PostgreSQL checks the right to create a role before it finds the role exists."""
+        name, user = f"causeway_second_{token_hex(4)}", f"causeway_owner_{token_hex(3)}"
+        with psycopg.connect(libpq(server), autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {user} LOGIN PASSWORD 'pw' IN ROLE causeway_system")
+            try:
+                with janitor(server, name):
+                    with psycopg.connect(libpq(server.set(database=name)), autocommit=True) as db:
+                        db.execute(f"ALTER DATABASE {name} OWNER TO {user}")
+                        db.execute(f"ALTER SCHEMA public OWNER TO {user}")
+                    owner = server.set(database=name, username=user, password="pw")
+                    _, err = (migrating := _migrating(owner, tmp_path)).communicate(timeout=300)
+                    assert migrating.returncode == 0, err[-600:]
+                    assert current_revision(server.set(database=name)) == head_revision()
+            finally:
+                admin.execute(f"DROP OWNED BY {user} CASCADE")
+                admin.execute(f"DROP ROLE {user}")
+
+    def test_a_user_without_the_rights_is_told_in_one_line(
+        self, server: URL, tmp_path: Path
+    ) -> None:
+        name, user = f"causeway_rights_{token_hex(4)}", f"causeway_nobody_{token_hex(3)}"
+        with psycopg.connect(libpq(server), autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {user} LOGIN PASSWORD 'pw'")
+            try:
+                with janitor(server, name):
+                    nobody = server.set(database=name, username=user, password="pw")
+                    _, err = (migrating := _migrating(nobody, tmp_path)).communicate(timeout=300)
+                    assert migrating.returncode == 2, err[-600:]
+                    [line] = err.strip().splitlines()
+                    assert line.startswith("error: the database user may not do what this needs:")
+            finally:
+                admin.execute(f"DROP OWNED BY {user} CASCADE")
+                admin.execute(f"DROP ROLE {user}")
