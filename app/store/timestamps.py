@@ -23,7 +23,7 @@ def parse_rfc3339(text: str) -> tuple[datetime | None, str | None]:
         try:
             value = datetime.fromisoformat(text.upper())
         except ValueError:
-            pass  # an impossible date or offset, or a leap second: the parse below says which
+            pass  # an impossible date or offset, or a leap second: the parse below decides
         else:
             why = _out_of_range(text, value)
             return (value, None) if why is None else (None, why)
@@ -45,8 +45,7 @@ def _parse_explained(text: str) -> tuple[datetime | None, str | None]:
     if match is None:
         return None, f"time {text!r} is not an RFC 3339 timestamp"
     year, month, day, hour, minute, second, fraction, offset = match.groups()
-    if second == "60":
-        return None, "time: leap seconds (:60) are not supported"
+    leap = second == "60"
     if offset in ("Z", "z"):
         zone = UTC
     else:
@@ -55,12 +54,17 @@ def _parse_explained(text: str) -> tuple[datetime | None, str | None]:
     micros = int((fraction or "0")[:6].ljust(6, "0"))
     try:
         value = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second), micros, zone
-        )
+            int(year), int(month), int(day), int(hour), int(minute), 59 if leap else int(second),
+            999_999 if leap else micros, zone,
+        )  # fmt: skip
     except ValueError as exc:
         return None, f"time {text!r} is not a valid date and time: {exc}"
     if (why := _out_of_range(text, value)) is not None:
         return None, why
+    if leap and value.astimezone(UTC).strftime("%H:%M") != "23:59":
+        return None, f"time {text!r} names second 60, which only the last minute of a UTC day has"
+    # A leap second (RFC 3339 allows it): its text is kept as sent, and its instant is the
+    # last microsecond before the next minute (Python has no second 60).
     return value, None
 
 

@@ -75,6 +75,18 @@ async def test_a_producers_recorded_time_is_kept_as_sent(client: httpx2.AsyncCli
     assert stored["storedtime"] != stored["recordedtime"]
 
 
+async def test_a_leap_second_is_taken_and_read_back_as_sent(client: httpx2.AsyncClient) -> None:
+    """CloudEvents' Timestamp is RFC 3339, which allows second 60: it was refused as an
+    invalid CloudEvent. Kept as sent; a time filter takes it as the minute's last instant."""
+    sent = event(id="leap-1", time="2016-12-31T23:59:60Z")
+    response = await client.post("/events", content=dumps(sent), headers=STRUCTURED)
+    assert response.status_code == 201, response.text
+    assert (await client.get("/events/leap-1")).json()["time"] == "2016-12-31T23:59:60Z"
+    before = {"since": "2016-12-31T23:59:59Z", "until": "2017-01-01T00:00:00Z"}
+    replayed = (await client.get("/replay", params=before)).text.splitlines()
+    assert [orjson.loads(line)["id"] for line in replayed] == ["leap-1"]
+
+
 @pytest.mark.parametrize("name", ["position", "streamversion", "storedtime", "prevhash", "hash"])
 async def test_what_the_store_sets_cannot_be_sent(client: httpx2.AsyncClient, name: str) -> None:
     response = await client.post("/events", content=dumps(event(**{name: "x"})), headers=STRUCTURED)

@@ -367,9 +367,19 @@ class TestTime:
         assert "not an RFC 3339" in why
 
     @pytest.mark.parametrize(
+        "text", ["2016-12-31T23:59:60Z", "2016-12-31T23:59:60.5Z", "2016-12-31T18:59:60-05:00"]
+    )
+    def test_a_leap_second_is_the_last_instant_before_the_next_minute(self, text: str) -> None:
+        """RFC 3339 allows second 60 (a leap second), at the end of a UTC day."""
+        value, why = parse_rfc3339(text)
+        assert why is None
+        assert value == datetime(2016, 12, 31, 23, 59, 59, 999_999, UTC)
+
+    @pytest.mark.parametrize(
         ("text", "why"),
         [
-            ("2026-11-30T23:59:60Z", "leap seconds"),
+            ("2026-11-30T12:00:60Z", "only the last minute of a UTC day"),
+            ("2016-12-31T23:59:60+01:00", "only the last minute of a UTC day"),
             ("2026-02-30T00:00:00Z", "not a valid date"),
             ("2026-11-30T12:00:00.Z", "not an RFC 3339"),
             ("2026-11-30T12:00:00Z\n", "not an RFC 3339"),
