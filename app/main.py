@@ -13,6 +13,7 @@ from urllib.parse import unquote_to_bytes
 
 from fastapi import Depends, FastAPI, Security
 from sqlalchemy import URL
+from starlette.datastructures import QueryParams
 from starlette.types import Receive, Scope, Send
 
 from app.api import (
@@ -36,7 +37,13 @@ from app.telemetry import metrics, tracing
 from app.web import assets, problems
 from app.web.auth import Authenticator
 from app.web.bodies import CappedRequest, declared_too_large
-from app.web.dependencies import authorization_of, authorize, one_value_each, require
+from app.web.dependencies import (
+    authorization_of,
+    authorize,
+    one_value_each,
+    refuse_repeated,
+    require,
+)
 from app.web.metrics import RequestTimer, keep_sampling, pools_in, scrape_of
 from app.web.openapi import bearer, finish
 from app.web.request_ids import with_request_id
@@ -286,6 +293,10 @@ class Causeway(FastAPI):
     async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
         try:
+            if scope["query_string"]:  # as the routed path's one_value_each asks
+                refuse_repeated(
+                    [name for name, _ in QueryParams(scope["query_string"]).multi_items()]
+                )
             principal = await authorize(
                 self.state.authenticator, authorization_of(headers), KeyScope.INGEST
             )

@@ -224,9 +224,15 @@ async def one_value_each(request: HTTPConnection) -> None:  # a WebSocket's too
     """Refuse a query parameter given twice where it takes one value: the framework would
     keep the last, and ``/replay?correlationid=a&correlationid=b`` answered with b's
     events alone, ``/deployments/x?at=..&at=..`` with the state at the second time."""
+    refuse_repeated([name for name, _ in request.query_params.multi_items()])
+
+
+def refuse_repeated(names: list[str]) -> None:
+    """``one_value_each`` on a query's parameter names, in order (``POST /events`` at the
+    root, answered before FastAPI, asks it too)."""
     seen: set[str] = set()
-    for name, _ in request.query_params.multi_items():
+    for name in names:
         if name in seen and name not in REPEATABLE:
-            given = len(request.query_params.getlist(name))
+            given = names.count(name)
             raise BadRequest(f"{name} is given {given} times: it takes one value", parameter=name)
         seen.add(name)

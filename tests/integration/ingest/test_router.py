@@ -770,3 +770,18 @@ class TestClientGone:
         assert [m["status"] for m in sent if "status" in m] == [400]  # read by nobody
         assert [r for r in caplog.records if r.levelname == "ERROR"] == []
         assert (await client.get("/replay")).text == ""
+
+
+async def test_post_events_refuses_a_parameter_given_twice_as_every_route_does(
+    client: httpx2.AsyncClient,
+) -> None:
+    """``POST /events`` at the root is answered before FastAPI's routing: it took
+    ``?x=1&x=2`` and stored the event, where under a path prefix (routed) it was a 400."""
+    response = await client.post(
+        "/events?x=1&x=2", content=dumps(event(id="twice")), headers=STRUCTURED
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["detail"] == "x is given 2 times: it takes one value"
+    assert (await client.get("/events/twice")).status_code == 404
+    once = await client.post("/events?x=1", content=dumps(event(id="once")), headers=STRUCTURED)
+    assert once.status_code == 201, once.text
