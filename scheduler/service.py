@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -69,21 +70,16 @@ class SchedulerLoop:
         self._appender = appender
 
     async def run(self) -> None:
-        """Sweep and advise until cancelled; a failure is logged and the loop goes on."""
+        """Sweep and advise until cancelled; a failure is logged and the loop goes on,
+        each job on its own: one that keeps failing stops neither of the others."""
         loop = asyncio.get_running_loop()
         next_advice = loop.time()
         while True:
-            try:
-                await self.expire_leases()
-                await self.prune_finished()
-                if loop.time() >= next_advice:
-                    next_advice = loop.time() + self._timers.autoscale_interval_s
-                    await self.advise()
-            except Exception as exc:
-                if is_database_away(exc):
-                    logger.warning("scheduler: database unavailable: %s", exc)
-                else:
-                    logger.exception("scheduler: unexpected failure")
+            await _logging_failure("expiring leases", self.expire_leases())
+            await _logging_failure("pruning finished tasks", self.prune_finished())
+            if loop.time() >= next_advice:
+                next_advice = loop.time() + self._timers.autoscale_interval_s
+                await _logging_failure("advising", self.advise())
             await asyncio.sleep(self._timers.sweep_interval_s)
 
     async def expire_leases(self) -> int:
@@ -117,10 +113,27 @@ class SchedulerLoop:
             queues = await AutoscaleAdvisor(conn, self._controller).read_active_queues()
         advised = 0
         for tenant, queue in queues:
-            async with self._engine.begin() as conn:
-                advisor = AutoscaleAdvisor(conn, self._controller)
-                if await advisor.advise(
-                    tenant, queue, interval_s=self._timers.autoscale_interval_s
-                ):
-                    advised += 1
+            advised += await _logging_failure(
+                f"advising queue {queue!r} of tenant {tenant!r}", self._advise(tenant, queue), 0
+            )
         return advised
+
+    async def _advise(self, tenant: str, queue: str) -> int:
+        async with self._engine.begin() as conn:
+            advisor = AutoscaleAdvisor(conn, self._controller)
+            return int(
+                await advisor.advise(tenant, queue, interval_s=self._timers.autoscale_interval_s)
+            )
+
+
+async def _logging_failure(job: str, work: Awaitable[int], otherwise: int = 0) -> int:
+    """``work``'s result; ``otherwise`` when it fails, logged (a line when the database is
+    away, with the traceback when not)."""
+    try:
+        return await work
+    except Exception as exc:
+        if is_database_away(exc):
+            logger.warning("scheduler: %s: database unavailable: %s", job, exc)
+        else:
+            logger.exception("scheduler: %s: unexpected failure", job)
+        return otherwise

@@ -4,6 +4,8 @@ each change is recorded in the log. A task failed since its lease counts the wai
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -11,6 +13,7 @@ from sqlalchemy import URL
 
 from app.main import create_app, dispose
 from app.settings import Settings
+from scheduler.autoscale import AutoscaleAdvisor
 from scheduler.service import SchedulerLoop, SchedulerTimers
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import JSON, dumps
@@ -137,6 +140,55 @@ class TestAutoscale:
                     assert await loop.advise() == 1
                 advice = (await admin.get("/queues/q/autoscale")).json()
                 assert advice["recommended_workers"] == 3, advice
+        finally:
+            await dispose(app)
+
+    async def test_a_queue_whose_advice_fails_stops_neither_the_others_nor_the_sweeps(
+        self, database_url: URL, make_key: MakeKey, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The sweeps and every queue's advice ran in one try: one failing for good (a
+        bug, a row no statement could read) stopped them all, for every tenant."""
+        settings = Settings(_env_file=None, scheduler_autoscale_interval_s=0.1)
+        app = create_app(settings, database_url=database_url)
+        try:
+            async with asgi_client(app, await make_key("acme", "admin")) as admin:
+                await queued(app, admin, jobs=1)
+                await queued(app, admin, jobs=1, id="r2", queue="q2")
+                real = AutoscaleAdvisor.advise
+
+                async def failing_for_q(
+                    self: AutoscaleAdvisor, tenant: str, queue: str, **kw: Any
+                ) -> bool:
+                    if queue == "q":
+                        raise RuntimeError("a bug")
+                    return await real(self, tenant, queue, **kw)
+
+                monkeypatch.setattr(AutoscaleAdvisor, "advise", failing_for_q)
+                loop = SchedulerLoop(
+                    app.state.engine,
+                    app.state.scheduler_controller,
+                    SchedulerTimers(sweep_interval_s=0.01, autoscale_interval_s=0.1),
+                    app.state.decisions,
+                )
+                assert await loop.advise() == 1  # q2's
+                swept: list[str] = []
+
+                async def failing() -> int:
+                    swept.append("expire")
+                    raise RuntimeError("a bug")
+
+                async def pruned() -> int:
+                    swept.append("prune")
+                    return 0
+
+                monkeypatch.setattr(loop, "expire_leases", failing)
+                monkeypatch.setattr(loop, "prune_finished", pruned)
+                running = asyncio.create_task(loop.run())
+                await asyncio.sleep(0.2)
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
+                assert swept.count("prune") >= 2
         finally:
             await dispose(app)
 
