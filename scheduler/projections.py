@@ -114,13 +114,14 @@ class Dispatcher:
                 await maker.make_many(tenant, routed)
             except AppError:
                 # Refused before anything was written: make them one by one to find the
-                # event that fails, so the projection stops at it.
+                # event that fails, so the projection stops at it. Should none fail (the
+                # group refused as a whole), they are made: raising again would roll them
+                # back and the batch would fail the same way for ever.
                 for route, record in routed:
                     try:
                         await maker.make(tenant, route, record)
                     except AppError as refused:
                         raise FlushFailed(record.position) from refused
-                raise
 
     async def _routes_of(self, conn: Connection, tenant: str) -> list[r.Route]:
         if tenant not in self._routes:

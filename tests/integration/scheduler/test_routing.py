@@ -12,9 +12,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db.tables import events, log_head
+from app.errors import BadRequest
 from app.projections.batches import ProjectionFailed
 from app.store.log import EventLog
 from app.store.records import NewEvent
+from scheduler.creation import TaskMaker
 from scheduler.tasks import task_id_for
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
@@ -186,6 +188,23 @@ class TestRouting:
         await runner.step(dispatcher, until=at - 1)
         created = await events_of_type(admin, "causeway.task.created")
         assert [e["causationid"] for e in created] == [before["id"]]
+
+    async def test_tasks_the_log_refuses_together_but_takes_one_by_one_are_made(
+        self, app: FastAPI, admin: Client, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """When the batch's append is refused as a whole and every task then goes in on its
+        own, the dispatcher raised the first refusal again: its batch rolled back, and
+        failed the same way at every try, for ever."""
+        await define(admin, id="r", types=["job"], kind="k", queue="q")
+        for _ in range(3):
+            await post(admin, type="job")
+
+        async def refused_whole(*_: Any) -> int:
+            raise BadRequest("too much at once")
+
+        monkeypatch.setattr(TaskMaker, "make_many", refused_whole)
+        await catch_up(app)
+        assert (await queues(admin))["q"]["ready"] == 3
 
     async def test_only_events_after_a_tenants_first_route_are_routed(
         self, app: FastAPI, admin: Client, make_key: MakeKey
