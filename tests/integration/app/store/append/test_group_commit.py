@@ -24,6 +24,7 @@ from app.errors import BadRequest, Unavailable, UnknownCause
 from app.store.append import group_commit
 from app.store.append.group_commit import Appender
 from app.store.failures import as_app_error
+from app.store.log import append_on
 from app.store.records import NewEvent
 from app.store.verify import verify_chain
 from tests.in_process import serving as serving_in_process
@@ -482,7 +483,7 @@ async def test_requests_retried_alone_are_answered_when_the_server_stops(
     # stopped meanwhile, the requests not yet written again were never answered.
     appender = Appender(engine, plan_ahead=False)
     await appender.append("acme", [_event("w")])
-    real, calls = group_commit.append_on, 0
+    real, calls = append_on, 0
 
     async def slow_append_on(*args: Any, **kwargs: Any) -> Any:
         nonlocal calls
