@@ -8,15 +8,18 @@ and speaks only HTTP. Events are plain dicts in the CloudEvents JSON format.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx2
 import orjson
 
 __all__ = ["AppendResult", "CausewayClient", "CausewayError", "Lease"]
 
+T = TypeVar("T")
 _STRUCTURED = "application/cloudevents+json"
 _BATCH = "application/cloudevents-batch+json"
 
@@ -53,6 +56,15 @@ class CausewayError(Exception):
         self.problem = problem
         self.retry_after_s = retry_after_s  # the answer's Retry-After, in seconds
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Made again from what it holds (a process pool sends it back to its parent);
+        # the default would call it with its message alone.
+        return _remade, (self.status, self.problem, self.retry_after_s)
+
+
+def _remade(status: int, problem: dict[str, Any], retry_after_s: float | None) -> CausewayError:
+    return CausewayError(status, problem, retry_after_s=retry_after_s)
+
 
 class CausewayClient:
     def __init__(self, base_url: str, api_key: str, *, timeout_s: float = 30.0) -> None:
@@ -86,8 +98,8 @@ class CausewayClient:
         ``request_id``: the worker's name for this request, new for each; sent again with
         it after a lost answer, the request gets back what it leased (README)."""
         body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
-        response = self._call("POST", f"/queues/{queue}/lease", body)
-        return None if response.status_code == 204 else _lease_of(response.json())
+        response = self._call("POST", f"/queues/{_segment(queue)}/lease", body)
+        return None if response.status_code == 204 else _read(response, _lease_of)
 
     def lease_many(
         self,
@@ -107,10 +119,10 @@ class CausewayClient:
         ``request_id`` as ``lease`` takes it."""
         body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
         body["max_tasks"] = max_tasks
-        response = self._call("POST", f"/queues/{queue}/lease", body)
+        response = self._call("POST", f"/queues/{_segment(queue)}/lease", body)
         if response.status_code == 204:
             return []
-        return [_lease_of(found) for found in response.json()["tasks"]]
+        return _read(response, lambda answer: [_lease_of(found) for found in answer["tasks"]])
 
     def complete_and_lease(
         self,
@@ -135,40 +147,41 @@ class CausewayClient:
         body = _lease_body(worker, capabilities, spot, labels, wait_s, lease_s, request_id)
         body["max_tasks"] = max_tasks
         body["complete"] = _completions(done)
-        answer = self._call("POST", f"/queues/{queue}/lease", body).json()
-        return answer["completed"], [_lease_of(found) for found in answer["tasks"]]
+        response = self._call("POST", f"/queues/{_segment(queue)}/lease", body)
+        return _read(
+            response,
+            lambda answer: (answer["completed"], [_lease_of(found) for found in answer["tasks"]]),
+        )
 
     def heartbeat(self, lease: Lease, *, lease_s: float | None = None) -> None:
         """Extend the lease (raises ``CausewayError`` 409 when it was lost)."""
         body: dict[str, Any] = {"lease": lease.lease}
         if lease_s is not None:
             body["lease_s"] = lease_s
-        self._call("POST", f"/tasks/{lease.task_id}/heartbeat", body)
+        self._call("POST", f"/tasks/{_segment(lease.task_id)}/heartbeat", body)
 
     def complete(self, lease: Lease, events: list[dict[str, Any]] | None = None) -> list[int]:
         """Finish the task; ``events`` are appended caused by its trigger. Their positions."""
         response = self._call(
             "POST",
-            f"/tasks/{lease.task_id}/complete",
+            f"/tasks/{_segment(lease.task_id)}/complete",
             {"lease": lease.lease, "events": events or []},
         )
-        return [entry["position"] for entry in response.json()["results"]]
+        return _read(response, lambda answer: [entry["position"] for entry in answer["results"]])
 
     def fail(self, lease: Lease, error_class: str, message: str) -> dict[str, Any]:
         """Report a failed attempt: ``transient``, ``unknown``, ``data_invalid`` or
         ``model_version_mismatch``. The task as it stands after it (retried or dead)."""
         body = {"lease": lease.lease, "class": error_class, "message": message}
-        result: dict[str, Any] = self._call("POST", f"/tasks/{lease.task_id}/fail", body).json()
-        return result
+        response = self._call("POST", f"/tasks/{_segment(lease.task_id)}/fail", body)
+        return _read(response, _object)
 
     def complete_many(self, done: list[tuple[Lease, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
         """Finish many tasks (each with its result events) in one request. Each task's
         answer, in order: ``status`` 200 with its ``results``, or its own ``problem``
         (409 ``lease-lost``, ...): one refused does not fail the others."""
-        answers: list[dict[str, Any]] = self._call(
-            "POST", "/tasks/complete", {"tasks": _completions(done)}
-        ).json()["tasks"]
-        return answers
+        response = self._call("POST", "/tasks/complete", {"tasks": _completions(done)})
+        return _read(response, _tasks)
 
     def fail_many(self, failed: list[tuple[Lease, str, str]]) -> list[dict[str, Any]]:
         """Report many failed attempts ``(lease, class, message)`` in one request; each
@@ -177,10 +190,7 @@ class CausewayClient:
             {"task": lease.task_id, "lease": lease.lease, "class": error_class, "message": message}
             for lease, error_class, message in failed
         ]
-        answers: list[dict[str, Any]] = self._call("POST", "/tasks/fail", {"tasks": tasks}).json()[
-            "tasks"
-        ]
-        return answers
+        return _read(self._call("POST", "/tasks/fail", {"tasks": tasks}), _tasks)
 
     def close(self) -> None:
         self._http.close()
@@ -199,7 +209,7 @@ class CausewayClient:
     def _post(self, body: bytes, content_type: str) -> list[AppendResult]:
         response = self._http.post("/events", content=body, headers={"Content-Type": content_type})
         _raise_for_problem(response)
-        return [AppendResult(**entry) for entry in response.json()["events"]]
+        return _read(response, lambda answer: [AppendResult(**entry) for entry in answer["events"]])
 
     def _call(self, method: str, path: str, body: dict[str, Any]) -> httpx2.Response:
         # A long-poll lease may wait up to its wait_s: give the read that much more time.
@@ -249,6 +259,34 @@ def _lease_of(found: dict[str, Any]) -> Lease:
     return Lease(
         found["task"]["id"], found["lease"], found["expires_at"], found["task"], found["trigger"]
     )
+
+
+def _segment(name: str) -> str:
+    """``name`` as one path segment: a queue named ``a/../b`` must not lease from ``b``."""
+    return quote(name, safe="")
+
+
+def _read(response: httpx2.Response, read: Callable[[Any], T]) -> T:
+    """``read`` of a success's JSON body; ``CausewayError`` when the body is not what the
+    service answers (a proxy's page, say), rather than a JSON or a key error."""
+    try:
+        return read(orjson.loads(response.content))
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        detail = f"the answer is not the service's ({type(exc).__name__}): {response.text[:200]!r}"
+        raise CausewayError(response.status_code, {"detail": detail}) from exc
+
+
+def _object(answer: Any) -> dict[str, Any]:
+    if not isinstance(answer, dict):
+        raise TypeError("not a JSON object")
+    return answer
+
+
+def _tasks(answer: Any) -> list[dict[str, Any]]:
+    tasks = answer["tasks"]
+    if not isinstance(tasks, list):
+        raise TypeError("tasks is not a list")
+    return tasks
 
 
 def _raise_for_problem(response: httpx2.Response) -> None:

@@ -49,6 +49,7 @@ Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
 _BUSY = (429, 500, 502, 503, 504)
 _MAX_RETRY_AFTER_S = 300.0  # a Retry-After is waited out up to this (one from a proxy too)
 _MESSAGE_CAP = 4000  # characters of a failure's message the service takes (POST /tasks/fail)
+_CUT = 200  # characters of a message kept when one report alone passes the request cap
 # The classes the service takes for a failure (any other refuses the whole batch's report).
 _ERROR_CLASSES = ("transient", "unknown", "data_invalid", "model_version_mismatch")
 
@@ -280,10 +281,7 @@ class Worker:
                 failed.append((lease, *_failure(failure)))
             except Exception as exc:  # a handler's bug fails its task, not the loop
                 failed.append((lease, "unknown", _storable(f"{type(exc).__name__}: {_str(exc)}")))
-        if failed:
-            answers = self._retrying(lambda: self._client.fail_many(failed))
-            self._count(answers, "failed")
-            self._release([lease for lease, _, _ in failed])
+        self._fail(failed)
         return done
 
     def _complete(self, done: list[tuple[Lease, list[dict[str, Any]]]]) -> None:
@@ -304,9 +302,29 @@ class Worker:
                 return
             [(lease, _)] = done
             message = _storable(f"its results pass the service's request cap: {_str(refused)}")
-            answers = self._retrying(lambda: self._client.fail_many([(lease, "unknown", message)]))
-            self._count(answers, "failed")
-            self._release([lease])
+            self._fail([(lease, "unknown", message)])
+
+    def _fail(self, failed: list[tuple[Lease, str, str]]) -> None:
+        """Report ``failed``; a batch past the service's request cap (413: a hundred
+        messages of 4,000 characters are 400 KB) in halves, and a lone report past it with
+        its message cut to ``_CUT`` characters."""
+        if not failed:
+            return
+        try:
+            answers = self._retrying(lambda: self._client.fail_many(failed))
+        except CausewayError as refused:
+            if refused.status != 413 or (len(failed) == 1 and len(failed[0][2]) <= _CUT):
+                raise
+            if len(failed) > 1:
+                half = len(failed) // 2
+                self._fail(failed[:half])
+                self._fail(failed[half:])
+                return
+            [(lease, error_class, message)] = failed
+            self._fail([(lease, error_class, message[:_CUT])])
+            return
+        self._count(answers, "failed")
+        self._release([lease for lease, _, _ in failed])
 
     def _finished(
         self, done: list[tuple[Lease, list[dict[str, Any]]]], answers: list[dict[str, Any]]

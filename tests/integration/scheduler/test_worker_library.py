@@ -244,6 +244,35 @@ def test_a_handler_answer_that_lists_no_events_fails_its_task_not_the_batch(
         assert sorted(orjson.loads(line)["data"]["n"] for line in done.text.splitlines()) == [2, 3]
 
 
+def test_failures_past_the_request_cap_are_reported_in_parts(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """A batch's failures went in one POST /tasks/fail: a hundred messages of 4,000
+    characters pass the default 256 KiB cap, and the 413 ended run(), the batch's tasks
+    done never completed. Scaled down: a 16 KiB cap, ten messages of 4,000."""
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(
+        CAUSEWAY_DATABASE_URL=url,
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+        CAUSEWAY_MAX_JSON_BODY_BYTES=str(16 << 10),
+    )
+    key = create_key(env, "acme", "admin,worker")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        _queue_jobs(base, auth, 11, max_retries=0)
+        _wait_ready(base, auth, 11)
+
+        def handler(lease: Lease) -> list[dict[str, Any]]:
+            if lease.trigger["data"]["n"] == 0:
+                return [event(type="job.done", data={"n": 0})]
+            raise TaskFailed("data_invalid", "upstream said: " + "x" * 3985)
+
+        with Worker(base, key, queue="jobs", name="w", handler=handler, batch=11,
+                    wait_s=0.5) as worker:  # fmt: skip
+            stats = worker.run(until_idle=True)
+        assert (stats.leased, stats.completed, stats.failed, stats.lost) == (11, 1, 10, 0), stats
+
+
 def _queue_jobs(base: str, auth: dict[str, str], count: int, **route: Any) -> None:
     """A route from ``job`` events to the queue ``jobs``, and ``count`` jobs ``{"n": n}``."""
     route = {"id": "jobs", "types": ["job"], "kind": "run", "queue": "jobs", **route}
