@@ -50,7 +50,7 @@ class IndexedCopy:
 
     def seconds(self, rows: list[tuple[Any, ...]]) -> float:
         """How long COPY takes for ``rows``, 500 to a transaction (as Causeway's batches)."""
-        return copy_seconds(self._conn, self._statement, rows)
+        return copy_seconds([self._conn], self._statement, rows)
 
     def drop(self) -> None:
         self._conn.execute(f'DROP TABLE "{self._table}"')

@@ -9,7 +9,8 @@
 (b) single-event POSTs from 32 concurrent keep-alive clients vs ``eventsourcing``'s
     Application API (one event per save) at its best of 32 threads (as many as our
     clients) and 8 (its best here: 1,040-1,120 events/s at 4 and 8 threads against
-    680-850 at 32, as its threads share one interpreter), with latency percentiles;
+    680-850 at 32, as its threads share one interpreter), its pool's connections open
+    and warm before the clock as Causeway's server is, with latency percentiles;
 (c) the single-event load again with 2 and 4 server processes;
 (d) the single-event load with tracing on (every request sampled, spans exported over OTLP
     HTTP to a sink in this process that answers 200) and off, in alternating rounds on two
@@ -158,15 +159,23 @@ def _json_text(value: Any) -> str:
 
 
 def copy_seconds(
-    conn: psycopg.Connection[Any], statement: str, rows: list[tuple[Any, ...]]
+    conns: list[psycopg.Connection[Any]], statement: str, rows: list[tuple[Any, ...]]
 ) -> float:
     """How long ``statement`` (a COPY ... FROM STDIN) takes for ``rows``, 500 to a
-    transaction, as Causeway's batches of (a)."""
+    transaction, as Causeway's batches of (a), the batches shared out over ``conns``
+    (a thread each, as (a) sends them over as many connections)."""
+    batches = [rows[i : i + 500] for i in range(0, len(rows), 500)]
+
+    def copy_on(n: int) -> None:
+        conn = conns[n]
+        for batch in batches[n :: len(conns)]:
+            with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
+                for row in batch:
+                    copy.write_row(row)
+
     started = time.perf_counter()
-    for i in range(0, len(rows), 500):
-        with conn.transaction(), conn.cursor() as cursor, cursor.copy(statement) as copy:
-            for row in rows[i : i + 500]:
-                copy.write_row(row)
+    with ThreadPoolExecutor(len(conns)) as pool:
+        list(pool.map(copy_on, range(len(conns))))
     return time.perf_counter() - started
 
 
@@ -181,6 +190,7 @@ class CopyBaseline:
         self._url = url
         self._table = "copy_lean" if lean else "copy_baseline"
         self._conn = psycopg.connect(libpq_conninfo(url), autocommit=True)
+        self._more = [psycopg.connect(libpq_conninfo(url), autocommit=True) for _ in range(3)]
         self._conn.execute(f"DROP TABLE IF EXISTS {self._table}")
         if lean:
             self._conn.execute(
@@ -200,13 +210,20 @@ class CopyBaseline:
         self._statement = f"COPY {self._table} ({', '.join(columns)}) FROM STDIN"
 
     def seconds(self, rows: list[tuple[Any, ...]]) -> float:
-        """How long COPY takes for ``rows``, 500 to a transaction."""
+        """How long COPY takes for ``rows``, 500 to a transaction, at its best of one
+        connection and of four (as many as (a) has): half the rows each way, each timed
+        on its own and counted as though it had taken them all."""
+        half = len(rows) // 2
         checkpoint(self._url)
-        return copy_seconds(self._conn, self._statement, rows)
+        alone = copy_seconds([self._conn], self._statement, rows[:half])
+        checkpoint(self._url)
+        four = copy_seconds([self._conn, *self._more], self._statement, rows[half:])
+        return min(alone / max(half, 1), four / max(len(rows) - half, 1)) * len(rows)
 
     def close(self) -> None:
         self._conn.execute(f"DROP TABLE {self._table}")
-        self._conn.close()
+        for conn in (self._conn, *self._more):
+            conn.close()
 
 
 async def http_batches(base: str, key: str, events: list[dict[str, Any]], clients: int) -> float:
@@ -269,7 +286,12 @@ def _frame() -> type[Any]:
     return Frame
 
 
-def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int) -> float:
+def eventsourcing_baseline(
+    url: URL, events: list[dict[str, Any]], threads: int, meter: CpuMeter | None = None
+) -> tuple[float, CpuTimes]:
+    """The library's rate at ``threads`` threads, once its pool's connections are open
+    and warm (a few saves a thread before the clock, as Causeway's server is warm), and
+    the CPU the timed saves took (with ``meter``; its own process and PostgreSQL's)."""
     from eventsourcing.application import Application
 
     frame = _frame()
@@ -285,12 +307,15 @@ def eventsourcing_baseline(url: URL, events: list[dict[str, Any]], threads: int)
         "CREATE_TABLE": "y",
     }
     app: Application[Any] = Application(env=env)
-    started = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda n: app.save(frame({"warm": n})), range(threads * 4)))
+        before = meter.read() if meter is not None else NO_CPU
+        started = time.perf_counter()
         list(pool.map(lambda e: app.save(frame(e["data"])), events))
-    rate = len(events) / (time.perf_counter() - started)
+        rate = len(events) / (time.perf_counter() - started)
+        cpu = meter.read() - before if meter is not None else NO_CPU
     app.close()
-    return rate
+    return rate, cpu
 
 
 # ---------------------------------------------------------------------------------------
@@ -336,6 +361,7 @@ def tracing_cost(url: URL, base: str, key: str, events: int, rounds: int) -> tup
     ``_SpanSink``) and off (``base``), in alternating rounds; events per second, each."""
     on_s = off_s = 0.0
     with _SpanSink() as endpoint, served(url, extra_env=endpoint) as traced:
+        settle(traced.base, key)  # a fresh server reads the store first
         warm = [cloudevent("d-warm") for _ in range(500)]  # a fresh server, as warm as base
         run(http_singles(traced.base, key, warm, clients=32))
         for n in range(rounds):
@@ -418,9 +444,10 @@ def main() -> None:
                 del rows[: len(part)]
                 checkpoint(url)
                 batch_s += len(part) / run(http_batches(base, key, part, clients=4))
-            # The server's projections follow the log: the 200,000 events of (a) would
-            # otherwise be read during (b) (the rounds of (b) pay for their own events).
-            settle(base, key)
+                # The server's projections follow the log: what a round appended would
+                # otherwise be read during the next COPY round, or during (b) (the rounds
+                # of (b) pay for their own events).
+                settle(base, key)
             for ours, es, es8 in zip(
                 _rounds(single, rounds),
                 _rounds(theirs, rounds),
@@ -434,14 +461,11 @@ def main() -> None:
                 single_s += len(ours) / rate
                 latencies += lat
                 checkpoint(url)
-                before = meter.read()
-                es_s += len(es) / eventsourcing_baseline(url, es, 32)
-                # Its connections close as it returns: their backends' CPU counts once
-                # the postmaster has reaped them.
-                time.sleep(0.5)
-                their_cpu += meter.read() - before
+                es_rate_32, es_cpu = eventsourcing_baseline(url, es, 32, meter)
+                es_s += len(es) / es_rate_32
+                their_cpu += es_cpu
                 checkpoint(url)
-                es8_s += len(es8) / eventsourcing_baseline(url, es8, 8)
+                es8_s += len(es8) / eventsourcing_baseline(url, es8, 8)[0]
             traced_rate, untraced_rate = tracing_cost(url, base, key, single_events, rounds)
         baseline.close()
         lean.close()
@@ -456,6 +480,7 @@ def main() -> None:
         workers_rows = []
         for workers in (2, 4):
             with serving(url, workers=workers) as base:
+                settle(base, key)  # a fresh server reads the store first
                 events = [cloudevent(f"w{workers}") for _ in range(single_events)]
                 checkpoint(url)
                 rate, lat = run(http_singles(base, key, events, clients=32))
