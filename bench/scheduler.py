@@ -22,8 +22,8 @@ worker's answer, is printed too: it counts each side's start (pgqueuer's workers
 and check its schema first) and its end (pgqueuer's drain mode returns 2-4 s after a
 worker's last job), which in a run of a few seconds were most of pgqueuer's time (5,000
 jobs done in 0.86 s of a 4.06 s run) and made it look three times slower than it is.
-pgqueuer gets four times as many jobs as each Causeway run has tasks, so that its window
-lasts seconds. Nothing here runs long enough to measure upkeep (vacuum, pgqueuer's log
+pgqueuer gets sixteen times as many jobs as each Causeway run has tasks, so that its
+window lasts seconds. Nothing here runs long enough to measure upkeep (vacuum, pgqueuer's log
 aggregation, which the bench turns off).
 """
 
@@ -477,9 +477,11 @@ def main() -> None:
         bare["8 threads"] = bare_threads(dsn, 8, ops)
         pgqueuer: dict[int, Run] = {}
         ours: dict[tuple[int, int], Run] = {}  # (batch, server processes)
-        # pgqueuer's jobs: four times ours in a full run, so that its steady window (it
-        # runs 6,000-12,000 a second here) lasts seconds, not a fraction of one.
-        jobs = ops if args.quick else 4 * ops
+        # pgqueuer's jobs: sixteen times ours in a full run, so that its steady window (it
+        # runs 6,000-12,000 a second here, since its wait for a notice is short) lasts
+        # seconds: at four times, batches of 50 were over in half a second, and the rate
+        # fell back to the whole run's, start-up and drain included.
+        jobs = ops if args.quick else 16 * ops
         for batch in batches:
             enqueue_pgqueuer(url, jobs)
             pgqueuer[batch] = run_workers(
