@@ -17,9 +17,9 @@ recorded as a ``causeway.queue.autoscale_changed`` event.
 Latency alone cannot tell "just enough workers" from "too many": with either, tasks wait
 about nothing, so the error pushed the advice down to the minimum, a backlog grew, and
 the advice swung by ``max_step`` for ever (a load needing 2 workers: 1, 5, 1, 5, ... with
-the defaults). So the advice never goes below the tasks in flight at the tick (leased,
-the lease unexpired: workers busy now), rounded up; while that floor holds it up, the
-integral does not grow either.
+the defaults). So the advice never goes below the workers busy with the queue at the
+tick (those holding an unexpired lease of it, counted by name); while that floor holds it
+up, the integral does not grow either.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class PidController:
 
     def step(self, state: PidState, observed_s: float, dt_s: float, busy: float = 0.0) -> PidState:
         """The next state after ``dt_s`` seconds that observed ``observed_s`` of latency,
-        with ``busy`` workers busy at its end (tasks in flight)."""
+        with ``busy`` workers busy at its end."""
         error = (observed_s - self.target_s) / self.target_s
         if abs(error) <= self.deadband:
             error = 0.0  # close enough: hold, rather than chase measurement noise
@@ -135,7 +135,7 @@ class AutoscaleAdvisor:
         observed = await rows.read_latency_s(
             self._conn, tenant, queue, since=row.updated_at, now=now
         )
-        busy = await rows.count_in_flight(self._conn, tenant, queue, now=now)
+        busy = await rows.count_busy_workers(self._conn, tenant, queue, now=now)
         before = PidState(row.recommended, row.integral, row.last_error, row.observed_s)
         dt = (now - row.updated_at).total_seconds()
         after = self._controller.step(before, observed, dt, busy)

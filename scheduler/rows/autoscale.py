@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, func, literal, select, union
+from sqlalchemy import Row, distinct, func, literal, select, union
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -134,12 +134,15 @@ async def read_latency_s(
     return round(max(waited or 0.0, age, 0.0), 3)
 
 
-async def count_in_flight(conn: AsyncConnection, tenant: str, queue: str, *, now: datetime) -> int:
-    """The queue's tasks leased under a lease not yet expired at ``now``: the workers busy
-    with it (one whose lease ran out has likely stopped)."""
+async def count_busy_workers(
+    conn: AsyncConnection, tenant: str, queue: str, *, now: datetime
+) -> int:
+    """The workers (by name) holding a lease of the queue's, unexpired at ``now``: busy
+    with it. By name, not by task: a worker that leases batches holds many at once (one
+    whose lease ran out has likely stopped)."""
     c = tasks.c
     count = await conn.scalar(
-        select(func.count()).where(
+        select(func.count(distinct(c.worker))).where(
             c.tenant == tenant,
             c.queue == queue,
             c.state == "leased",

@@ -117,18 +117,19 @@ class TestAutoscale:
     async def test_the_advice_keeps_the_workers_busy_with_the_queue(
         self, database_url: URL, make_key: MakeKey
     ) -> None:
-        """Three tasks in flight, none waiting: latency alone read that as too many
-        workers and advised the minimum, a backlog grew, and the advice swung by the
-        step for ever. It keeps the three busy workers."""
+        """Three workers busy, none waiting: latency alone read that as too many workers
+        and advised the minimum, a backlog grew, and the advice swung by the step for
+        ever. It keeps the three busy workers, one of them busy with a batch of two."""
         settings = Settings(
             _env_file=None, scheduler_target_latency_s=5.0, scheduler_autoscale_interval_s=0.1
         )
         app = create_app(settings, database_url=database_url)
         try:
             async with asgi_client(app, await make_key("acme", "admin,worker")) as admin:
-                await queued(app, admin, jobs=3)
-                for _ in range(3):
-                    assert await lease(admin, "q")
+                await queued(app, admin, jobs=4)
+                assert await lease(admin, "q", worker="w1", max_tasks=2)
+                for worker in ("w2", "w3"):
+                    assert await lease(admin, "q", worker=worker)
                 loop = SchedulerLoop(
                     app.state.engine,
                     app.state.scheduler_controller,
