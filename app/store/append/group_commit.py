@@ -191,7 +191,7 @@ class Appender:
             await self._abandon_flights()
             for request in [*self._in_hand, *self._queue]:
                 _settle(request, _stopped())  # none that was answered already
-            self._queue.clear()
+            self._in_hand, self._queue = [], deque()
             raise
         finally:
             if self._closed:  # from now on a request starts a writer of its own
