@@ -112,7 +112,8 @@ class ModelCommands:
 
     async def remove_alias(self, tenant: str, name: str, alias: str) -> Appended:
         """Remove ``alias``; ``NotFound`` when it points nowhere. Removals sent at once
-        are one removal, which each of them answers."""
+        on the same state are one removal, which each answers (one that reads the alias
+        once the first has landed finds it pointing nowhere: ``NotFound``)."""
         _check_names(name, alias)
         async with self._engine.connect() as conn:
             last = await fetch_alias(conn, tenant, name, alias)

@@ -59,8 +59,8 @@ def test_a_causeway_error_survives_pickling() -> None:
     [("a/../b", "/queues/a%2F..%2Fb/lease"), ("q?x=1#f", "/queues/q%3Fx%3D1%23f/lease")],
 )
 def test_a_queue_name_is_one_path_segment(queue: str, path: str) -> None:
-    """``lease("other/../qinj")`` leased from queue ``qinj``, and ``a/b`` was a 404, where
-    a name no route could give is a 422."""
+    """``lease("other/../qinj")`` leased from queue ``qinj``: the name was read as a
+    path. It goes as one segment, which the service takes as a name, or refuses."""
     asked: list[httpx2.Request] = []
     with _answering(httpx2.Response(204), asked) as client:
         assert client.lease(queue, "w") is None
