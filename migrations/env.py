@@ -7,6 +7,7 @@ The URL comes from ``config.attributes["url"]`` (set by ``app.db.schema``) or el
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from alembic import context
@@ -40,8 +41,12 @@ def _lock_migrations(connection: Connection) -> None:
     statement: a statement waiting holds a snapshot, which a CREATE INDEX CONCURRENTLY of
     the migration holding the lock waits for (a deadlock)."""
     take = text("SELECT pg_try_advisory_lock(:key)")
+    waited = False
     while not connection.execute(take, {"key": _MIGRATION_LOCK}).scalar():
         connection.commit()
+        if not waited:
+            sys.stderr.write("waiting for another migration of this database to end\n")
+            waited = True
         time.sleep(0.5)
     connection.commit()  # the lock is the session's; the migrations begin their own
 

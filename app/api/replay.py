@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -218,16 +219,21 @@ async def ndjson_lines(
     engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[bytes]:
     async with engine.connect() as conn:
-        async for chunk in EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows):
-            yield chunk.text.encode()
+        # Closed before the connection goes back (a reader gone), not by a finaliser later.
+        chunks = EventReader(conn).replay(tenant, selection, fetch_rows=fetch_rows)
+        async with aclosing(chunks):
+            async for chunk in chunks:
+                yield chunk.text.encode()
 
 
 async def row_chunks(
     engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
 ) -> AsyncGenerator[list[tuple[Any, ...]]]:
     async with engine.connect() as conn:
-        async for rows in EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows):
-            yield rows
+        fetched = EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows)
+        async with aclosing(fetched):  # as ndjson_lines
+            async for rows in fetched:
+                yield rows
 
 
 # A filter names something stored, which is never empty and holds no U+0000 (ingest

@@ -14,7 +14,7 @@ them: lower-case letters, strings and integers), ``position``, ``stream``,
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -190,7 +190,7 @@ class EventReader:
 
     async def replay(
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
-    ) -> AsyncIterator[ReplayChunk]:
+    ) -> AsyncGenerator[ReplayChunk]:
         """Matching events in position order, ``fetch_rows`` at a time, as NDJSON chunks.
 
         A named (server-side) cursor streams the rows, so memory stays flat whatever
@@ -205,7 +205,7 @@ class EventReader:
 
     async def replay_rows(
         self, tenant: str, selection: EventFilter, *, fetch_rows: int
-    ) -> AsyncIterator[list[tuple[Any, ...]]]:
+    ) -> AsyncGenerator[list[tuple[Any, ...]]]:
         """Matching events in position order, ``fetch_rows`` at a time, as tuples of
         ``parquet.SCHEMA``'s columns."""
         statement = apply_filter(select(*_COLUMNS), tenant, selection)
