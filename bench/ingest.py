@@ -4,7 +4,8 @@
 (a) batches of 500 events over 4 keep-alive connections vs COPY of the same rows through
     psycopg into an identical table (same columns, constraints and indexes), and into a
     lean one (the same columns; only the primary key, the unique id and the unique stream
-    version): the first says what Causeway adds to writing its rows, the second what the
+    version), each at its best of one connection and of four (a transaction per 500
+    rows): the first says what Causeway adds to writing its rows, the second what the
     read paths' indexes cost on top of a bare log;
 (b) single-event POSTs from 32 concurrent keep-alive clients vs ``eventsourcing``'s
     Application API (one event per save) at its best of 32 threads (as many as our
