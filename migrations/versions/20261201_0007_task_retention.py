@@ -19,8 +19,9 @@ depends_on = None
 def upgrade() -> None:
     # CONCURRENTLY: the tasks table is big where this index is wanted, and a plain CREATE
     # INDEX holds off every lease, completion and dispatch until it is built. A build that
-    # fails leaves an invalid index behind: DROP INDEX ix_tasks_finished, and migrate again.
+    # failed left an invalid index behind, on which the next migrate stopped: dropped first.
     with op.get_context().autocommit_block():
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_tasks_finished")  # a failed build
         op.create_index(
             "ix_tasks_finished",
             "tasks",

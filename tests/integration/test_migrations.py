@@ -232,3 +232,22 @@ class TestRights:
             finally:
                 admin.execute(f"DROP OWNED BY {user} CASCADE")
                 admin.execute(f"DROP ROLE {user}")
+
+
+def test_an_index_build_that_failed_is_built_again(server: URL) -> None:
+    """0007 builds its index CONCURRENTLY: one that failed (a cancel, a lock timeout)
+    leaves an invalid index of that name, and the next migrate stopped on it."""
+    name = f"causeway_invalid_{token_hex(4)}"
+    with janitor(server, name):
+        url = server.set(database=name)
+        config = alembic_config(url)
+        command.upgrade(config, "0006")
+        with psycopg.connect(libpq(url), autocommit=True) as conn:
+            conn.execute("CREATE INDEX ix_tasks_finished ON tasks (id)")  # what it left
+        command.upgrade(config, "head")
+        assert current_revision(url) == head_revision()
+        with psycopg.connect(libpq(url)) as conn:
+            [definition] = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_tasks_finished'"
+            ).fetchone() or [""]
+        assert "finished_at" in definition
