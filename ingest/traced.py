@@ -5,7 +5,8 @@ An event that carries the CloudEvents Distributed Tracing extension (``tracepare
 optionally ``tracestate``) gets its span as a child of that producer context; any other
 event's span is a child of the request's. An event that names causes gets span links to
 the causes' stored trace contexts (``causeway.link=cause``; a cause earlier in the same
-batch, by the context it came with), so a trace viewer walks the lineage across services.
+batch, by the context it came with; one stored by a request at the same time, once the
+append has found it), so a trace viewer walks the lineage across services.
 An append that fails, or is cancelled (the server stopping), ends its spans as errors. A malformed ``traceparent`` is stored as sent (it is an
 extension attribute like any other) and ignored for tracing."""
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import Link, Span, SpanKind
 
 from app.db.tenancy import tenant_transaction
 from app.store.append.group_commit import Appender
@@ -44,10 +45,36 @@ async def traced_append(
         for span in spans:
             tracing.end_failed(span, exc)
         raise
+    late = causes - stored.keys()
+    if late:
+        await _link_late(appender, tenant, events, spans, late)
     for span, landed in zip(spans, appended, strict=True):
         span.set_attribute("causeway.position", landed.position)
         span.end()
     return appended
+
+
+async def _link_late(
+    appender: Appender,
+    tenant: str,
+    events: Sequence[NewEvent],
+    spans: list[Span],
+    late: set[str],
+) -> None:
+    """Link the causes whose contexts were not stored when the spans started: a cause
+    sent in a request of its own at the same time, which the store took first (every
+    cause is stored once the append succeeds)."""
+    async with tenant_transaction(appender.engine, tenant) as connection:
+        found = await trace_contexts(connection, tenant, late)
+    for span, event in zip(spans, events, strict=True):
+        for cause in event.causes:
+            if cause in found:
+                for link in _links(cause, found[cause]):
+                    span.add_link(link.context, link.attributes)
+
+
+def _links(cause: str, context: tracing.TraceContext) -> list[Link]:
+    return tracing.link_to([context], {"causeway.link": "cause", "causeway.cause": cause})
 
 
 def _start(tenant: str, event: NewEvent, stored: dict[str, tracing.TraceContext]) -> Span:
@@ -56,9 +83,7 @@ def _start(tenant: str, event: NewEvent, stored: dict[str, tracing.TraceContext]
     links = []
     for cause in event.causes:
         if cause in stored:
-            links += tracing.link_to(
-                [stored[cause]], {"causeway.link": "cause", "causeway.cause": cause}
-            )
+            links += _links(cause, stored[cause])
     attributes: dict[str, str | int] = {
         "cloudevents.event_id": event.id,
         "cloudevents.event_source": event.source,

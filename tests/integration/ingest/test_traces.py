@@ -11,6 +11,8 @@ from fastapi import FastAPI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from app.store.trace_contexts import trace_contexts
+from ingest import traced
 from tests.integration.conftest import catch_up
 from tests.integration.events import BATCH, STRUCTURED, dumps, event
 
@@ -127,6 +129,35 @@ class TestTraces:
         assert all(
             link.attributes and link.attributes["causeway.link"] == "cause" for link in span.links
         )
+
+    async def test_a_cause_stored_while_its_effect_was_on_its_way_is_linked(
+        self, client: httpx2.AsyncClient, spans: InMemorySpanExporter, monkeypatch: Any
+    ) -> None:
+        """A producer sends a cause and, without waiting, its effect: the effect's span
+        read its causes' contexts before its append, found none yet, and had no link,
+        though the store took the effect with that cause. Forced here: the cause lands
+        between the effect's read of contexts and its append."""
+        cause = event(traceparent=f"00-{'3' * 32}-{'c' * 16}-01")
+        effect = event(causationid=cause["id"])
+
+        async def cause_lands_meanwhile(*args: Any) -> Any:
+            found = await trace_contexts(*args)
+            monkeypatch.setattr(traced, "trace_contexts", trace_contexts)  # once
+            landed = await client.post("/events", content=dumps(cause), headers=STRUCTURED)
+            assert landed.status_code == 201, landed.text
+            return found
+
+        monkeypatch.setattr(traced, "trace_contexts", cause_lands_meanwhile)
+        answer = await client.post("/events", content=dumps(effect), headers=STRUCTURED)
+        assert answer.status_code == 201, answer.text
+        [span] = [
+            s
+            for s in named(spans, "ingest event")
+            if s.attributes and s.attributes["cloudevents.event_id"] == effect["id"]
+        ]
+        assert [(f"{link.context.trace_id:032x}", link.attributes) for link in span.links] == [
+            ("3" * 32, {"causeway.link": "cause", "causeway.cause": cause["id"]})
+        ]
 
     async def test_a_lineage_query_has_an_operation_span_and_a_walk_span(
         self, client: httpx2.AsyncClient, spans: InMemorySpanExporter
