@@ -139,7 +139,10 @@ def _carrying(event: NewEvent, context: TraceContext | None) -> NewEvent:
     if context is None or "traceparent" in event.extensions:
         return event
     traceparent, tracestate = context
-    extensions = {**event.extensions, "traceparent": traceparent}
+    # The pair travels together: a tracestate of the result's own belongs to no trace it
+    # names, and is not kept beside the trigger's traceparent.
+    extensions = {k: v for k, v in event.extensions.items() if k != "tracestate"}
+    extensions["traceparent"] = traceparent
     if tracestate is not None:
         extensions["tracestate"] = tracestate
     return replace(event, extensions=extensions)

@@ -86,6 +86,21 @@ class TestCompletion:
         assert done.causes.count("a") == 1  # a result sent twice causes it once
         assert done.data["results"] == ["a", "a"]
 
+    @pytest.mark.parametrize("trigger_state", ["t=trigger", None])
+    def test_a_result_carries_its_triggers_trace_context_whole(
+        self, trigger_state: str | None
+    ) -> None:
+        """A result with a tracestate of its own and no traceparent kept that tracestate
+        beside the trigger's traceparent when the trigger had none: a pair of two traces."""
+        state = created()
+        own = replace(result("a"), extensions={"tracestate": "r=result"})
+        traces = {state.trigger_id: (f"00-{'1' * 32}-{'2' * 16}-01", trigger_state)}
+        [carried] = d.caused_by_trigger(state, [own], traces)
+        expected = {"traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}
+        if trigger_state is not None:
+            expected["tracestate"] = trigger_state
+        assert carried.extensions == expected
+
     def test_a_retry_must_send_the_same_results(self) -> None:
         state = created()
         d.check_same_results(state, {"results": ["a"]}, [result("a")])
