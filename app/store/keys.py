@@ -23,6 +23,14 @@ from app.db.tables import api_keys
 from app.errors import BadRequest, NotFound
 
 _KEY = re.compile(r"^cw_(?P<key_id>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})\Z")
+
+
+def is_well_formed(key: str) -> bool:
+    """Whether ``key`` has the form every key has (``cw_<id>_<secret>``): one that has not
+    is refused without a look in the database."""
+    return _KEY.match(key) is not None
+
+
 TENANT_PATTERN = settings.TENANT_PATTERN  # the names a key's tenant can have
 # The label of the tenants past the metrics' bound (``app.telemetry.metrics.OTHER``), which
 # every tenant's scrape shows: a tenant of that name would show its series to all.

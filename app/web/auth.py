@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 
 from app.db.engine import Engine
-from app.store.keys import KeyStore, Principal
+from app.store.keys import KeyStore, Principal, is_well_formed
 
 
 class Authenticator:
@@ -32,6 +32,8 @@ class Authenticator:
         self._looking: dict[bytes, asyncio.Future[Principal | None]] = {}
 
     async def authenticate(self, key: str) -> Principal | None:
+        if not is_well_formed(key):  # no pooled connection for what no key can be
+            return None
         digest = hashlib.sha256(key.encode()).digest()
         found = self._hit(digest, time.monotonic())
         if found is not None:
