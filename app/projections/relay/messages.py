@@ -56,3 +56,19 @@ def _is_json(content_type: str | None) -> bool:
         return True
     media = content_type.split(";", 1)[0].strip().lower()
     return media in {"application/json", "text/json"} or media.endswith("+json")
+
+
+def hash_of(headers: dict[str, str], payload: bytes) -> bytes | None:
+    """The stored event's hash a message carries: its ``ce-hash`` header (binary mode) or
+    its document's ``hash`` (structured); None when it carries none that reads."""
+    text = headers.get("ce-hash")
+    if text is None:
+        try:
+            document = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        text = document.get("hash") if isinstance(document, dict) else None
+    try:
+        return bytes.fromhex(text) if isinstance(text, str) else None
+    except ValueError:
+        return None

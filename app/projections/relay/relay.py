@@ -44,7 +44,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.projections import checkpoints
 from app.projections.leadership import Leadership
 from app.projections.relay import log
-from app.projections.relay.messages import Mode, headers_and_payload
+from app.projections.relay.messages import Mode, hash_of, headers_and_payload
 from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
 from app.store.append.writes import NOTIFY_CHANNEL
 from app.telemetry import tracing
@@ -232,6 +232,8 @@ class NatsRelay:
             await self._warn_if_missing(None, checkpoint)
             return checkpoint, first
         position = position_of((found.headers or {}).get("Nats-Msg-Id"))
+        if position is not None:
+            await self._check_same_log(position, found)
         logger.info(
             "relay: checkpoint at %d, the stream's last message at %s; resuming past both",
             checkpoint,
@@ -244,6 +246,24 @@ class NatsRelay:
         if position is not None:
             await self._warn_if_missing(position, checkpoint)
         return checkpoint, first
+
+    async def _check_same_log(self, position: int, found: RawStreamMsg) -> None:
+        """Refuse a stream whose last message is not the log's event at its position: the
+        store was restored to an earlier point (positions are given again, to other
+        events), or the stream holds another store's. Resumed past it, the relay would
+        skip every event the log holds up to there."""
+        async with self._engine.connect() as conn:
+            stored = await log.read_hash(conn, position)
+        sent = hash_of(found.headers or {}, found.data or b"")
+        if stored is not None and (sent is None or sent == stored):
+            return
+        why = "past the log's head" if stored is None else "another event than the log's there"
+        raise StreamMisconfigured(
+            f"stream {self.config.stream}'s last message is at position {position}, {why}: "
+            "the store was restored to an earlier point, or the stream holds another "
+            "store's events; the relay publishes nothing onto it (purge the stream, or "
+            "give the relay another: docs/relay.md)"
+        )
 
     async def _last_message(
         self, js: JetStreamContext, last_seq: int, first_seq: int
@@ -347,8 +367,8 @@ class NatsRelay:
                 headers["Nats-Expected-Last-Msg-Id"] = expected
             else:
                 headers.update(first)
-            if len(payload) + 4096 > max_payload:  # headers are small: count them then
-                _check_size(event.position, payload, headers, max_payload)
+            # With the headers: in binary mode every attribute is one, percent-encoded.
+            _check_size(event.position, payload, headers, max_payload)
             subject = subject_for(event.tenant, event.type)
             if len(subject) > MAX_SUBJECT_BYTES:
                 raise _subject_too_long(event.position, subject)

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
+from secrets import token_hex
 
 import nats
 import orjson
@@ -19,12 +20,15 @@ from fastapi import FastAPI
 from sqlalchemy import URL
 
 from app.cli import main
+from app.db.engine import create_engine
 from app.main import create_app, dispose
 from app.projections.checkpoints import read_head
 from app.projections.relay.log import read_batch
 from app.projections.relay.subjects import Tenants
 from app.settings import Settings
+from app.store.keys import KeyStore, parse_scopes
 from app.wiring import create_relay
+from tests.conftest import janitor
 from tests.integration.app.projections.relay.jetstream import consume, wait_relayed
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, dumps, event
@@ -215,6 +219,25 @@ class TestTooLarge:
         assert status["lag_events"] == 2
         assert "raise max_payload in the server's configuration" in caplog.text
 
+    # Binary mode puts each attribute in a header, percent-encoded (three bytes for each
+    # of a non-ASCII one): headers of 5,400 bytes over a payload just within max_payload
+    # were never counted ("headers are small"), and the server reset the connection at
+    # every try, logged as ConnectionResetError.
+    async def test_binary_headers_past_max_payload_stop_the_relay_and_say_why(
+        self, database_url: URL, make_key: MakeKey, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        key = await make_key("acme")
+        large = event(subject="\u00e9" * 900, data={"x": "a" * 3800})
+        with nats_servers(1, "max_payload: 8192") as server:
+            settings = nats_settings(server.url, nats_mode="binary", max_attributes_bytes=2048)
+            async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+                assert (
+                    await acme.post("/events", content=dumps([large]), headers=BATCH)
+                ).is_success
+                async with asyncio.timeout(30):
+                    while "raise max_payload in the server's configuration" not in caplog.text:
+                        await asyncio.sleep(0.1)
+
     # 900 "é" are 1,800 bytes of type (CAUSEWAY_MAX_ATTRIBUTES_BYTES may be 2048) and a
     # subject of 5,400: past nats-server's control line, which reset the connection on
     # every try and logged only ConnectionResetError.
@@ -390,6 +413,54 @@ class TestPurged:
             await wait_relayed(app.state.relay._engine, "CAUSEWAY")
         assert "ends at no message of ours, its checkpoint is 3" in caplog.text, caplog.text
         assert "are not in it" in caplog.text
+
+
+class TestRestored:
+    # docs/operations.md: a restored store goes on where the dump stopped, so it gives its
+    # positions again, to other events. Resumed past the stream's last message, the
+    # relay skipped every one of them, silently.
+    @pytest.mark.parametrize("mode", ["structured", "binary"])
+    async def test_a_stream_past_a_restored_store_is_not_relayed_over(
+        self,
+        server: URL,
+        database_url: URL,
+        nats_server: Nats,
+        caplog: pytest.LogCaptureFixture,
+        mode: str,
+    ) -> None:
+        key = await _key_of(database_url)
+        settings = nats_settings(nats_server.url, nats_mode=mode)
+        async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+            assert (await acme.post("/events", content=dumps([event()]), headers=BATCH)).is_success
+            await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+        backup = f"causeway_test_{token_hex(4)}"  # the store as a dump holds it now
+        with janitor(server, backup, template_dbname=database_url.database):
+            async with relaying(settings, database_url) as app, asgi_client(app, key) as acme:
+                later = [event(), event()]
+                assert (await acme.post("/events", content=dumps(later), headers=BATCH)).is_success
+                await wait_relayed(app.state.relay._engine, "CAUSEWAY")
+            caplog.set_level(logging.WARNING, logger="app.projections.relay.relay")
+            restored = server.set(database=backup)
+            async with relaying(settings, restored) as app, asgi_client(app, key) as acme:
+                other = [event(), event()]  # positions 2 and 3 again
+                assert (await acme.post("/events", content=dumps(other), headers=BATCH)).is_success
+                deadline = time.monotonic() + 15
+                while "another event than the log's there" not in caplog.text:
+                    assert time.monotonic() < deadline, caplog.text
+                    await asyncio.sleep(0.1)
+        got = await consume(nats_server.url, "CAUSEWAY", "check", 5, timeout_s=2)
+        assert len(got) == 3  # nothing was published onto it
+
+
+async def _key_of(url: URL) -> str:
+    """An ingest key of tenant acme, by an engine that is gone after (a database copied
+    as a template must have no session)."""
+    engine = create_engine(url, pool_size=1)
+    try:
+        async with engine.begin() as conn:
+            return (await KeyStore(conn).create("acme", parse_scopes("ingest,read"))).key
+    finally:
+        await engine.dispose()
 
 
 async def _purge(url: str, subject: str | None = None) -> None:
