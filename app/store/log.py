@@ -27,10 +27,11 @@ from typing import Any
 from psycopg import AsyncClientCursor
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg.rows import namedtuple_row
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.engine import driver_of
-from app.db.tables import events
+from app.db.tables import events, log_head
 from app.errors import AppError
 from app.store.append.planning import GroupPlan, Head, Key, ModelKey, SeenEvent, StoredFacts
 from app.store.append.writes import unsendable, write_group
@@ -301,3 +302,15 @@ def record_from_row(row: Any) -> ChainRecord:
         row.model_version,
         row.model_signature,
     )
+
+
+async def read_head_link(conn: AsyncConnection) -> tuple[int, bytes]:
+    """The log's head: its position and the hash it holds (the last event's)."""
+    row = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one()
+    return int(row.position), bytes(row.hash)
+
+
+async def read_hash_at(conn: AsyncConnection, position: int) -> bytes | None:
+    """The hash of the event at ``position``; None when the log holds none there."""
+    found = await conn.scalar(select(events.c.hash).where(events.c.position == position))
+    return None if found is None else bytes(found)

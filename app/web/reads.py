@@ -32,6 +32,7 @@ from app.db.engine import Connection, Connector, DriverPool, Engine
 from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
+from app.store.log import read_hash_at, read_head_link
 from app.store.records import MAX_POSITION, parse_position
 from app.store.replication import ANSWER_S, NOTHING_LEFT, read_age_s, read_head, within
 from app.telemetry import metrics
@@ -76,9 +77,9 @@ async def _asked(source: ReadSource, reached: Callable[[Connection], Awaitable[b
         return await reached(conn)
 
 
-async def _head_of(replica: ReadSource) -> int:
+async def _head_of(replica: ReadSource) -> tuple[int, bytes]:
     async with replica.direct.connect() as conn:
-        return await read_head(conn)
+        return await read_head_link(conn)
 
 
 def parse_min_position(text: str | None) -> int | None:
@@ -254,9 +255,21 @@ class ReadRouter:
             return
         for replica in self.replicas:
             try:
-                head = await within(_head_of(replica), ANSWER_S, left=NOTHING_LEFT)
+                head, link = await within(_head_of(replica), ANSWER_S, left=NOTHING_LEFT)
             except Exception as exc:  # one that does not answer (TimeoutError) too
                 self.mark_down(replica, exc)
+                continue
+            try:
+                async with self.primary.rest.connect() as conn:
+                    ours = await read_hash_at(conn, head) if head else link
+            except Exception as exc:
+                logger.warning("read replicas: the primary is unreachable: %s", _first_line(exc))
+                return
+            if ours != link:
+                # Another database (another cluster, a promoted standby written since):
+                # its head would vouch for positions the primary's log does not hold.
+                why = f"not a copy of the primary (its event at position {head} is not ours)"
+                self._set(replica, usable=False, why=why)
                 continue
             lag_positions, lag_s = max(primary_head - head, 0), 0.0
             if lag_positions:

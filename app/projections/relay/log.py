@@ -88,12 +88,6 @@ async def read_checkpoint(conn: AsyncConnection, name: str) -> int:
     return 0 if row is None else int(row[0])
 
 
-async def read_hash(conn: AsyncConnection, position: int) -> bytes | None:
-    """The hash of the event at ``position``; None when the log holds none there."""
-    found = await conn.scalar(select(events.c.hash).where(events.c.position == position))
-    return None if found is None else bytes(found)
-
-
 async def advance(conn: AsyncConnection, name: str, position: int) -> None:
     """Move the checkpoint to ``position`` (never back: a deposed leader's late write
     cannot undo its successor's)."""

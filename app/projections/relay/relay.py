@@ -47,6 +47,7 @@ from app.projections.relay import log
 from app.projections.relay.messages import Mode, hash_of, headers_and_payload
 from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
 from app.store.append.writes import NOTIFY_CHANNEL
+from app.store.log import read_hash_at
 from app.telemetry import tracing
 from app.telemetry.batch_spans import publish_span
 
@@ -253,7 +254,7 @@ class NatsRelay:
         events), or the stream holds another store's. Resumed past it, the relay would
         skip every event the log holds up to there."""
         async with self._engine.connect() as conn:
-            stored = await log.read_hash(conn, position)
+            stored = await read_hash_at(conn, position)
         sent = hash_of(found.headers or {}, found.data or b"")
         if stored is not None and (sent is None or sent == stored):
             return

@@ -28,6 +28,7 @@ from app.main import create_app
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
 from app.web.reads import ReadRouter
+from tests.conftest import janitor
 from tests.integration.conftest import asgi_client
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
 from tests.integration.replicas import Pair, streaming_pair
@@ -269,6 +270,41 @@ async def test_reads_keep_answering_when_the_replica_stops_answering(pair: Pair)
             _signal_replica(pair, signal.SIGCONT)
     assert answers == {"no token": 200, "token": 200, "models": 200}
     assert not usable
+
+
+@pytest.fixture
+def another_store(server: URL, template_db: str) -> Iterator[URL]:
+    name = f"causeway_other_{token_hex(4)}"
+    with janitor(server, name, template_dbname=template_db):
+        yield server.set(database=name)
+
+
+async def test_a_read_database_that_is_no_copy_of_the_primary_is_not_used(
+    database_url: URL, another_store: URL
+) -> None:
+    """A read URL pointed at another database (another cluster, a standby promoted and
+    written since): its head, ahead of a fresh write's position, vouched for a read naming
+    that position, and the event was a 404 there."""
+    async with running(another_store) as other, await admin_of(other, another_store) as admin:
+        for _ in range(5):
+            posted = await admin.post("/events", content=dumps(event()), headers=STRUCTURED)
+            assert posted.status_code == 201, posted.text
+    read_url = another_store.render_as_string(hide_password=False)
+    async with (
+        running(database_url, read_database_url=read_url) as app,
+        await admin_of(app, database_url) as admin,
+    ):
+        sent = event()
+        posted = await admin.post("/events", content=dumps(sent), headers=STRUCTURED)
+        token = {"Causeway-Min-Position": posted.headers["Causeway-Position"]}
+        await app.state.read_router.check()
+        read = await admin.get(f"/events/{sent['id']}", headers=token)
+        [replica] = app.state.read_router.replicas
+    assert read.status_code == 200, read.text
+    assert (replica.is_usable, replica.why) == (
+        False,
+        "not a copy of the primary (its event at position 5 is not ours)",
+    )
 
 
 class FailingOnce:
