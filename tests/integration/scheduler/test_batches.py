@@ -408,13 +408,8 @@ async def test_a_result_that_is_no_object_fails_its_task_alone(
         {"task": good["task"]["id"], "lease": good["lease"], "events": [event(type="done")]},
         {"task": bad["task"]["id"], "lease": bad["lease"], "events": [None, 1]},
     ]
-    if entry == "lease":
-        body, path, field = {"worker": "w1", "complete": items}, "/queues/q/lease", "completed"
-    else:
-        body, path, field = {"tasks": items}, "/tasks/complete", "tasks"
-    answer = await worker.post(path, content=dumps(body), headers=JSON)
-    assert answer.status_code == 200, answer.text
-    assert [a["status"] for a in answer.json()[field]] == [200, 400]
+    answers = await _completed(worker, entry, items)
+    assert [a["status"] for a in answers] == [200, 400]
 
 
 @pytest.mark.parametrize("entry", ["tasks/complete", "lease"])
@@ -433,15 +428,22 @@ async def test_a_batchs_results_are_appended_in_the_workers_order(
         {"task": first["task"]["id"], "lease": first["lease"], "events": [made]},
         {"task": second["task"]["id"], "lease": second["lease"], "events": [uses]},
     ]
+    answers = await _completed(worker, entry, items)
+    assert [a["status"] for a in answers] == [200, 200], answers
+    [one], [two] = (a["results"] for a in answers)
+    assert one["position"] < two["position"]
+
+
+async def _completed(worker: Client, entry: str, items: list[dict[str, Any]]) -> list[Any]:
+    """Each item's answer, completed by ``POST /tasks/complete`` or by a lease request."""
     if entry == "lease":
         body, path, field = {"worker": "w1", "complete": items}, "/queues/q/lease", "completed"
     else:
         body, path, field = {"tasks": items}, "/tasks/complete", "tasks"
     answer = await worker.post(path, content=dumps(body), headers=JSON)
     assert answer.status_code == 200, answer.text
-    assert [a["status"] for a in answer.json()[field]] == [200, 200], answer.text
-    [one], [two] = (a["results"] for a in answer.json()[field])
-    assert one["position"] < two["position"]
+    answers: list[Any] = answer.json()[field]
+    return answers
 
 
 async def _blocked_by(
