@@ -28,6 +28,13 @@ from tests.integration.scheduler.conftest import (
 )
 
 
+def clock_of(app: FastAPI, timers: SchedulerTimers) -> SchedulerLoop:
+    """The scheduler's clock of ``app``, as ``serve`` makes it, on ``timers``."""
+    return SchedulerLoop(
+        app.state.engine, app.state.scheduler_controller, timers, app.state.decisions
+    )
+
+
 class TestAutoscale:
     async def test_autoscale_advice_rises_with_latency_and_is_recorded(
         self, database_url: URL, make_key: MakeKey
@@ -39,12 +46,7 @@ class TestAutoscale:
         try:
             async with asgi_client(app, await make_key("acme", "admin")) as admin:
                 await queued(app, admin, jobs=3)
-                loop = SchedulerLoop(
-                    app.state.engine,
-                    app.state.scheduler_controller,
-                    SchedulerTimers(autoscale_interval_s=0.1),
-                    app.state.decisions,
-                )
+                loop = clock_of(app, SchedulerTimers(autoscale_interval_s=0.1))
                 await asyncio.sleep(0.5)  # the oldest task waits far past the 50 ms target
                 assert await loop.advise() == 1
                 advice = (await admin.get("/queues/q/autoscale")).json()
@@ -68,12 +70,7 @@ class TestAutoscale:
         try:
             async with asgi_client(app, await make_key("acme", "admin,worker,read")) as admin:
                 await _two_tasks_leased_after_a_second(app, admin, first=first)
-                loop = SchedulerLoop(
-                    app.state.engine,
-                    app.state.scheduler_controller,
-                    SchedulerTimers(autoscale_interval_s=60),
-                    app.state.decisions,
-                )
+                loop = clock_of(app, SchedulerTimers(autoscale_interval_s=60))
                 assert await loop.advise() == 1
                 advice = (await admin.get("/queues/q/autoscale")).json()
                 # Each task waited ~1 s for a worker, twice the 0.5 s target. (With 60 s
@@ -97,12 +94,7 @@ class TestAutoscale:
         try:
             async with asgi_client(app, await make_key("acme", "admin")) as admin:
                 await queued(app, admin, jobs=1)
-                loop = SchedulerLoop(
-                    app.state.engine,
-                    app.state.scheduler_controller,
-                    SchedulerTimers(autoscale_interval_s=0.1),
-                    app.state.decisions,
-                )
+                loop = clock_of(app, SchedulerTimers(autoscale_interval_s=0.1))
                 assert await loop.advise() == 1  # the window starts
                 async with app.state.engine.begin() as conn:
                     await conn.exec_driver_sql(_MANY_LEASED)
@@ -130,12 +122,7 @@ class TestAutoscale:
                 assert await lease(admin, "q", worker="w1", max_tasks=2)
                 for worker in ("w2", "w3"):
                     assert await lease(admin, "q", worker=worker)
-                loop = SchedulerLoop(
-                    app.state.engine,
-                    app.state.scheduler_controller,
-                    SchedulerTimers(autoscale_interval_s=0.1),
-                    app.state.decisions,
-                )
+                loop = clock_of(app, SchedulerTimers(autoscale_interval_s=0.1))
                 for _ in range(3):  # each step at least an interval after the one before
                     await asyncio.sleep(0.15)
                     assert await loop.advise() == 1
@@ -165,11 +152,8 @@ class TestAutoscale:
                     return await real(self, tenant, queue, **kw)
 
                 monkeypatch.setattr(AutoscaleAdvisor, "advise", failing_for_q)
-                loop = SchedulerLoop(
-                    app.state.engine,
-                    app.state.scheduler_controller,
-                    SchedulerTimers(sweep_interval_s=0.01, autoscale_interval_s=0.1),
-                    app.state.decisions,
+                loop = clock_of(
+                    app, SchedulerTimers(sweep_interval_s=0.01, autoscale_interval_s=0.1)
                 )
                 assert await loop.advise() == 1  # q2's
                 swept: list[str] = []
