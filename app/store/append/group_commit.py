@@ -27,11 +27,9 @@ make), or planning one request raises, the group is written again under the lock
 request at a time, so only that request fails. If the transaction itself fails (a lost
 connection, a timeout), every request in it gets that error.
 
-Groups are written without a wake-up hint: ``app.store.append.wake_hints`` sends one for them once
-they are committed, at most one every few milliseconds.
-
-The appender drives its transactions on psycopg directly, on connections it keeps
-(``app.store.append.connections``).
+Groups are written without a wake-up hint: ``wake_hints`` sends one once they are
+committed, at most one every few milliseconds. The appender drives its transactions on
+psycopg directly, on connections it keeps (``app.store.append.connections``).
 """
 
 from __future__ import annotations
@@ -64,8 +62,7 @@ from app.telemetry.group_spans import traced_group
 logger = logging.getLogger(__name__)
 
 
-# Where an append's outcome goes: where its events landed, or the error that refused it
-# (an ``AppError``) or that failed its group.
+# Where an append's outcome goes: where its events landed, or the error refusing it.
 Outcome = list[Appended] | Exception
 Then = Callable[[Outcome], None]
 
@@ -123,6 +120,7 @@ class Appender:
         self._queue: deque[_Request] = deque()
         self._flights: deque[_Flight] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self._letting_go: set[asyncio.Task[None]] = set()  # closed writers giving back
         self._in_hand: list[_Request] = []  # the group the writer took, until it is sent
         self._arrived: asyncio.Future[None] | None = None  # the writer waits for a request
         self._held = KeptConnections(engine)
@@ -194,8 +192,11 @@ class Appender:
             self._in_hand, self._queue = [], deque()
             raise
         finally:
-            if self._closed:  # from now on a request starts a writer of its own
+            if self._closed and (writer := self._writer) is not None:
+                # From now on a request starts a writer of its own; close() waits for this.
                 self._writer = None
+                self._letting_go.add(writer)
+                writer.add_done_callback(self._letting_go.discard)
                 await self._held.release()
 
     async def _next_arrival_or_landing(self) -> None:
@@ -382,11 +383,11 @@ class Appender:
             _settle(request, outcome)
 
     async def close(self) -> None:
-        """Give the held connections back (the app's shutdown, before the pool closes).
-        A group that still comes later returns its connections when it is done."""
+        """Give the held connections back (the app's shutdown, before the pool closes),
+        once every writer has; one that starts later gives its own back when done."""
         self._closed = True
-        if self._writer is not None and not self._writer.done():
-            await asyncio.wait([self._writer])
+        if writers := [w for w in (self._writer, *self._letting_go) if w and not w.done()]:
+            await asyncio.wait(writers)
         await self._hints.close()
         await self._held.release()
 

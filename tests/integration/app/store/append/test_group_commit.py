@@ -527,4 +527,5 @@ async def test_an_append_while_a_closed_appender_lets_go_of_its_connections_is_w
     await asyncio.wait_for(appender.append("acme", [_event("a")]), timeout=5)
     [b] = await asyncio.wait_for(appender.append("acme", [_event("b")]), timeout=5)
     assert b.position == 3
-    await appender.close()
+    await appender.close()  # once every writer, the ones giving back too, is done
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
