@@ -44,11 +44,17 @@ _SCOPE_TRANSACTION = text(
 
 
 @asynccontextmanager
-async def tenant_transaction(connector: Connector, tenant: str) -> AsyncIterator[AsyncConnection]:
+async def tenant_transaction(
+    connector: Connector, tenant: str, *, one_snapshot: bool = False
+) -> AsyncIterator[AsyncConnection]:
     """A connection of ``connector`` whose transaction reads as ``tenant`` (the service
     role, the tenant set): what the caller runs on it sees no other tenant's rows. The
-    scope ends with the transaction, and with it the connection's use here."""
+    scope ends with the transaction, and with it the connection's use here.
+    ``one_snapshot``: every statement of the transaction reads the log as its first did
+    (REPEATABLE READ), for reads that must agree with each other."""
     async with connector.connect() as conn:
+        if one_snapshot:
+            await conn.execution_options(isolation_level="REPEATABLE READ")
         await conn.execute(_SCOPE_TRANSACTION, {"tenant": tenant})
         yield conn
 

@@ -207,7 +207,8 @@ def _first_of_each(refs: list[DatasetRef]) -> tuple[DatasetRef, ...]:
 def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
     """The events to append, in order: external versions of first-seen inputs, the event
     itself (with ``expected_version`` on its stream, so a concurrent event of the same run
-    makes the append conflict and the caller plan again), then output versions."""
+    makes the append conflict and the caller plan again; a DatasetEvent with none), then
+    output versions."""
     first: list[NewEvent] = []
     input_versions: list[str] = []
     if parsed.kind is Kind.RUN:
@@ -228,7 +229,11 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
                 input_versions.append(seen.id)
     causes = _causes(parsed, known, input_versions)
     head = known.heads.get(parsed.stream)
-    main = _main_event(parsed, causes, 0 if head is None else head.stream_version)
+    # A DatasetEvent expects nothing of its stream: the dataset's versions go there too,
+    # which COMPLETEs append with no expectation, and it follows a recent one, whatever
+    # came since.
+    version = None if parsed.kind is Kind.DATASET else 0 if head is None else head.stream_version
+    main = _main_event(parsed, causes, version)
     after = []
     if parsed.state == "complete":
         after = [_version(parsed, ref, external=False) for ref in parsed.outputs]
@@ -278,7 +283,7 @@ def _subject(parsed: Parsed) -> str:
     return str(parsed.event["job"]["name"])
 
 
-def _main_event(parsed: Parsed, causes: tuple[str, ...], version: int) -> NewEvent:
+def _main_event(parsed: Parsed, causes: tuple[str, ...], version: int | None) -> NewEvent:
     event = parsed.event
     time = str(event["eventTime"])
     return NewEvent(

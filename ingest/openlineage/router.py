@@ -100,7 +100,12 @@ class LineageIngest:
             for attempt in range(_ATTEMPTS):
                 if attempt:
                     await asyncio.sleep(_pause_s(attempt))
-                async with tenant_transaction(self._engine, tenant) as conn:
+                # One snapshot: the run's earlier events (merged into a COMPLETE) and
+                # its stream's head (the event it follows, the version it expects) are
+                # read as of the same moment, so another process's event of the run that
+                # commits meanwhile makes the append conflict rather than be followed
+                # unmerged.
+                async with tenant_transaction(self._engine, tenant, one_snapshot=True) as conn:
                     if parsed.state == "complete":
                         parsed = with_earlier(parsed, await _earlier(conn, tenant, parsed))
                     # A re-send: answered with what the first answer listed.
