@@ -2,14 +2,14 @@
 
 A command runs in the caller's transaction: it locks the task's row (``scheduler.rows.tasks``),
 reads what else it needs from the log (``app.store``), asks ``scheduler.decisions`` what
-follows, appends that decision, and writes the row it folds to (``tasks.fold``). Appending goes through the group-commit
-``Appender`` for the HTTP commands, so concurrent leases and completions share one
-append transaction and its fsync, while each holds its own row lock until it has written
-the row; the dispatcher and the sweeper append in their own transaction. A row is never
-written back to an older decision (the upsert compares positions), and ``TaskBook``
-follows the log too, so if a process dies between an append and its row write, the row
-catches up; a command that meets such a row meanwhile gets a version conflict on the
-task's stream, never a second lease.
+follows, appends that decision, and writes the row it folds to (``tasks.fold``). The HTTP
+commands and the sweeper append through the group-commit ``Appender`` (concurrent commands
+share its transaction and fsync, each holding its row lock until it wrote the row); the
+dispatcher appends in its own transaction. A row is never written back to an older
+decision (the upsert compares positions), and ``TaskBook`` follows the log too, so if a
+process dies between an append and its row write, the row catches up; a command that
+meets such a row meanwhile gets a version conflict on the task's stream, never a second
+lease.
 
 Locks are taken in one order, task rows before the log head, so commands never deadlock;
 the dispatcher (holding the log head to supersede a pending task) takes task rows with
@@ -35,6 +35,7 @@ from scheduler import tasks as t
 from scheduler.completing import Completed, Completing, Item, sorted_ids
 from scheduler.lease_requests import Lease, Wanted, fit_of
 from scheduler.rows import tasks as rows
+from scheduler.rows import wakeups
 from scheduler.traces import completion_spans, end_all
 
 if TYPE_CHECKING:
@@ -56,9 +57,8 @@ class TaskQueue:
 
     async def lease(self, tenant: str, wanted: Wanted) -> list[Lease]:
         """Up to ``wanted.max_tasks`` of the best ready tasks its worker can run, each
-        leased to it under a lease of its own; their decisions are appended as one group.
-        Empty when there is none. A request sent again gets back what it leased
-        (``Wanted.request``)."""
+        leased to it under a lease of its own, their decisions appended as one group; none
+        when there is none. A request sent again gets what it leased (``Wanted.request``)."""
         if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
             return held
         now = datetime.now(UTC)
@@ -495,4 +495,6 @@ class TaskQueue:
             if event.stream == state.stream:
                 after = t.fold(after, event.type, event.data, where.position)
         await rows.write_task(self._conn, after)
+        if after.state == "ready" and state.state != "ready":
+            await wakeups.announce_ready(self._conn)  # the appender's hint may come first
         return after, appended

@@ -19,6 +19,7 @@ from app.errors import AppError, IdConflict, VersionConflict
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as rows
+from scheduler.rows import wakeups
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
 
 if TYPE_CHECKING:
@@ -56,6 +57,7 @@ async def requeue_dead_letters(
         for state, event, where in zip(chosen, batch, appended, strict=True)
     ]
     await rows.write_tasks(conn, after)
+    await wakeups.announce_ready(conn)  # the appender's hint may come before the rows
     return after, more
 
 

@@ -2,11 +2,18 @@
 
 Every append sends a wake-up hint on ``causeway_events`` naming the types it wrote (see
 ``app.store.append.writes``): the dispatcher's ``causeway.task.created`` among them, as
-it commits. ``TaskWakeups`` listens on one connection of its own and, when a hint names a
-type that can make a task ready (created, requeued, retried) or names none, wakes every
-lease waiting in this process; each then tries to lease again. A lease never relies on
-it: it waits at most ``fallback_s`` between tries, and while the listening connection
-is down, it polls as it did before wake-ups existed.
+it commits, in the transaction that writes the task's row. A command that makes a task
+ready again (a retry, a requeue, an expired lease) appends through the group-commit
+writer, whose hint goes out before the command's own transaction writes the row: a lease
+woken by it could scan before the row is there. Such a command also sends a notice on
+``causeway_tasks_ready`` in its own transaction (``announce_ready``), which PostgreSQL
+delivers once that transaction commits, the row with it.
+
+``TaskWakeups`` listens to both on one connection of its own and, when a hint names a
+type that can make a task ready (created, requeued, retried) or names none, or a notice
+comes, wakes every lease waiting in this process; each then tries to lease again. A lease
+never relies on it: it waits at most ``fallback_s`` between tries, and while the
+listening connection is down, it polls as it did before wake-ups existed.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import contextlib
 import logging
 
 import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
 from scheduler import tasks as t
@@ -23,6 +32,14 @@ from scheduler import tasks as t
 logger = logging.getLogger(__name__)
 
 READY_TYPES = frozenset({t.CREATED, t.REQUEUED, t.RETRIED})
+READY_CHANNEL = "causeway_tasks_ready"
+_ANNOUNCE = text(f"SELECT pg_notify('{READY_CHANNEL}', '')")
+
+
+async def announce_ready(conn: AsyncConnection) -> None:
+    """Wake the waiting leases of every process once ``conn``'s transaction commits (the
+    task rows it wrote ready with it)."""
+    await conn.execute(_ANNOUNCE)
 
 
 class TaskWakeups:
@@ -77,9 +94,13 @@ class TaskWakeups:
                     self._dsn, autocommit=True
                 ) as conn:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    await conn.execute(f"LISTEN {READY_CHANNEL}")
                     self.listening = True
                     self.wake()  # what was made while not listening is leased now
                     async for notice in conn.notifies():
+                        if notice.channel == READY_CHANNEL:
+                            self.wake()
+                            continue
                         types = read_wake_hint(notice.payload)
                         if types is None or not types.isdisjoint(READY_TYPES):
                             self.wake()
