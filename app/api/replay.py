@@ -239,6 +239,14 @@ async def row_chunks(
 # A filter names something stored, which is never empty and holds no U+0000 (ingest
 # refuses both); each ``types`` parameter names at least one type.
 _Filter = Annotated[str | None, Query(pattern=r"^[^\x00]+$")]
+# What /replay takes (min_position from log_reads): a name it does not know is refused, as
+# a filter named as elsewhere (``correlation_id``, ``correlationId``, ``type``) would
+# otherwise be ignored and the whole log answered as the filtered part of it.
+# tests/integration/app/api/test_replay_parameters.py checks the OpenAPI document lists these.
+REPLAY_PARAMETERS = frozenset(
+    {"after", "types", "stream", "source", "correlationid", "modelname", "modelversion",
+     "since", "until", "limit", "format", "min_position"}
+)  # fmt: skip
 # (\x1c-\x1f: not ``\s`` to the pattern, but whitespace to ``str.strip``, which trims them.)
 _SOME_TYPE = r"^[^\x00]*[^\x00\s\x1c-\x1f,][^\x00]*$"
 
@@ -280,6 +288,13 @@ async def replay(
         Query(description="ndjson: a structured CloudEvent a line; parquet: a column each"),
     ] = "ndjson",
 ) -> Response:
+    unknown = sorted(set(request.query_params) - REPLAY_PARAMETERS)
+    if unknown:
+        raise BadRequest(
+            f"/replay takes no parameter {unknown[0]!r}; it takes "
+            + ", ".join(sorted(REPLAY_PARAMETERS)),
+            parameter=unknown[0],
+        )
     selection = replay_filter(
         after,
         None if types is None else ",".join(types),

@@ -29,7 +29,7 @@ it should not be a superuser (docs/deployment.md).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 from sqlalchemy import text
@@ -69,6 +69,26 @@ class TenantReads:
 
     def connect(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return tenant_transaction(self._connector, self.tenant)
+
+
+class TenantReadsChosenLater:
+    """``TenantReads`` on the connector ``choose`` gives (which may wait for a position a
+    request named, or raise), chosen at the first connection: after FastAPI has checked a
+    request's parameters and its route has read them, so that a malformed request is
+    told what is wrong with it at once, rather than held for the wait and told to try
+    again (``app.web.dependencies``)."""
+
+    def __init__(self, choose: Callable[[], Awaitable[Connector]], tenant: str) -> None:
+        self._choose = choose
+        self.tenant = tenant
+        self._reads: TenantReads | None = None
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        if self._reads is None:
+            self._reads = TenantReads(await self._choose(), self.tenant)
+        async with self._reads.connect() as conn:
+            yield conn
 
 
 async def scope_session(conn: AsyncConnection, tenant: str) -> None:

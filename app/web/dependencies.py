@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BeforeValidator
 
 from app.db.engine import Connector, Engine
-from app.db.tenancy import TenantReads
+from app.db.tenancy import TenantReadsChosenLater
 from app.errors import BadRequest, Forbidden, Unauthenticated
 from app.settings import Settings
 from app.store.keys import Principal, Scope
@@ -84,8 +84,12 @@ async def log_reads(
     tenant's rows (``app.db.tenancy``): on a replica, or the primary
     (``app.web.reads``); with a position named, on one that shows it."""
     router: ReadRouter = request.app.state.read_router
-    source = await router.for_log(_highest(min_position, causeway_min_position))
-    return TenantReads(source.rest, principal.tenant)
+    wanted = _wanted(request, min_position, causeway_min_position)
+
+    async def choose() -> Connector:
+        return (await router.for_log(wanted)).rest
+
+    return TenantReadsChosenLater(choose, principal.tenant)
 
 
 def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, Connector]]:
@@ -100,9 +104,12 @@ def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, 
     ) -> Connector:
         router: ReadRouter = request.app.state.read_router
         projection = request.app.state.runner.projection(projection_name)
-        wanted = _highest(min_position, causeway_min_position)
-        source = await router.for_read_model(projection, wanted)
-        return TenantReads(source.rest, principal.tenant)
+        wanted = _wanted(request, min_position, causeway_min_position)
+
+        async def choose() -> Connector:
+            return (await router.for_read_model(projection, wanted)).rest
+
+        return TenantReadsChosenLater(choose, principal.tenant)
 
     return reads
 
@@ -127,13 +134,22 @@ def settled_on_primary(
         router: ReadRouter = request.app.state.read_router
         runner = request.app.state.runner
         chain = [runner.projection(name) for name in projection_names]
-        await router.settle_on_primary(chain, _highest(min_position, causeway_min_position))
+        wanted = _wanted(request, min_position, causeway_min_position)
+        await router.settle_on_primary(chain, wanted)
 
     return settled
 
 
-def _highest(*positions: int | None) -> int | None:
-    given = [p for p in positions if p is not None]
+_MIN_POSITION = b"causeway-min-position"
+
+
+def _wanted(request: Request, query: int | None, header: int | None) -> int | None:
+    """The position a read must show: the higher of the parameter and the header. The
+    header once at most: FastAPI reads the first of several, and a read that answered
+    older than a later one would break the promise that one named."""
+    if sum(name == _MIN_POSITION for name, _ in request.scope["headers"]) > 1:
+        raise BadRequest("the Causeway-Min-Position header is given more than once: send it once")
+    given = [p for p in (query, header) if p is not None]
     return max(given) if given else None
 
 
