@@ -95,8 +95,12 @@ class _Measure:
                 names.update(inner_names)
             elif isinstance(selection, FragmentSpreadNode):
                 name = selection.name.value
-                if name in inside or name not in self._fragments:
-                    continue  # a cycle, or no such fragment: the standard rules refuse it
+                if name not in self._fragments:
+                    # graphql-core's rule would say so, but the depth limiter, which runs
+                    # first, looks the name up and fails with a bare KeyError.
+                    raise _Refused(f"Unknown fragment {name!r}.")
+                if name in inside:
+                    continue  # a cycle: the standard rules refuse it
                 if name not in self._sizes:
                     self._sizes[name] = self._set(
                         self._fragments[name].selection_set, inside | {name}

@@ -229,6 +229,10 @@ class TestLimits:
         [
             ("{ nope }", {}),
             ("{ event(id: ", {}),
+            # A spread of a fragment the document does not define (the depth limiter
+            # failed on it with a bare KeyError, logged as our error).
+            ('{ event(id: "x") { ...Missing } }', {}),
+            ('{ event(id: "x") { id ... on Event { ...Missing } } }', {}),
             ("query ($p: BigInt) { events(filter: {positionFrom: $p}) { edges { cursor } } }",
              {"p": -1}),
         ],
