@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC
 from typing import Annotated, TypeVar
 
+import psycopg
 import typer
 from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError
@@ -29,6 +30,7 @@ from app.projections.base import Projection
 from app.projections.batches import ProjectionFailed
 from app.projections.runner import ProjectionRunner
 from app.projections.status import ProjectionStatus, Skip, fetch_skips, fetch_status
+from app.store.failures import is_connection_lost
 from app.store.records import parse_position
 from app.telemetry import logs, tracing
 from app.wiring import create_runner, every_projection
@@ -130,10 +132,11 @@ async def _rebuild(runner: ProjectionRunner, projection: Projection, timeout_s: 
                 except ProjectionFailed as failed:
                     await runner.record_failure(projection, failed)
                     fail(_failed_at(projection.name, failed.position, str(failed)), 1)
-                except DBAPIError as exc:
-                    if exc.connection_invalidated:
+                except (DBAPIError, psycopg.Error) as exc:
+                    if is_connection_lost(exc):
                         raise
-                    fail(_failed_at(projection.name, None, str(exc.orig)), 1)
+                    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+                    fail(_failed_at(projection.name, None, str(cause)), 1)
         failures = (await runner.status(projection)).failures
         await runner.request_rebuild(projection)
         deadline = asyncio.get_running_loop().time() + timeout_s

@@ -49,6 +49,7 @@ from app.projections.batches import ProjectionFailed, flush_batch, read_and_appl
 from app.projections.leadership import Leadership, take_lead
 from app.projections.status import ProjectionStatus, fetch_status
 from app.store.append.writes import NOTIFY_CHANNEL, read_wake_hint
+from app.store.failures import is_connection_lost
 from app.telemetry import tracing
 from app.telemetry.batch_spans import traced_batch
 
@@ -286,16 +287,18 @@ class ProjectionRunner:
                 failed,
             )
             return
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
+        except (DBAPIError, psycopg.Error) as exc:
+            if is_connection_lost(exc):
                 raise  # the database is gone: the lead ends (``_follow``)
-            # A statement of its own failed (emptying a large read model past the statement
-            # timeout, say), at no event: asked again on the next lead, it failed for ever.
-            await self.record_failure(projection, RebuildFailed(exc), withdraw=True)
+            # A statement of its own failed (emptying a large read model, or reading the
+            # log, past the statement timeout, say: through SQLAlchemy or on the driver),
+            # at no event: asked again on the next lead, it failed for ever.
+            withdrawn = RebuildFailed(exc)
+            await self.record_failure(projection, withdrawn, withdraw=True)
             logger.error(
                 "projection %s: the rebuild failed (%s); the read model is as it was and goes on",
                 projection.name,
-                _first_line(exc.orig),
+                withdrawn,
             )
             return
         logger.info("projection %s rebuilt from %d events", projection.name, count)
@@ -434,8 +437,8 @@ class RebuildFailed(Exception):
 
     position: int | None = None
 
-    def __init__(self, error: DBAPIError) -> None:
-        super().__init__(_first_line(error.orig))
+    def __init__(self, error: DBAPIError | psycopg.Error) -> None:
+        super().__init__(_first_line(error.orig if isinstance(error, DBAPIError) else error))
 
 
 def _first_line(error: BaseException | None) -> str:

@@ -74,6 +74,18 @@ def is_statement_cancelled(exc: BaseException) -> bool:
     return isinstance(cause, QueryCanceled)
 
 
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the session it came on is gone (lost, shut down by the server),
+    rather than that one statement of it failed (a timeout, a refused value): wrapped by
+    SQLAlchemy or straight from psycopg (``DriverStatement``)."""
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated)
+    if isinstance(exc, psycopg.InterfaceError) or type(exc) is psycopg.OperationalError:
+        return True  # a closed connection used; a connection lost (no SQLSTATE)
+    # Class 08: connection exceptions; 57P0x: the server shutting down, crashed, starting.
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "").startswith(("08", "57P"))
+
+
 def connection_problem(exc: BaseException) -> str | None:
     """What is wrong with the database a command was given, in one line, or None for an
     error that is not about which database it is (the CLI keeps its traceback)."""

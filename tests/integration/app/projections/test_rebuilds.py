@@ -170,6 +170,60 @@ async def test_a_rebuild_that_times_out_is_withdrawn_and_the_projection_goes_on(
         await runner_engine.dispose()
 
 
+async def test_a_rebuild_whose_read_of_the_log_times_out_is_withdrawn_too(
+    engine: AsyncEngine, database_url: URL
+) -> None:
+    """The rebuild's reads of the log run on the driver (``DriverStatement``): one past the
+    statement timeout raised psycopg's own error, not SQLAlchemy's, which the withdrawal
+    did not catch. It ended the lead as an outage does, and the next lead started the
+    rebuild again, for as long as the read took too long (a read model of rare types on a
+    large log reads the whole log): the projection applied nothing new and showed no
+    error. Stood in for by a lock held on ``events`` and a 300 ms timeout."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+    await _append(engine, "a", 3)
+    runner_engine = create_engine(database_url, pool_size=3, statement_timeout_ms=300)
+    runner = ProjectionRunner(runner_engine, [Rows(slow_at=0)], poll_interval_s=0.05)
+    projection = runner.projection("rebuilt-rows")
+    task = asyncio.create_task(runner.run())
+    try:
+        for _ in range(200):
+            if await _rows(engine) == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert await _rows(engine) == 3
+        async with engine.connect() as holder:  # the log cannot be read meanwhile
+            await holder.execute(text("LOCK TABLE events IN ACCESS EXCLUSIVE MODE"))
+            await runner.request_rebuild(projection)
+            asked = True
+            for _ in range(100):  # 5 s: many times the timeout
+                async with engine.connect() as conn:
+                    asked = await conn.scalar(
+                        text(
+                            "SELECT rebuild_requested FROM projection_checkpoints WHERE name = :n"
+                        ),
+                        {"n": projection.name},
+                    )
+                if not asked:
+                    break
+                await asyncio.sleep(0.05)
+            await holder.rollback()
+        assert not asked, "the rebuild is started again and again, holding the projection back"
+        await _append(engine, "b", 3)
+        for _ in range(100):
+            if await _rows(engine) == 6:
+                break
+            await asyncio.sleep(0.05)
+        async with engine.connect() as conn:
+            [status] = await fetch_status(conn, [projection])
+        assert (await _rows(engine), status.checkpoint) == (6, 6), status
+        assert status.last_error is not None and "QueryCanceled" in status.last_error, status
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await runner_engine.dispose()
+
+
 class FailsAt3:
     name = "rebuilt-failing"
     tables = (rows,)
