@@ -28,6 +28,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as ASGIScope
 
 from app.db.engine import Connector
+from app.db.tenancy import TenantReadsChosenLater
 from app.errors import BadRequest, Unavailable
 from app.settings import Settings
 from app.store.keys import Principal, Scope
@@ -260,7 +261,7 @@ _SOME_TYPE = r"^[^\x00]*[^\x00\s\x1c-\x1f,][^\x00]*$"
 async def replay(
     request: Request,
     principal: Annotated[Principal, Depends(require(Scope.READ))],
-    engine: Annotated[Connector, Depends(log_reads)],
+    engine: Annotated[TenantReadsChosenLater, Depends(log_reads)],
     settings: Annotated[Settings, Depends(settings_of)],
     after: Annotated[
         int,
@@ -300,6 +301,7 @@ async def replay(
         None if types is None else ",".join(types),
         stream, source, correlationid, modelname, modelversion, since, until, limit,
     )  # fmt: skip
+    await engine.choose()  # a position named is waited for holding no slot
     slots: ReplaySlots = request.app.state.replay_slots
     slots.take()
     fetch_rows = settings.replay_fetch_rows

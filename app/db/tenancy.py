@@ -83,10 +83,17 @@ class TenantReadsChosenLater:
         self.tenant = tenant
         self._reads: TenantReads | None = None
 
-    @asynccontextmanager
-    async def connect(self) -> AsyncIterator[AsyncConnection]:
+    async def choose(self) -> None:
+        """Choose now (once): a caller that takes something scarce before it connects (a
+        replay its stream slot) waits for the position first, holding nothing."""
         if self._reads is None:
             self._reads = TenantReads(await self._choose(), self.tenant)
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[AsyncConnection]:
+        await self.choose()
+        if self._reads is None:  # pragma: no cover - chosen just above
+            raise RuntimeError("no source chosen")
         async with self._reads.connect() as conn:
             yield conn
 

@@ -42,6 +42,7 @@ from app.web.reads import (
     MIN_POSITION_PARAMETER,
     ReadRouter,
     parse_min_position,
+    refuse_repeated_min_position,
 )
 
 _GRAPHIQL = Principal(key_id="", tenant="", scopes=frozenset())
@@ -205,6 +206,7 @@ def create_graphql(
         principal = await authorize(authenticator, header, Scope.READ)
         # POST /graphql is answered before FastAPI (app.main), past its app-wide check.
         await one_value_each(request)
+        refuse_repeated_min_position(request.scope["headers"])
         min_position = (
             max(
                 parse_min_position(request.headers.get(MIN_POSITION_HEADER)) or 0,

@@ -20,7 +20,7 @@ from app.store.records import MAX_POSITION
 from app.telemetry import logs
 from app.web.auth import Authenticator
 from app.web.openapi import bearer
-from app.web.reads import ReadRouter
+from app.web.reads import ReadRouter, refuse_repeated_min_position
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -79,7 +79,7 @@ async def log_reads(
     principal: Annotated[Principal, Depends(require(Scope.READ))],
     min_position: MinPositionQuery = None,
     causeway_min_position: MinPositionHeader = None,
-) -> Connector:
+) -> TenantReadsChosenLater:
     """Connections for a read of the log by the caller's tenant, which see no other
     tenant's rows (``app.db.tenancy``): on a replica, or the primary
     (``app.web.reads``); with a position named, on one that shows it."""
@@ -140,15 +140,10 @@ def settled_on_primary(
     return settled
 
 
-_MIN_POSITION = b"causeway-min-position"
-
-
 def _wanted(request: Request, query: int | None, header: int | None) -> int | None:
-    """The position a read must show: the higher of the parameter and the header. The
-    header once at most: FastAPI reads the first of several, and a read that answered
-    older than a later one would break the promise that one named."""
-    if sum(name == _MIN_POSITION for name, _ in request.scope["headers"]) > 1:
-        raise BadRequest("the Causeway-Min-Position header is given more than once: send it once")
+    """The position a read must show: the higher of the parameter and the header (given
+    once at most: FastAPI reads the first of several)."""
+    refuse_repeated_min_position(request.scope["headers"])
     given = [p for p in (query, header) if p is not None]
     return max(given) if given else None
 

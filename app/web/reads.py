@@ -95,6 +95,15 @@ def parse_min_position(text: str | None) -> int | None:
     return value
 
 
+def refuse_repeated_min_position(headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """A ``BadRequest`` when a request gives ``Causeway-Min-Position`` more than once:
+    frameworks read the first, and a read answered older than a later one would break
+    the promise that one named."""
+    name = MIN_POSITION_HEADER.lower().encode()
+    if sum(key == name for key, _ in headers) > 1:
+        raise BadRequest(f"the {MIN_POSITION_HEADER} header is given more than once: send it once")
+
+
 class ReadRouter:
     """Chooses a source for each read (see the module's docstring)."""
 

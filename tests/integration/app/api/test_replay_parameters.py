@@ -1,22 +1,28 @@
 """What ``GET /replay`` is asked, as it reads it: the names it takes, and the position a
-read must show (``Causeway-Min-Position``, ``min_position``) read once the rest is known
-to be well formed."""
+read must show (``Causeway-Min-Position``, ``min_position``), waited for once the rest is
+known to be well formed and before a replay takes its slot; the header once at most, on
+every read."""
 
 from __future__ import annotations
+
+import asyncio
 
 import httpx2
 import orjson
 import pytest
+from fastapi import FastAPI
 
 from app.api.replay import REPLAY_PARAMETERS
 from app.settings import Settings
+from app.web.reads import ReadRouter, ReadSource
 from tests.integration.events import BATCH, dumps, event
 
 
 @pytest.fixture
 def settings() -> Settings:
-    # A short wait for a position: the tests below name one the log never reaches.
-    return Settings(_env_file=None, read_wait_ms=200)
+    # A short wait for a position (the tests below name one the log never reaches), and
+    # one replay at a time.
+    return Settings(_env_file=None, read_wait_ms=1000, replay_max_streams=1)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +71,9 @@ async def test_two_min_position_headers_are_refused(client: httpx2.AsyncClient) 
         response = await client.get(path, headers=headers)
         assert response.status_code == 400, (path, response.text)
         assert "Causeway-Min-Position" in response.json()["detail"]
+    asked = {"query": "{ __typename }"}
+    response = await client.post("/graphql", json=asked, headers=headers)
+    assert response.status_code == 400, response.text
 
 
 @pytest.mark.parametrize(
@@ -84,3 +93,30 @@ async def test_a_malformed_replay_naming_an_unreached_position_is_told_what_is_w
     unreached = await client.get("/replay", params={"min_position": "999999"})
     assert unreached.status_code == 503  # and a well-formed one still waits, then says so
     assert orjson.loads(unreached.content)["type"] == "/problems/unavailable"
+
+
+async def test_a_replay_waiting_for_its_position_holds_no_slot(
+    app: FastAPI, client: httpx2.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replays in flight are bounded (``CAUSEWAY_REPLAY_MAX_STREAMS``, one here): one
+    waiting for a position the log has not reached takes no slot until it is there, so
+    the process's other replays are not refused meanwhile."""
+    assert (
+        await client.post("/events", content=dumps([event()]), headers=BATCH)
+    ).status_code == 201
+    router: ReadRouter = app.state.read_router
+    for_log = router.for_log
+    in_wait = asyncio.Event()
+
+    async def noting(min_position: int | None) -> ReadSource:
+        if min_position is not None:
+            in_wait.set()
+        return await for_log(min_position)
+
+    monkeypatch.setattr(router, "for_log", noting)
+    waiting = asyncio.create_task(client.get("/replay", params={"min_position": "999999"}))
+    await asyncio.wait_for(in_wait.wait(), 5)
+    other = await client.get("/replay")
+    assert not waiting.done()
+    assert other.status_code == 200, other.text
+    assert (await waiting).status_code == 503  # waited, then said so

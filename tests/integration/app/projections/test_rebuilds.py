@@ -217,7 +217,8 @@ async def test_a_rebuild_whose_read_of_the_log_times_out_is_withdrawn_too(
         async with engine.connect() as conn:
             [status] = await fetch_status(conn, [projection])
         assert (await _rows(engine), status.checkpoint) == (6, 6), status
-        assert status.last_error is not None and "QueryCanceled" in status.last_error, status
+        assert status.last_error is not None, status
+        assert "QueryCanceled" in status.last_error, status
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
