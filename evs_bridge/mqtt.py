@@ -232,14 +232,21 @@ class MqttBridge:
                 if item is not None:
                     self._stream.take(item)
                 self.output.poll()
-            except (StoreRefused, StoreUnavailable, SpoolCorrupt) as exc:
+            except (StoreRefused, StoreUnavailable, SpoolCorrupt, OSError) as exc:
                 # Retrying cannot help: keep processing what comes, into the spool only,
                 # until the owner sees ``failure`` and stops the bridge. (A changed spool
-                # line stops every later read of the spool the same way.)
-                if self._failure is None:
-                    self._failure = exc
-                    log.error("the %s bridge stops: %s", self.sensor, exc)
-                self.output.hold()
+                # line stops every later read of the spool the same way; so does a spool
+                # that cannot be written, a full disk say.)
+                self._stop_for(exc)
+            except Exception as exc:  # a fault of ours: stop the bridge, never just the thread
+                log.exception("the %s bridge's worker failed", self.sensor)
+                self._stop_for(exc)
+
+    def _stop_for(self, exc: Exception) -> None:
+        if self._failure is None:
+            self._failure = exc
+            log.error("the %s bridge stops: %s", self.sensor, exc)
+        self.output.hold()
 
 
 def send_packets(

@@ -28,6 +28,7 @@ raises ``SpoolBusy`` when another holder has it; ``close`` releases it.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from dataclasses import dataclass
@@ -253,11 +254,21 @@ def _cut_torn_line(path: Path) -> None:
 
 
 def _append_durably(path: Path, payload: bytes) -> None:
+    """Append ``payload`` to ``path`` and fsync it; on a failure (a full disk, a file
+    past its size limit), cut what part of it went in before raising: the next append
+    would otherwise follow a half-written line, and every event after it be unreadable."""
     is_new = not path.exists()
     with path.open("ab") as file:
-        file.write(payload)
-        file.flush()
-        os.fsync(file.fileno())
+        size = file.tell()
+        try:
+            file.write(payload)
+            file.flush()
+            os.fsync(file.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):  # the original error is the one to tell
+                file.truncate(size)
+                os.fsync(file.fileno())
+            raise
     if is_new:
         _fsync_directory(path.parent)
 

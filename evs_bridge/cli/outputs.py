@@ -62,6 +62,8 @@ def open_output(
             fail(f"{exc} (events kept in {directory})")
         except SpoolCorrupt as exc:
             fail(str(exc))
+        except OSError as exc:  # the spool cannot be written: a full disk, say
+            fail(f"{directory}: cannot write the spool: {exc.strerror or exc}", 1)
         finally:
             opened.close()
 
