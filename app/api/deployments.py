@@ -26,6 +26,7 @@ from app.store.deployment_commands import Rollout as StoreRollout
 from app.store.deployment_reads import Change, DeploymentReader, DeploymentView
 from app.store.deployments import DeploymentState
 from app.store.keys import Principal, Scope
+from app.store.log import read_head_link
 from app.store.model_registry import NAME_PATTERN
 from app.store.records import MAX_POSITION, Integer, Text, parse_position
 from app.store.timestamps import parse_time_parameter
@@ -246,6 +247,18 @@ async def watch(
     start = _last_event_id(request.headers.get("last-event-id"))
     if start is None:
         start = after
+    if start:
+        async with engine.connect() as conn:
+            head, _ = await read_head_link(conn)
+        if start > head:
+            # Never sent by this log (another deployment's, or one restored to an earlier
+            # point since): resumed there, the watch would say nothing until the log
+            # passed it, every change before that unseen.
+            raise BadRequest(
+                f"position {start} is past the log's head ({head}): read the deployment "
+                "again and watch without Last-Event-ID or after",
+                position=start,
+            )
     if start is None:
         async with tenant_transaction(engine, principal.tenant) as conn:
             latest = await DeploymentReader(conn).read_changes_after(principal.tenant, service, 0)
