@@ -54,12 +54,17 @@ class RegistryReader:
         aliases = select(model_aliases).where(a.tenant == tenant)
         if name is not None:
             versions, aliases = versions.where(v.name == name), aliases.where(a.name == name)
+        # The aliases first: each statement reads the read model as it is then, and the
+        # registry follows the log, where a version is registered before an alias names
+        # it, so every alias read names a version the later read finds. (Versions first,
+        # an alias moved to a version registered in between named one the answer lacked.)
+        moved = list(await self._conn.execute(aliases.order_by(a.name, a.alias)))
         found: dict[str, Model] = {}
         trained = await self.read_training_runs(tenant, name)
         for row in await self._conn.execute(versions.order_by(v.name, v.position)):
             model = found.setdefault(row.name, Model(row.name, [], {}))
             model.versions.append(_version(row, trained.get((row.name, row.version), ())))
-        for row in await self._conn.execute(aliases.order_by(a.name, a.alias)):
+        for row in moved:
             if row.name in found:
                 found[row.name].aliases[row.alias] = row.version
         return list(found.values())

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import orjson
 import pytest
 from fastapi import FastAPI
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.db.tables import projection_checkpoints
+from app.db.tables import model_aliases, model_versions, projection_checkpoints
 from app.projections.status import WITHHELD
+from app.store import model_registry_reads
 from app.store.verify import verify_chain
 from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import (
@@ -419,6 +420,61 @@ class TestGraphQL:
         assert signature["inputs"] == [{"name": "image", "type": "binary", "required": True}]
         assert data["event"]["model"]["registered"]["version"] == "3"
         assert data["event"]["model"]["registered"]["signature"] == signature
+
+
+class _CatchesUpAfterItsFirstRead:
+    """A reader's connection: once its first statement on the registry's tables has run,
+    the projection catches up (as ``causeway serve`` does in the background, at any
+    moment), before the next."""
+
+    def __init__(self, conn: Any, app: FastAPI) -> None:
+        self._conn, self._app, self._done = conn, app, False
+
+    async def execute(self, statement: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await self._conn.execute(statement, *args, **kwargs)
+        froms = {str(t) for t in getattr(statement, "get_final_froms", list)()}
+        if not self._done and froms & {model_versions.name, model_aliases.name}:
+            self._done = True
+            rows = result.all()  # read before the projection commits, as a route reads them
+            await catch_up(self._app)
+            return rows
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("read", ["rest", "graphql"])
+async def test_an_alias_names_a_version_the_same_answer_lists(
+    admin: httpx2.AsyncClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    """Versions and aliases are two statements, each reading the read model as it is then:
+    read versions first, an alias moved meanwhile to a version registered meanwhile named
+    a version the answer did not list."""
+    for version in ("1", "2"):
+        sent = await admin.post(
+            "/models/faces/versions", content=registration(version), headers=JSON
+        )
+        assert sent.status_code == 201, sent.text
+        if version == "1":
+            await catch_up(app)
+    moved = await admin.put(
+        "/models/faces/aliases/prod", content=dumps({"version": "2"}), headers=JSON
+    )
+    assert moved.status_code == 200, moved.text
+    original = model_registry_reads.RegistryReader.__init__
+
+    def reading(self: Any, conn: Any) -> None:
+        original(self, cast(AsyncConnection, _CatchesUpAfterItsFirstRead(conn, app)))
+
+    monkeypatch.setattr(model_registry_reads.RegistryReader, "__init__", reading)
+    if read == "rest":
+        answer = (await admin.get("/models/faces")).json()
+    else:
+        query = '{ model(name: "faces") { versions { version } aliases } }'
+        answer = (await admin.post("/graphql", json={"query": query})).json()["data"]["model"]
+    listed = [v["version"] for v in answer["versions"]]
+    assert set(answer["aliases"].values()) <= set(listed), (answer["aliases"], listed)
 
 
 class TestProjectionsStatus:
