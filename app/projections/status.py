@@ -60,7 +60,6 @@ async def fetch_skips(conn: AsyncConnection) -> list[Skip]:
 async def fetch_status(
     conn: AsyncConnection, projections: Sequence[Projection]
 ) -> list[ProjectionStatus]:
-    head = await read_head(conn)
     rows = {
         row.name: row
         for row in await conn.execute(
@@ -69,6 +68,9 @@ async def fetch_status(
             )
         )
     }
+    # After the checkpoints: each statement reads as of its own start, and a checkpoint
+    # moved on after a head read first was past that head (a negative lag).
+    head = await read_head(conn)
     skipped: dict[str, list[int]] = {}
     for name, position in await conn.execute(
         select(projection_skips.c.name, projection_skips.c.position)
