@@ -220,38 +220,40 @@ class DriftWatch:
         median_us: float,
     ) -> None:
         """The alert for ``source``, caused by the event ``cause`` (recorded at
-        ``now_us``), whose sample took its median past the threshold."""
+        ``now_us``), whose sample took its median past the threshold.
+
+        Appended in a transaction of its own, not the batch's: an append holds the log's
+        head until its transaction ends, and a rebuild's runs over the whole log, so one
+        alert a rebuild raised held every append of every tenant until it was done. The
+        batch may still fail after it: its retry, or the next rebuild, finds the alert
+        by its id, derived from the crossing event's, and appends nothing again."""
         event_id = f"causeway:alert:{uuid.uuid5(_NAMESPACE, f'{tenant}/{cause}').hex}"
-        if await has_event(conn, tenant, event_id):
-            return  # raised before this rebuild
         median_s = round(median_us / 1e6, 6)
         ahead = median_us < 0
         recorded_at = _EPOCH + timedelta(microseconds=now_us)
-        await EventLog(conn).append(
-            tenant,
-            [
-                NewEvent(
-                    id=event_id,
-                    source=SOURCE,
-                    type=ALERT_RAISED,
-                    stream=STREAM,
-                    time=format_recorded_at(recorded_at),
-                    time_value=recorded_at,
-                    has_data=True,
-                    data={
-                        "kind": "clock_drift",
-                        "source": source,
-                        "median_drift_s": median_s,
-                        "threshold_s": self._alert_s,
-                        "direction": "ahead" if ahead else "behind",
-                        # A clock ahead stamps events in the future: orderings and
-                        # windows by event time break, where lag only delays them.
-                        "severity": "critical" if ahead else "warning",
-                    },
-                    causes=(cause,),
-                )
-            ],
+        alert = NewEvent(
+            id=event_id,
+            source=SOURCE,
+            type=ALERT_RAISED,
+            stream=STREAM,
+            time=format_recorded_at(recorded_at),
+            time_value=recorded_at,
+            has_data=True,
+            data={
+                "kind": "clock_drift",
+                "source": source,
+                "median_drift_s": median_s,
+                "threshold_s": self._alert_s,
+                "direction": "ahead" if ahead else "behind",
+                # A clock ahead stamps events in the future: orderings and windows by
+                # event time break, where lag only delays them.
+                "severity": "critical" if ahead else "warning",
+            },
+            causes=(cause,),
         )
+        async with conn.engine.begin() as own:
+            if not await has_event(own, tenant, event_id):  # raised before: a rebuild, a retry
+                await EventLog(own).append(tenant, [alert])
 
 
 # The sources' states, the pairs (tenant, source) as two arrays of the same length.
