@@ -12,6 +12,7 @@ from app.cli.runtime import (
     database,
     fail,
     load_settings,
+    once,
     utf8,
 )
 from app.db.engine import create_engine
@@ -20,12 +21,17 @@ from app.store.keys import KeyStore, Scope, parse_scopes
 
 
 def keys_create(
-    tenant: Annotated[str, typer.Option(metavar="TENANT", help="the tenant the key belongs to")],
+    # Lists, to refuse one given twice: click keeps the last, and `--scopes read --scopes
+    # admin` made an admin key with exit 0.
+    tenant: Annotated[
+        list[str], typer.Option(metavar="TENANT", help="the tenant the key belongs to")
+    ],
     scopes: Annotated[
-        str, typer.Option(metavar="SCOPES", help="comma-separated: ingest, read, worker, admin")
+        list[str],
+        typer.Option(metavar="SCOPES", help="comma-separated: ingest, read, worker, admin"),
     ],
     description: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             metavar="TEXT", help="what the key is for", show_default="none", callback=utf8
         ),
@@ -33,13 +39,14 @@ def keys_create(
 ) -> None:
     """Create a key and print it once; only its hash is stored."""
     settings = load_settings()
+    one = once(tenant=tenant, scopes=scopes, description=description)
     try:
-        wanted = parse_scopes(scopes)
+        wanted = parse_scopes(one["scopes"])
     except AppError as exc:
         fail(exc.detail)
     with database(settings) as db:
         try:
-            key = asyncio.run(create_key(db.url, tenant, wanted, description))
+            key = asyncio.run(create_key(db.url, one["tenant"], wanted, one["description"]))
         except AppError as exc:
             fail(exc.detail)
     typer.echo(key)

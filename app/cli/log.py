@@ -25,6 +25,7 @@ from app.cli.runtime import (
     err_console,
     fail,
     load_settings,
+    once,
     plain_integer,
     utf8,
 )
@@ -249,7 +250,8 @@ def replay(
     """Write matching events as NDJSON or Parquet, in position order, with progress on
     stderr."""
     settings = load_settings()
-    one = _once(
+    one = once(
+        "only --types takes many",
         out=out, tenant=tenant, after=after, stream=stream, source=source,
         correlationid=correlationid, modelname=modelname, modelversion=modelversion,
         since=since, until=until, limit=limit, format=format,
@@ -278,17 +280,6 @@ def replay(
         fetch_rows = settings.replay_fetch_rows
         count = asyncio.run(_replay(db.url, tenant_name, selection, target, fetch_rows, form))
     typer.echo(f"wrote {count} events to {target}", err=True)
-
-
-def _once(**given: list[Any] | None) -> dict[str, Any]:
-    """The one value of each option of ``given`` (None when it is not given); one given
-    more than once is refused."""
-    for name, values in given.items():
-        if values is not None and len(values) > 1:
-            fail(
-                f"--{name} is given {len(values)} times: it takes one value (only --types takes many)"
-            )
-    return {name: values[0] if values else None for name, values in given.items()}
 
 
 async def _replay(

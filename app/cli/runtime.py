@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from alembic.util import CommandError
@@ -34,6 +34,17 @@ SERVE_LOCK_FILE = "serve.lock"  # held by the one `serve` of an embedded Postgre
 def fail(detail: str, code: int = 2) -> NoReturn:
     typer.echo(f"error: {detail}", err=True)
     raise typer.Exit(code)
+
+
+def once(note: str = "", **given: list[Any] | None) -> dict[str, Any]:
+    """The one value of each option of ``given`` (declared as lists: click keeps the last
+    of a single option given twice, with exit 0), None when it is not given; one given
+    more than once is refused (``note`` says which may be repeated)."""
+    for name, values in given.items():
+        if values is not None and len(values) > 1:
+            also = f" ({note})" if note else ""
+            fail(f"--{name} is given {len(values)} times: it takes one value{also}")
+    return {name: values[0] if values else None for name, values in given.items()}
 
 
 def announce(settings: Settings, line: str) -> None:

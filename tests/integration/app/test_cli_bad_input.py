@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from sqlalchemy import URL
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.db.engine import libpq_conninfo
 
 
 @pytest.fixture
@@ -60,6 +62,26 @@ def test_replay_refuses_an_option_of_one_value_given_twice(run: CliRunner, optio
         f"error: {option} is given 2 times: it takes one value (only --types takes many)\n"
     )
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "values"),
+    [("--tenant", ["acme", "globex"]), ("--scopes", ["read", "admin"]),
+     ("--description", ["a", "b"])],
+)  # fmt: skip
+def test_keys_create_refuses_an_option_given_twice_and_makes_no_key(
+    run: CliRunner, database_url: URL, option: str, values: list[str]
+) -> None:
+    """Click keeps the last of a single option: `--scopes read --scopes admin` made an
+    admin key, and a second `--tenant` gave it to another tenant, with exit 0."""
+    argv = ["keys", "create", "--tenant", "acme", "--scopes", "read", option, values[1]]
+    if option == "--description":
+        argv += [option, values[0]]
+    result = run.invoke(cli, argv)
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr == f"error: {option} is given 2 times: it takes one value\n"
+    with psycopg.connect(libpq_conninfo(database_url)) as conn:
+        assert conn.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("value", ["1_0", "+2", " 2", "2.0", "-1"])
