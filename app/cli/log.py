@@ -61,18 +61,28 @@ def verify(
     """Re-check the whole hash chain; exit 1 at the first event that does not match."""
     settings = load_settings()
     anchors: dict[int, bytes] = {}
+    # Two anchors giving two hashes for one position: the chain there was rewritten
+    # between the two (what anchors are kept for), whichever the chain holds now.
+    rewritten: dict[int, str] = {}
     given = [(text, "--anchor") for text in anchor or []]
     if anchors_file is not None:
         given += _anchor_lines(anchors_file)
     for text, where in given:
         position, digest = _parse_anchor(text, where)
         if anchors.setdefault(position, digest) != digest:
-            fail(f"{where} gives a second hash for position {position}")
+            rewritten.setdefault(position, where)
     with database(settings) as db:
         report = asyncio.run(_verify(db.url, anchors, settings.max_event_data_bytes))
-    if not report.is_intact:
+    first = min(rewritten, default=None)
+    if not report.is_intact and (first is None or 0 < (report.bad_position or 0) <= first):
         where = f"position {report.bad_position}" if report.bad_position else "the log head"
         fail(f"hash chain broken at {where}: {report.reason}", 1)
+    if first is not None:
+        fail(
+            f"hash chain broken at position {first}: {rewritten[first]} gives another hash "
+            "for it than an anchor before it: the chain there was rewritten between the two",
+            1,
+        )
     typer.echo(f"ok: {report.count} events, head {report.head_hash.hex()}")
     if report.count:  # an empty log has nothing to anchor (and --anchor takes no 0)
         # What to keep outside the database, to pass later as --anchor.

@@ -54,3 +54,28 @@ def test_an_anchor_appended_after_an_anchor_line_without_newline_is_checked(
     assert result.exit_code == 1, (
         f"the rewrite passed against the journal {journal.read_text()!r}: {result.output}"
     )
+
+
+@pytest.mark.parametrize("given", ["--anchors", "--anchor"])
+def test_a_head_rewritten_between_two_anchor_runs_is_a_broken_chain(
+    run: CliRunner, database_url: URL, tmp_path: Path, given: str
+) -> None:
+    """No append between two runs of ``anchor`` on a timer, the head rewritten between
+    them: the journal holds two hashes for one position, the very rewrite anchors are
+    kept for. verify took it for bad input (exit 2), which a monitor watching for 1
+    reads as its own misconfiguration, and did so at every run after."""
+    journal = tmp_path / "anchors.log"
+    store(database_url, "acme", 5)
+    assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0
+    rewrite(database_url, 5, {"i": 99}, move_head=True)  # the forger moves the head too
+    assert run.invoke(cli, ["anchor", str(journal)]).exit_code == 0  # the next run
+    first, second = (line.split()[0] for line in journal.read_text().splitlines())
+    assert (first[:2], second[:2]) == ("5:", "5:")
+    # The journal, or the two by hand, the newer first: the chain holds that one now.
+    argv = ["--anchors", str(journal)] if given == "--anchors" else [
+        "--anchor", second, "--anchor", first]  # fmt: skip
+    result = run.invoke(cli, ["verify", *argv])
+    assert result.exit_code == 1, (result.exit_code, result.output)
+    assert "hash chain broken at position 5" in result.stderr
+    if given == "--anchor":
+        assert "rewritten between the two" in result.stderr
