@@ -233,6 +233,14 @@ class Settings(BaseSettings):
             given = options.get(name)
             if given is not None and not all(p.strip().isdigit() for p in str(given).split(",")):
                 raise ValueError(f"{name} must be a whole number, got {given!r}")
+        if "options" in options:
+            # Every engine sets its sessions' options itself (the role, the time zone, the
+            # statement timeout), which replace these, while Alembic keeps them: a
+            # search_path here had `migrate` build a schema no other command looked in.
+            raise ValueError(
+                "takes no options= (Causeway sets its sessions' options, and keeps its tables "
+                "in schema public: give the service a database of its own instead)"
+            )
         return value
 
 

@@ -111,6 +111,10 @@ _URL = "postgresql://postgres@127.0.0.1:1/x"
         ("DATABASE_URL", f"{_URL}?foo=bar", 'invalid URI query parameter: "foo"'),
         ("DATABASE_URL", f"{_URL}?connect_timeout=abc", "connect_timeout must be a whole number"),
         ("DATABASE_URL", f"{_URL}?port=abc", "port must be a whole number"),
+        # Replaced by the engines' own options, kept by Alembic's: a search_path had
+        # `migrate` build a schema no other command looked in.
+        ("DATABASE_URL", f"{_URL}?options=-csearch_path%3Dx", "takes no options="),
+        ("READ_DATABASE_URL", f"{_URL}?options=-cwork_mem%3D64MB", "takes no options="),
         # JetStream refuses a stream name with a dot; the relay would retry for ever.
         ("NATS_STREAM", "causeway.events", "must be a JetStream stream name"),
         ("NATS_TENANTS", "acme,-globex", "not both"),
