@@ -20,4 +20,7 @@ def route_template(scope: Scope) -> str | None:
     if isinstance(template, str) and template:
         return template
     path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):  # under a path prefix, which the path holds
+        path = path[len(root) :]
     return path if path in _OWN_ROUTES else None
