@@ -30,7 +30,9 @@ from app.store.model_registry_reads import ModelVersion, RegistryReader
 from app.store.records import StoredEvent
 from app.web.reads import ReadRouter, ReadSource
 
-EffectsKey = tuple[int, int, int]  # (cause position, first, after position)
+# (effect position, whether data, binary data and extensions are read)
+CausesKey = tuple[int, bool]
+EffectsKey = tuple[int, int, int, bool]  # (cause position, first, after position, content)
 # What an item counts against the answer budget, where an item of a plain list counts
 # one: about what each costs more. graphql-core completing an item field by field with
 # synchronous resolvers (extensions, model) costs a few plain items; an item under which
@@ -210,33 +212,37 @@ class Loaders:
         self._reading_model = reading_model
         self._tenant = tenant
         self._budget = budget
-        self.causes = SharedLoader[int, list[StoredEvent]](load_fn=self._load_causes)
+        self.causes = SharedLoader[CausesKey, list[StoredEvent]](load_fn=self._load_causes)
         self.effects = SharedLoader[EffectsKey, Page](load_fn=self._load_effects)
         self.model_versions = SharedLoader[tuple[str, str], ModelVersion | None](
             load_fn=self._load_model_versions
         )
 
-    async def _load_causes(self, positions: list[int]) -> list[list[StoredEvent]]:
+    async def _load_causes(self, keys: list[CausesKey]) -> list[list[StoredEvent]]:
         if self._budget.spent:
-            return [[] for _ in positions]
+            return [[] for _ in keys]
+        found: dict[CausesKey, list[StoredEvent]] = {}
         async with reading(self._engine, self._budget, self._tenant) as conn:
-            found = await GraphReader(conn).fetch_causes(
-                self._tenant, positions, limit=max(self._budget.left, 0) + 1
-            )
-        self._budget.spend(sum(map(len, found.values())))
-        return [found[p] for p in positions]
+            for content in sorted({content for _, content in keys}):
+                positions = [p for p, c in keys if c == content]
+                causes = await GraphReader(conn).fetch_causes(
+                    self._tenant, positions, limit=max(self._budget.left, 0) + 1, content=content
+                )
+                self._budget.spend(sum(map(len, causes.values())))
+                found.update({(p, content): causes[p] for p in positions})
+        return [found[k] for k in keys]
 
     async def _load_effects(self, keys: list[EffectsKey]) -> list[Page]:
         # Siblings almost always ask for the same page; one query per distinct page.
         pages: dict[EffectsKey, Page] = {}
-        by_page: dict[tuple[int, int], list[int]] = {}
-        for position, first, after in keys:
-            by_page.setdefault((first, after), []).append(position)
+        by_page: dict[tuple[int, int, bool], list[int]] = {}
+        for position, first, after, content in keys:
+            by_page.setdefault((first, after, content), []).append(position)
         if self._budget.spent:
             return [Page([], False) for _ in keys]
         async with reading(self._engine, self._budget, self._tenant) as conn:
             reader = GraphReader(conn)
-            for (first, after), positions in by_page.items():
+            for (first, after, content), positions in by_page.items():
                 self._budget.check_time()
                 found = await reader.fetch_effects(
                     self._tenant,
@@ -244,12 +250,13 @@ class Loaders:
                     first=first,
                     after=after,
                     limit=max(self._budget.left, 0) + 1,
+                    content=content,
                 )
                 # Every row read counts, each page's look-ahead row too: a page the row
                 # limit cut then spends past the budget and is refused, never answered
                 # short with hasNextPage false.
                 self._budget.spend(sum(len(p.events) + p.has_next for p in found.values()))
-                pages.update({(p, first, after): found[p] for p in positions})
+                pages.update({(p, first, after, content): found[p] for p in positions})
         return [pages[k] for k in keys]
 
     async def _load_model_versions(self, keys: list[tuple[str, str]]) -> list[ModelVersion | None]:

@@ -5,7 +5,7 @@
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
@@ -42,6 +42,7 @@ from app.graphql.types import (
     Lineage,
     LineageDirection,
     Model,
+    asks_for_content,
     decode_cursor,
     made_once,
     page_size,
@@ -96,7 +97,7 @@ async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) 
     position lower bound without the cursor), so that ``hasPreviousPage`` says whether
     a matching event lies between it and the cursor."""
     size = page_size(first, info.context.limits.max_page_size)
-    content = _asks_for_content(info.selected_fields)
+    content = asks_for_content(info.selected_fields)
     async with info.context.reading() as conn:
         reader = GraphReader(conn)
         page = await reader.fetch_page(info.context.tenant, selection, first=size, content=content)
@@ -109,20 +110,6 @@ async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) 
             found = await reader.fetch_page(info.context.tenant, before, first=0, content=False)
             earlier = found.has_next
     return EventConnection.from_page(page, has_previous=earlier)
-
-
-# The fields of an Event whose values may be large: a page reads them only when the
-# query asks for one, anywhere below it (a fragment's too).
-_CONTENT_FIELDS = frozenset({"data", "dataBase64", "extensions"})
-
-
-def _asks_for_content(selections: Iterable[Any]) -> bool:
-    for selected in selections:
-        if getattr(selected, "name", None) in _CONTENT_FIELDS:
-            return True
-        if _asks_for_content(getattr(selected, "selections", ())):
-            return True
-    return False
 
 
 _GRACE_S = 0.5

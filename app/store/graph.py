@@ -153,13 +153,20 @@ class GraphReader:
         return {row.id: _stored(row) for row in rows}
 
     async def fetch_causes(
-        self, tenant: str, positions: Sequence[int], *, limit: int | None = None
+        self,
+        tenant: str,
+        positions: Sequence[int],
+        *,
+        limit: int | None = None,
+        content: bool = True,
     ) -> dict[int, list[StoredEvent]]:
         """Each effect's causes, in the order the effect named them; ``limit`` rows in all
-        at most (the last effect's list then may be cut)."""
+        at most (the last effect's list then may be cut); without their data, binary data
+        and extensions unless ``content`` (as ``fetch_page``)."""
         effect = events.alias("effect")
+        columns = full_row() if content else _row_without_content()
         rows = await self._conn.execute(
-            select(event_causes.c.effect.label("of"), *full_row())
+            select(event_causes.c.effect.label("of"), *columns)
             .join(events, events.c.position == event_causes.c.cause)
             .join(effect, effect.c.position == event_causes.c.effect)
             .where(
@@ -182,12 +189,15 @@ class GraphReader:
         first: int,
         after: int,
         limit: int | None = None,
+        content: bool = True,
     ) -> dict[int, Page]:
         """A page of each cause's effects in position order (one query for all causes);
-        ``limit`` rows in all at most (then some pages may be cut)."""
+        ``limit`` rows in all at most (then some pages may be cut); without their data,
+        binary data and extensions unless ``content`` (as ``fetch_page``)."""
         cause = func.unnest(_positions(positions)).table_valued("position").render_derived("cause")
+        columns = full_row() if content else _row_without_content()
         page = (
-            select(*full_row())
+            select(*columns)
             .join(event_causes, event_causes.c.effect == events.c.position)
             .where(
                 event_causes.c.cause == cause.c.position,

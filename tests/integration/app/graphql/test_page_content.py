@@ -10,6 +10,7 @@ import tracemalloc
 from typing import Any
 
 import httpx2
+import pytest
 from sqlalchemy import URL
 
 from tests.integration.app.graphql.workflow import ask, limited
@@ -78,3 +79,59 @@ async def test_content_asked_for_through_fragments_is_read(
     assert found["binary"]["dataBase64"] == base64.b64encode(b"\x00\x01").decode()
     assert _nodes(inline)["json"]["extensions"]["comexample"] == "x"
     assert plain["data"]["page"]["edges"] == []
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        f'{{ event(id: "root") {{ effects(first: {EVENTS}) {{ edges {{ node {{ id }} }} }} }} }}',
+        '{ event(id: "sink") { causes { id } } }',
+    ],
+    ids=["effects", "causes"],
+)
+async def test_ids_of_large_causes_and_effects_do_not_hold_their_data(
+    database_url: URL, make_key: MakeKey, query: str
+) -> None:
+    """The same for an event's effects and causes, which read whole rows still."""
+    async with limited(database_url, make_key, graphql_max_answer_bytes=BUDGET) as client:
+        posted = await client.post("/events", content=dumps(event(id="root")), headers=STRUCTURED)
+        assert posted.status_code == 201, posted.text
+        ids = [f"big-{n}" for n in range(EVENTS)]
+        for one in ids:
+            big = event(id=one, causationid="root", data={"blob": "x" * 1_000_000})
+            posted = await client.post("/events", content=dumps(big), headers=STRUCTURED)
+            assert posted.status_code == 201, posted.text
+        sink = event(id="sink", causationid=",".join(ids))
+        assert (await client.post("/events", content=dumps(sink), headers=STRUCTURED)).is_success
+        await ask(client, query)  # warm: caches, the schema, connections
+        tracemalloc.start()
+        try:
+            answer = await ask(client, query)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert "errors" not in answer, answer
+    assert peak <= 4 * BUDGET, f"{EVENTS} ids held {peak:,} bytes at their peak"
+
+
+async def test_content_of_causes_and_effects_is_read_when_asked(
+    database_url: URL, make_key: MakeKey
+) -> None:
+    async with limited(database_url, make_key) as client:
+        await _stored(client)
+        effect = event(id="effect", causationid="json,binary", data={"b": 2})
+        assert (await client.post("/events", content=dumps(effect), headers=STRUCTURED)).is_success
+        causes = await ask(
+            client, '{ event(id: "effect") { causes { id ...F } } } fragment F on Event { data }'
+        )
+        effects = await ask(
+            client,
+            '{ event(id: "json") { effects { edges { node { id extensions data } } } }'
+            '  plain: event(id: "binary") { effects { edges { node { id } } } } }',
+        )
+    assert "errors" not in causes, causes
+    assert [c["data"] for c in causes["data"]["event"]["causes"]] == [{"a": 1}, None]
+    assert "errors" not in effects, effects
+    [node] = [e["node"] for e in effects["data"]["event"]["effects"]["edges"]]
+    assert node["data"] == {"b": 2}
+    assert effects["data"]["plain"]["effects"]["edges"] == [{"node": {"id": "effect"}}]
