@@ -293,6 +293,12 @@ class Causeway(FastAPI):
     async def _post_events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
         try:
+            # A body declared past the cap first, key or no key, as every other route
+            # (``answer``) refuses it: under a path prefix this one was a 413, here a 401.
+            declared = _header(headers, b"content-length")
+            refused = declared_too_large(declared, self.ingest.limits.max_request_bytes)
+            if refused is not None:
+                raise refused
             if scope["query_string"]:  # as the routed path's one_value_each asks
                 refuse_repeated(
                     [name for name, _ in QueryParams(scope["query_string"]).multi_items()]

@@ -248,7 +248,9 @@ def _check_context(problems: list[Problem], index: int, attrs: dict[str, Any]) -
     the ones that must be strings, and the formats of the ones that have one."""
     specversion = attrs.get("specversion")
     if specversion != "1.0":
-        _report(problems, index, "specversion", f"specversion must be '1.0', got {specversion!r}")
+        # Not repr() of any value: one nested a thousand deep fails it (RecursionError).
+        got = f"got {specversion[:64]!r}" if isinstance(specversion, str) else "not a string"
+        _report(problems, index, "specversion", f"specversion must be '1.0', {got}")
     for name in _REQUIRED:
         if name not in attrs or attrs[name] == "":
             _report(problems, index, name, f"required attribute {name!r} is missing or empty")
@@ -347,7 +349,8 @@ def _checked_causes(problems: list[Problem], index: int, attrs: dict[str, Any]) 
     causes: tuple[str, ...] = ()
     causation = attrs.get("causationid")
     if causation is not None:
-        parts = [p.strip() for p in str(causation).split(",")]
+        # str() of a value that is no string could fail (nested a thousand deep).
+        parts = [p.strip() for p in causation.split(",")] if isinstance(causation, str) else []
         if not isinstance(causation, str) or any(not p for p in parts):
             _report(
                 problems,
