@@ -43,10 +43,14 @@ __all__ = ["TaskFailed", "Worker", "WorkerStats"]
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
-# Answers that say "later", not "never": the service's 429 and 503, and what a proxy in
-# front answers while the service restarts or is slow (500, 502, 504). Every request
-# the worker sends again is answered as the first was (a lease request by its name).
-_BUSY = (429, 500, 502, 503, 504)
+# Answers that say "later", not "never": the service's 429 and 503, what a proxy in front
+# answers while the service restarts or is slow (500, 502, 504), and 408 (the request's
+# body stalled on its way: nothing of it was taken). Every request the worker sends
+# again is answered as the first was (a lease request by its name).
+_BUSY = (408, 429, 500, 502, 503, 504)
+# What a completion is refused with when its task is no longer this worker's to finish.
+_LOST = ("/problems/lease-lost", "/problems/not-found")
+_INTERRUPTED = "the worker was interrupted (Ctrl-C) before it finished this task"
 _MAX_RETRY_AFTER_S = 300.0  # a Retry-After is waited out up to this (one from a proxy too)
 _MESSAGE_CAP = 4000  # characters of a failure's message the service takes (POST /tasks/fail)
 _CUT = 200  # characters of a message kept when one report alone passes the request cap
@@ -272,7 +276,7 @@ class Worker:
         tasks done with their results (not yet completed)."""
         done: list[tuple[Lease, list[dict[str, Any]]]] = []
         failed: list[tuple[Lease, str, str]] = []
-        for lease in leases:
+        for n, lease in enumerate(leases):
             try:
                 results = _results(self._handler(lease))
                 orjson.dumps(results)  # what the completion sends: a set, a lone surrogate
@@ -281,6 +285,14 @@ class Worker:
                 failed.append((lease, *_failure(failure)))
             except Exception as exc:  # a handler's bug fails its task, not the loop
                 failed.append((lease, "unknown", _storable(f"{type(exc).__name__}: {_str(exc)}")))
+            except BaseException:
+                # Ctrl-C (or SystemExit) in a handler: the results of the tasks done go out,
+                # and the rest are handed back as failed (transient: retried after the
+                # backoff), rather than held by no one until their leases run out.
+                failed += [(rest, "transient", _INTERRUPTED) for rest in leases[n:]]
+                self._fail(failed)
+                self._complete(done)
+                raise
         self._fail(failed)
         return done
 
@@ -329,7 +341,22 @@ class Worker:
     def _finished(
         self, done: list[tuple[Lease, list[dict[str, Any]]]], answers: list[dict[str, Any]]
     ) -> None:
-        self._count(answers, "completed")
+        """Count what ``answers`` say of ``done``. A task whose results the service refused
+        (a cause it does not hold, no CloudEvent) is failed (``unknown``) with its reason:
+        left as it was, it stayed leased to no one until its lease ran out, and died as
+        "lease expired", the reason lost."""
+        leases = {lease.task_id: lease for lease, _ in done}
+        refused = [
+            a for a in answers
+            if a["status"] != 200 and a["problem"].get("type") not in _LOST
+            and a["task"] in leases
+        ]  # fmt: skip
+        self._count([a for a in answers if a not in refused], "completed")
+        self._fail([
+            (leases[a["task"]], "unknown",
+             _storable(f"its results were refused: {a['problem'].get('detail')}"))
+            for a in refused
+        ])  # fmt: skip
         self._release([lease for lease, _ in done])
 
     def _release(self, leases: list[Lease]) -> None:
