@@ -9,7 +9,8 @@ comes back as ``10000000000000000``, ``-0.0`` as ``0.0``). So every event's numb
 put in a normal form before it is hashed (``app.store.records.normalise_numbers``, by
 ingest and again by the group planner, for events built in code: integral values as
 integers, magnitudes within the I-JSON range) that reads back as the same Python value, and the
-encoding is plain ``orjson`` with sorted keys: numbers as in RFC 8785.
+encoding is plain ``orjson`` with sorted keys: numbers as in RFC 8785, but a magnitude in
+[1e-6, 1e-5) in exponent form (``1e-6``), where ECMAScript writes ``0.000001``.
 """
 
 from __future__ import annotations
