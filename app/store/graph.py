@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import orjson
@@ -70,10 +71,17 @@ class Walk:
 # read through too, so the two lookups of each node meet the same index pages. Asking for
 # the tenant here made PostgreSQL look nodes up through (tenant, position) instead: a
 # fifth of the statement's time on the bench's store (bench/lineage.py). ``walk`` drops
-# nodes of another tenant, which only a forged edge could bring.
+# nodes of another tenant, which only a forged edge could bring. A ``recorded_at`` past
+# what Python holds (infinity: the store never writes one) is read as the nearest it
+# holds, and JSON that does not read back (a number past a double) as no value: forged,
+# either way the event no longer matches its hash, and the answer says so
+# (``chainVerified``) rather than failing whole.
 _WALK = """
     SELECT events.position, events.tenant, events.id, events.source, events.type,
-           events.subject, events.time_rfc3339, events.recorded_at, events.stream,
+           events.subject, events.time_rfc3339,
+           least(greatest(events.recorded_at, '0001-01-01T00:00:00Z'),
+                 '9999-12-31T23:59:59.999999Z'),
+           events.stream,
            events.stream_version, events.datacontenttype, events.dataschema,
            events.data IS NOT NULL OR events.data_binary IS NOT NULL, events.data::text,
            events.data_binary, events.extensions::text, array_to_json(events.causes)::text,
@@ -117,15 +125,47 @@ def _walked(values: Sequence[Any]) -> tuple[WalkedNode, bool]:
         model_name, model_version, model_signature, prev_hash, hash_, depth, truncated,
         sealed_by,
     ) = values  # fmt: skip
+    data_value, extensions_value = _json(data), _json(extensions)
+    forged = (
+        data_value is _UNREADABLE or extensions_value is _UNREADABLE
+        or recorded_at in _TIME_BOUNDS
+    )  # fmt: skip
     record = ChainRecord(
         position, tenant, id_, source, type_, subject, time, recorded_at, stream, version,
-        content_type, schema, has_data, None if data is None else orjson.loads(data),
-        None if binary is None else bytes(binary), orjson.loads(extensions),
+        content_type, schema, has_data, None if data_value is _UNREADABLE else data_value,
+        None if binary is None else bytes(binary),
+        {} if extensions_value is _UNREADABLE else extensions_value,
         tuple(orjson.loads(causes)), correlation_id, model_name, model_version,
         model_signature,
     )  # fmt: skip
     event = StoredEvent(record, bytes(prev_hash), bytes(hash_))
+    if forged:  # what is shown is not what is stored: no hash seals it (b"" is none)
+        return WalkedNode(event, depth, b""), truncated
     return WalkedNode(event, depth, None if sealed_by is None else bytes(sealed_by)), truncated
+
+
+class _Unreadable:
+    """JSON text that does not read back (see ``_WALK``)."""
+
+
+_UNREADABLE = _Unreadable()
+# What _WALK reads a recorded_at past Python's datetimes as; no append writes either.
+_TIME_BOUNDS = (
+    datetime(1, 1, 1, tzinfo=UTC),
+    datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+)
+
+
+def _json(text: str | None) -> Any:
+    """The JSON value of ``text`` (None for none); ``_UNREADABLE`` when it does not read
+    back, which nothing the store wrote does (see ``_WALK``): the event then shows no
+    data, or no extensions, and is not sealed."""
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return _UNREADABLE
 
 
 def _walked_rows(_cursor: Any) -> Callable[[Sequence[Any]], tuple[WalkedNode, bool]]:

@@ -104,10 +104,9 @@ class TestEvents:
         else:
             assert json.dumps(found["data"]["event"]["data"], separators=(",", ":")) == deep
         audited = await ask(client, '{ audit(decisionId: "tumor-1") { chainVerified } }')
-        if levels <= 1024:
-            assert audited["data"]["audit"]["chainVerified"] is False  # the row was forged
-        else:  # not even read back (orjson reads 1,024 levels): an error, masked, no 500
-            assert audited["errors"][0]["extensions"]["code"] == "INTERNAL"
+        # The row was forged; past 1,024 levels its data does not even read back (orjson),
+        # and the walk reads it as unreadable, not sealed.
+        assert audited["data"]["audit"]["chainVerified"] is False
 
     async def test_an_unknown_event_is_null(self, client: httpx2.AsyncClient) -> None:
         assert (await ask(client, '{ event(id: "nope") { id } }'))["data"] == {"event": None}
