@@ -229,7 +229,7 @@ async def read_deployment(
     "/deployments/{service}/watch",
     summary="Server-sent events: each change to the service, as it is appended",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/event-stream": {}}}},
+    responses={200: {"content": {"text/event-stream": {}}}, **answers(Conflict)},
 )
 async def watch(
     service: Name,
@@ -254,7 +254,7 @@ async def watch(
             # Never sent by this log (another deployment's, or one restored to an earlier
             # point since): resumed there, the watch would say nothing until the log
             # passed it, every change before that unseen.
-            raise BadRequest(
+            raise Conflict(
                 f"position {start} is past the log's head ({head}): read the deployment "
                 "again and watch without Last-Event-ID or after",
                 position=start,

@@ -308,7 +308,7 @@ class TestReadModel:
         assert response.headers["content-type"].startswith("application/problem+json")
 
     @pytest.mark.parametrize("how", ["header", "after"])
-    async def test_a_resume_past_the_logs_head_is_a_400(
+    async def test_a_resume_past_the_logs_head_is_a_409(
         self, admin: httpx2.AsyncClient, how: str
     ) -> None:
         """A position from another deployment, or from before a restore: resumed there,
@@ -319,7 +319,7 @@ class TestReadModel:
         params = {"after": past} if how == "after" else {}
         async with asyncio.timeout(10):  # a watch taken would stream for ever
             response = await admin.get("/deployments/gate/watch", headers=headers, params=params)
-        assert response.status_code == 400, response.text
+        assert response.status_code == 409, response.text
         assert f"past the log's head ({head})" in response.json()["detail"]
 
     async def test_graphql_deployment_now_and_as_of(
