@@ -77,6 +77,14 @@ class Parsed:
     root_run_id: str | None  # the parent facet's root.run.runId, a non-empty string
     inputs: tuple[DatasetRef, ...]
     outputs: tuple[DatasetRef, ...]
+    # A run event stored after its run's COMPLETE (``after_complete``): it reads and writes
+    # the datasets it names first, as the COMPLETE did its run's.
+    late: bool = False
+
+    @property
+    def writes(self) -> bool:
+        """Whether it makes versions of its outputs and is caused by its inputs'."""
+        return self.state == "complete" or self.late
 
     @property
     def type(self) -> str:
@@ -197,6 +205,23 @@ def with_earlier(parsed: Parsed, earlier: Sequence[Mapping[str, Any]]) -> Parsed
     return replace(parsed, inputs=_first_of_each(inputs), outputs=_first_of_each(outputs))
 
 
+def after_complete(parsed: Parsed, earlier: Sequence[Mapping[str, Any]]) -> Parsed:
+    """A run event that arrives after its run's ``COMPLETE`` (an asynchronous transport
+    delivers a ``START`` late): the datasets it names that none of the run's ``earlier``
+    events named, read and written by it as the ``COMPLETE`` would have (else they were
+    never versioned, nor linked to the run: an audit lost a model's training data); none
+    when no ``COMPLETE`` is among them."""
+    if parsed.kind is not Kind.RUN or parsed.state == "complete":
+        return parsed
+    if not any(str(e.get("eventType") or "").lower() == "complete" for e in earlier):
+        return parsed
+    named_in = {(d.namespace, d.name) for e in earlier for d in _datasets(e.get("inputs"), "")}
+    named_out = {(d.namespace, d.name) for e in earlier for d in _datasets(e.get("outputs"), "")}
+    inputs = tuple(d for d in parsed.inputs if (d.namespace, d.name) not in named_in)
+    outputs = tuple(d for d in parsed.outputs if (d.namespace, d.name) not in named_out)
+    return replace(parsed, inputs=inputs, outputs=outputs, late=True)
+
+
 def _first_of_each(refs: list[DatasetRef]) -> tuple[DatasetRef, ...]:
     found: dict[tuple[str, str], DatasetRef] = {}
     for ref in refs:
@@ -235,7 +260,7 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
     version = None if parsed.kind is Kind.DATASET else 0 if head is None else head.stream_version
     main = _main_event(parsed, causes, version)
     after = []
-    if parsed.state == "complete":
+    if parsed.writes:
         after = [_version(parsed, ref, external=False) for ref in parsed.outputs]
     return [*first, main, *after]
 
@@ -245,7 +270,7 @@ def planned_ids(parsed: Parsed) -> list[str]:
     listed those of them that are stored (an input's external version only when this
     event named the input first), so a re-send is answered with the same events."""
     externals = [] if parsed.kind is not Kind.RUN else parsed.inputs
-    outputs = parsed.outputs if parsed.state == "complete" else []
+    outputs = parsed.outputs if parsed.writes else []
     return [
         *(_version_id(parsed, ref, external=True) for ref in externals),
         parsed.id,
@@ -265,7 +290,7 @@ def _causes(parsed: Parsed, known: Known, input_versions: list[str]) -> tuple[st
         parent = known.heads.get(run_stream(parsed.parent_run_id))
         if parent is not None:
             causes.append(parent.id)
-    if parsed.state == "complete":
+    if parsed.writes:
         causes += input_versions
     return tuple(dict.fromkeys(c for c in causes if c != parsed.id))
 

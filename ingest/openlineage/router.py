@@ -54,7 +54,15 @@ from app.web.bodies import receive_body
 from app.web.openapi import answers
 from ingest.limits import Limits
 from ingest.openlineage.locks import StreamLocks
-from ingest.openlineage.mapping import Known, Parsed, parse, plan, planned_ids, with_earlier
+from ingest.openlineage.mapping import (
+    Known,
+    Parsed,
+    after_complete,
+    parse,
+    plan,
+    planned_ids,
+    with_earlier,
+)
 from ingest.openlineage.schema import SPEC_ID, Kind, validate
 from ingest.openlineage.storable import check_depth, check_storable, check_value
 from ingest.router import POSITION_HEADER, AppendResponse, answer_of
@@ -106,8 +114,9 @@ class LineageIngest:
                 # commits meanwhile makes the append conflict rather than be followed
                 # unmerged.
                 async with tenant_transaction(self._engine, tenant, one_snapshot=True) as conn:
-                    if parsed.state == "complete":
-                        parsed = with_earlier(parsed, await _earlier(conn, tenant, parsed))
+                    if parsed.kind is Kind.RUN:
+                        earlier = await _earlier(conn, tenant, parsed)
+                        parsed = after_complete(with_earlier(parsed, earlier), earlier)
                     # A re-send: answered with what the first answer listed.
                     stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
                     if any(a.id == parsed.id for a in stored):
