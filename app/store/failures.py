@@ -96,7 +96,12 @@ def connection_problem(exc: BaseException) -> str | None:
     if isinstance(cause, psycopg.errors.UndefinedTable):
         return f"the database is not migrated ({first}); run `causeway migrate`"
     if isinstance(cause, psycopg.errors.InsufficientPrivilege):
-        return f"the database user may not do what this needs: {first}"
+        # A store migrated before this release's roles (migration 0015: a restored dump,
+        # say) refuses the service's role so too.
+        return (
+            f"the database user may not do what this needs: {first} (a store whose schema "
+            "is older than this release's is moved on by `causeway migrate`)"
+        )
     # A failed connection (no server, no such database or role, a refused password) is
     # the base class itself; its subclasses (a cancelled statement, a full disk, a
     # shutdown) are about the server's state, not about which database was named.
