@@ -6,6 +6,8 @@ that cannot be written. An ``--out`` file is replaced only when the command succ
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -86,9 +88,16 @@ def _written(out: Path) -> Iterator[TextIO]:
     except OSError as exc:
         fail(f"{out}: {exc.strerror or exc}")
     through = found is not None and not stat.S_ISREG(found.st_mode)
-    target = out if through else out.with_name(f".{out.name}.partial")
+    target = out if through else _partial_of(out)
     try:
-        file = target.open("w", encoding="utf-8")
+        if through:
+            file = target.open("w", encoding="utf-8")
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                target.unlink()  # left by a replay that was killed; never followed (a link)
+            mode = stat.S_IMODE(found.st_mode) if found is not None else 0o666
+            descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            file = os.fdopen(descriptor, "w", encoding="utf-8")
     except OSError as exc:
         fail(f"{out}: {exc.strerror or exc}")
     try:
@@ -105,6 +114,19 @@ def _written(out: Path) -> Iterator[TextIO]:
         if not through:
             target.unlink(missing_ok=True)
         raise
+
+
+def _partial_of(out: Path) -> Path:
+    """``.NAME.partial`` beside ``out``, or, where that would pass the longest name the
+    folder takes, a name made of a digest of NAME (the same for the same target)."""
+    name = f".{out.name}.partial"
+    try:
+        longest = os.pathconf(out.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        longest = 255
+    if len(os.fsencode(name)) > longest:
+        name = f".{hashlib.sha256(os.fsencode(out.name)).hexdigest()[:32]}.partial"
+    return out.with_name(name)
 
 
 def _check_url(target: str) -> None:

@@ -161,6 +161,27 @@ BAD_FILES = {
 
 
 class TestReplay:
+    def test_a_partial_file_left_behind_is_replaced_not_followed(self, tmp_path: Path) -> None:
+        """A `.<name>.partial` left behind (a killed replay), even a link to another file,
+        is replaced: it was opened through the link, and the export overwrote that file
+        (and then the link took the export's name), as `causeway replay --out` never did."""
+        precious = tmp_path / "precious.txt"
+        precious.write_text("precious\n")
+        out = tmp_path / "out.ndjson"
+        (tmp_path / ".out.ndjson.partial").symlink_to(precious)
+        result = runner.invoke(cli, ["replay", str(NPZ), "--sensor", "cam-1", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert precious.read_text() == "precious\n"
+        assert not out.is_symlink()
+        assert orjson.loads(out.read_bytes().splitlines()[0])["source"] == "evs://cam-1"
+
+    def test_a_long_but_valid_file_name_is_written(self, tmp_path: Path) -> None:
+        """`.<name>.partial` is 9 bytes longer than a name the folder takes (255)."""
+        out = tmp_path / ("e" * 244 + ".ndjson")
+        result = runner.invoke(cli, ["replay", str(NPZ), "--sensor", "cam-1", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]  # no partial left
+
     def test_out_writes_the_events_as_ndjson(self, tmp_path: Path) -> None:
         out = tmp_path / "events.ndjson"
         result = runner.invoke(cli, ["replay", str(NPZ), "--sensor", "cam-1", "--out", str(out)])
