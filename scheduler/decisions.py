@@ -20,6 +20,7 @@ from app.store.records import NewEvent
 from app.telemetry.tracing import TraceContext
 from scheduler import tasks as t
 from scheduler.placement import GUARANTEED_ABOVE, OffPeak, WorkerProfile
+from scheduler.routes import SCHEDULER_ACTOR
 
 if TYPE_CHECKING:
     from app.store.decision_reads import CausedEffect, EventContent, LoggedEntry
@@ -314,7 +315,7 @@ def roll_back(
         rollback = deployment_commands.rollback(
             deployment,
             reason=f"task {state.id} failed with model_version_mismatch: {message}"[:500],
-            actor="scheduler",
+            actor=SCHEDULER_ACTOR,
         )
     except AppError as refused:
         detail = {"service": state.service, "why": refused.detail}

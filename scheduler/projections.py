@@ -134,6 +134,9 @@ class Dispatcher:
     async def _apply_route(self, conn: Connection, record: ChainRecord) -> None:
         self._routes.pop(record.tenant, None)
         route_id = record.data["id"]
+        # A definition replaces the last whole, pre-warm counts too: the events an earlier
+        # definition matched (other types, another model) count nothing towards this one.
+        await route_rows.delete_prewarm_windows(conn, record.tenant, route_id)
         if record.type == r.DELETED:
             await route_rows.delete_route(conn, record.tenant, route_id)
             return

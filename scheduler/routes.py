@@ -7,14 +7,9 @@ an event is routed by the routes that existed at its position, on every rebuild 
 A route matches an event by type (exact, or a prefix ending in ``*``) and by predicates on
 its attributes. A predicate names an attribute: an extension of that name, else a
 top-level field of the event's JSON ``data`` (``ext.NAME`` or ``data.NAME`` pick one). It is
-written as text, as an operator would say it:
-
-- ``device_type=light`` (or ``!=``): the attribute's text equals the value;
-- ``room in (bedroom, kitchen)``: it equals one of the values;
-- ``user_id exists`` (or ``not exists``).
-
-Values compare as text: ``true``/``false`` for booleans, the JSON spelling for numbers.
-"""
+written as text: ``device_type=light`` (or ``!=``), ``room in (bedroom, kitchen)``,
+``user_id exists`` (or ``not exists``). Values compare as text: ``true``/``false`` for
+booleans, the JSON spelling for numbers."""
 
 from __future__ import annotations
 
@@ -30,6 +25,7 @@ import orjson
 
 from app.errors import BadRequest
 from app.store.chain import ChainRecord
+from app.store.deployments import SOURCE as DEPLOYMENTS_SOURCE
 from app.store.records import EXACT_LIMIT, NewEvent, contains_nul, integral
 from app.store.timestamps import parse_rfc3339
 
@@ -63,12 +59,10 @@ UNROUTABLE = (
     "causeway.model.prewarm_requested",
 )
 _UNROUTABLE = UNROUTABLE
-_KEYS = frozenset(
-    {
-        "id", "types", "type", "where", "kind", "queue", "priority", "requires", "debounce",
-        "max_retries", "backoff_base_s", "service", "on_model_mismatch", "prewarm",
-    }
-)  # fmt: skip
+SCHEDULER_ACTOR = "scheduler"  # the actor of its own deployment commands (a key's: the key)
+_KEYS = frozenset({"id", "types", "type", "where", "kind", "queue", "priority", "requires",
+                   "debounce", "max_retries", "backoff_base_s", "service",
+                   "on_model_mismatch", "prewarm"})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +154,13 @@ class Route:
     def matches(self, record: ChainRecord) -> bool:
         if record.source == SOURCE or record.type.startswith(_UNROUTABLE):
             return False
+        if record.source == DEPLOYMENTS_SOURCE and isinstance(record.data, dict):
+            # Its own rollback: a route of it whose tasks roll back on a mismatch rolled
+            # the service back again at each, down through every stable version.
+            return record.data.get("actor") != SCHEDULER_ACTOR and self._takes(record)
+        return self._takes(record)
+
+    def _takes(self, record: ChainRecord) -> bool:
         if not any(
             record.type.startswith(t[:-1]) if t.endswith("*") else record.type == t
             for t in self.types

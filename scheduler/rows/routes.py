@@ -66,6 +66,11 @@ async def delete_route(conn: AsyncConnection, tenant: str, route_id: str) -> Non
     await conn.execute(delete(routes).where(routes.c.tenant == tenant, routes.c.id == route_id))
 
 
+async def delete_prewarm_windows(conn: AsyncConnection, tenant: str, route_id: str) -> None:
+    """Forget what the route's pre-warm windows counted (its definition changed or went)."""
+    await conn.execute(delete(prewarm_windows).where(_w.tenant == tenant, _w.route_id == route_id))
+
+
 async def fetch_prewarm_window(conn: AsyncConnection, key: PrewarmKey) -> list[Any]:
     """The window's recent ``[event id, time in µs]`` pairs, its row locked (none yet: [])."""
     row = (
