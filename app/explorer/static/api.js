@@ -16,6 +16,13 @@ export function setKey(value) {
 export function forgetKey() {
   window.sessionStorage.removeItem(KEY);
   window.sessionStorage.removeItem(ADMIN);
+  // GraphiQL (/graphql) keeps its tabs and query history, headers and all, under
+  // "graphiql:" in this tab's sessionStorage; an older page kept them in localStorage.
+  for (const storage of [window.sessionStorage, window.localStorage]) {
+    for (const name of Object.keys(storage)) {
+      if (name.startsWith("graphiql:")) storage.removeItem(name);
+    }
+  }
 }
 
 export class ApiError extends Error {

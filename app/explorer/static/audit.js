@@ -29,8 +29,9 @@ export async function render(_options, id) {
     h("h1", {}, "Audit of ", link(urls.event(id), id, { class: "mono" })),
     badge(audit.chainVerified),
     audit.truncated
-      ? h("p", { class: "warning", role: "status" }, "Truncated: the lineage is deeper than the audit walked (50 steps); ",
-          "what is listed is what it reached. Open the ", link(urls.lineage(id, 10, 1), "lineage graph"), " to go further.")
+      ? h("p", { class: "warning", role: "status" }, "Truncated: the audit's walk stopped before the lineage ended ",
+          "(at its depth of 50 steps, or at the server's node limit); what is listed is what it reached. The ",
+          link(urls.lineage(id, 10, 1), "lineage graph"), " draws the nearest steps.")
       : null,
     h("p", {}, link(urls.lineage(id), "See it as a graph"), "."),
     h("h2", {}, `Source events (${audit.sourceEvents.length})`),

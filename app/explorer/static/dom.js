@@ -88,10 +88,13 @@ export function problem(message) {
   return h("p", { class: "error", role: "alert" }, message);
 }
 
-// Event times keep the producer's text (nanoseconds, offsets); Date takes milliseconds.
+// Event times keep the producer's text (nanoseconds, offsets); Date takes milliseconds,
+// and no leap second: second 60 is read as the last millisecond of its minute, as the
+// store takes it (its last microsecond).
 export function millis(text) {
   if (!text) return NaN;
-  return Date.parse(text.replace(/(\.\d{3})\d+/, "$1"));
+  const leap = text.replace(/:60(\.\d+)?(?=[Zz+-])/, ":59.999");
+  return Date.parse(leap.replace(/(\.\d{3})\d+/, "$1"));
 }
 
 // A type's family: its last name once a version suffix (v1, v2...) is dropped, so that

@@ -1,5 +1,8 @@
 // Starts GraphiQL on Causeway's /graphql. The key is given in the headers editor; when the
 // explorer (/ui/) has a key in this tab's sessionStorage, the editor starts with it.
+// GraphiQL's own state (tabs, and a history of the queries run with their headers, the
+// key among them) goes to this tab's sessionStorage too, not to localStorage, where it
+// outlived the tab and the explorer's "Forget" (which clears it: api.js).
 (function () {
   "use strict";
   var key = window.sessionStorage.getItem("causeway.key");
@@ -13,6 +16,7 @@
       defaultEditorToolsVisibility: true,
       headers: headers || '{"Authorization": "Bearer <your key>"}',
       shouldPersistHeaders: false,
+      storage: window.sessionStorage,
       plugins: [explorer],
     })
   );
