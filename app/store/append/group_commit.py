@@ -24,13 +24,10 @@ A group is written one of three ways:
 
 If PostgreSQL refuses a value or a row of one request (a check the planning does not
 make), or planning one request raises, the group is written again under the lock one
-request at a time, so only that request fails. If the transaction itself fails (a lost
-connection, a timeout), every request in it gets that error.
-
-Groups are written without a wake-up hint: ``wake_hints`` sends one once they are
-committed, at most one every few milliseconds. The appender drives its transactions on
-psycopg directly, on connections it keeps (``app.store.append.connections``).
-"""
+request at a time, so only that request fails; if the transaction itself fails (a lost
+connection, a timeout), every request in it gets that error. Groups are written without
+a wake-up hint (``wake_hints`` sends one once they commit, one every few milliseconds at
+most), on psycopg directly, on connections the appender keeps (``connections``)."""
 
 from __future__ import annotations
 
@@ -62,8 +59,7 @@ from app.telemetry.group_spans import traced_group
 logger = logging.getLogger(__name__)
 
 
-# Where an append's outcome goes: where its events landed, or the error refusing it.
-Outcome = list[Appended] | Exception
+Outcome = list[Appended] | Exception  # where an append's events landed, or its refusal
 Then = Callable[[Outcome], None]
 
 
@@ -306,8 +302,7 @@ class Appender:
             self._held.give_back(flight.held)
             await self._commit_under_lock(flight.requests)
             return
-        await self._held.discard(flight.held)
-        await self._lost(flight.requests, error)
+        await self._lost(flight.requests, error, flight.held)
 
     async def _land_all(self) -> None:
         while self._flights:
@@ -352,14 +347,19 @@ class Appender:
                 _settle(request, _interrupted())  # those not answered yet
             raise
 
-    async def _lost(self, group: list[_Request], exc: Exception) -> None:
-        """The transaction failed: its requests get the error. When the server went
-        away, every connection held went with it: they are dropped too."""
+    async def _lost(
+        self, group: list[_Request], exc: Exception, held: KeptConnection | None = None
+    ) -> None:
+        """The transaction (on ``held``, dropped) failed: its requests get the error, first
+        (dropping connections waits, and a writer cancelled meanwhile left them unanswered).
+        When the server went away, every connection held went with it: they go too."""
+        for request in group:
+            _settle(request, exc)
+        if held is not None:
+            await self._held.discard(held)
         if not _fails_alone(exc):
             logger.warning("a group of %d appends failed: %r", len(group), exc)
             await self._held.release()
-        for request in group:
-            _settle(request, exc)
 
     async def _commit(self, group: list[_Request]) -> None:
         held = await self._held.take()
