@@ -173,6 +173,7 @@ class _Wait:
 
 class _Timed:
     __slots__ = (
+        "_asked",
         "_has_body",
         "_lingers",
         "_loop",
@@ -203,6 +204,7 @@ class _Timed:
         self._lingers = False  # answered before its body was read: linger, then close
         self._timed_out = False  # the body stopped arriving: nothing to linger for
         self._started = False  # the answer's head went out
+        self._asked = False  # the app read the body: a client waiting for 100 Continue got it
 
     @property
     def stalled(self) -> bool:
@@ -228,6 +230,7 @@ class _Timed:
     async def receive(self) -> Message:
         if not self._has_body:
             return await self._receive()  # the client leaving, whenever it does
+        self._asked = True  # uvicorn answers an Expect: 100-continue as the body is read
         timeouts = self._timeouts
         wait = timeouts.watch(timeouts.body_timeout_s, self._loop)
         try:
@@ -261,8 +264,8 @@ class _Timed:
 
     def _closing(self, start: Message) -> Message:
         """``start``, saying ``Connection: close`` when the request has a body not read
-        to its end (and lingering for it unless the client waits for ``100 Continue``
-        or its body stopped arriving)."""
+        to its end (and lingering for it unless the client still waits for ``100
+        Continue``, never sent as the body was not read, or its body stopped arriving)."""
         length, expects = b"", False
         for name, value in self._scope["headers"]:
             if name == b"content-length":
@@ -274,7 +277,7 @@ class _Timed:
         if not length or length.strip(b"0") == b"":
             self._has_body = False  # no body: nothing to linger for
             return start
-        self._lingers = not (expects or self._timed_out)
+        self._lingers = not ((expects and not self._asked) or self._timed_out)
         headers = [*start.get("headers", []), (b"connection", b"close")]
         return {**start, "headers": headers}
 
