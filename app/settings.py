@@ -143,6 +143,19 @@ class Settings(BaseSettings):
             raise ValueError("must be 0 (keep rows for ever) or at least 3600 seconds")
         return value
 
+    @field_validator("scheduler_autoscale_interval_s")
+    @classmethod
+    def _within_the_retention(cls, value: float, info: ValidationInfo) -> float:
+        # A step reads the waits of the tasks leased since the last one from their rows:
+        # rows pruned before it ends would leave their waits out.
+        retention_s = info.data.get("scheduler_task_retention_s")
+        if retention_s and value > retention_s:
+            raise ValueError(
+                f"must be at most CAUSEWAY_SCHEDULER_TASK_RETENTION_S ({retention_s:g} s): "
+                "a step reads the rows of the tasks leased since the last one"
+            )
+        return value
+
     @field_validator("scheduler_off_peak_hours")
     @classmethod
     def _are_hours(cls, value: str | None) -> str | None:

@@ -97,6 +97,23 @@ def test_a_database_that_cannot_be_reached_is_one_line_and_exit_2(
 _URL = "postgresql://postgres@127.0.0.1:1/x"
 
 
+def test_an_autoscale_step_longer_than_the_retention_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A step reads the waits of the tasks leased since the last one from their rows: with
+    a 2 h step and rows kept 1 h, the waits of those pruned meanwhile were left out (a
+    queue that waited six times its target read 0 s)."""
+    monkeypatch.setenv("CAUSEWAY_SCHEDULER_TASK_RETENTION_S", "3600")
+    monkeypatch.setenv("CAUSEWAY_SCHEDULER_AUTOSCALE_INTERVAL_S", "7200")
+    monkeypatch.setattr("sys.argv", ["causeway", "verify"])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: setting CAUSEWAY_SCHEDULER_AUTOSCALE_INTERVAL_S: ")
+    assert "at most CAUSEWAY_SCHEDULER_TASK_RETENTION_S (3600 s)" in err
+
+
 @pytest.mark.parametrize(
     ("name", "value", "message"),
     [
