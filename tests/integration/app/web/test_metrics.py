@@ -29,6 +29,7 @@ from tests.integration.process import free_port
 from tests.integration.scheduler.conftest import define, post
 
 ALERTS = Path(__file__).parents[4] / "deploy" / "prometheus" / "alerts.yml"
+KEDA = Path(__file__).parents[4] / "deploy" / "autoscaling" / "keda-workers.yml"
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -118,6 +119,11 @@ async def test_metrics_count_appends_by_outcome_and_time_requests_by_template(
         family.name for family in text_string_to_metric_families(answer.text)
     }
     assert named <= exposed, f"alerts.yml names metrics /metrics lacks: {named - exposed}"
+    # And the KEDA example's query (ready and in-flight tasks).
+    query = [line for line in KEDA.read_text().splitlines() if not line.strip().startswith("#")]
+    scaled_on = {n for line in query for n in re.findall(r"\bcauseway_[a-z_]+", line)}
+    assert scaled_on == {"causeway_queue_ready_tasks", "causeway_queue_in_flight_tasks"}
+    assert scaled_on <= exposed
 
 
 async def test_a_tenants_scrape_names_no_other_tenant_nor_its_sources(
