@@ -143,6 +143,14 @@ class GroupPlan:
 
     def plan(self, tenant: str, batch: Sequence[NewEvent]) -> list[Appended] | AppError:
         """Add ``batch`` to the group, or return why it cannot be (adding nothing)."""
+        if any(_to_normalise(event) for event in batch):
+            # Built in code rather than ingested (a registration, a route): numbers that
+            # jsonb would read back otherwise (-0.0, 1e16) would break the chain. Before
+            # anything is compared: a re-send is compared as the first was stored.
+            normalised = _normalised(batch)
+            if isinstance(normalised, AppError):
+                return normalised
+            batch = normalised
         if len(batch) == 1:
             alone = self._accept_alone(tenant, batch[0])
             if alone is not None:
@@ -166,13 +174,6 @@ class GroupPlan:
                     actual=actual,
                     index=index,
                 )
-            if _to_normalise(event):
-                # Built in code rather than ingested (a registration, a route): numbers
-                # that jsonb would read back otherwise (-0.0, 1e16) would break the chain.
-                try:
-                    event = replace(event, data=normalise_numbers(event.data))
-                except ValueError as exc:
-                    return InvalidEvent(f"event {index}: {exc}", index=index, attribute="data")
             position = request.position + 1
             version = actual + 1
             row = self._chained(event, tenant, position, version, request.prev_hash)
@@ -340,6 +341,20 @@ class GroupPlan:
             hashlib.sha256(prev_hash + canonical).digest(),
             canonical if self.keep_canonical else None,
         )
+
+
+def _normalised(batch: Sequence[NewEvent]) -> list[NewEvent] | AppError:
+    """``batch`` with the numbers of each event built in code normalised (``_to_normalise``),
+    or why one cannot be (a number out of the interoperable range)."""
+    found: list[NewEvent] = []
+    for index, event in enumerate(batch):
+        if _to_normalise(event):
+            try:
+                event = replace(event, data=normalise_numbers(event.data))
+            except ValueError as exc:
+                return InvalidEvent(f"event {index}: {exc}", index=index, attribute="data")
+        found.append(event)
+    return found
 
 
 def _to_normalise(event: NewEvent) -> bool:
