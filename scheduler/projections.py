@@ -134,15 +134,25 @@ class Dispatcher:
     async def _apply_route(self, conn: Connection, record: ChainRecord) -> None:
         self._routes.pop(record.tenant, None)
         route_id = record.data["id"]
-        # A definition replaces the last whole, pre-warm counts too: the events an earlier
-        # definition matched (other types, another model) count nothing towards this one.
-        await route_rows.delete_prewarm_windows(conn, record.tenant, route_id)
+        # A definition that changes what pre-warm counts (its types, predicates or rule)
+        # starts its counts afresh: the events an earlier one matched count nothing
+        # towards it. The same definition applied again (a deploy that applies every
+        # route) keeps them. Decided from the stored row at this position: a rebuild alike.
+        before = await route_rows.read_spec(conn, record.tenant, route_id)
+        if before is not None and (record.type == r.DELETED or _counts_otherwise(before, record)):
+            await route_rows.delete_prewarm_windows(conn, record.tenant, route_id)
         if record.type == r.DELETED:
             await route_rows.delete_route(conn, record.tenant, route_id)
             return
         await route_rows.write_route(
             conn, record.tenant, route_id, record.data, position=record.position
         )
+
+
+def _counts_otherwise(before: dict[str, Any], record: ChainRecord) -> bool:
+    """Whether the route's new definition counts other events towards a pre-warm."""
+    data = record.data if isinstance(record.data, dict) else {}
+    return any(before.get(k) != data.get(k) for k in ("types", "type", "where", "prewarm"))
 
 
 def _stored_route(spec: dict[str, object]) -> r.Route | None:

@@ -66,6 +66,15 @@ async def delete_route(conn: AsyncConnection, tenant: str, route_id: str) -> Non
     await conn.execute(delete(routes).where(routes.c.tenant == tenant, routes.c.id == route_id))
 
 
+async def read_spec(conn: AsyncConnection, tenant: str, route_id: str) -> dict[str, Any] | None:
+    """The route's stored definition; None when it has none."""
+    found = await conn.execute(
+        select(routes.c.spec).where(routes.c.tenant == tenant, routes.c.id == route_id)
+    )
+    row = found.one_or_none()
+    return None if row is None else dict(row.spec)
+
+
 async def delete_prewarm_windows(conn: AsyncConnection, tenant: str, route_id: str) -> None:
     """Forget what the route's pre-warm windows counted (its definition changed or went)."""
     await conn.execute(delete(prewarm_windows).where(_w.tenant == tenant, _w.route_id == route_id))

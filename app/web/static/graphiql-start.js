@@ -5,6 +5,21 @@
 // outlived the tab and the explorer's "Forget" (which clears it: api.js).
 (function () {
   "use strict";
+  // GraphiQL's keys of ``store``, and no other: its "Clear storage" clears only them (given
+  // the tab's sessionStorage itself, it cleared the explorer's key too).
+  function graphiqlOwn(store) {
+    var prefix = "graphiql:";
+    function own() {
+      return Object.keys(store).filter(function (name) { return name.indexOf(prefix) === 0; });
+    }
+    return {  // GraphiQL names its keys with the prefix itself
+      getItem: function (name) { return store.getItem(name); },
+      setItem: function (name, value) { store.setItem(name, value); },
+      removeItem: function (name) { store.removeItem(name); },
+      clear: function () { own().forEach(function (name) { store.removeItem(name); }); },
+      get length() { return own().length; },
+    };
+  }
   var key = window.sessionStorage.getItem("causeway.key");
   var headers = key ? JSON.stringify({ Authorization: "Bearer " + key }, null, 2) : "";
   var fetcher = GraphiQL.createFetcher({ url: "/graphql" });
@@ -16,7 +31,7 @@
       defaultEditorToolsVisibility: true,
       headers: headers || '{"Authorization": "Bearer <your key>"}',
       shouldPersistHeaders: false,
-      storage: window.sessionStorage,
+      storage: graphiqlOwn(window.sessionStorage),
       plugins: [explorer],
     })
   );

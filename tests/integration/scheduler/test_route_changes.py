@@ -81,3 +81,19 @@ class TestTheSchedulersOwnWrites:
             f"a task was made from the scheduler's own {fed['trigger']['type']} "
             f"(by {fed['trigger']['data']['actor']}); gate is now at version {stable}"
         )
+
+
+async def test_a_route_defined_again_identically_keeps_its_prewarm_count(
+    app: FastAPI, admin: Client
+) -> None:
+    """A deploy that applies every route again is no change: the events counted stay
+    counted (emptied at every definition, a re-apply more often than within_s kept any
+    pre-warm from ever being asked for)."""
+    route = {"types": ["camera.motion"], "prewarm": {"model": "faces", "count": 2, "within_s": 60}}
+    await define(admin, id="warm", **route)
+    await post(admin, type="camera.motion", source="/cam/1", time="2026-11-30T12:00:00Z")
+    await catch_up(app)
+    await define(admin, id="warm", **route)  # the same definition, applied again
+    await post(admin, type="camera.motion", source="/cam/1", time="2026-11-30T12:00:05Z")
+    await catch_up(app)
+    assert len(await events_of_type(admin, "causeway.model.prewarm_requested")) == 1

@@ -74,6 +74,26 @@ def test_graphiql_leaves_no_copy_of_the_key_once_the_tab_forgets_it(
         context.close()
 
 
+def test_graphiqls_clear_storage_keeps_the_explorers_key(browser: Browser, served: Served) -> None:
+    """GraphiQL's "Clear storage" clears the storage it is given: given the tab's
+    sessionStorage itself, it took the explorer's key with it."""
+    key = served.keys["read"]
+    context, page = open_page(browser, served, key)
+    try:
+        page.goto(f"{served.base}/graphql")
+        page.wait_for_selector(".graphiql-container", timeout=15_000)
+        page.click("[aria-label='Open settings dialog']")
+        page.click("button:has-text('Clear data')")
+        page.wait_for_selector("button:has-text('Cleared data')", timeout=10_000)
+        kept = page.evaluate("() => window.sessionStorage.getItem('causeway.key')")
+        assert kept == key, (
+            "GraphiQL's 'Clear storage' (its own data) removed the explorer's key from the "
+            f"tab's sessionStorage: causeway.key is now {kept!r}"
+        )
+    finally:
+        context.close()
+
+
 def test_the_audits_truncated_note_gives_the_cause_that_cut_it(
     browser: Browser, server: URL, template_db: str, tmp_path: Path
 ) -> None:
