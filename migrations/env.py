@@ -11,6 +11,7 @@ import sys
 import time
 
 from alembic import context
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, make_url, pool, text
 
 from app.db.tables import metadata
@@ -51,11 +52,42 @@ def _lock_migrations(connection: Connection) -> None:
     connection.commit()  # the lock is the session's; the migrations begin their own
 
 
+# Revisions whose ``refusal(connection)`` says, before any migration runs, why an upgrade
+# through them cannot be made: a refusal inside the run came after the migrations before
+# it had committed part of their work (some commit part-way: CREATE INDEX CONCURRENTLY),
+# leaving a schema that was no revision's, and that the release before could not serve.
+_REFUSING = ("0020",)
+
+
+def _refuse_early(connection: Connection) -> None:
+    try:
+        current = context.get_context().get_current_revision()
+        try:
+            target = str(context.get_revision_argument() or "")
+        except KeyError:  # no upgrade asked for (alembic check, current)
+            return
+        if current is None:
+            return  # a fresh database: nothing stored to refuse
+        scripts = ScriptDirectory.from_config(config)
+        for revision in _REFUSING:
+            if current < revision and (target.startswith("head") or target >= revision):
+                script = scripts.get_revision(revision)
+                if script is not None:
+                    script.module.refusal(connection)
+    finally:
+        connection.commit()  # what was read: the migrations begin their own transactions
+
+
 def run_migrations_online() -> None:
     engine = create_engine(_url(), poolclass=pool.NullPool)
     with engine.connect() as connection:
         _lock_migrations(connection)
-        context.configure(connection=connection, target_metadata=metadata)
+        # A transaction a migration: each one's stamp is committed with its work, so the
+        # revision the database says is the schema it has, whatever fails after.
+        context.configure(
+            connection=connection, target_metadata=metadata, transaction_per_migration=True
+        )
+        _refuse_early(connection)
         with context.begin_transaction():
             context.run_migrations()
     engine.dispose()  # the session ends, and the lock with it

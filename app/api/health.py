@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from app.db.engine import Engine
-from app.db.schema import fetch_revision
+from app.db.schema import fetch_revision, is_known_revision
 from app.errors import Unavailable
 from app.store.failures import is_database_error
 from app.web.dependencies import engine_of
@@ -45,6 +45,14 @@ async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]
                 headers={"Retry-After": "1"},
             ) from exc
         raise Unavailable("the database is unreachable", headers={"Retry-After": "1"}) from exc
+    if revision is not None and revision != head and not is_known_revision(revision):
+        # A newer release migrated it (a rollback of the service): migrate refuses it.
+        raise Unavailable(
+            f"the schema is at revision {revision}, which this release of Causeway does not "
+            "know (a newer release made it): run that release, or a newer one",
+            revision=revision,
+            head=head,
+        )
     if revision != head:
         raise Unavailable(
             f"the schema is at revision {revision}, not {head}; run `causeway migrate`",

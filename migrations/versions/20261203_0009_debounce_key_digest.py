@@ -37,7 +37,9 @@ def upgrade() -> None:
             postgresql_where=_READY_WITH_KEY,
             postgresql_concurrently=True,
         )
-        op.drop_index("ix_tasks_debounce", table_name="tasks", postgresql_concurrently=True)
+        # IF EXISTS: a run that dropped it and then failed (before 2026-12-08 the
+        # revision's stamp was committed with the later revisions) runs this again.
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_tasks_debounce")
 
 
 def downgrade() -> None:

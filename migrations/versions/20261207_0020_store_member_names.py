@@ -31,18 +31,20 @@ _NAMES = ("streamversion", "storedtime", "prevhash")
 
 
 def upgrade() -> None:
-    found = (
-        op.get_bind()
-        .execute(
-            sa.text(
-                "SELECT name, count(*) FROM events, jsonb_object_keys(extensions) AS name"
-                " WHERE jsonb_exists_any(extensions, CAST(:names AS text[]))"
-                " AND name = ANY(CAST(:names AS text[])) GROUP BY name ORDER BY name"
-            ),
-            {"names": list(_NAMES)},
-        )
-        .all()
-    )
+    refusal(op.get_bind())
+
+
+def refusal(connection: sa.Connection) -> None:
+    """Refuse (``CommandError``) a database holding an event this release cannot read back
+    as stored; ``env.py`` asks it before any migration of an upgrade through this one runs."""
+    found = connection.execute(
+        sa.text(
+            "SELECT name, count(*) FROM events, jsonb_object_keys(extensions) AS name"
+            " WHERE jsonb_exists_any(extensions, CAST(:names AS text[]))"
+            " AND name = ANY(CAST(:names AS text[])) GROUP BY name ORDER BY name"
+        ),
+        {"names": list(_NAMES)},
+    ).all()
     if found:
         counts = ", ".join(f"{count} with {name!r}" for name, count in found)
         raise CommandError(
