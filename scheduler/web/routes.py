@@ -193,7 +193,12 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         async with tenant_transaction(engine, principal.tenant) as conn:
             return {"routes": await RouteReader(conn).read_routes(principal.tenant)}
 
-    @router.get("/routes/{route_id}", summary="One route", responses=answers(NotFound))
+    @router.get(
+        "/routes/{route_id}",
+        summary="One route",
+        responses=answers(NotFound),
+        dependencies=routes_settled(admin),
+    )
     async def read_route(route_id: str, principal: Admin) -> dict[str, Any]:
         return await _route(route_id, principal.tenant)
 
