@@ -1,14 +1,18 @@
 // A decision's audit: the answer of GraphQL ``audit`` laid out.
 import { gql } from "./api.js";
-import { eventLink, h, link, pretty, problem, table, urls } from "./dom.js";
+import { eventLink, facts, h, link, pretty, problem, table, urls } from "./dom.js";
 
 const EVENT = "id type source time model { name version signatureDigest registered { signature signatureDigest } }";
+const RUN = "runId job { namespace name } state parentRunId events { id type time stream }";
+const DATASET = "namespace name version external rowCount sizeBytes writtenByRunId event { id stream }";
 const AUDIT = `query ($id: ID!) {
   audit(decisionId: $id) {
     decision { ${EVENT} }
     sourceEvents { ${EVENT} }
     derivedEvents { ${EVENT} }
     models { name version signatureDigest events { id } }
+    trainingRuns { modelName modelVersion run { ${RUN} } }
+    datasets { ${DATASET} }
     chainVerified
     truncated
   }
@@ -42,6 +46,14 @@ export async function render(_options, id) {
     events(audit.derivedEvents),
     h("h2", {}, `Models (${audit.models.length})`),
     audit.models.map((m) => model(m, signatures.get(`${m.name}\n${m.version}`))),
+    h("h2", {}, `Training runs (${audit.trainingRuns.length})`),
+    h("p", { class: "muted" }, "The OpenLineage runs its models' registered versions name as trained by ",
+      "(POST /models/{name}/versions, training_run), as their events tell them."),
+    audit.trainingRuns.length ? audit.trainingRuns.map(trainingRun) : h("p", {}, "None."),
+    h("h2", {}, `Training data (${audit.datasets.length})`),
+    h("p", { class: "muted" }, "The dataset versions upstream of those runs: what the runs read, ",
+      "and what the runs that wrote it read in turn."),
+    datasets(audit.datasets),
   ].flat();
 }
 
@@ -70,4 +82,33 @@ function model(m, registered) {
     h("p", {}, "Signature digest ", h("span", { class: "mono" }, m.signatureDigest || (registered && registered.signatureDigest) || "unknown")),
     h("p", {}, "Produced: ", m.events.map((e, i) => [i ? ", " : "", eventLink(e.id)])),
     registered ? [h("h4", {}, "Signature"), pretty(registered.signature)] : h("p", { class: "muted" }, "Not registered."));
+}
+
+function trainingRun(t) {
+  const run = t.run;
+  const stream = run.events.length ? run.events[0].stream : null;
+  return h("section", { class: "card training-run" },
+    h("h3", {}, "Run ", stream ? link(urls.stream(stream), run.runId, { class: "mono" }) : h("span", { class: "mono" }, run.runId)),
+    h("p", {}, "Trained ", link(urls.model(t.modelName), t.modelName), ` version ${t.modelVersion}.`),
+    facts([
+      ["Job", run.job ? `${run.job.namespace} / ${run.job.name}` : ""],
+      ["State", run.state || (run.events.length ? "" : "no event of this run is stored")],
+      ["Parent run", run.parentRunId ? h("span", { class: "mono" }, run.parentRunId) : ""],
+    ]),
+    run.events.length
+      ? table(["id", "type", "event time"], run.events.map((e) => [eventLink(e.id), e.type, e.time || ""]))
+      : null);
+}
+
+function datasets(list) {
+  if (!list.length) return h("p", {}, "None.");
+  return table(["dataset", "version", "rows", "bytes", "written by run", "event"], list.map((d) => [
+    [link(urls.stream(d.event.stream), `${d.namespace} / ${d.name}`), d.external ? " (external)" : ""],
+    // A version without its own (no 'version' facet) is named by its event's id: shown once.
+    d.version === d.event.id ? h("span", { class: "muted" }, "none given") : h("span", { class: "mono" }, d.version),
+    d.rowCount ?? "",
+    d.sizeBytes ?? "",
+    d.writtenByRunId ? h("span", { class: "mono" }, d.writtenByRunId) : "",
+    eventLink(d.event.id),
+  ]), { class: "training-data" });
 }

@@ -21,8 +21,9 @@ from playwright.sync_api import Browser, Page
 from sqlalchemy import URL
 
 from tests.integration.app.explorer.test_explorer import Served, explorer_service, open_page
-from tests.integration.events import BATCH, JSON, dumps
+from tests.integration.events import BATCH, JSON, dumps, registration
 from tests.integration.events import event as cloudevent
+from tests.integration.ingest.openlineage.shapes import dataset, facet, new_run, run_event
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +223,69 @@ def test_the_audit_links_the_events_each_model_produced(browser: Browser, served
         assert produced.inner_text() == "Produced: au-found"
         assert produced.locator("a").count() == 1
         assert produced.locator("a").get_attribute("href") == "/ui/events/au-found"
+    finally:
+        context.close()
+
+
+def test_the_audit_shows_the_training_runs_and_data_behind_its_models(
+    browser: Browser, served: Served
+) -> None:
+    """GraphQL's audit names the OpenLineage runs that trained the models used and the
+    dataset versions upstream of them (docs/openlineage.md), and its chainVerified covers
+    them; the audit page listed neither, so a red badge could blame an event the page did
+    not show, and an auditor saw no training data at all."""
+    prep, train = new_run(), new_run()
+    raw, features = dataset("s3://au-lake", "raw"), dataset("s3://au-lake", "features")
+    features_out = {
+        **features,
+        "outputFacets": {"outputStatistics": facet("OutputStatistics", rowCount=1200, size=4096)},
+    }
+    auth = {"Authorization": f"Bearer {served.keys['ingest,read,worker']}"}
+    for sent in (
+        run_event("START", prep, "prep", inputs=[raw]),
+        run_event("COMPLETE", prep, "prep", outputs=[features_out]),
+        run_event("START", train, "train", inputs=[features]),
+        run_event("COMPLETE", train, "train"),
+    ):
+        answer = httpx2.post(
+            f"{served.base}/api/v1/lineage", content=dumps(sent), headers={**JSON, **auth}
+        )
+        assert answer.status_code == 201, answer.text
+    registered = httpx2.post(
+        f"{served.base}/models/tr-detector/versions",
+        content=registration("1", training_run=train),
+        headers={**JSON, "Authorization": f"Bearer {served.keys['admin']}"},
+        timeout=30,
+    )
+    assert registered.status_code == 201, registered.text
+    post(
+        served,
+        [
+            cloudevent(id="tr-found", modelname="tr-detector", modelversion="1", data={}),
+            cloudevent(id="tr-decision", causationid="tr-found"),
+        ],
+    )
+    context, page = open_page(browser, served, served.keys["read"])
+    try:
+        visit(page, served, "/ui/events/tr-decision/audit")
+        assert page.locator("#page .error").count() == 0, page.inner_text("#page")
+        assert page.locator("#page h2", has_text="Training runs (1)").count() == 1
+        card = page.locator("#page section.training-run")
+        assert card.locator("h3 a").inner_text() == train
+        assert (
+            card.locator("h3 a").get_attribute("href") == f"/ui/streams/openlineage%3Arun%3A{train}"
+        )
+        facts = card.locator("dl.facts").inner_text()
+        assert "airflow / train" in facts, facts
+        assert "COMPLETE" in facts, facts
+        assert card.locator("tbody tr").count() == 2  # the run's START and COMPLETE
+        assert page.locator("#page h2", has_text="Training data (2)").count() == 1
+        rows = {
+            r.locator("td").first.inner_text(): [c.inner_text() for c in r.locator("td").all()]
+            for r in page.locator("#page table.training-data tbody tr").all()
+        }
+        assert set(rows) == {"s3://au-lake / features", "s3://au-lake / raw (external)"}, rows
+        assert rows["s3://au-lake / features"][1:5] == ["none given", "1200", "4096", prep]
     finally:
         context.close()
 
