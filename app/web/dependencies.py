@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Annotated, Any
 
 from fastapi import Depends, Header, Query, Request, Security
@@ -114,14 +114,20 @@ def read_model_reads(projection_name: str) -> Callable[..., Coroutine[Any, Any, 
     return reads
 
 
+Settle = Callable[[], Awaitable[None]]
+
+
 def settled_on_primary(
     caller: Callable[..., Coroutine[Any, Any, Principal]], *projection_names: str
-) -> Callable[..., Coroutine[Any, Any, None]]:
-    """A dependency for reads that stay on the primary (the scheduler's): with a position
-    named, wait until the read models ``projection_names`` show it, one after the other
+) -> Callable[..., Coroutine[Any, Any, Settle]]:
+    """A dependency for reads that stay on the primary (the scheduler's): the wait, for
+    the route to await once it has read its parameters. With a position named, it waits
+    until the read models ``projection_names`` show it, one after the other
     (``ReadRouter.settle_on_primary``), else 503. ``caller`` (the route's own key check,
     which FastAPI then runs once) runs first: a caller without the key the route needs is
-    refused at once, never held and told to retry."""
+    refused at once, never held and told to retry; and the wait comes after FastAPI and
+    the route have checked the request, so a malformed one is told what is wrong with it
+    at once."""
 
     async def settled(
         request: Request,
@@ -130,12 +136,16 @@ def settled_on_primary(
         # A default, not an Annotated[...] type: this module's annotations are strings,
         # which FastAPI resolves in the module's globals, where ``caller`` is not.
         _: Principal = Depends(caller),  # noqa: B008 - FastAPI's documented form
-    ) -> None:
+    ) -> Settle:
         router: ReadRouter = request.app.state.read_router
         runner = request.app.state.runner
         chain = [runner.projection(name) for name in projection_names]
         wanted = _wanted(request, min_position, causeway_min_position)
-        await router.settle_on_primary(chain, wanted)
+
+        async def settle() -> None:
+            await router.settle_on_primary(chain, wanted)
+
+        return settle
 
     return settled
 

@@ -10,10 +10,10 @@ Depends() each router factory builds, which a string annotation could not resolv
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import Depends, Path
+from fastapi import Path
 
 from app.store.keys import Principal
-from app.web.dependencies import settled_on_primary
+from app.web.dependencies import Settle, settled_on_primary
 from scheduler.projections import Dispatcher, TaskBook
 from scheduler.routes import NAME_PATTERN
 
@@ -22,6 +22,7 @@ __all__ = [
     "POSITION_HEADER",
     "PrincipalOf",
     "QueueName",
+    "Settle",
     "routes_settled",
     "tasks_settled",
 ]
@@ -34,15 +35,18 @@ QueueName = Annotated[str, Path(pattern=NAME_PATTERN)]
 # The scheduler's reads stay on the primary. One that names a position (read-your-writes)
 # waits for the read models it reads: the routing table (the dispatcher's), or the task
 # rows (the dispatcher's decisions, then the task book that folds them). ``caller`` is
-# the route's key check: a caller it refuses is refused before any wait.
+# the route's key check: a caller it refuses is refused before any wait. The route awaits
+# the wait it is given once it has checked its own parameters.
 
 
-def routes_settled(caller: PrincipalOf) -> list[Any]:
-    return [Depends(settled_on_primary(caller, Dispatcher.name))]
+def routes_settled(caller: PrincipalOf) -> Callable[..., Coroutine[Any, Any, Settle]]:
+    """The dependency that gives a route the wait for the routing table."""
+    return settled_on_primary(caller, Dispatcher.name)
 
 
-def tasks_settled(caller: PrincipalOf) -> list[Any]:
-    return [Depends(settled_on_primary(caller, Dispatcher.name, TaskBook.name))]
+def tasks_settled(caller: PrincipalOf) -> Callable[..., Coroutine[Any, Any, Settle]]:
+    """The dependency that gives a route the wait for the task rows."""
+    return settled_on_primary(caller, Dispatcher.name, TaskBook.name)
 
 
 POSITION_HEADER = "Causeway-Position"  # every command's answer: its decision's position

@@ -30,7 +30,7 @@ from scheduler.queue import TaskQueue
 from scheduler.requeue import MAX_REQUEUE, requeue_dead_letters
 from scheduler.rows import tasks as task_rows
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
-from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, tasks_settled
+from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, Settle, tasks_settled
 from scheduler.web.documents import history_json, task_json
 from scheduler.web.queues import TaskId
 
@@ -82,14 +82,18 @@ def _position_of(cursor: str) -> tuple[datetime, str]:
 
 
 async def _page(
-    conn: Connection, tenant: str, which: DeadLetters, after: str | None, limit: int
+    conn: Connection,
+    tenant: str,
+    which: DeadLetters,
+    after: tuple[datetime, str] | None,
+    limit: int,
 ) -> dict[str, Any]:
-    """``limit`` dead letters past the cursor ``after``, and the cursor past them."""
+    """``limit`` dead letters past ``after`` (a cursor's place), and the cursor past them."""
     found = await read_dead_letters(
         conn,
         tenant,
         which,
-        after=None if after is None else _position_of(after),
+        after=after,
         limit=limit + 1,  # one more says whether there is a next page
     )
     page = found[:limit]
@@ -132,14 +136,12 @@ def create_router(
     router = APIRouter(tags=["scheduler"], route_class=json_route(Scope.ADMIN))
     Admin = Annotated[Principal, Depends(admin)]
     Reader = Annotated[Principal, Depends(read)]
+    Settled = Annotated[Settle, Depends(tasks_settled(read))]
 
-    @router.get(
-        "/dead-letters",
-        summary="Dead-lettered tasks (filters: queue, class, since)",
-        dependencies=tasks_settled(read),
-    )
+    @router.get("/dead-letters", summary="Dead-lettered tasks (filters: queue, class, since)")
     async def list_dead_letters(
         principal: Reader,
+        settled: Settled,
         queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
         error_class: Annotated[t.ErrorClass | None, Query(alias="class")] = None,
         since: Annotated[
@@ -155,16 +157,18 @@ def create_router(
         ] = None,
     ) -> dict[str, Any]:
         which = DeadLetters(queue, error_class, parse_time_parameter("since", since))
+        place = None if after is None else _position_of(after)
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
-            return await _page(conn, principal.tenant, which, after, limit)
+            return await _page(conn, principal.tenant, which, place, limit)
 
     @router.get(
         "/dead-letters/{task_id:task_id}",
         summary="A dead letter: task, trigger, attempts",
         responses=answers(NotFound),
-        dependencies=tasks_settled(read),
     )
-    async def read_dead_letter(task_id: TaskId, principal: Reader) -> Response:
+    async def read_dead_letter(task_id: TaskId, principal: Reader, settled: Settled) -> Response:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             document = await _dead_letter(conn, principal.tenant, task_id)
         return Response(orjson.dumps(document), media_type="application/json")

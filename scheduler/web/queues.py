@@ -21,7 +21,7 @@ from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
 from scheduler.rows.depths import read_depths
-from scheduler.web import PrincipalOf, QueueName, tasks_settled
+from scheduler.web import PrincipalOf, QueueName, Settle, tasks_settled
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
 
@@ -51,15 +51,17 @@ def create_router(
 ) -> APIRouter:
     """``more_metrics``: the service's own metrics (``app.web.metrics``) as the key's tenant
     may see them, appended."""
-    router = APIRouter(tags=["scheduler"], route_class=JSONRoute, dependencies=tasks_settled(read))
+    router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Reader = Annotated[Principal, Depends(read)]
+    Settled = Annotated[Settle, Depends(tasks_settled(read))]
 
     @router.get(
         "/tasks/{task_id:task_id}",
         summary="A task's state and every decision about it",
         responses=answers(NotFound),
     )
-    async def read_task(task_id: TaskId, principal: Reader) -> dict[str, Any]:
+    async def read_task(task_id: TaskId, principal: Reader, settled: Settled) -> dict[str, Any]:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             state = await task_rows.fetch_task(conn, principal.tenant, task_id)
             if state is None:
@@ -68,13 +70,15 @@ def create_router(
         return {**task_json(state), "history": history_json(history)}
 
     @router.get("/queues", summary="Depth by priority, oldest age, in flight, dead letters")
-    async def list_queues(principal: Reader) -> dict[str, Any]:
+    async def list_queues(principal: Reader, settled: Settled) -> dict[str, Any]:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             depths = await read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return {"queues": [depth_json(d) for d in depths]}
 
     @router.get("/queues/{queue}/autoscale", summary="Recommended worker count (PID advice)")
-    async def autoscale(queue: QueueName, principal: Reader) -> dict[str, Any]:
+    async def autoscale(queue: QueueName, principal: Reader, settled: Settled) -> dict[str, Any]:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             advice = await AutoscaleAdvisor(conn, controller).read(principal.tenant, queue)
         return {
@@ -91,7 +95,8 @@ def create_router(
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
-    async def metrics(principal: Reader) -> Response:
+    async def metrics(principal: Reader, settled: Settled) -> Response:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             depths = await read_depths(conn, principal.tenant, now=datetime.now(UTC))
         return Response(

@@ -16,7 +16,7 @@ from app.web.bodies import json_route
 from app.web.openapi import answers
 from scheduler import routes as r
 from scheduler.route_reads import RouteReader
-from scheduler.web import POSITION_HEADER, PrincipalOf, routes_settled
+from scheduler.web import POSITION_HEADER, PrincipalOf, Settle, routes_settled
 
 # What ``scheduler.routes.parse_new_route`` accepts, as JSON Schema: the body of ``POST
 # /routes`` in the OpenAPI document. The parser's own rules, spelt with its patterns.
@@ -160,6 +160,7 @@ class DeleteRoute(BaseModel):
 def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> APIRouter:
     router = APIRouter(tags=["scheduler"], route_class=json_route(Scope.ADMIN))
     Admin = Annotated[Principal, Depends(admin)]
+    Settled = Annotated[Settle, Depends(routes_settled(admin))]
 
     @router.post(
         "/routes",
@@ -187,9 +188,9 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
     @router.get(
         "/routes",
         summary="Every route of the tenant, as the dispatcher applies them",
-        dependencies=routes_settled(admin),
     )
-    async def list_routes(principal: Admin) -> dict[str, Any]:
+    async def list_routes(principal: Admin, settled: Settled) -> dict[str, Any]:
+        await settled()
         async with tenant_transaction(engine, principal.tenant) as conn:
             return {"routes": await RouteReader(conn).read_routes(principal.tenant)}
 
@@ -197,9 +198,9 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         "/routes/{route_id}",
         summary="One route",
         responses=answers(NotFound),
-        dependencies=routes_settled(admin),
     )
-    async def read_route(route_id: str, principal: Admin) -> dict[str, Any]:
+    async def read_route(route_id: str, principal: Admin, settled: Settled) -> dict[str, Any]:
+        await settled()
         return await _route(route_id, principal.tenant)
 
     @router.delete(
