@@ -66,14 +66,6 @@ class Problem:
     attribute: str
     detail: str
 
-    def as_member(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "attribute": self.attribute,
-            "pointer": f"#/{self.index}/{self.attribute}",
-            "detail": self.detail,
-        }
-
 
 class EventProblems(Exception):
     def __init__(self, problems: list[Problem]) -> None:

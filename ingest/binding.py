@@ -114,8 +114,9 @@ def parse_event(
 ) -> NewEvent:
     """The event of a request in structured or binary mode (``is_batch`` is False)."""
     essence = _essence(content_type)
+    binary = not essence.startswith("application/cloudevents")
     try:
-        if not essence.startswith("application/cloudevents"):
+        if binary:
             return _from_binary(content_type, headers, body, limits)
         if essence != STRUCTURED:
             raise UnsupportedMediaType(
@@ -129,7 +130,7 @@ def parse_event(
             raise InvalidCloudEvent("a structured event must be a JSON object")
         return _from_json(0, document, _NUL_ESCAPE in body, limits)
     except EventProblems as exc:
-        raise _as_error(exc.problems, batch=False) from None
+        raise _as_error(exc.problems, batch=False, binary=binary) from None
 
 
 def _parse_batch(body: bytes, limits: Limits) -> Iterator[list[NewEvent]]:
@@ -197,12 +198,25 @@ def _refuse_past_one_event(body: bytes, limits: Limits) -> None:
         )
 
 
-def _as_error(problems: list[Problem], *, batch: bool) -> AppError:
+def _as_error(problems: list[Problem], *, batch: bool, binary: bool = False) -> AppError:
     kind = problems[0].kind
     first = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     where = f"event {first.index}: " if batch else ""
-    return kind(f"{where}{first.detail}{more}", errors=[p.as_member() for p in problems])
+    members = [_member(p, f"#/{p.index}" if batch else None if binary else "#") for p in problems]
+    return kind(f"{where}{first.detail}{more}", errors=members)
+
+
+def _member(problem: Problem, within: str | None) -> dict[str, Any]:
+    """A problem as a member of the answer's ``errors``. ``within``: the JSON Pointer of
+    its event in the body (``#/3`` in a batch, ``#`` for a structured event), or None for
+    an event that is no JSON document (binary mode: headers and a body): no pointer."""
+    member: dict[str, Any] = {"index": problem.index, "attribute": problem.attribute}
+    if within is not None:
+        step = problem.attribute.replace("~", "~0").replace("/", "~1")  # RFC 6901
+        member["pointer"] = f"{within}/{step}" if problem.attribute else within
+    member["detail"] = problem.detail
+    return member
 
 
 def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Limits) -> NewEvent:
