@@ -375,6 +375,11 @@ def _text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+def is_name(value: str) -> bool:
+    """Whether ``value`` can name a route or a queue (``NAME_PATTERN``)."""
+    return _NAME.match(value) is not None
+
+
 def _name(spec: dict[str, Any], key: str, *, required: bool = False) -> str | None:
     value = spec.get(key)
     if value is None and not required:

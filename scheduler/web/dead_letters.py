@@ -5,6 +5,7 @@ time, ``next`` naming where the next one starts) and ``GET /dead-letters/{id}`` 
 (scope ``admin``)."""
 
 import base64
+import re
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -32,7 +33,7 @@ from scheduler.rows import tasks as task_rows
 from scheduler.rows.dead_letters import DeadLetters, read_dead_letters
 from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, Settle, tasks_settled
 from scheduler.web.documents import history_json, task_json
-from scheduler.web.queues import TaskId
+from scheduler.web.queues import TaskId, TaskIdConvertor
 
 
 class Requeue(BaseModel):
@@ -62,6 +63,7 @@ class Discard(BaseModel):
 
 
 _CURSOR = "^[A-Za-z0-9_-]+={0,2}$"  # base64url, as ``_cursor`` writes it
+_TASK_ID = re.compile(rf"{TaskIdConvertor.regex}\Z")
 
 
 def _cursor(last: t.TaskState) -> str:
@@ -73,8 +75,16 @@ def _cursor(last: t.TaskState) -> str:
 def _position_of(cursor: str) -> tuple[datetime, str]:
     """``_cursor``'s pair back, or a ``BadRequest`` naming ``after``."""
     try:
-        at, task_id = orjson.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        return datetime.fromisoformat(at), str(task_id)
+        pair = orjson.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError("not a pair")
+        at, task_id = pair
+        when = datetime.fromisoformat(at)
+        # As _cursor writes them: a time with its offset (PostgreSQL would read one
+        # without in the session's zone), a task's id.
+        if when.tzinfo is None or not isinstance(task_id, str) or not _TASK_ID.match(task_id):
+            raise ValueError("not a time and a task id")
+        return when, task_id
     except (ValueError, TypeError, UnicodeEncodeError):
         raise BadRequest(
             "after: not a cursor this endpoint gave (pass the `next` of a page)", parameter="after"

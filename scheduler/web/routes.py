@@ -200,6 +200,7 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         responses=answers(NotFound),
     )
     async def read_route(route_id: str, principal: Admin, settled: Settled) -> dict[str, Any]:
+        _refuse_impossible(route_id)  # at once: no wait for a route that cannot be
         await settled()
         return await _route(route_id, principal.tenant)
 
@@ -216,7 +217,12 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         response.headers[POSITION_HEADER] = str(appended.position)
         return {"id": route_id, "deleted": True, "position": appended.position}
 
+    def _refuse_impossible(route_id: str) -> None:
+        if not r.is_name(route_id):  # POST /routes refuses such an id: none has it
+            raise NotFound(f"no route {route_id!r}", route=route_id)
+
     async def _route(route_id: str, tenant: str) -> dict[str, Any]:
+        _refuse_impossible(route_id)
         async with tenant_transaction(engine, tenant) as conn:
             found = await RouteReader(conn).read_route(tenant, route_id)
         if found is None:
