@@ -40,7 +40,7 @@ ON_MODEL_MISMATCH = ("propose", "rollback")
 # of that name could never be leased from, nor a route of that id read or deleted.
 # (Written without a look-ahead, which pydantic's regex engine lacks.)
 NAME_PATTERN = r"^(?:[A-Za-z0-9_\-][A-Za-z0-9_.\-]?|\.[A-Za-z0-9_\-]|[A-Za-z0-9_.\-]{3,128})$"
-_NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")
+NAME = re.compile(NAME_PATTERN.removesuffix("$") + r"\Z")  # a route's id, a queue's name
 ATTRIBUTE = r"(?:(?:ext|data)\.)?[A-Za-z0-9_\-]{1,128}"
 _ATTRIBUTE = ATTRIBUTE
 # The value starts past the blanks (line ends too) after the operator and runs to the end
@@ -375,16 +375,11 @@ def _text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def is_name(value: str) -> bool:
-    """Whether ``value`` can name a route or a queue (``NAME_PATTERN``)."""
-    return _NAME.match(value) is not None
-
-
 def _name(spec: dict[str, Any], key: str, *, required: bool = False) -> str | None:
     value = spec.get(key)
     if value is None and not required:
         return None
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not NAME.match(value):
         raise BadRequest(f"{key} must be 1-128 of letters, digits, '_', '.', '-'")
     return value
 

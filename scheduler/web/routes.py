@@ -218,7 +218,7 @@ def create_router(engine: Engine, appender: Appender, admin: PrincipalOf) -> API
         return {"id": route_id, "deleted": True, "position": appended.position}
 
     def _refuse_impossible(route_id: str) -> None:
-        if not r.is_name(route_id):  # POST /routes refuses such an id: none has it
+        if not r.NAME.match(route_id):  # POST /routes refuses such an id: none has it
             raise NotFound(f"no route {route_id!r}", route=route_id)
 
     async def _route(route_id: str, tenant: str) -> dict[str, Any]:
