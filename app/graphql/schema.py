@@ -331,8 +331,9 @@ class Query:
             if tracing.on
             else auditing
         )
-        trained = sum(len(t.events) for t in answer.training_runs)
-        info.context.budget.spend(len(answer.trace.nodes) + trained + len(answer.datasets))
+        # Every event the walks read: the training runs' events and the dataset versions
+        # are among the training walk's.
+        info.context.budget.spend(len(answer.trace.nodes) + len(answer.training_events))
         metrics.WALK_TRUNCATIONS.labels("audit").inc(answer.truncated)
         return DecisionAudit.from_audit(answer)
 

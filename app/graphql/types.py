@@ -351,7 +351,7 @@ class DecisionAudit:
         description=(
             "Every event in this answer matches its hash, and the chain after it names that"
             " hash: the next event in the log links to it, or the log head holds it. This"
-            " covers the walks into the training runs (trainingRuns, datasets) too."
+            " covers the walk from the training runs (trainingEvents) too."
         )
     )
     truncated: bool
@@ -360,6 +360,12 @@ class DecisionAudit:
     )
     datasets: list[DatasetVersion] = strawberry.field(
         description="The dataset versions upstream of those runs: the training data."
+    )
+    training_events: list[Event] = strawberry.field(
+        description=(
+            "Every event the walk upstream from those runs reached, by position: the runs'"
+            " own, the dataset versions, and the runs upstream that wrote them."
+        )
     )
 
     @strawberry.field
@@ -395,6 +401,7 @@ class DecisionAudit:
                 for t in answer.training_runs
             ],
             datasets=[DatasetVersion.build(e, event) for e in answer.datasets],
+            training_events=[event(e) for e in answer.training_events],
         )
 
 

@@ -2,7 +2,8 @@
 and bounded walks through the DAG. Everything is scoped to one tenant.
 
 The walk runs in PostgreSQL as one function call (``causeway_walk``, defined in
-``sql/causeway_walk.sql`` and ``sql/causeway_walk_one.sql``): a breadth-first
+``sql/causeway_walk.sql``, ``sql/causeway_walk_one.sql`` and ``sql/causeway_walk_from.sql``,
+which ``walk_from`` calls itself for a walk from several events): a breadth-first
 loop with one indexed query per level, inside the server, so a lineage 30 levels deep
 costs one round trip instead of thirty. ``walk`` runs on a psycopg connection of its own
 (``app.db.engine.DriverPool``); ``GraphReader``'s batches and pages on SQLAlchemy's.
@@ -76,7 +77,7 @@ class Walk:
 # holds, and JSON that does not read back (a number past a double) as no value: forged,
 # either way the event no longer matches its hash, and the answer says so
 # (``chainVerified``) rather than failing whole.
-_WALK = """
+_COLUMNS = """
     SELECT events.position, events.tenant, events.id, events.source, events.type,
            events.subject, events.time_rfc3339,
            least(greatest(events.recorded_at, '0001-01-01T00:00:00Z'),
@@ -89,15 +90,42 @@ _WALK = """
            events.model_name, events.model_version, events.model_signature,
            events.prev_hash, events.hash,
            walked.depth, walked.truncated, coalesce(after.prev_hash, head.hash)
+"""
+_NODES = """
+    JOIN events ON events.position = walked.node
+    LEFT JOIN event_chain_links AS after ON after.position = events.position + 1
+    LEFT JOIN log_head AS head ON head.position = events.position"""
+# Put together from the constants above alone: every value goes as a parameter.
+_WALK = (
+    _COLUMNS
+    + """
     FROM events AS root
     JOIN LATERAL causeway_walk(root.position, %(direction)s, %(max_depth)s, %(max_nodes)s)
          AS walked (node, depth, truncated) ON true
-    JOIN events ON events.position = walked.node
-    LEFT JOIN event_chain_links AS after ON after.position = events.position + 1
-    LEFT JOIN log_head AS head ON head.position = events.position
+"""
+    + _NODES
+    + """
     WHERE root.tenant = %(tenant)s AND root.id = %(id)s
     ORDER BY walked.depth, events.position
 """
+)
+# ``_WALK`` from several roots at once (``causeway_walk_from``, one way): those of the ids
+# the tenant has. None of them: no row.
+_WALK_FROM = (
+    _COLUMNS  # noqa: S608 - the constants above alone; every value a parameter
+    + """
+    FROM (
+        SELECT array_agg(position ORDER BY position) AS positions FROM events
+        WHERE tenant = %(tenant)s AND id = ANY (%(ids)s)
+    ) AS roots
+    JOIN LATERAL causeway_walk_from(roots.positions, %(direction)s, %(max_depth)s, %(max_nodes)s)
+         AS walked (node, depth, truncated) ON true
+"""
+    + _NODES
+    + """
+    ORDER BY walked.depth, events.position
+"""
+)
 
 
 def _row_without_content() -> tuple[Any, ...]:
@@ -303,21 +331,39 @@ async def walk(
     On the driver itself (``app.db.engine.DriverPool``): one statement, built once, whose
     rows (full events, up to max_nodes of them) are the answer's bulk; SQLAlchemy's row
     processing would cost more than PostgreSQL's walk."""
+    bounds = {"direction": direction.value, "max_depth": max_depth, "max_nodes": max_nodes}
+    return await _walk(conn, _WALK, {"tenant": tenant, "id": event_id, **bounds})
+
+
+async def walk_from(
+    conn: PsycopgConnection[Any],
+    tenant: str,
+    event_ids: Sequence[str],
+    direction: Direction,
+    *,
+    max_depth: int,
+    max_nodes: int,
+) -> Walk | None:
+    """``walk`` from every event of ``event_ids`` at once (``causeway_walk_from``, in
+    ``sql/causeway_walk_from.sql``): they are the nodes at depth 0, and each node is
+    reached once, at its distance from the nearest of them, however many of them lead to
+    it. One way only (not BOTH). None when the tenant has none of them."""
+    if direction is Direction.BOTH:
+        raise ValueError("a walk from several events goes one way")
+    bounds = {"direction": direction.value, "max_depth": max_depth, "max_nodes": max_nodes}
+    ids = list(dict.fromkeys(event_ids))
+    return await _walk(conn, _WALK_FROM, {"tenant": tenant, "ids": ids, **bounds})
+
+
+async def _walk(
+    conn: PsycopgConnection[Any], statement: str, params: dict[str, Any]
+) -> Walk | None:
     # Binary results: the server skips its text output functions (bytea as hex,
     # timestamps, integers) for every node; the JSON columns come as text (see _WALK).
     async with conn.cursor(row_factory=_walked_rows, binary=True) as cursor:
-        await cursor.execute(
-            _WALK,
-            {
-                "tenant": tenant,
-                "id": event_id,
-                "direction": direction.value,
-                "max_depth": max_depth,
-                "max_nodes": max_nodes,
-            },
-        )
+        await cursor.execute(statement, params)
         rows = await cursor.fetchall()
     if not rows:
         return None
-    nodes = [node for node, _ in rows if node.event.record.tenant == tenant]
+    nodes = [node for node, _ in rows if node.event.record.tenant == params["tenant"]]
     return Walk(nodes, rows[0][1])

@@ -22,7 +22,7 @@ from psycopg import AsyncConnection as PsycopgConnection
 
 from app.errors import NotFound
 from app.store.chain import GENESIS_HASH
-from app.store.graph import Direction, WalkedNode, walk
+from app.store.graph import Direction, WalkedNode, walk, walk_from
 from app.store.openlineage import DATASET_VERSION, run_stream
 from app.store.records import StoredEvent
 from app.store.training_reads import TrainingLink, fetch_training_links
@@ -74,6 +74,9 @@ class Audit:
     truncated: bool
     training_runs: list[TrainingRun]
     datasets: list[StoredEvent]  # dataset versions upstream of the training runs
+    # Every event the walk from the training runs reached, by position: their own, the
+    # dataset versions, the runs upstream that wrote them. chain_verified covers these.
+    training_events: list[StoredEvent]
 
 
 async def trace(
@@ -120,65 +123,57 @@ async def audit(
             use = models[key] = replace(use, signature_digest=record.model_signature)
         use.events.append(node.event)
     links = await fetch_training_links(conn, tenant, models)
-    traces = [
-        await trace(
-            conn, tenant, link.last_event_id, Direction.UPSTREAM,
-            max_depth=max_depth, max_nodes=max_nodes,
+    # One walk from every training run's last event: runs that read the same data (a
+    # feature set built from thousands of tables) reach it once, not once per run.
+    roots = [link.last_event_id for link in links if link.last_event_id is not None]
+    training = None
+    if roots:
+        training = await walk_from(
+            conn, tenant, roots, Direction.UPSTREAM, max_depth=max_depth, max_nodes=max_nodes
         )
-        for link in links
-        if link.last_event_id is not None
-    ]  # fmt: skip
+    upstream = [] if training is None else training.nodes
+    reached = sorted((n.event for n in upstream), key=lambda e: e.position)
+    by_stream: dict[str, list[StoredEvent]] = {}
+    for event in reached:
+        by_stream.setdefault(event.record.stream, []).append(event)
     return Audit(
         decision=answer.root,
         sources=[e for e in ancestors if not e.record.causes],
         derived=[e for e in ancestors if e.record.causes],
         models=sorted(models.values(), key=lambda m: (m.name, m.version or "")),
         trace=answer,
-        chain_verified=all(_is_verified(t) for t in [answer, *traces]),
-        truncated=answer.truncated or any(t.truncated for t in traces),
-        training_runs=[_training_run(link, traces) for link in links],
-        datasets=_datasets(traces),
+        chain_verified=_is_verified(answer.nodes, answer.truncated, {answer.root.record.id})
+        and (training is None or _is_verified(training.nodes, training.truncated, set(roots))),
+        truncated=answer.truncated or (training is not None and training.truncated),
+        training_runs=[
+            TrainingRun(link, by_stream.get(run_stream(link.run_id), [])) for link in links
+        ],
+        datasets=[e for e in reached if e.record.type == DATASET_VERSION],
+        training_events=reached,
     )
 
 
-def _is_verified(answer: Trace) -> bool:
-    return all(_is_sealed(n) for n in answer.nodes) and _walk_follows_causes(answer)
+def _is_verified(nodes: Sequence[WalkedNode], truncated: bool, roots: set[str]) -> bool:
+    return all(_is_sealed(n) for n in nodes) and _walk_follows_causes(nodes, truncated, roots)
 
 
-def _training_run(link: TrainingLink, traces: list[Trace]) -> TrainingRun:
-    stream = run_stream(link.run_id)
-    found = {n.event.record.id: n.event for t in traces for n in t.nodes}
-    events = [e for e in found.values() if e.record.stream == stream]
-    return TrainingRun(link, sorted(events, key=lambda e: e.position))
-
-
-def _datasets(traces: list[Trace]) -> list[StoredEvent]:
-    found = {
-        n.event.record.id: n.event
-        for t in traces
-        for n in t.nodes
-        if n.event.record.type == DATASET_VERSION
-    }
-    return sorted(found.values(), key=lambda e: e.position)
-
-
-def _walk_follows_causes(answer: Trace) -> bool:
+def _walk_follows_causes(nodes: Sequence[WalkedNode], truncated: bool, roots: set[str]) -> bool:
     """Whether the upstream walk reached what the events' hashed causes name, and only
     that. The walk follows ``event_causes``, which the chain does not cover: a forged
     edge brings in an event no event in the answer names, and a deleted one leaves out a
     cause one names. Nodes at the walk's last two levels may have causes the cut left
     out (by depth or by the node cap), so only the levels before are held to all of
-    theirs, unless nothing was cut."""
-    records = [n.event.record for n in answer.nodes]
+    theirs, unless nothing was cut. ``roots``: the ids the walk started from, which a
+    node may name too (one training run's data written by another)."""
+    records = [n.event.record for n in nodes]
     walked = {r.id for r in records}
     named: set[str] = set().union(*[r.causes for r in records])
-    ancestors = walked - {answer.root.record.id}
-    if not answer.truncated:
-        return named == ancestors
-    if not ancestors <= named:
+    if not truncated:
+        return named == walked - (roots - named)
+    if not walked - roots <= named:
         return False
-    last = answer.nodes[-1].depth  # nodes come by depth
-    return all(walked.issuperset(n.event.record.causes) for n in answer.nodes if n.depth + 1 < last)
+    last = nodes[-1].depth  # nodes come by depth
+    return all(walked.issuperset(n.event.record.causes) for n in nodes if n.depth + 1 < last)
 
 
 def _is_sealed(node: WalkedNode) -> bool:

@@ -89,7 +89,7 @@ def test_the_tables_match_the_migrations(database_url: URL) -> None:
 
 
 def test_a_migrated_database_is_at_head(database_url: URL) -> None:
-    assert current_revision(database_url) == head_revision() == "0020"
+    assert current_revision(database_url) == head_revision() == "0021"
 
 
 def test_each_function_file_is_the_one_its_newest_migration_installs() -> None:
@@ -104,7 +104,7 @@ def test_each_function_file_is_the_one_its_newest_migration_installs() -> None:
 
 
 def test_the_functions_at_head_are_the_files(database_url: URL) -> None:
-    assert len(SQL_FILES) == 5
+    assert len(SQL_FILES) == 6
     assert installed_functions(database_url) == file_functions(database_url)
 
 

@@ -13,6 +13,7 @@ const AUDIT = `query ($id: ID!) {
     models { name version signatureDigest events { id } }
     trainingRuns { modelName modelVersion run { ${RUN} } }
     datasets { ${DATASET} }
+    trainingEvents { ${EVENT} }
     chainVerified
     truncated
   }
@@ -54,6 +55,7 @@ export async function render(_options, id) {
     h("p", { class: "muted" }, "The dataset versions upstream of those runs: what the runs read, ",
       "and what the runs that wrote it read in turn."),
     datasets(audit.datasets),
+    upstream(audit),
   ].flat();
 }
 
@@ -68,12 +70,12 @@ function badge(verified) {
         + "answer; run `causeway verify` and see docs/hash-chain.md."));
 }
 
-function events(list) {
+function events(list, attrs = {}) {
   if (!list.length) return h("p", {}, "None.");
   return table(["id", "type", "source", "event time", "model"], list.map((e) => [
     eventLink(e.id), e.type, e.source, e.time || "",
     e.model ? link(urls.model(e.model.name), `${e.model.name} ${e.model.version ?? ""}`) : "",
-  ]));
+  ]), attrs);
 }
 
 function model(m, registered) {
@@ -111,4 +113,21 @@ function datasets(list) {
     d.writtenByRunId ? h("span", { class: "mono" }, d.writtenByRunId) : "",
     eventLink(d.event.id),
   ]), { class: "training-data" });
+}
+
+// The rest of what the walk from the training runs reached (the runs that wrote the
+// training data, their parents): chainVerified covers these too, so the page lists them.
+function upstream(audit) {
+  const shown = new Set([
+    ...audit.trainingRuns.flatMap((t) => t.run.events.map((e) => e.id)),
+    ...audit.datasets.map((d) => d.event.id),
+  ]);
+  const rest = audit.trainingEvents.filter((e) => !shown.has(e.id));
+  if (!rest.length) return [];
+  return [
+    h("h2", {}, `Further upstream of the training runs (${rest.length})`),
+    h("p", { class: "muted" }, "The other events the walk from the training runs reached: the runs that wrote ",
+      "the training data, and what they came from."),
+    events(rest, { class: "training-upstream" }),
+  ];
 }

@@ -286,6 +286,13 @@ def test_the_audit_shows_the_training_runs_and_data_behind_its_models(
         }
         assert set(rows) == {"s3://au-lake / features", "s3://au-lake / raw (external)"}, rows
         assert rows["s3://au-lake / features"][1:5] == ["none given", "1200", "4096", prep]
+        # The prep run that wrote them: the audit's chain check covers its events too.
+        further = page.locator("#page table.training-upstream tbody tr")
+        assert further.count() == 2, page.inner_text("#page")
+        assert further.locator("td:nth-child(2)").all_inner_texts() == [
+            "io.openlineage.run.start",
+            "io.openlineage.run.complete",
+        ]
     finally:
         context.close()
 
