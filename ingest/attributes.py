@@ -173,7 +173,7 @@ def _checked(
     _check_string_extensions(problems, index, attrs)
     _check_model_named_whole(problems, index, attrs)
     _check_reserved(problems, index, attrs)
-    _check_sizes(problems, index, attrs, payload, limits)
+    _check_sizes(problems, index, attrs, payload, limits, binary=binary)
     if problems:
         raise EventProblems(problems)
 
@@ -420,10 +420,13 @@ def _check_sizes(
     attrs: dict[str, Any],
     payload: Payload,
     limits: Limits,
+    *,
+    binary: bool,
 ) -> None:
     """The attributes (as compact JSON) and the data, each within its limit. (An
     attribute that is no string, integer or boolean is a problem already: one nested past
-    what orjson writes is not measured.)"""
+    what orjson writes is not measured.) The attributes' problem is the whole event's
+    (attribute ""); the data's names the member that carried it."""
     try:
         attribute_bytes = len(orjson.dumps(attrs))
     except TypeError:
@@ -432,7 +435,7 @@ def _check_sizes(
         _report(
             problems,
             index,
-            "attributes",
+            "",
             f"attributes take {attribute_bytes} bytes, over the {limits.max_attributes_bytes}-byte "
             f"limit by {attribute_bytes - limits.max_attributes_bytes}",
             kind=EventTooLarge,
@@ -441,7 +444,7 @@ def _check_sizes(
         _report(
             problems,
             index,
-            "data",
+            "data_base64" if payload.binary is not None and not binary else "data",
             f"data takes {payload.size_bytes} bytes, over the {limits.max_event_data_bytes}-byte "
             f"limit by {payload.size_bytes - limits.max_event_data_bytes}",
             kind=EventTooLarge,

@@ -3,6 +3,9 @@ import { gql } from "./api.js";
 import { eventLink, facts, h, link, pretty, problem, table, urls } from "./dom.js";
 
 const EVENT = "id type source time model { name version signatureDigest registered { signature signatureDigest } }";
+// Events of OpenLineage runs name no model: what the page shows of them, and no more (a
+// wide training set is thousands of them, and each field asked costs the answer budget).
+const PLAIN = "id type source time";
 const RUN = "runId job { namespace name } state parentRunId events { id type time stream }";
 const DATASET = "namespace name version external rowCount sizeBytes writtenByRunId event { id stream }";
 const AUDIT = `query ($id: ID!) {
@@ -13,7 +16,7 @@ const AUDIT = `query ($id: ID!) {
     models { name version signatureDigest events { id } }
     trainingRuns { modelName modelVersion run { ${RUN} } }
     datasets { ${DATASET} }
-    trainingEvents { ${EVENT} }
+    trainingEvents { ${PLAIN} }
     chainVerified
     truncated
   }

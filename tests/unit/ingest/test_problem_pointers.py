@@ -5,6 +5,7 @@ pointed into a JSON document in binary mode, where the attributes are headers.""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import orjson
@@ -47,3 +48,22 @@ def test_a_binary_event_names_the_attribute_and_points_into_no_document() -> Non
 def test_a_member_name_with_a_slash_or_a_tilde_is_escaped() -> None:
     [member] = members(STRUCTURED, orjson.dumps({**BASE, "a/b~": 1}), [])
     assert member["pointer"] == "#/a~1b~0"
+
+
+def test_attributes_over_their_limit_are_the_events_problem() -> None:
+    """Not a member called "attributes" (which an extension may be: it was blamed)."""
+    sent = {**BASE, "attributes": "small", "note": "x" * (LIMITS.max_attributes_bytes + 1)}
+    [member] = members(BATCH, orjson.dumps([BASE, sent]), [])
+    assert member["pointer"] == "#/1"
+    assert member["attribute"] == ""
+    [member] = members(STRUCTURED, orjson.dumps(sent), [])
+    assert member["pointer"] == "#"
+
+
+def test_data_over_its_limit_is_pointed_at_where_it_was_sent() -> None:
+    big = b"y" * (LIMITS.max_event_data_bytes + 1)
+    sent = {**BASE, "data_base64": base64.b64encode(big).decode()}
+    [member] = members(BATCH, orjson.dumps([sent]), [])
+    assert member["pointer"] == "#/0/data_base64"
+    [member] = members(BATCH, orjson.dumps([{**BASE, "data": big.decode()}]), [])
+    assert member["pointer"] == "#/0/data"
