@@ -42,6 +42,7 @@ from app.graphql.types import (
     Lineage,
     LineageDirection,
     Model,
+    asks_for,
     asks_for_content,
     decode_cursor,
     made_once,
@@ -55,9 +56,11 @@ from app.store.lineage import Trace, audit, trace
 from app.store.model_registry_reads import RegistryReader
 from app.store.openlineage import read_dataset, read_run_events
 from app.store.records import EventFilter as StoreFilter
-from app.store.records import refuse_empty_filters
+from app.store.records import StoredEvent, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
 from app.telemetry import metrics, tracing
+
+_DATASET_RUNS = frozenset({"runs"})  # Dataset.runs: the fields that need the runs' events
 
 Info = strawberry.Info[Context, None]
 T = TypeVar("T")
@@ -218,11 +221,15 @@ class Query:
     )
     async def dataset(self, info: Info, namespace: str, name: str) -> Dataset | None:
         tenant = info.context.tenant
+        # The runs' events only when asked for: a dataset read by thousands of runs is
+        # thousands of events, which its name or versions alone do not need.
+        runs: dict[str, list[StoredEvent]] = {}
         async with info.context.reading() as conn:
             record = await read_dataset(conn, tenant, namespace, name)
             if record is None:
                 return None
-            runs = await read_run_events(conn, tenant, run_ids(record))
+            if asks_for(info.selected_fields, _DATASET_RUNS):
+                runs = await read_run_events(conn, tenant, run_ids(record))
         info.context.budget.spend(
             len(record.versions) + len(record.static_events) + sum(map(len, runs.values()))
         )

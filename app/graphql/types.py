@@ -237,10 +237,16 @@ CONTENT_FIELDS = frozenset({"data", "dataBase64", "extensions"})
 
 
 def asks_for_content(selections: Iterable[Any]) -> bool:
+    return asks_for(selections, CONTENT_FIELDS)
+
+
+def asks_for(selections: Iterable[Any], names: frozenset[str]) -> bool:
+    """Whether a field of ``names`` is selected anywhere in ``selections`` (Strawberry's
+    ``info.selected_fields``, fragments included)."""
     for selected in selections:
-        if getattr(selected, "name", None) in CONTENT_FIELDS:
+        if getattr(selected, "name", None) in names:
             return True
-        if asks_for_content(getattr(selected, "selections", ())):
+        if asks_for(getattr(selected, "selections", ()), names):
             return True
     return False
 

@@ -102,9 +102,15 @@ async def fetch_all_stored(
 
 
 async def fetch_heads(
-    conn: AsyncConnection, tenant: str, streams: Sequence[str], *, type: str | None = None
+    conn: AsyncConnection,
+    tenant: str,
+    streams: Sequence[str],
+    *,
+    type: str | None = None,
+    not_written_by: str | None = None,
 ) -> dict[str, Head]:
-    """The last event of each of ``streams`` that has one (of ``type`` only, when given)."""
+    """The last event of each of ``streams`` that has one (of ``type`` only, when given;
+    with ``not_written_by``, a dataset version that run did not write)."""
     if not streams:
         return {}
     statement = (
@@ -115,6 +121,9 @@ async def fetch_heads(
     )
     if type is not None:
         statement = statement.where(_e.type == type)
+    if not_written_by is not None:
+        writer = _e.data[("run", "runId")].astext
+        statement = statement.where(writer.is_distinct_from(not_written_by))
     rows = await conn.execute(statement)
     return {row.stream: Head(row.id, row.stream_version) for row in rows}
 
@@ -184,6 +193,8 @@ async def read_dataset(
             ),
             effect.c.tenant == tenant,
             effect.c.type.startswith(RUN_TYPE_PREFIX),
+            # A run's own stream: POST /events takes these types on any other stream.
+            effect.c.stream.startswith(run_stream(""), autoescape=True),
         )
         .order_by(effect.c.position)
     )
@@ -191,6 +202,10 @@ async def read_dataset(
     readers: dict[str, list[str]] = {}
     prefix = run_stream("")
     for cause, stream in read_by:
+        if cause not in by_position:
+            # A version committed after the versions were read (GraphQL reads each
+            # statement in its own snapshot), with a run reading it: the next read has both.
+            continue
         runs = readers.setdefault(by_position[cause], [])
         if stream.removeprefix(prefix) not in runs:
             runs.append(stream.removeprefix(prefix))

@@ -124,7 +124,13 @@ class LineageIngest:
                     known = Known(
                         await fetch_heads(conn, tenant, parsed.streams_to_look_up()),
                         await fetch_heads(
-                            conn, tenant, parsed.datasets_to_look_up(), type=DATASET_VERSION
+                            conn,
+                            tenant,
+                            parsed.datasets_to_look_up(),
+                            type=DATASET_VERSION,
+                            # Late (after its COMPLETE): what the run read is no version
+                            # it wrote itself, which may be the newest by now.
+                            not_written_by=parsed.run_id if parsed.late else None,
                         ),
                         await fetch_named_versions(conn, tenant, parsed.versions_to_look_up()),
                     )
