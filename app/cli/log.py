@@ -19,7 +19,7 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from sqlalchemy import URL
 
-from app.api.replay import replay_filter
+from app.api.replay import replay_filter, split_types
 from app.cli.runtime import (
     database,
     err_console,
@@ -269,6 +269,10 @@ def replay(
     form = one["format"] or "ndjson"
     if form not in ("ndjson", "parquet"):
         fail(f"--format must be ndjson or parquet, not {form!r}")
+    if types and not all(split_types(value) for value in types):
+        # As GET /replay refuses types= given empty: a value that went missing (an unset
+        # variable) would otherwise export part of what was asked for.
+        fail("--types is given empty: each --types names at least one type")
     try:
         selection = replay_filter(
             one["after"] or 0,

@@ -37,6 +37,17 @@ def test_replay_of_a_tenant_name_no_key_can_have_is_refused(run: CliRunner) -> N
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("empty", ["", " ", ","])
+def test_replay_refuses_a_types_option_given_empty(run: CliRunner, empty: str) -> None:
+    """GET /replay refuses `types=a.v1&types=` (422); `causeway replay --types a.v1
+    --types ""` exported the events of a.v1 alone and exited 0: a script whose second
+    variable was unset exported part of what it asked for."""
+    result = run.invoke(cli, ["replay", "--out", "-", "--types", "a.v1", "--types", empty])
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert result.stderr == "error: --types is given empty: each --types names at least one type\n"
+    assert result.stdout == ""
+
+
 _TWO_VALUES = {
     "--correlationid": ["run-1", "run-2"],
     "--stream": ["s-1", "s-2"],
