@@ -269,9 +269,7 @@ def replay(
     form = one["format"] or "ndjson"
     if form not in ("ndjson", "parquet"):
         fail(f"--format must be ndjson or parquet, not {form!r}")
-    if types and not all(split_types(value) for value in types):
-        # As GET /replay refuses types= given empty: a value that went missing (an unset
-        # variable) would otherwise export part of what was asked for.
+    if types and not all(split_types(value) for value in types):  # as GET /replay: 422
         fail("--types is given empty: each --types names at least one type")
     try:
         selection = replay_filter(
