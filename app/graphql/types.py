@@ -4,10 +4,10 @@ import base64
 import enum
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
 
 import strawberry
 from strawberry.scalars import JSON
+from strawberry.types.nodes import SelectedField, Selection
 
 from app.errors import BadRequest
 from app.graphql.context import CURRENT_BUDGET, Context
@@ -236,17 +236,23 @@ class Event:
 CONTENT_FIELDS = frozenset({"data", "dataBase64", "extensions"})
 
 
-def asks_for_content(selections: Iterable[Any]) -> bool:
+def asks_for_content(selections: Iterable[Selection]) -> bool:
     return asks_for(selections, CONTENT_FIELDS)
 
 
-def asks_for(selections: Iterable[Any], names: frozenset[str]) -> bool:
+def asks_for(selections: Iterable[Selection], names: frozenset[str]) -> bool:
     """Whether a field of ``names`` is selected anywhere in ``selections`` (Strawberry's
-    ``info.selected_fields``, fragments included)."""
+    ``info.selected_fields``, fragments included; a fragment's own name is none, and a
+    selection ``@skip``ped or not ``@include``d is not asked for)."""
     for selected in selections:
-        if getattr(selected, "name", None) in names:
+        directives = selected.directives
+        if (directives.get("skip") or {}).get("if") is True:
+            continue
+        if (directives.get("include") or {}).get("if") is False:
+            continue
+        if isinstance(selected, SelectedField) and selected.name in names:
             return True
-        if asks_for(getattr(selected, "selections", ()), names):
+        if asks_for(selected.selections, names):
             return True
     return False
 

@@ -107,10 +107,10 @@ async def fetch_heads(
     streams: Sequence[str],
     *,
     type: str | None = None,
-    not_written_by: str | None = None,
+    before_position: int | None = None,
 ) -> dict[str, Head]:
     """The last event of each of ``streams`` that has one (of ``type`` only, when given;
-    with ``not_written_by``, a dataset version that run did not write)."""
+    with ``before_position``, the last before that position)."""
     if not streams:
         return {}
     statement = (
@@ -121,9 +121,8 @@ async def fetch_heads(
     )
     if type is not None:
         statement = statement.where(_e.type == type)
-    if not_written_by is not None:
-        writer = _e.data[("run", "runId")].astext
-        statement = statement.where(writer.is_distinct_from(not_written_by))
+    if before_position is not None:
+        statement = statement.where(_e.position < before_position)
     rows = await conn.execute(statement)
     return {row.stream: Head(row.id, row.stream_version) for row in rows}
 

@@ -124,6 +124,9 @@ class Known:
     versions: Mapping[str, Head]
     # The version events an input names by its version facet, by (stream, datasetVersion).
     named: Mapping[tuple[str, str], Head] = field(default_factory=dict)
+    # Of a late event's inputs, the datasets whose versions all came after its run began:
+    # it read none of them (router._known), and makes no external version of its own.
+    versioned_later: frozenset[str] = frozenset()
 
 
 def event_id(event: dict[str, Any]) -> str:
@@ -241,6 +244,8 @@ def plan(parsed: Parsed, known: Known) -> list[NewEvent]:
             seen = known.versions.get(ref.stream)
             if ref.version is not None:  # the version the run says it read, if stored
                 seen = known.named.get((ref.stream, ref.version), seen)
+            if seen is None and ref.stream in known.versioned_later:
+                continue
             if seen is None:
                 # Expecting the dataset's stream as it was read: of runs that race to name
                 # a new input first, one writes its version; the others conflict, plan

@@ -114,26 +114,15 @@ class LineageIngest:
                 # commits meanwhile makes the append conflict rather than be followed
                 # unmerged.
                 async with tenant_transaction(self._engine, tenant, one_snapshot=True) as conn:
+                    first_position = None
                     if parsed.kind is Kind.RUN:
-                        earlier = await _earlier(conn, tenant, parsed)
+                        earlier, first_position = await _earlier(conn, tenant, parsed)
                         parsed = after_complete(with_earlier(parsed, earlier), earlier)
                     # A re-send: answered with what the first answer listed.
                     stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
                     if any(a.id == parsed.id for a in stored):
                         return stored
-                    known = Known(
-                        await fetch_heads(conn, tenant, parsed.streams_to_look_up()),
-                        await fetch_heads(
-                            conn,
-                            tenant,
-                            parsed.datasets_to_look_up(),
-                            type=DATASET_VERSION,
-                            # Late (after its COMPLETE): what the run read is no version
-                            # it wrote itself, which may be the newest by now.
-                            not_written_by=parsed.run_id if parsed.late else None,
-                        ),
-                        await fetch_named_versions(conn, tenant, parsed.versions_to_look_up()),
-                    )
+                    known = await _known(conn, tenant, parsed, first_position)
                 try:
                     return await self._appender.append(tenant, plan(parsed, known))
                 except (VersionConflict, IdConflict):
@@ -155,9 +144,12 @@ class LineageIngest:
         return body
 
 
-async def _earlier(conn: Connection, tenant: str, parsed: Parsed) -> list[dict[str, Any]]:
+async def _earlier(
+    conn: Connection, tenant: str, parsed: Parsed
+) -> tuple[list[dict[str, Any]], int | None]:
     """The run's stored events before ``parsed`` (all of them, unless it is stored: a
-    re-send then merges what its first sending did), as sent."""
+    re-send then merges what its first sending did), as sent; and the position of the
+    first of them (None: none)."""
     run_id = parsed.run_id or ""  # a run event's: it has one
     stored = (await read_run_events(conn, tenant, [run_id])).get(run_id, [])
     sent = []
@@ -167,7 +159,32 @@ async def _earlier(conn: Connection, tenant: str, parsed: Parsed) -> list[dict[s
         body = run_of(event.record.data_binary)
         if body is not None:
             sent.append(body)
-    return sent
+    return sent, (stored[0].position if sent else None)
+
+
+async def _known(
+    conn: Connection, tenant: str, parsed: Parsed, first_position: int | None
+) -> Known:
+    """What the plan of ``parsed`` needs of the log. A late event (after its run's
+    COMPLETE) reads the versions of its inputs as they were when the run's first stored
+    event came (not one the run wrote itself since, nor one another run wrote after);
+    an input with versions from after only is linked to none, and gets no external
+    version (which would come after them and be the dataset's newest)."""
+    streams = parsed.datasets_to_look_up()
+    versions = await fetch_heads(conn, tenant, streams, type=DATASET_VERSION)
+    later: frozenset[str] = frozenset()
+    if parsed.late and first_position is not None:
+        before = await fetch_heads(
+            conn, tenant, streams, type=DATASET_VERSION, before_position=first_position
+        )
+        later = frozenset(versions.keys() - before.keys())
+        versions = before
+    return Known(
+        await fetch_heads(conn, tenant, parsed.streams_to_look_up()),
+        versions,
+        await fetch_named_versions(conn, tenant, parsed.versions_to_look_up()),
+        versioned_later=later,
+    )
 
 
 def _checked(event: Any) -> Kind:
