@@ -216,13 +216,18 @@ def after_complete(parsed: Parsed, earlier: Sequence[Mapping[str, Any]]) -> Pars
     when no ``COMPLETE`` is among them."""
     if parsed.kind is not Kind.RUN or parsed.state == "complete":
         return parsed
-    if not any(str(e.get("eventType") or "").lower() == "complete" for e in earlier):
+    if not any(is_complete(e) for e in earlier):
         return parsed
     named_in = {(d.namespace, d.name) for e in earlier for d in _datasets(e.get("inputs"), "")}
     named_out = {(d.namespace, d.name) for e in earlier for d in _datasets(e.get("outputs"), "")}
     inputs = tuple(d for d in parsed.inputs if (d.namespace, d.name) not in named_in)
     outputs = tuple(d for d in parsed.outputs if (d.namespace, d.name) not in named_out)
     return replace(parsed, inputs=inputs, outputs=outputs, late=True)
+
+
+def is_complete(sent: Mapping[str, Any]) -> bool:
+    """Whether the stored run event ``sent`` (as sent) is a ``COMPLETE``."""
+    return str(sent.get("eventType") or "").lower() == "complete"
 
 
 def _first_of_each(refs: list[DatasetRef]) -> tuple[DatasetRef, ...]:

@@ -58,6 +58,7 @@ from ingest.openlineage.mapping import (
     Known,
     Parsed,
     after_complete,
+    is_complete,
     parse,
     plan,
     planned_ids,
@@ -117,6 +118,8 @@ class LineageIngest:
                     first_position = None
                     if parsed.kind is Kind.RUN:
                         earlier, first_position = await _earlier(conn, tenant, parsed)
+                        if not any(is_complete(e) for e in earlier):
+                            first_position = None  # not after its COMPLETE: reads the newest
                         parsed = after_complete(with_earlier(parsed, earlier), earlier)
                     # A re-send: answered with what the first answer listed.
                     stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
@@ -165,15 +168,16 @@ async def _earlier(
 async def _known(
     conn: Connection, tenant: str, parsed: Parsed, first_position: int | None
 ) -> Known:
-    """What the plan of ``parsed`` needs of the log. A late event (after its run's
-    COMPLETE) reads the versions of its inputs as they were when the run's first stored
+    """What the plan of ``parsed`` needs of the log. An event after its run's COMPLETE
+    (a late START, a second COMPLETE: ``first_position`` is then its run's first stored
+    event's) reads the versions of its inputs as they were when the run's first stored
     event came (not one the run wrote itself since, nor one another run wrote after);
     an input with versions from after only is linked to none, and gets no external
     version (which would come after them and be the dataset's newest)."""
     streams = parsed.datasets_to_look_up()
     versions = await fetch_heads(conn, tenant, streams, type=DATASET_VERSION)
     later: frozenset[str] = frozenset()
-    if parsed.late and first_position is not None:
+    if first_position is not None:
         before = await fetch_heads(
             conn, tenant, streams, type=DATASET_VERSION, before_position=first_position
         )
