@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
+from app.errors import Conflict
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.rows import tasks as rows
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +29,19 @@ class Wanted:
     off_peak: OffPeak | None
     max_tasks: int
     request: str | None = None
+
+    def holding(self, held: list[T]) -> list[T]:
+        """What the request sent again holds (``held``), given back whole: one asking for
+        fewer than it leased (a smaller ``max_tasks``, or none) is a ``Conflict``, as an
+        answer of fewer would leave the rest leased and named by no answer."""
+        if len(held) > self.max_tasks:
+            raise Conflict(
+                f"lease request {self.request!r} leased {len(held)} tasks, which it still "
+                f"holds; send it again with max_tasks of at least {len(held)}",
+                request=self.request,
+                leased=len(held),
+            )
+        return held
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ class TaskQueue:
         leased to it under a lease of its own, their decisions appended as one group; none
         when there is none. A request sent again gets what it leased (``Wanted.request``)."""
         if wanted.request is not None and (held := await self._held_by(tenant, wanted)):
-            return held
+            return wanted.holding(held)
         now = datetime.now(UTC)
         fit = fit_of(wanted.profile, wanted.off_peak, now)
         expires = now + timedelta(seconds=wanted.lease_s)
@@ -260,9 +260,9 @@ class TaskQueue:
             )
             locked = (found_rows, traces)
             if held:  # sent again: its completions answered as before, its leases given back
-                return await self._leases_held(tenant, held), await self.complete_many(
-                    tenant, items
-                )
+                return await self._leases_held(
+                    tenant, wanted.holding(held)
+                ), await self.complete_many(tenant, items)
         scanned_at = datetime.now(UTC)
         fit = fit_of(wanted.profile, wanted.off_peak, scanned_at)
         found = await rows.fetch_next_ready(

@@ -159,7 +159,7 @@ def create_router(
     @router.post(
         "/queues/{queue}/lease",
         summary="Lease the best task(s) this worker can run (204: none, after wait_s)",
-        responses={204: {"description": "no task this worker can run"}},
+        responses={204: {"description": "no task this worker can run"}, **answers(Conflict)},
     )
     async def lease(
         queue: QueueName, body: LeaseRequest, principal: Worker, request: Request

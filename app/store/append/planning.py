@@ -429,6 +429,8 @@ def _media_type_form(media_type: str | None) -> tuple[str, tuple[tuple[str, str]
     for pair in pairs:
         name, _, value = pair.partition("=")
         name, value = name.strip().lower(), value.strip()
+        if not name:
+            continue  # an empty parameter (RFC 9110, 5.6.6: "a/b;") says nothing
         if len(value) >= 2 and value[0] == value[-1] == '"':
             value = value[1:-1]
         if name == "charset":

@@ -487,6 +487,16 @@ class TestIdempotency:
                 ({"Content-Type": 'text/plain; charset=UTF-8; format="flowed"'}, b"hi"),
                 ({"Content-Type": "text/plain; format=flowed; charset=utf-8"}, b"hi"),
             ),
+            # An empty parameter (RFC 9110 5.6.6: a trailing ";", which some clients and
+            # proxies add) says nothing: it read as a parameter of its own, a 409.
+            (
+                (STRUCTURED, {"datacontenttype": "text/plain", "data": "hi"}),
+                ({"Content-Type": "text/plain;"}, b"hi"),
+            ),
+            (
+                (STRUCTURED, {"datacontenttype": "application/json", "data": {"a": 1}}),
+                ({"Content-Type": "application/json; ;charset=utf-8;"}, b'{"a":1}'),
+            ),
         ],
     )
     async def test_the_same_event_in_another_mode_is_a_duplicate(
