@@ -84,7 +84,8 @@ class Parsed:
     @property
     def writes(self) -> bool:
         """Whether it makes versions of its outputs and is caused by its inputs'."""
-        return self.state == "complete" or self.late
+        # A late FAIL or ABORT writes nothing, as one in order does.
+        return self.state == "complete" or (self.late and self.state not in ("fail", "abort"))
 
     @property
     def type(self) -> str:

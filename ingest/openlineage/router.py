@@ -118,8 +118,6 @@ class LineageIngest:
                     first_position = None
                     if parsed.kind is Kind.RUN:
                         earlier, first_position = await _earlier(conn, tenant, parsed)
-                        if not any(is_complete(e) for e in earlier):
-                            first_position = None  # not after its COMPLETE: reads the newest
                         parsed = after_complete(with_earlier(parsed, earlier), earlier)
                     # A re-send: answered with what the first answer listed.
                     stored = await fetch_all_stored(conn, tenant, planned_ids(parsed))
@@ -152,26 +150,28 @@ async def _earlier(
 ) -> tuple[list[dict[str, Any]], int | None]:
     """The run's stored events before ``parsed`` (all of them, unless it is stored: a
     re-send then merges what its first sending did), as sent; and the position of the
-    first of them (None: none)."""
+    first COMPLETE among them (None: none)."""
     run_id = parsed.run_id or ""  # a run event's: it has one
     stored = (await read_run_events(conn, tenant, [run_id])).get(run_id, [])
-    sent = []
+    sent, first_complete = [], None
     for event in stored:
         if event.record.id == parsed.id:
             break
         body = run_of(event.record.data_binary)
         if body is not None:
             sent.append(body)
-    return sent, (stored[0].position if sent else None)
+            if first_complete is None and is_complete(body):
+                first_complete = event.position
+    return sent, first_complete
 
 
 async def _known(
     conn: Connection, tenant: str, parsed: Parsed, first_position: int | None
 ) -> Known:
     """What the plan of ``parsed`` needs of the log. An event after its run's COMPLETE
-    (a late START, a second COMPLETE: ``first_position`` is then its run's first stored
-    event's) reads the versions of its inputs as they were when the run's first stored
-    event came (not one the run wrote itself since, nor one another run wrote after);
+    (a late START, a second COMPLETE: ``first_position`` is then that COMPLETE's) reads
+    the versions of its inputs as the COMPLETE read them (not one the run wrote with it
+    or since, nor one another run wrote after);
     an input with versions from after only is linked to none, and gets no external
     version (which would come after them and be the dataset's newest)."""
     streams = parsed.datasets_to_look_up()

@@ -168,3 +168,48 @@ async def test_a_complete_after_a_first_complete_reads_from_before_the_run(
         (loader, [merging]),
         (merging, []),
     ], found
+
+
+async def test_second_complete_reads_what_the_first_complete_read(
+    client: httpx2.AsyncClient,
+) -> None:
+    """START names T (loader's v1); another run writes T (v2); COMPLETE reads T's latest
+    (v2, the causes table). A retried COMPLETE of the same run names the same input: the
+    run should read one version of T, the one its first COMPLETE read."""
+    table = ("s3://z4", f"t-{new_run()[:8]}")
+    out = ("s3://z4", f"o-{new_run()[:8]}")
+    loader, other, run = new_run(), new_run(), new_run()
+    await post(client, run_event("COMPLETE", loader, "load", outputs=[dataset(*table)]))
+    await post(
+        client,
+        run_event("START", run, "j", inputs=[dataset(*table)], time="2026-11-02T10:00:00Z"),
+    )
+    await post(client, run_event("COMPLETE", other, "load", outputs=[dataset(*table)]))
+    for minute in ("01", "02"):
+        await post(
+            client,
+            run_event(
+                "COMPLETE",
+                run,
+                "j",
+                inputs=[dataset(*table)],
+                outputs=[dataset(*out)],
+                time=f"2026-11-02T10:{minute}:00Z",
+            ),
+        )
+    found = await versions(client, table)
+    read = [v["writtenByRunId"] for v in found if run in v["readByRunIds"]]
+    assert read == [other], found
+
+
+async def test_fail_after_complete_writes_no_version(client: httpx2.AsyncClient) -> None:
+    """docs/openlineage.md: 'a FAIL or an ABORT writes none'."""
+    out = ("s3://z4", f"f-{new_run()[:8]}")
+    run = new_run()
+    await post(client, run_event("COMPLETE", run, "j", time="2026-11-02T10:01:00Z"))
+    await post(
+        client,
+        run_event("FAIL", run, "j", outputs=[dataset(*out)], time="2026-11-02T10:02:00Z"),
+    )
+    found = await versions(client, out)
+    assert not found, found
