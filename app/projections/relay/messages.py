@@ -72,3 +72,21 @@ def hash_of(headers: dict[str, str], payload: bytes) -> bytes | None:
         return bytes.fromhex(text) if isinstance(text, str) else None
     except ValueError:
         return None
+
+
+class EventTooLarge(Exception):
+    """An event's message is over the server's ``max_payload``: the relay cannot pass it
+    and will not skip it (every event, in order), so it says so until the limit is raised."""
+
+
+def check_size(position: int, payload: bytes, headers: dict[str, str], max_payload: int) -> None:
+    """Refuse (``EventTooLarge``) a message over the server's ``max_payload``."""
+    # As HPUB sends them: "NATS/1.0\r\n", "key: value\r\n" each, "\r\n", the payload.
+    lines = sum(len(k.encode()) + len(v.encode()) + 4 for k, v in headers.items())
+    size = len(payload) + lines + 12
+    if size > max_payload:
+        raise EventTooLarge(
+            f"the event at position {position} makes a message of about {size} bytes, over "
+            f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
+            "server's configuration (docs/relay.md)"
+        )

@@ -44,7 +44,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.projections import checkpoints
 from app.projections.leadership import Leadership
 from app.projections.relay import log
-from app.projections.relay.messages import Mode, hash_of, headers_and_payload
+from app.projections.relay.messages import (
+    EventTooLarge,
+    Mode,
+    check_size,
+    hash_of,
+    headers_and_payload,
+)
 from app.projections.relay.subjects import PREFIX, Tenants, msg_id, position_of, subject_for
 from app.store.append.writes import NOTIFY_CHANNEL
 from app.store.log import read_hash_at
@@ -67,13 +73,12 @@ class PublishRefused(Exception):
     nats-py reports the error to the connection's error callback instead)."""
 
 
+# JetStream's error code for a stream whose subjects another stream takes.
+_SUBJECTS_OVERLAP = 10065
+
+
 class StreamMisconfigured(Exception):
     pass
-
-
-class EventTooLarge(Exception):
-    """An event's message is over the server's ``max_payload``: the relay cannot pass it
-    and will not skip it (every event, in order), so it says so until the limit is raised."""
 
 
 _SESSION_ERRORS = (*_NATS_ERRORS, PublishRefused, StreamMisconfigured, EventTooLarge)
@@ -184,14 +189,23 @@ class NatsRelay:
         try:
             info = await js.stream_info(self.config.stream)
         except nats.js.errors.NotFoundError:
-            await js.add_stream(
-                StreamConfig(
-                    name=self.config.stream,
-                    subjects=[SUBJECTS],
-                    num_replicas=self.config.replicas,
-                    duplicate_window=self.config.duplicate_window_s,
+            try:
+                await js.add_stream(
+                    StreamConfig(
+                        name=self.config.stream,
+                        subjects=[SUBJECTS],
+                        num_replicas=self.config.replicas,
+                        duplicate_window=self.config.duplicate_window_s,
+                    )
                 )
-            )
+            except nats.js.errors.BadRequestError as refused:
+                if refused.err_code != _SUBJECTS_OVERLAP:
+                    raise
+                raise StreamMisconfigured(
+                    f"another stream of this NATS account takes {SUBJECTS}: delete it, or "
+                    f"remove {SUBJECTS} from it, before relaying to {self.config.stream} "
+                    "(docs/relay.md)"
+                ) from None
             logger.info(
                 "relay: created stream %s (%s, %d replicas, duplicate window %.0f s)",
                 self.config.stream,
@@ -263,7 +277,7 @@ class NatsRelay:
             f"stream {self.config.stream}'s last message is at position {position}, {why}: "
             "the store was restored to an earlier point, or the stream holds another "
             "store's events; the relay publishes nothing onto it (purge the stream, or "
-            "give the relay another: docs/relay.md)"
+            "delete it and give the relay another: docs/relay.md)"
         )
 
     async def _last_message(
@@ -368,8 +382,10 @@ class NatsRelay:
                 headers["Nats-Expected-Last-Msg-Id"] = expected
             else:
                 headers.update(first)
-            # With the headers: in binary mode every attribute is one, percent-encoded.
-            _check_size(event.position, payload, headers, max_payload)
+            # With the headers: in binary mode every attribute is one, percent-encoded;
+            # and the one nats-py adds for ``stream=`` below.
+            sent = {**headers, "Nats-Expected-Stream": config.stream}
+            check_size(event.position, payload, sent, max_payload)
             subject = subject_for(event.tenant, event.type)
             if len(subject) > MAX_SUBJECT_BYTES:
                 raise _subject_too_long(event.position, subject)
@@ -461,16 +477,6 @@ class NatsRelay:
             logger.warning("%s", line)
             self._logged = {k: v for k, v in self._logged.items() if now - v <= 10}
             self._logged[line] = now
-
-
-def _check_size(position: int, payload: bytes, headers: dict[str, str], max_payload: int) -> None:
-    size = len(payload) + sum(len(k) + len(v) + 4 for k, v in headers.items()) + 14
-    if size > max_payload:
-        raise EventTooLarge(
-            f"the event at position {position} makes a message of about {size} bytes, over "
-            f"the NATS server's max_payload ({max_payload}); raise max_payload in the "
-            "server's configuration (docs/relay.md)"
-        )
 
 
 def _subject_too_long(position: int, subject: str) -> EventTooLarge:
