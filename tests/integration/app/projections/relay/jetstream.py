@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass
 
 import nats
-import nats.errors
 from nats.js.api import ConsumerConfig
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -40,7 +39,9 @@ async def consume(
             want = expected - len(got)
             try:
                 batch = await sub.fetch(batch=max(min(want, 1000), 1), timeout=1 if want else 0.5)
-            except nats.errors.TimeoutError:
+            # nats-py's own TimeoutError, or asyncio's when the wait ran out between its
+            # two pull requests (nats/js/client.py, fetch): either is "nothing came".
+            except TimeoutError:
                 if want <= 0:
                     break
                 continue
