@@ -8,10 +8,14 @@
   be asked even for its name (ANSWER_TOO_LARGE);
 - `readByRunIds` took any event of an `io.openlineage.run.*` type caused by a version
   for a run, and its stream for a run id: a client's own CloudEvent of such a type (only
-  `causeway.*` is reserved) was listed as the run `my-stream`."""
+  `causeway.*` is reserved) was listed as the run `my-stream`;
+- whether `runs` was selected was judged by the name of every selection: a `runs`
+  switched off by @include(if: false) or @skip(if: true), or a fragment that happened to
+  be named `runs`, still loaded and charged every run's events (types.asks_for)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -86,11 +90,12 @@ async def test_a_run_that_commits_during_the_read_does_not_break_it(
     assert body.get("errors") is None, body
 
 
-async def test_a_dataset_read_by_many_runs_answers_its_name(
+@pytest.fixture
+async def read_by_forty_runs(
     database_url: URL, make_key: MakeKey
-) -> None:
-    # 40 daily runs read one source table: START, RUNNING, COMPLETE each (120 run events,
-    # 1 version). The query asks for two strings.
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """A server whose answers hold at most 100 items, and 40 daily runs that read one
+    source table: START, RUNNING, COMPLETE each (120 run events, 1 version)."""
     async with limited(database_url, make_key, graphql_max_answer_items=100) as client:
         for _ in range(40):
             run = new_run()
@@ -99,14 +104,53 @@ async def test_a_dataset_read_by_many_runs_answers_its_name(
                     client,
                     run_event(state, run, "daily", inputs=[dataset("s3://lake", "payments")]),
                 )
-        answer = await client.post("/graphql", json={"query": NAME_ONLY})
-        body = answer.json()
-        assert body.get("errors") is None, body
-        assert body["data"]["dataset"] == {"namespace": "s3://lake", "name": "payments"}
-        answer = await client.post("/graphql", json={"query": LAST_VERSION_ONLY})
-        body = answer.json()
-        assert body.get("errors") is None, body
-        assert len(body["data"]["dataset"]["versions"]) == 1
+        yield client
+
+
+async def test_a_dataset_read_by_many_runs_answers_its_name(
+    read_by_forty_runs: httpx2.AsyncClient,
+) -> None:
+    client = read_by_forty_runs  # the query asks for two strings
+    body = (await client.post("/graphql", json={"query": NAME_ONLY})).json()
+    assert body.get("errors") is None, body
+    assert body["data"]["dataset"] == {"namespace": "s3://lake", "name": "payments"}
+    body = (await client.post("/graphql", json={"query": LAST_VERSION_ONLY})).json()
+    assert body.get("errors") is None, body
+    assert len(body["data"]["dataset"]["versions"]) == 1
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # A client's optional section, switched off: no runs are in the answer.
+        'query ($r: Boolean!) { dataset(namespace: "s3://lake", name: "payments") '
+        "{ name runs @include(if: $r) { runId } } }",
+        'query ($r: Boolean!) { dataset(namespace: "s3://lake", name: "payments") '
+        "{ name runs @skip(if: $r) { runId } } }",
+    ],
+    ids=["include-false", "skip-true"],
+)
+async def test_runs_switched_off_by_a_directive_are_not_loaded_nor_charged(
+    read_by_forty_runs: httpx2.AsyncClient, query: str
+) -> None:
+    r = "include" not in query  # false for @include, true for @skip
+    answer = await read_by_forty_runs.post("/graphql", json={"query": query, "variables": {"r": r}})
+    body = answer.json()
+    assert body.get("errors") is None, body
+    assert body["data"]["dataset"] == {"name": "payments"}
+
+
+async def test_a_fragment_named_runs_is_no_runs_field(
+    read_by_forty_runs: httpx2.AsyncClient,
+) -> None:
+    """A FragmentSpread's name is the fragment's: `...runs` selecting only `name`."""
+    query = (
+        'query { dataset(namespace: "s3://lake", name: "payments") { ...runs } } '
+        "fragment runs on Dataset { name }"
+    )
+    body = (await read_by_forty_runs.post("/graphql", json={"query": query})).json()
+    assert body.get("errors") is None, body
+    assert body["data"]["dataset"] == {"name": "payments"}
 
 
 async def test_a_cloudevent_on_another_stream_is_no_reading_run(
