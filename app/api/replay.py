@@ -12,12 +12,18 @@ altogether loses its connection after ``send_timeout_s`` (``app.web.timeouts``),
 replay ends as if it had left. The connection is taken, and the
 first rows read, before the response begins, so that a replay that cannot start is a
 problem (503, 500), never a 200 with a broken body.
+
+A replay can run for hours, so its key is asked again before each fetch after the first
+(as every request asks it: within ``CAUSEWAY_KEY_CACHE_TTL_S`` of a revocation): once
+the key is revoked, the replay is cut off there, its connection closed without the end
+of the body, so that its client sees a replay cut short, never one that reached the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -36,12 +42,21 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION, EventFilter, refuse_empty_filters
 from app.store.timestamps import parse_time_parameter
 from app.telemetry import metrics
-from app.web.dependencies import PLAIN_DIGITS, log_reads, require, settings_of
+from app.web.dependencies import (
+    PLAIN_DIGITS,
+    log_reads,
+    require,
+    settings_of,
+    still_authorized,
+)
 from app.web.openapi import TIME_FORMAT
 from app.web.timeouts import SendTimedOut
 
 T = TypeVar("T")
 _END: Any = object()
+logger = logging.getLogger(__name__)
+# Whether the replay's key may still read (asked before each fetch after the first).
+StillAllowed = Callable[[], Awaitable[bool]]
 NDJSON = "application/x-ndjson"
 PARQUET = "application/vnd.apache.parquet"
 # What one send() of a replay carries at most: about what the server's transport buffers
@@ -114,6 +129,10 @@ class ReplaySlots:
         metrics.REPLAY_STREAMS.dec()
 
 
+class _KeyRevoked(Exception):
+    """The replay's key can no longer read: the replay is cut off where it stands."""
+
+
 class _Streamed(StreamingResponse):
     """A replay whose first part was read already, streamed to its end or until the
     client leaves; then the generators that hold its connection are closed and its slot
@@ -151,6 +170,11 @@ class _Streamed(StreamingResponse):
                     if gone.is_set():
                         return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except _KeyRevoked:
+            # Returning before the body's end makes the server close the connection: the
+            # client sees a cut, not a replay that reached the end of what it asked.
+            logger.warning("a replay's key was revoked; closing its connection")
+            return
         except (OSError, SendTimedOut):
             # How a server of ASGI 2.4 says the client is gone; or it stopped reading
             # (``Timeouts`` said so in a WARNING, and closes the connection).
@@ -217,7 +241,11 @@ def split_types(text: str | None) -> tuple[str, ...]:
 
 
 async def ndjson_lines(
-    engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Connector,
+    tenant: str,
+    selection: EventFilter,
+    fetch_rows: int,
+    still_allowed: StillAllowed,
 ) -> AsyncGenerator[bytes]:
     async with engine.connect() as conn:
         # Closed before the connection goes back (a reader gone), not by a finaliser later.
@@ -225,16 +253,24 @@ async def ndjson_lines(
         async with aclosing(chunks):
             async for chunk in chunks:
                 yield chunk.text.encode()
+                if not await still_allowed():  # before the next fetch
+                    raise _KeyRevoked
 
 
 async def row_chunks(
-    engine: Connector, tenant: str, selection: EventFilter, fetch_rows: int
+    engine: Connector,
+    tenant: str,
+    selection: EventFilter,
+    fetch_rows: int,
+    still_allowed: StillAllowed,
 ) -> AsyncGenerator[list[tuple[Any, ...]]]:
     async with engine.connect() as conn:
         fetched = EventReader(conn).replay_rows(tenant, selection, fetch_rows=fetch_rows)
         async with aclosing(fetched):  # as ndjson_lines
             async for rows in fetched:
                 yield rows
+                if not await still_allowed():
+                    raise _KeyRevoked
 
 
 # A filter names something stored, which is never empty and holds no U+0000 (ingest
@@ -305,12 +341,16 @@ async def replay(
     slots: ReplaySlots = request.app.state.replay_slots
     slots.take()
     fetch_rows = settings.replay_fetch_rows
+
+    async def still_allowed() -> bool:
+        return await still_authorized(request, Scope.READ)
+
     if format == "parquet":
         # Imported on first use: pyarrow adds 40 MB and half a second to every process
         # that loads it, and most never write Parquet.
         from app.store.parquet import parquet_file
 
-        rows = row_chunks(engine, principal.tenant, selection, fetch_rows)
+        rows = row_chunks(engine, principal.tenant, selection, fetch_rows, still_allowed)
         try:
             _, chunks = await _primed(rows)  # the file's header needs no rows: read some first
         except BaseException:
@@ -323,5 +363,5 @@ async def replay(
             PARQUET,
             headers={"Content-Disposition": 'attachment; filename="replay.parquet"'},
         )
-    lines = ndjson_lines(engine, principal.tenant, selection, fetch_rows)
+    lines = ndjson_lines(engine, principal.tenant, selection, fetch_rows, still_allowed)
     return await _started(lines, _Owned(slots, lines), NDJSON)

@@ -57,7 +57,9 @@ def keys_revoke(
         str, typer.Argument(metavar="KEY_ID", help="the id in cw_<id>_...", callback=utf8)
     ],
 ) -> None:
-    """Revoke a key: requests with it get 401 from now on."""
+    """Revoke a key: requests with it get 401 within CAUSEWAY_KEY_CACHE_TTL_S (each
+    server trusts a checked key that long), and the replays, deployment watches and
+    long-polls it opened end."""
     settings = load_settings()
     with database(settings) as db:
         try:
