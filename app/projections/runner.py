@@ -178,7 +178,9 @@ class ProjectionRunner:
             return int(reached - checkpoint), more
 
     async def rebuild(self, projection: Projection) -> int:
-        """Empty the read model and apply the log again from position 0, atomically."""
+        """Empty the read model and apply the log again from position 0, atomically; each
+        batch flushed as a step's is, so that a flush's failure is put at the batch's first
+        event (a rebuild that failed blamed the head: an event it may never have read)."""
         async with self._engine.begin() as conn:
             head = (await checkpoints.lock_checkpoint(conn, projection.name)).head
             for table in projection.tables:
@@ -186,11 +188,12 @@ class ProjectionRunner:
             after = applied = 0
             more = True
             while more:
-                found, after, more, _ = await read_and_apply(
+                found, after, more, first = await read_and_apply(
                     conn, projection, after, head, 1000, None
                 )
+                if found:
+                    await flush_batch(projection, conn, first)
                 applied += found
-            await flush_batch(projection, conn, after)
             await checkpoints.advance(
                 conn,
                 projection.name,
