@@ -44,6 +44,7 @@ _SUFFIX = ".ndjson"
 CURSOR_FILE = "cursor"
 REJECTED_FILE = "rejected.ndjson"
 LOCK_FILE = "lock"
+OWNER_FILE = "owner"
 DEFAULT_MAX_REJECTED_BYTES = 16 << 20
 
 
@@ -114,6 +115,31 @@ class Spool:
     def pending_bytes(self) -> int:
         """Bytes of spooled events not yet stored."""
         return self._pending_bytes
+
+    def claim(self, owner: dict[str, str]) -> dict[str, Any] | None:
+        """Make ``owner`` (the key its events are sent with) the spool's, unless
+        events spooled for another are still pending: then that owner (``{}`` for an owner
+        file that cannot be read), and nothing changes. Those events were sent with
+        whatever key the next run had: another tenant's, on a shared edge box."""
+        path = self.directory / OWNER_FILE
+        try:
+            held = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            held = None
+        except (OSError, ValueError):
+            held = {}
+        if held == owner:
+            return None
+        if held is not None and self.pending_bytes > 0:
+            return held if isinstance(held, dict) else {}
+        temporary = self.directory / f"{OWNER_FILE}.tmp"
+        with temporary.open("wb") as file:
+            file.write(orjson.dumps(owner))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+        _fsync_directory(self.directory)
+        return None
 
     def _count_pending(self) -> int:
         total = 0
@@ -256,19 +282,25 @@ def _cut_torn_line(path: Path) -> None:
 def _append_durably(path: Path, payload: bytes) -> None:
     """Append ``payload`` to ``path`` and fsync it; on a failure (a full disk, a file
     past its size limit), cut what part of it went in before raising: the next append
-    would otherwise follow a half-written line, and every event after it be unreadable."""
+    would otherwise follow a half-written line, and every event after it be unreadable.
+    Written through the descriptor, unbuffered: a buffered file's truncate writes out its
+    buffer first, fails again on the full disk, and the part stayed."""
     is_new = not path.exists()
-    with path.open("ab") as file:
-        size = file.tell()
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.lseek(descriptor, 0, os.SEEK_END)
         try:
-            file.write(payload)
-            file.flush()
-            os.fsync(file.fileno())
+            rest = memoryview(payload)
+            while rest:
+                rest = rest[os.write(descriptor, rest) :]
+            os.fsync(descriptor)
         except OSError:
             with contextlib.suppress(OSError):  # the original error is the one to tell
-                file.truncate(size)
-                os.fsync(file.fileno())
+                os.ftruncate(descriptor, size)
+                os.fsync(descriptor)
             raise
+    finally:
+        os.close(descriptor)
     if is_new:
         _fsync_directory(path.parent)
 

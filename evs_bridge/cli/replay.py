@@ -4,14 +4,18 @@ store (or written to ``--out``), with a progress line on a terminal and a summar
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from evs_bridge.channels import Delivery
 from evs_bridge.cli.options import (
     Backend,
     CellPx,
@@ -93,6 +97,8 @@ def replay(
         filter_backend,
         neighbourhood,
     )
+    if out is not None and _same_file(out, file):
+        fail(f"{out}: is the recording being replayed; give --out another file")
     config = OutputConfig(lazy_interval_s=lazy_interval_s, on_full="wait")
     with open_output(target, key, out, spool, spool_mb, sensor, config) as output:
         started = time.monotonic()
@@ -115,18 +121,61 @@ def replay(
                     rate=f"{stats.events_in:,} events, {stats.events_in / elapsed:,.0f} ev/s, "
                     f"filter ratio {stats.filter_ratio:.3f}, {stats.activities} activities",
                 )
-                output.poll()
+                with _OutputFailed.marking():
+                    output.poll()
 
             try:
                 stats = send_recording(
-                    file, sensor, output, settings=settings, on_chunk=show, recording=recording
-                )
+                    file, sensor, _Marked(output), settings=settings, on_chunk=show,
+                    recording=recording,
+                )  # fmt: skip
+            except _OutputFailed as failed:
+                # The spool or the store's (a full disk, a refusal): ``open_output`` says it.
+                raise failed.error from None
             except (UnknownFormat, ValueError, OSError) as exc:
                 output.close()
                 fail(describe(file, exc))
         output.close(drain_timeout_s=drain_timeout_s)
         elapsed = time.monotonic() - started
     _print_summary(stats, output, elapsed)
+
+
+class _OutputFailed(Exception):
+    """What the output raised (``error``), carried past the handler of the recording's
+    errors: a full disk under the spool said ``error: <the recording>: File too large``,
+    exit 2, as if the recording were broken."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+    @staticmethod
+    @contextmanager
+    def marking() -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            raise _OutputFailed(exc) from exc
+
+
+class _Marked:
+    """``output`` as the pipeline's sink, its failures marked as the output's."""
+
+    def __init__(self, output: Output) -> None:
+        self._output = output
+
+    def put(self, event: dict[str, Any], delivery: Delivery) -> None:
+        with _OutputFailed.marking():
+            self._output.put(event, delivery)
+
+
+def _same_file(out: Path, file: Path) -> bool:
+    """Whether ``out`` is ``file`` (by another name, a link): written, the recording whose
+    SHA-256 every event's dataref names was replaced by them."""
+    try:
+        return os.path.samefile(out, file)
+    except OSError:  # no such file yet (or none to compare): not the recording
+        return False
 
 
 def _load_recording(file: Path) -> Recording:

@@ -1,6 +1,9 @@
 """What the bridge does when writing its spool fails (a full disk): the spool keeps what
 it held and takes what comes once there is room, and the MQTT bridge stops saying why
-rather than its worker thread ending alone.
+rather than its worker thread ending alone; `replay` on a full disk names the spool, not
+the recording. An event smaller than a file buffer (every lineage event the bridge makes)
+left its part in the spool: the buffered file's truncate wrote the buffer out first, failed
+again, and the next event followed a half line (from a review).
 
 The disk is made "full" for one child process with RLIMIT_FSIZE (writes past the limit
 fail with EFBIG, like ENOSPC; SIGXFSZ ignored), then "freed" by raising the limit again.
@@ -14,8 +17,14 @@ import textwrap
 from pathlib import Path
 
 import orjson
+import pytest
 
-from tests.integration.evs_bridge.test_bridge import Store, bridge_cli, store  # noqa: F401
+from tests.integration.evs_bridge.test_bridge import (  # noqa: F401
+    SAMPLES,
+    Store,
+    bridge_cli,
+    store,
+)
 from tests.integration.process import environment, free_port
 
 _FILL_THEN_FREE = textwrap.dedent(
@@ -25,7 +34,7 @@ _FILL_THEN_FREE = textwrap.dedent(
     from evs_bridge.spool import Spool
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    directory = Path(sys.argv[1])
+    directory, pad = Path(sys.argv[1]), int(sys.argv[2])
 
     def event(i, pad=10):
         return {"specversion": "1.0", "id": f"review-{i}", "source": "evs://review",
@@ -38,7 +47,7 @@ _FILL_THEN_FREE = textwrap.dedent(
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, hard))  # the disk fills up
     try:
-        spool.append([event(2, pad=20_000)])       # refused: OSError, the caller knows
+        spool.append([event(2, pad=pad)])          # refused: OSError, the caller knows
     except OSError as exc:
         print("append 2 failed:", exc)
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))        # space again
@@ -48,13 +57,16 @@ _FILL_THEN_FREE = textwrap.dedent(
 )
 
 
+# Larger than a file buffer (8 KiB), and smaller: a lineage event is 600-900 bytes.
+@pytest.mark.parametrize("pad", [20_000, 500], ids=["large", "small"])
 def test_a_failed_spool_append_does_not_corrupt_the_events_spooled_after_it(
     store: Store,  # noqa: F811
     tmp_path: Path,
+    pad: int,
 ) -> None:
     spool = tmp_path / "spool"
     child = subprocess.run(
-        [sys.executable, "-c", _FILL_THEN_FREE, str(spool)],
+        [sys.executable, "-c", _FILL_THEN_FREE, str(spool), str(pad)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -147,3 +159,41 @@ def test_a_spool_write_error_does_not_silently_stop_the_mqtt_worker(tmp_path: Pa
         f"{result['before']}, failure {result['failure']}; "
         f"stderr tail: {child.stderr.strip().splitlines()[-1] if child.stderr.strip() else ''}"
     )
+
+
+_REPLAY_WITH_A_FULL_DISK = textwrap.dedent(
+    """
+    import resource, runpy, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (3000, hard))  # room for a few events only
+    sys.argv = ["evs_bridge", *sys.argv[1:]]
+    runpy.run_module("evs_bridge", run_name="__main__")
+    """
+)
+
+
+def test_a_full_disk_during_replay_names_the_spool_and_exits_1(tmp_path: Path) -> None:
+    """It said ``error: <the recording>: [Errno 27] File too large``, exit 2: a broken
+    recording, to the user."""
+    spool = tmp_path / "spool"
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    bag = SAMPLES / "test_data_libcaer_rollover" / "libcaer_rollover_0.db3"
+    child = subprocess.run(
+        [
+            sys.executable, "-c", _REPLAY_WITH_A_FULL_DISK,
+            "replay", str(bag), "--sensor", "cam", "--target", nowhere, "--key", "k",
+            "--spool", str(spool), "--lazy-interval-s", "0", "--drain-timeout-s", "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=environment(),
+        check=False,
+    )  # fmt: skip
+    last = child.stderr.strip().splitlines()[-1]
+    # docs/evs-bridge.md: "`replay` and `drain` then stop with
+    # `error: <spool>: cannot write the spool: ...` (exit 1)".
+    assert child.returncode == 1, child.stderr
+    assert last.startswith(f"error: {spool}: cannot write the spool"), child.stderr
