@@ -29,6 +29,8 @@ def drain(
     configure_logging()
     if not spool.is_dir():
         fail(f"{spool}: no such spool directory")
+    if target is None or key is None:
+        fail("give --target and --key")  # drain has no --out (open_output's own message)
     with open_output(target, key, None, spool, 1 << 20, "", OutputConfig()) as output:
         output.close(drain_timeout_s=timeout_s)
     try:

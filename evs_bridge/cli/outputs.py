@@ -19,7 +19,7 @@ import httpx2
 
 from evs_bridge.cli.options import DEFAULT_SPOOL, fail
 from evs_bridge.output import NdjsonSink, Output, OutputConfig, Sink, StoreRefused, StoreSink
-from evs_bridge.spool import Spool, SpoolBusy, SpoolCorrupt
+from evs_bridge.spool import OWNER_FILE, Spool, SpoolBusy, SpoolCorrupt
 from ingest.client import CausewayClient
 
 
@@ -56,6 +56,7 @@ def open_output(
         fail(str(exc))
     except OSError as exc:
         fail(f"{directory}: cannot use as a spool: {exc.strerror or exc}")
+    _claim(opened, key)
     with CausewayClient(target, key, timeout_s=10.0) as client:
         sink: Sink = StoreSink(client)
         try:
@@ -68,6 +69,23 @@ def open_output(
             fail(f"{directory}: cannot write the spool: {exc.strerror or exc}", 1)
         finally:
             opened.close()
+
+
+def _claim(spool: Spool, key: str) -> None:
+    """Make ``spool`` this key's; exit 2 when it holds events spooled under another key
+    (``Spool.claim``), which this run would have sent as its own: a key is one tenant's."""
+    try:
+        held = spool.claim({"key": hashlib.sha256(key.encode()).hexdigest()[:16]})
+    except OSError as exc:
+        spool.close()
+        fail(f"{spool.directory}: cannot use as a spool: {exc.strerror or exc}")
+    if held is not None:
+        spool.close()
+        fail(
+            f"{spool.directory} holds events spooled under another key: send them with that "
+            f"key (causeway evs drain --spool {spool.directory}), or give another --spool; "
+            f"delete {spool.directory}/{OWNER_FILE} only if this key may send them"
+        )
 
 
 @contextmanager

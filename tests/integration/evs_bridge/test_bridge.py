@@ -170,6 +170,52 @@ def test_events_spooled_while_the_store_is_away_arrive_once_in_order(
     assert store.fetch_events() == stored
 
 
+def test_events_spooled_under_one_key_are_not_sent_under_another(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """The next run for a sensor sent what its spool held with its own key: on an edge box
+    shared by tenants, alpha's spooled camera events were stored in beta's tenant (from a
+    review). Another key is refused before anything is sent; the key they are for sends
+    them; an empty spool takes any key."""
+    url = database_url.render_as_string(hide_password=False)
+    env = environment(CAUSEWAY_DATABASE_URL=url, CAUSEWAY_DATA_DIR=str(tmp_path / "data"))
+    alpha_key = create_key(env, "alpha", "ingest,read")
+    beta_key = create_key(env, "beta", "ingest,read")
+    spool = tmp_path / ".causeway-evs" / "spool" / "door"  # the default, for sensor "door"
+    alphas = save_npz(tmp_path / "alpha-door.npz", scene([FACE, PERSON]))
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    down = bridge_cli(
+        "replay", str(alphas), "--sensor", "door", "--target", nowhere, "--key", alpha_key,
+        "--spool", str(spool), "--drain-timeout-s", "0", cwd=tmp_path,
+    )  # fmt: skip
+    assert down.returncode == 0, down.stderr
+    assert not Spool(spool).is_empty
+    with serving(env) as base:
+        alpha, beta = Store(base, alpha_key), Store(base, beta_key)
+        betas = bridge_cli(
+            "replay", str(PROPHESEE_BAG), "--sensor", "door", "--target", base,
+            "--key", beta_key, cwd=tmp_path,
+        )  # fmt: skip
+        assert betas.returncode == 2, betas.stdout
+        assert betas.stderr.startswith(
+            f"error: {Path('.causeway-evs/spool/door')} holds events spooled under another key"
+        ), betas.stderr
+        assert beta.fetch_events() == []
+        drained = bridge_cli(
+            "drain", "--spool", str(spool), "--target", base, "--key", alpha_key, cwd=tmp_path
+        )
+        assert drained.returncode == 0, drained.stderr
+        assert len(alpha.fetch_events()) > 40
+        betas = bridge_cli(
+            "replay", str(PROPHESEE_BAG), "--sensor", "door", "--target", base,
+            "--key", beta_key, cwd=tmp_path,
+        )  # fmt: skip
+        assert betas.returncode == 0, betas.stderr
+        assert {e["correlationid"] for e in beta.fetch_events()}.isdisjoint(
+            {e["correlationid"] for e in alpha.fetch_events()}
+        )
+
+
 def test_an_unreachable_store_is_a_usage_error_without_a_spool(tmp_path: Path) -> None:
     result = bridge_cli(
         "replay", str(PROPHESEE_BAG), "--sensor", "s", "--target",

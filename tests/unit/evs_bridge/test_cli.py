@@ -451,3 +451,27 @@ def test_drain_gives_up_after_a_finite_time(seconds: str, tmp_path: Path) -> Non
     result = runner.invoke(cli, [*argv, "--key", "k"])  # inf waited for ever
     assert result.exit_code == 2, result.output
     assert "--timeout-s" in result.output
+
+
+@pytest.mark.parametrize("how", ["same path", "a link"])
+def test_out_naming_the_recording_refuses_rather_than_replace_it(tmp_path: Path, how: str) -> None:
+    """The recording is what every segment's dataref (its SHA-256) names: `--out` onto it
+    exited 0 having replaced it with the NDJSON (from a review)."""
+    recording = Path(shutil.copy(NPZ, tmp_path / "gate.npz"))
+    out = recording
+    if how == "a link":
+        out = tmp_path / "out.ndjson"
+        out.symlink_to(recording)
+    before = recording.read_bytes()
+    result = runner.invoke(cli, ["replay", str(recording), "--sensor", "gate", "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.output == f"error: {out}: is the recording being replayed; give --out another file\n"
+    )
+    assert recording.read_bytes() == before
+
+
+def test_drain_without_a_target_names_only_options_drain_has(tmp_path: Path) -> None:
+    """It said "give --target and --key (or --out FILE)"; drain has no --out (a review)."""
+    result = runner.invoke(cli, ["drain", "--spool", str(tmp_path)])
+    assert (result.exit_code, result.output) == (2, "error: give --target and --key\n")
