@@ -86,6 +86,12 @@ class Broker:
         return f"mqtt://{self.host}:{self.port}"
 
 
+def check_topic(topic: str) -> None:
+    """A ``ValueError`` unless ``topic`` names one sensor's topic (no wildcard)."""
+    if not topic or "+" in topic or "#" in topic:
+        raise ValueError(f"topic {topic!r} must be one sensor's topic, without + or #")
+
+
 class MqttBridge:
     """Subscribes to one sensor's topic and runs its pipeline on a worker thread."""
 
@@ -102,8 +108,7 @@ class MqttBridge:
         width: int | None = None,
         height: int | None = None,
     ) -> None:
-        if not topic or "+" in topic or "#" in topic:
-            raise ValueError(f"topic {topic!r} must be one sensor's topic, without + or #")
+        check_topic(topic)
         if (width is None) != (height is None):
             raise ValueError("give both width and height, or neither")
         self.broker = broker

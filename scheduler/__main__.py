@@ -6,16 +6,20 @@ false keep the API processes to serving)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import sys
+from typing import NoReturn
 
 from pydantic import ValidationError
 
 from app.db.engine import create_engine, libpq_conninfo
+from app.db.schema import schema_problem
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
 from app.store.append.group_commit import Appender
+from app.store.failures import connection_problem
 from app.telemetry import logs
 from scheduler.projections import DISPATCH_BATCH, Dispatcher, scheduler_projections
 from scheduler.service import SchedulerLoop, controller_from, timers_from
@@ -45,7 +49,18 @@ async def run(settings: Settings, url: str) -> None:
         await engine.dispose()
 
 
+def _fail(detail: str) -> NoReturn:
+    sys.stderr.write(f"error: {detail}\n")
+    sys.exit(2)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler",
+        description="Run the scheduler alone (the dispatcher, lease expiry, autoscale "
+        "advice) on CAUSEWAY_DATABASE_URL; every setting is a CAUSEWAY_* variable.",
+    )
+    parser.parse_args()  # --help, or an argument it does not take: usage, exit 2
     try:
         settings = Settings()
     except ValidationError as exc:
@@ -55,11 +70,19 @@ def main() -> None:
         )
         sys.exit(2)
     if settings.database_url is None:
-        sys.stderr.write("error: set CAUSEWAY_DATABASE_URL to the store's database\n")
-        sys.exit(2)
+        _fail("set CAUSEWAY_DATABASE_URL to the store's database")
+    url = settings.database_url
+    try:  # as every `causeway` command: a database it cannot use is one line, exit 2
+        problem = schema_problem(url, "run `causeway migrate`")
+    except Exception as exc:
+        problem = connection_problem(exc)
+        if problem is None:
+            raise
+    if problem is not None:
+        _fail(problem)
     logs.configure(settings.log_format)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run(settings, settings.database_url))
+        asyncio.run(run(settings, url))
 
 
 if __name__ == "__main__":

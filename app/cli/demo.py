@@ -19,7 +19,7 @@ import typer
 from app.cli import demo_data as d
 from app.cli.runtime import ADDRESS_FILE, ADMIN_KEY_FILE, fail, load_settings
 from evs_bridge.cli.options import describe
-from evs_bridge.decoders import UnknownFormat
+from evs_bridge.decoders import Recording, UnknownFormat, open_recording
 from evs_bridge.output import Output, OutputConfig, StoreSink
 from evs_bridge.replay import send_recording
 from ingest.client import CausewayClient, CausewayError, Lease
@@ -50,17 +50,18 @@ def demo(
         ),
     ] = None,
     recording: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             metavar="FILE",
             help="the event-camera recording replayed through the bridge",
             show_default="the bundled tests/data/evs-samples/.../test_data_evt3_trigger_0.db3",
         ),
-    ] = RECORDING,
+    ] = None,
 ) -> None:
     """Load a small, documented data set (docs/demo.md) through the HTTP API: a hospital
     imaging workflow, two model versions, a rolled-back canary, tasks and a dead letter,
     and an event-camera recording. Running it again adds nothing."""
+    opened = _recording(recording)  # before anything is sent: a refused run stores nothing
     target, key = _where(target, key)
     with (
         httpx2.Client(
@@ -70,7 +71,7 @@ def demo(
     ):
         try:
             head_before = _head(http)
-            _load(http, client, recording)
+            _load(http, client, opened)
             added = _head(http) - head_before
         except CausewayError as exc:
             if exc.status in (401, 403):  # the key given: bad input
@@ -125,7 +126,9 @@ def _head(http: httpx2.Client) -> int:
     return max((int(p["head"]) for p in response.json()["projections"]), default=0)
 
 
-def _load(http: httpx2.Client, client: CausewayClient, recording: Path) -> None:
+def _load(
+    http: httpx2.Client, client: CausewayClient, recording: tuple[Path, Recording] | None
+) -> None:
     for body in d.model_versions():
         _check(http.post(f"/models/{d.MODEL}/versions", json=body))
     deployed = _exists(http, f"/streams/causeway:deployment:{d.SERVICE}")
@@ -189,15 +192,31 @@ def _is_dead(http: httpx2.Client, trigger: str) -> bool:
     return any(letter.get("trigger") == trigger for letter in letters)
 
 
-def _replay_recording(client: CausewayClient, recording: Path) -> None:
-    if not recording.is_file():
-        typer.echo(f"no event-camera recording at {recording}: the camera part is left out")
+def _recording(given: Path | None) -> tuple[Path, Recording] | None:
+    """The recording to replay, opened (its format and geometry read); None when none was
+    given and the bundled one is absent (the camera part is left out). One given that
+    cannot be read is refused, as ``causeway evs replay`` refuses it."""
+    path = RECORDING if given is None else given
+    if not path.is_file():
+        if given is not None:
+            fail(f"{given}: no such file")
+        return None
+    try:
+        return path, open_recording(path)
+    except (UnknownFormat, ValueError, OSError) as exc:
+        fail(describe(path, exc))
+
+
+def _replay_recording(client: CausewayClient, opened: tuple[Path, Recording] | None) -> None:
+    if opened is None:
+        typer.echo(f"no event-camera recording at {RECORDING}: the camera part is left out")
         return
+    path, recording = opened
     output = Output(StoreSink(client), None, OutputConfig(lazy_interval_s=0.0))
     try:
-        stats = send_recording(recording, d.SENSOR, output)
+        stats = send_recording(path, d.SENSOR, output, recording=recording)
     except (UnknownFormat, ValueError, OSError) as exc:
-        fail(describe(recording, exc))
+        fail(describe(path, exc))
     finally:
         output.close()
     typer.echo(

@@ -266,7 +266,7 @@ def replay(
         correlationid=correlationid, modelname=modelname, modelversion=modelversion,
         since=since, until=until, limit=limit, format=format,
     )  # fmt: skip
-    form = one["format"] or "ndjson"
+    form = "ndjson" if one["format"] is None else one["format"]  # "" is refused below
     if form not in ("ndjson", "parquet"):
         fail(f"--format must be ndjson or parquet, not {form!r}")
     if types and not all(split_types(value) for value in types):  # as GET /replay: 422

@@ -111,6 +111,7 @@ def projections_rebuild(
     """Rebuild a read model from position 0; readers see the old one until it is done."""
     settings = load_settings()
     with database(settings) as db:
+        require_head(db.url, "run `causeway migrate`")  # else an error the rebuild's, exit 1
         runner = create_runner(settings, db.url)
         try:
             projection = runner.projection(name)

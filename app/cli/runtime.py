@@ -19,8 +19,8 @@ from sqlalchemy import URL
 from app.db.embedded import EmbeddedPostgres
 from app.db.schema import (
     current_revision,
-    head_revision,
     is_known_revision,
+    schema_problem,
     upgrade_to_head,
 )
 from app.settings import Settings
@@ -156,10 +156,9 @@ def sigterm_exits() -> Iterator[None]:
 def require_head(url: URL | str, advice: str) -> None:
     """Exit 2 unless the database answers and its schema is at the Alembic head (a
     database it cannot reach is reported by ``main``, in one line too)."""
-    revision, head = current_revision(url), head_revision()
-    _refuse_unknown(revision)
-    if revision != head:
-        fail(f"the database schema is at revision {revision}, not {head}; {advice}")
+    problem = schema_problem(url, advice)
+    if problem is not None:
+        fail(problem)
 
 
 def migrate_to_head(url: URL | str) -> None:

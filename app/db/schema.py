@@ -51,6 +51,22 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
 
 
+def schema_problem(url: str | URL, advice: str) -> str | None:
+    """Why the database at ``url`` cannot be used by this release (its schema not at the
+    head, or at a revision a newer release made), in one line ending in ``advice`` when
+    migrating helps; None when it is at the head. A database that does not answer raises
+    the driver's error (``app.store.failures.connection_problem`` words it)."""
+    revision, head = current_revision(url), head_revision()
+    if revision is not None and not is_known_revision(revision):
+        return (
+            f"the database schema is at revision {revision}, which this release of Causeway "
+            "does not know (a newer release made it): run that release, or a newer one"
+        )
+    if revision != head:
+        return f"the database schema is at revision {revision}, not {head}; {advice}"
+    return None
+
+
 def current_revision(url: str | URL) -> str | None:
     engine = create_engine(sync_url(url), poolclass=None)
     try:

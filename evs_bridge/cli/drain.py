@@ -11,7 +11,7 @@ import typer
 from evs_bridge.cli.options import Key, Target, check_finite, configure_logging, fail
 from evs_bridge.cli.outputs import open_output
 from evs_bridge.output import OutputConfig
-from evs_bridge.spool import Spool, SpoolBusy
+from evs_bridge.spool import LOCK_FILE, Spool, SpoolBusy
 
 
 def drain(
@@ -27,10 +27,14 @@ def drain(
 ) -> None:
     """Send what a spool holds (oldest first), e.g. after a replay ended with the store down."""
     configure_logging()
-    if not spool.is_dir():
-        fail(f"{spool}: no such spool directory")
     if target is None or key is None:
         fail("give --target and --key")  # drain has no --out (open_output's own message)
+    if not spool.is_dir():
+        fail(f"{spool}: no such spool directory")
+    if not (spool / LOCK_FILE).exists() and not any(spool.glob("spool-*.ndjson")):
+        # Not a directory a bridge spooled in (``--spool ""`` is the working directory):
+        # opening it would leave a spool's files there.
+        fail(f"{spool}: holds no spool")
     with open_output(target, key, None, spool, 1 << 20, "", OutputConfig()) as output:
         output.close(drain_timeout_s=timeout_s)
     try:

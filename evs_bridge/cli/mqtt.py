@@ -37,7 +37,7 @@ from evs_bridge.cli.options import (
     fail,
 )
 from evs_bridge.cli.outputs import open_output
-from evs_bridge.mqtt import MAX_SIDE_PX, Broker, MqttBridge
+from evs_bridge.mqtt import MAX_SIDE_PX, Broker, MqttBridge, check_topic
 from evs_bridge.output import Output, OutputConfig, StoreRefused
 
 
@@ -106,6 +106,10 @@ def mqtt(
         neighbourhood,
     )
     _check_geometry_and_queue(width, height, queue_packets)
+    try:
+        check_topic(topic)  # before the spool is opened (made, locked, claimed)
+    except ValueError as exc:
+        fail(str(exc))
     config = OutputConfig(lazy_interval_s=lazy_interval_s, on_full="drop")
     with open_output(target, key, None, spool, spool_mb, sensor, config) as output:
         try:

@@ -190,7 +190,7 @@ def build_bridge_settings(
             regions=RegionParams(cell_px, min_cell_events, min_region_events),
             sustained_windows=sustained_windows,
         )
-        chosen = load_classifier(classifier) if classifier else HeuristicClassifier()
+        chosen = HeuristicClassifier() if classifier is None else load_classifier(classifier)
         channels = ChannelMap.parse(channel or [])
     except (ValueError, ClassifierNotFound) as exc:
         fail(str(exc))
