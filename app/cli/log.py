@@ -137,7 +137,10 @@ def anchor(
     last line (docs/hash-chain.md)."""
     settings = load_settings()
     with database(settings) as db:
-        position, digest = asyncio.run(_head(db.url))
+        head = asyncio.run(_head(db.url))
+    if head is None:  # a missing row is no empty log: the anchor's timer must not go quiet
+        fail("the log head row is missing: run `causeway verify`", 1)
+    position, digest = head
     if position == 0:
         typer.echo("the log is empty: nothing to anchor")
         return
@@ -158,7 +161,7 @@ def anchor(
     typer.echo(f"anchor: {position}:{digest.hex()} appended to {journal}")
 
 
-async def _head(url: URL | str) -> tuple[int, bytes]:
+async def _head(url: URL | str) -> tuple[int, bytes] | None:
     engine = create_engine(url, pool_size=1)
     try:
         async with engine.connect() as conn:

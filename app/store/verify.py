@@ -129,8 +129,11 @@ async def verify_chain(
     head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one_or_none()
     if head is None:
         return _broken(count, prev_hash, None, "the log head row is missing")
-    if head.position != count or bytes(head.hash) != prev_hash:
-        return _broken(count, prev_hash, None, f"log head names position {head.position}")
+    if head.position != count:
+        reason = f"log head names position {head.position}, the log ends at {count}"
+        return _broken(count, prev_hash, None, reason)
+    if bytes(head.hash) != prev_hash:
+        return _broken(count, prev_hash, None, "log head's hash differs from the last event's")
     if differs is not None:  # an edge of an effect past the log's end
         return _broken(count, prev_hash, differs, _EDGES_REASON)
     return ChainReport(count=count, head_hash=prev_hash)
@@ -191,11 +194,12 @@ _ALL_EVENTS = DriverStatement.of(
 )
 
 
-async def read_head(conn: AsyncConnection) -> tuple[int, bytes]:
+async def read_head(conn: AsyncConnection) -> tuple[int, bytes] | None:
     """The log's head as the log records it: the last position (0 for an empty log) and
-    its hash (``GENESIS_HASH`` then). What an anchor keeps."""
+    its hash (``GENESIS_HASH`` then). What an anchor keeps. None when the row is gone (the
+    migration makes it; only a hand in the database removes it): that is no empty log."""
     head = (await conn.execute(select(log_head.c.position, log_head.c.hash))).one_or_none()
-    return (0, GENESIS_HASH) if head is None else (int(head.position), bytes(head.hash))
+    return None if head is None else (int(head.position), bytes(head.hash))
 
 
 def _time_follows(stored: datetime | None, hashed: str | None) -> bool:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import URL
 from typer.testing import CliRunner
 
 from app.cli import cli
+from app.db.engine import libpq_conninfo
 from tests.integration.app.test_cli import store
 from tests.integration.forgery import rewrite
 
@@ -79,3 +81,21 @@ def test_a_head_rewritten_between_two_anchor_runs_is_a_broken_chain(
     assert "hash chain broken at position 5" in result.stderr
     if given == "--anchor":
         assert "rewritten between the two" in result.stderr
+
+
+def test_an_anchor_of_a_log_whose_head_row_is_gone_is_an_alarm_not_the_empty_log(
+    run: CliRunner, database_url: URL, tmp_path: Path
+) -> None:
+    """The anchor timer said "the log is empty: nothing to anchor", exit 0, for a store of
+    four events whose log_head row was deleted (verify calls it a break): the alarm went
+    quiet (from a review). It exits 1, naming the missing row."""
+    store(database_url, "acme", 4)
+    with psycopg.connect(libpq_conninfo(database_url), autocommit=True) as conn:
+        conn.execute("DELETE FROM log_head")
+    journal = tmp_path / "anchors.log"
+    result = run.invoke(cli, ["anchor", str(journal)])
+    assert (result.exit_code, result.stderr) == (
+        1,
+        "error: the log head row is missing: run `causeway verify`\n",
+    )
+    assert not journal.exists()

@@ -325,4 +325,15 @@ class TestHashChain:
         await forge(engine, "events", text("DELETE FROM events WHERE position = 2"))
         report = await verified(engine)
         assert not report.is_intact
-        assert report.reason == "log head names position 2"
+        assert report.reason == "log head names position 2, the log ends at 1"
+
+    async def test_a_head_with_another_hash_is_named_as_such(self, engine: AsyncEngine) -> None:
+        """It said "log head names position 2", true and no fault (from a review)."""
+        await append(engine, "acme", new("a"), new("b"))
+        async with engine.begin() as conn:
+            await conn.execute(text("UPDATE log_head SET hash = :h"), {"h": b"\xab" * 32})
+        report = await verified(engine)
+        assert (report.bad_position, report.reason) == (
+            None,
+            "log head's hash differs from the last event's",
+        )
