@@ -19,7 +19,7 @@ LOCKED``: concurrent leasers each take different rows, and none waits for anothe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
+from scheduler import debouncing
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.completing import Completed, Completing, Item, sorted_ids
@@ -308,8 +309,8 @@ class TaskQueue:
         failure is that report (the same lease, class and message)."""
         state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
         if state is not None and not (state.state == "leased" and state.lease_id == lease_id):
-            failed = (t.RETRIED, t.DEAD_LETTERED)
-            last = await log.read_last(self._conn, tenant, state.stream, types=failed)
+            ended = (t.RETRIED, t.DEAD_LETTERED, t.SUPERSEDED)
+            last = await log.read_last(self._conn, tenant, state.stream, types=ended)
             if d.is_failure_reported(last, lease_id, error_class, message):
                 return state
         held = d.holding(state, task_id, lease_id, datetime.now(UTC))
@@ -342,18 +343,6 @@ class TaskQueue:
                 retry_now=True,
             )
         return len(expired)
-
-    async def prune_finished(self, before: datetime, *, limit: int = 500) -> int:
-        """Delete the rows of tasks that finished (completed, superseded, discarded) before
-        ``before``, ``limit`` at most; their decisions stay in the log. Only rows the
-        ``scheduler-tasks`` projection has passed go: it never meets a later event of
-        theirs that would write one back. Safe to run in every process at once."""
-        checkpoint = await log.read_checkpoint(self._conn, t.TASKS_PROJECTION)
-        if checkpoint is None:
-            return 0  # the projection has read nothing yet: every row may be written back
-        return await rows.delete_finished(
-            self._conn, before=before, up_to_position=checkpoint, limit=limit
-        )
 
     async def requeue(
         self, tenant: str, task_id: str, *, reason: str | None, actor: str
@@ -392,6 +381,11 @@ class TaskQueue:
         )
         if lease_id is not None:
             data = {**data, "lease": lease_id}
+        if event_type == t.RETRIED and (newer := await debouncing.newer_task(self._conn, state)):
+            failed = {"class": error_class, "message": message, "lease": lease_id}
+            return await self.supersede(
+                tenant, state, by=newer.trigger_id, by_task=newer.id, at=now, failed=failed
+            )
         if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
             content = await log.read_content(self._conn, tenant, state.trigger_id)
             data = {**data, "input": d.archived_input(state.trigger_id, content)}
@@ -463,13 +457,19 @@ class TaskQueue:
         )
 
     async def supersede(
-        self, tenant: str, state: t.TaskState, *, by: str, by_task: str, at: datetime
+        self,
+        tenant: str,
+        state: t.TaskState,
+        *,
+        by: str,
+        by_task: str,
+        at: datetime,
+        failed: Mapping[str, object] | None = None,
     ) -> t.TaskState:
-        """End a debounced pending task: the event ``by`` (whose task is ``by_task``) came
-        with the same key inside the window."""
-        return await self._decide(
-            tenant, state, t.SUPERSEDED, {"by": by, "by_task": by_task}, at=at, causes=(by,)
-        )
+        """End a debounced task, pending or just ``failed`` (its report: ``debouncing``):
+        the event ``by`` (whose task is ``by_task``) came with its key inside the window."""
+        data = {"by": by, "by_task": by_task, **(failed or {})}
+        return await self._decide(tenant, state, t.SUPERSEDED, data, at=at, causes=(by,))
 
     async def _decide(
         self,

@@ -16,12 +16,15 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from app.db.engine import Engine
+from app.db.engine import Connection, Engine
 from app.settings import Settings
+from app.store import decision_reads as log
 from app.store.append.group_commit import Appender
 from app.store.failures import is_database_away
+from scheduler import tasks as t
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.queue import TaskQueue
+from scheduler.rows import tasks as rows
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ class SchedulerLoop:
         pruned = 0
         for _ in range(batches):
             async with self._engine.begin() as conn:
-                found = await TaskQueue(conn).prune_finished(before, limit=_PRUNE_BATCH)
+                found = await prune_finished(conn, before, limit=_PRUNE_BATCH)
             pruned += found
             if found < _PRUNE_BATCH:
                 break
@@ -137,3 +140,14 @@ async def _logging_failure(job: str, work: Awaitable[int], otherwise: int = 0) -
         else:
             logger.exception("scheduler: %s: unexpected failure", job)
         return otherwise
+
+
+async def prune_finished(conn: Connection, before: datetime, *, limit: int) -> int:
+    """Delete the rows of tasks that finished (completed, superseded, discarded) before
+    ``before``, ``limit`` at most; their decisions stay in the log. Only rows the
+    ``scheduler-tasks`` projection has passed go: it never meets a later event of
+    theirs that would write one back. Safe to run in every process at once."""
+    checkpoint = await log.read_checkpoint(conn, t.TASKS_PROJECTION)
+    if checkpoint is None:
+        return 0  # the projection has read nothing yet: every row may be written back
+    return await rows.delete_finished(conn, before=before, up_to_position=checkpoint, limit=limit)

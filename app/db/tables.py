@@ -325,12 +325,14 @@ tasks = Table(
         postgresql_where=text("state = 'leased' AND lease_request IS NOT NULL"),
     ),
     # A digest of the key: a key is event content of any length, a btree entry is not.
+    # Every state: the dispatcher supersedes ready tasks of a key (``fetch_debounced``), a
+    # failed attempt is superseded by a newer task of its key (``fetch_newer_debounced``).
     Index(
-        "ix_tasks_debounce_digest",
+        "ix_tasks_debounce_key",
         "tenant",
         "route_id",
         text("md5(debounce_key)"),
-        postgresql_where=text("state = 'ready' AND debounce_key IS NOT NULL"),
+        postgresql_where=text("debounce_key IS NOT NULL"),
     ),
     Index("ix_tasks_dead", "tenant", "finished_at", postgresql_where=text("state = 'dead'")),
     Index(

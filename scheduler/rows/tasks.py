@@ -392,6 +392,37 @@ async def fetch_debounced(
     return [TaskState(*row) for row in rows.all()]
 
 
+async def fetch_newer_debounced(
+    conn: AsyncConnection,
+    tenant: str,
+    route_id: str,
+    attribute: str,
+    key: str,
+    *,
+    after: datetime,
+    before: datetime,
+) -> TaskState | None:
+    """The route's newest task with debounce key ``key`` (the value of ``attribute``)
+    triggered strictly between ``after`` and ``before``, in any state; None when none."""
+    row = (
+        await conn.execute(
+            select(tasks)
+            .where(
+                _c.tenant == tenant,
+                _c.route_id == route_id,
+                func.md5(_c.debounce_key) == func.md5(key),  # what the index holds
+                _c.debounce_key == key,
+                or_(_c.debounce_on == attribute, _c.debounce_on.is_(None)),
+                _c.trigger_time > after,
+                _c.trigger_time < before,
+            )
+            .order_by(_c.trigger_time.desc(), _c.seq.desc())
+            .limit(1)
+        )
+    ).first()
+    return TaskState(*row) if row is not None else None
+
+
 async def fetch_expired_leases(
     conn: AsyncConnection, *, now: datetime, limit: int
 ) -> list[TaskState]:
