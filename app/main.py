@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -69,6 +69,8 @@ from scheduler.router import create_router as create_scheduler_router
 from scheduler.rows.wakeups import TaskWakeups
 from scheduler.service import SchedulerLoop, controller_from, timers_from
 
+logger = logging.getLogger(__name__)
+
 
 def create_app(
     settings: Settings,
@@ -119,10 +121,7 @@ def create_app(
         if tune_gc:
             tune_garbage_collector()
         yield
-        for task in background:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _stop(background, min(settings.shutdown_timeout_s, _BACKGROUND_STOP_S))
         await dispose(app)
         metrics.leave()
         if on_shutdown is not None:
@@ -319,6 +318,21 @@ class Causeway(FastAPI):
         await send({"type": "http.response.body", "body": answer})
 
 
+async def _stop(background: list[asyncio.Task[Any]], wait_s: float) -> None:
+    """Cut the background tasks together, and wait for them ``wait_s`` at most: a task cut
+    in a query on a database that stopped answering waits out the driver's cancel (10 s),
+    and cut one after another they kept the process some 20 s past its shutdown timeout."""
+    for task in background:
+        task.cancel()
+    done, _ = await asyncio.wait(background, timeout=wait_s)
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a background task had failed: %r", task.exception())
+
+
+# How long a stopping process waits for its background tasks, once cut (within
+# CAUSEWAY_SHUTDOWN_TIMEOUT_S): what still runs then is left to the process's end.
+_BACKGROUND_STOP_S = 5.0
 _BODILESS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Where a route inflates the body itself (OpenLineage clients send gzip).
 _INFLATED = "/api/v1/lineage"

@@ -3,6 +3,7 @@ database answers and its schema is at the Alembic head this code needs)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Annotated
 
@@ -16,6 +17,9 @@ from app.web.dependencies import engine_of
 from app.web.openapi import answers
 
 router = APIRouter(tags=["health"])
+# How long /readyz waits for the database (a probe's own timeout is often a second or
+# a few: past it, the answer is a 503 either way).
+READY_S = 3.0
 
 
 # What PostgreSQL says when a session asks at its start for a role the server lacks.
@@ -30,9 +34,18 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", responses=answers(Unavailable))
 async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]) -> dict[str, str]:
     head: str | None = request.app.state.schema_head
+    # A database that stops answering (a partition, a frozen host) answers nothing, and
+    # the probe hung with it: a 503 after a bound. The read is cancelled and left to end
+    # on its own (the driver's cancel of a query waits out a timeout of its own, 10 s).
+    reading = asyncio.ensure_future(_read_revision(engine))
     try:
-        async with engine.connect() as conn:
-            revision = await fetch_revision(conn)
+        revision = await asyncio.wait_for(asyncio.shield(reading), READY_S)
+    except TimeoutError as exc:
+        reading.cancel()
+        reading.add_done_callback(_quietly)
+        raise Unavailable(
+            f"the database did not answer within {READY_S:g} s", headers={"Retry-After": "1"}
+        ) from exc
     except Exception as exc:
         if not (is_database_error(exc) or isinstance(exc, OSError)):
             raise
@@ -67,3 +80,14 @@ async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]
 # of a GET goes without saying.
 router.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
 router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False)
+
+
+async def _read_revision(engine: Engine) -> str | None:
+    async with engine.connect() as conn:
+        return await fetch_revision(conn)
+
+
+def _quietly(reading: asyncio.Future[str | None]) -> None:
+    """Take the outcome of a read the probe gave up on (else asyncio logs it unread)."""
+    if not reading.cancelled():
+        reading.exception()
