@@ -29,5 +29,5 @@ async def newer_task(conn: Connection, state: TaskState) -> TaskState | None:
     _, before = d.debounce_window(state.trigger_time, float(debounce["window_s"]))
     return await rows.fetch_newer_debounced(
         conn, state.tenant, state.route_id, attribute, state.debounce_key,
-        after=state.trigger_time, before=before,
+        after=state, before=before,
     )  # fmt: skip

@@ -305,12 +305,14 @@ class TaskQueue:
         self, tenant: str, task_id: str, lease_id: str, error_class: str, message: str
     ) -> t.TaskState:
         """Retry or dead-letter the task leased under ``lease_id``; a report sent again
-        (its answer was lost) is answered with the task as it is now, while its last
-        failure is that report (the same lease, class and message)."""
+        (its answer lost) is answered with the task as it is now, while its last failure
+        (a decision with a ``class``) is that report: the same lease, class and message."""
         state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
         if state is not None and not (state.state == "leased" and state.lease_id == lease_id):
             ended = (t.RETRIED, t.DEAD_LETTERED, t.SUPERSEDED)
-            last = await log.read_last(self._conn, tenant, state.stream, types=ended)
+            last = await log.read_last(
+                self._conn, tenant, state.stream, types=ended, having="class"
+            )
             if d.is_failure_reported(last, lease_id, error_class, message):
                 return state
         held = d.holding(state, task_id, lease_id, datetime.now(UTC))
@@ -347,20 +349,17 @@ class TaskQueue:
     async def requeue(
         self, tenant: str, task_id: str, *, reason: str | None, actor: str
     ) -> t.TaskState:
-        state = d.dead_letter(
-            await rows.fetch_task(self._conn, tenant, task_id, lock=True), task_id
-        )
-        return await self._decide(
-            tenant, state, t.REQUEUED, {"reason": reason, "actor": actor}, at=datetime.now(UTC)
-        )
+        return await self._handle_dead_letter(tenant, task_id, t.REQUEUED, reason, actor)
 
     async def discard(self, tenant: str, task_id: str, *, reason: str, actor: str) -> t.TaskState:
-        state = d.dead_letter(
-            await rows.fetch_task(self._conn, tenant, task_id, lock=True), task_id
-        )
-        return await self._decide(
-            tenant, state, t.DISCARDED, {"reason": reason, "actor": actor}, at=datetime.now(UTC)
-        )
+        return await self._handle_dead_letter(tenant, task_id, t.DISCARDED, reason, actor)
+
+    async def _handle_dead_letter(
+        self, tenant: str, task_id: str, event_type: str, reason: str | None, actor: str
+    ) -> t.TaskState:
+        found = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+        state, data = d.dead_letter(found, task_id), {"reason": reason, "actor": actor}
+        return await self._decide(tenant, state, event_type, data, at=datetime.now(UTC))
 
     async def _after_failure(
         self,

@@ -138,6 +138,8 @@ def _check_geometry_and_queue(width: int | None, height: int | None, queue_packe
     for side in (width, height):
         if side is not None and not 0 < side <= MAX_SIDE_PX:
             fail(f"--width and --height must be 1-{MAX_SIDE_PX}")
+    if (width is None) != (height is None):  # as MqttBridge says, before a spool is opened
+        fail("give both width and height, or neither")
     if queue_packets < 1:  # a queue of 0 would be unbounded
         fail(f"--queue-packets must be at least 1, not {queue_packets}")
 

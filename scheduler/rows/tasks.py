@@ -399,11 +399,13 @@ async def fetch_newer_debounced(
     attribute: str,
     key: str,
     *,
-    after: datetime,
+    after: TaskState,
     before: datetime,
 ) -> TaskState | None:
     """The route's newest task with debounce key ``key`` (the value of ``attribute``)
-    triggered strictly between ``after`` and ``before``, in any state; None when none."""
+    triggered after ``after`` (later, or at the same time and made after it: as the
+    dispatcher takes an event of the same time as newer) and before ``before``, in any
+    state; None when none."""
     row = (
         await conn.execute(
             select(tasks)
@@ -413,7 +415,10 @@ async def fetch_newer_debounced(
                 func.md5(_c.debounce_key) == func.md5(key),  # what the index holds
                 _c.debounce_key == key,
                 or_(_c.debounce_on == attribute, _c.debounce_on.is_(None)),
-                _c.trigger_time > after,
+                or_(
+                    _c.trigger_time > after.trigger_time,
+                    and_(_c.trigger_time == after.trigger_time, _c.seq > after.seq),
+                ),
                 _c.trigger_time < before,
             )
             .order_by(_c.trigger_time.desc(), _c.seq.desc())

@@ -299,3 +299,21 @@ def test_evs_mqtt_refused_topic_opens_no_spool(tmp_path: Path) -> None:
     )
     _one_line_exit_2(result)
     assert not spool.exists(), f"the refused command made {sorted(p.name for p in spool.iterdir())}"
+
+
+def test_evs_mqtt_width_without_height_opens_no_spool(tmp_path: Path) -> None:
+    """Refused by MqttBridge, it was refused after the spool was made and claimed."""
+    spool = tmp_path / "spool"
+    result = _run(
+        [
+            sys.executable, "-m", "app.cli", "evs", "mqtt",
+            "--broker", "mqtt://127.0.0.1:1", "--topic", "sensors/cam1", "--sensor", "s1",
+            "--target", "http://127.0.0.1:1", "--key", "k", "--spool", str(spool),
+            "--width", "640",
+        ],
+        environment(),
+    )  # fmt: skip
+    _one_line_exit_2(result)
+    assert not spool.exists(), (
+        f"the refused command made {sorted(p.name for p in spool.iterdir())}: {result.stderr}"
+    )
