@@ -40,9 +40,11 @@ async def readyz(request: Request, engine: Annotated[Engine, Depends(engine_of)]
     reading = asyncio.ensure_future(_read_revision(engine))
     try:
         revision = await asyncio.wait_for(asyncio.shield(reading), READY_S)
+    except asyncio.CancelledError:
+        _abandon(reading)  # the request was cut (a shutdown): the read goes with it
+        raise
     except TimeoutError as exc:
-        reading.cancel()
-        reading.add_done_callback(_quietly)
+        _abandon(reading)
         raise Unavailable(
             f"the database did not answer within {READY_S:g} s", headers={"Retry-After": "1"}
         ) from exc
@@ -85,6 +87,11 @@ router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=Fals
 async def _read_revision(engine: Engine) -> str | None:
     async with engine.connect() as conn:
         return await fetch_revision(conn)
+
+
+def _abandon(reading: asyncio.Future[str | None]) -> None:
+    reading.cancel()
+    reading.add_done_callback(_quietly)
 
 
 def _quietly(reading: asyncio.Future[str | None]) -> None:

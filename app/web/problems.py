@@ -128,8 +128,14 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc.__cause__, AppError):
         # FastAPI turns any error while it reads a body into a 400 "error parsing the
-        # body", raised from ours: the capped body's PayloadTooLarge is the answer.
+        # body", raised from ours: the capped body's PayloadTooLarge is the answer (or
+        # the key check's 401, 403: ``JSONRequest.body``).
         return _app_error(exc.__cause__)
+    cause = exc.__cause__
+    if isinstance(cause, Exception) and as_app_error(cause) is not None:
+        # The key check's lookup, while the database is away: a 503 to retry, not a
+        # body said to be malformed.
+        return _driver_error(request.method, request.url.path, cause)
     headers = dict(exc.headers or {})
     if exc.status_code == 405:
         headers["Allow"] = ", ".join(_allowed(request))
