@@ -13,9 +13,17 @@ from sqlalchemy import URL
 
 
 class DbProxy:
+    """A proxy of ``server`` (a TCP address, or a Unix socket's folder as the embedded
+    PostgreSQL gives it: ``?host=/tmp/...``), listening on 127.0.0.1:``port``."""
+
     def __init__(self, server: URL) -> None:
+        folder = server.query.get("host")
+        folder = folder[0] if isinstance(folder, tuple) else folder
+        if server.host and server.host.startswith("/"):
+            folder = server.host
         self._host = server.host or "127.0.0.1"
         self._port = server.port or 5432
+        self._socket = f"{folder}/.s.PGSQL.{self._port}" if folder else None
         self.mode = "forward"
         self._loop = asyncio.new_event_loop()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -47,7 +55,10 @@ class DbProxy:
         if self.mode == "freeze":
             return  # kept open, nothing forwarded
         try:
-            up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
+            if self._socket is not None:
+                up_reader, up_writer = await asyncio.open_unix_connection(self._socket)
+            else:
+                up_reader, up_writer = await asyncio.open_connection(self._host, self._port)
         except OSError:
             writer.transport.abort()
             return
@@ -70,6 +81,10 @@ class DbProxy:
             piping = asyncio.ensure_future(task)
             self._pipes.add(piping)
             piping.add_done_callback(self._pipes.discard)
+
+    def url(self, server: URL) -> URL:
+        """``server``'s URL, through this proxy."""
+        return server.set(host="127.0.0.1", port=self.port).difference_update_query(["host"])
 
     def _call(self, fn: Any) -> None:
         done = threading.Event()

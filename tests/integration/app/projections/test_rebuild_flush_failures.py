@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 import typer
-from sqlalchemy import URL, Column, MetaData, Table, Text, insert
+from sqlalchemy import URL
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -24,40 +24,23 @@ from app.projections.batches import ProjectionFailed
 from app.projections.runner import ProjectionRunner
 from app.projections.status import WITHHELD, fetch_status, withhold_others_errors
 from app.store.log import EventLog
-from app.store.records import NewEvent, StoredEvent
+from app.store.records import NewEvent
+from tests.integration.app.projections.test_flush_failures import KeyIndex as FlushingKeys
+from tests.integration.app.projections.test_flush_failures import metadata
 
-metadata = MetaData()
-keys = Table("rebuild_flush_keys", metadata, Column("key", Text, primary_key=True))
 
-
-class KeyIndex:
-    """Keeps each event's key and writes a batch's keys in one statement when the batch
-    ends. ``broken`` (a faulty release deployed before the rebuild), its one statement
-    breaks the primary key: a failure of the batch's write, not of one event."""
+class KeyIndex(FlushingKeys):
+    """test_flush_failures' projection; ``broken`` (a faulty release deployed before the
+    rebuild), its batch's one statement breaks the primary key: a failure of the batch's
+    write, not of one event."""
 
     name = "rebuild-key-index"
-    tables = (keys,)
-    types = frozenset({"test.keyed"})
-
-    def __init__(self) -> None:
-        self.pending: list[str] = []
-        self.batch: AsyncConnection | None = None
-        self.broken = False
-
-    async def apply(self, conn: AsyncConnection, event: StoredEvent) -> None:
-        if conn is not self.batch:
-            self.pending.clear()
-            self.batch = conn
-        self.pending.append(event.record.data["key"])
+    broken = False
 
     async def flush(self, conn: AsyncConnection) -> None:
-        pending, self.pending = self.pending, []
-        if not pending:
-            return
-        if self.broken:  # the batch's write breaks a constraint: no one event's fault
-            await conn.execute(insert(keys), [{"key": "same"} for _ in pending])
-        else:
-            await conn.execute(insert(keys), [{"key": k} for k in pending])
+        if self.broken:
+            self.pending = ["same" for _ in self.pending]
+        await super().flush(conn)
 
 
 async def _setup(engine: AsyncEngine) -> None:

@@ -67,6 +67,7 @@ async def test_a_large_event_leaves_the_event_loop_free(client: httpx2.AsyncClie
     done.set()
     await ticking
     assert answer.status_code == 201, answer.text[:300]
-    # Measured against the request itself, so a loaded machine changes nothing: held on
-    # the loop, the checks stood it still for most of the request.
-    assert max(gaps) < took_s / 3, f"the loop stood still {max(gaps):.2f} s of {took_s:.2f} s"
+    # Measured against the request itself: held on the loop, the checks stood it still
+    # for most of the request. (A third was too tight on a loaded CI machine: the store's
+    # own work on the loop, encoding and hashing the event, stood it still 0.48 s of 1.37.)
+    assert max(gaps) < took_s / 2, f"the loop stood still {max(gaps):.2f} s of {took_s:.2f} s"
