@@ -23,6 +23,7 @@ from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.routes import Route, event_time
+from scheduler.rows import debounced
 from scheduler.rows import tasks as rows
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class TaskMaker:
         newer: t.TaskState | None = None
         if key is not None:
             after, before = d.debounce_window(trigger_time, route.debounce_window_s)
-            pending = await rows.fetch_debounced(
+            pending = await debounced.fetch_debounced(
                 self._conn, tenant, route.id, route.debounce_key, key, after=after, before=before
             )
             for other in pending:

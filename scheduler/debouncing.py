@@ -9,7 +9,7 @@ from __future__ import annotations
 from app.db.engine import Connection
 from scheduler import decisions as d
 from scheduler.route_reads import RouteReader
-from scheduler.rows import tasks as rows
+from scheduler.rows import debounced
 from scheduler.tasks import TaskState
 
 
@@ -27,7 +27,7 @@ async def newer_task(conn: Connection, state: TaskState) -> TaskState | None:
     if not isinstance(attribute, str) or state.debounce_on not in (None, attribute):
         return None
     _, before = d.debounce_window(state.trigger_time, float(debounce["window_s"]))
-    return await rows.fetch_newer_debounced(
+    return await debounced.fetch_newer_debounced(
         conn, state.tenant, state.route_id, attribute, state.debounce_key,
         after=state, before=before,
     )  # fmt: skip

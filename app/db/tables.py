@@ -325,8 +325,8 @@ tasks = Table(
         postgresql_where=text("state = 'leased' AND lease_request IS NOT NULL"),
     ),
     # A digest of the key: a key is event content of any length, a btree entry is not.
-    # Every state: the dispatcher supersedes ready tasks of a key (``fetch_debounced``), a
-    # failed attempt is superseded by a newer task of its key (``fetch_newer_debounced``).
+    # Every state: the dispatcher supersedes ready tasks of a key (``rows.debounced``), a
+    # failed attempt is superseded by a newer task of its key (the same module).
     Index(
         "ix_tasks_debounce_key",
         "tenant",
