@@ -68,6 +68,8 @@ def projections_status() -> None:
     typer.echo(f"{'name':<20} {'checkpoint':>10} {'head':>10} {'lag':>8} {'lag_s':>8}  error")
     for row in rows:
         where = "rebuild" if row.error_position is None else f"at {row.error_position}"
+        if row.error_through is not None:  # the batch's write failed, at no event of its own
+            where += f" (its batch, to {row.error_through})"
         error = f"{where}: {_one_line(row.last_error)}" if row.last_error else "-"
         typer.echo(
             f"{row.name:<20} {row.checkpoint:>10} {row.head:>10} {row.lag_events:>8} "

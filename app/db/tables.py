@@ -163,6 +163,9 @@ projection_checkpoints = Table(
     Column("updated_at", DateTime(timezone=True)),
     Column("last_error", Text),
     Column("error_position", BigInteger),
+    # A batch's error (its flush or tally failed at no event of its own): the batch's
+    # last event; error_position is its first. NULL: the error is error_position's own.
+    Column("error_through", BigInteger),
     Column("failures", Integer, nullable=False, server_default=text("0")),
     Column("rebuild_requested", Boolean, nullable=False, server_default=text("false")),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,9 +29,27 @@ YIELD_EVERY = 256
 
 
 class ProjectionFailed(Exception):
-    def __init__(self, position: int, error: BaseException) -> None:
+    """A failure at the event at ``position``; or, with ``through``, of the batch that
+    ends at ``through`` (its flush, or its tally, failed at no event of its own: the text
+    may then be of any event in the batch)."""
+
+    def __init__(self, position: int, error: BaseException, through: int | None = None) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.position = position
+        self.through = through
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What ``read_and_apply`` did: how many events it applied, the position it reached,
+    whether another batch should follow at once, and the positions of its first and last
+    event (what a failure of its flush is put at: the checkpoint cannot pass the first)."""
+
+    applied: int
+    reached: int
+    more: bool
+    first: int
+    last: int
 
 
 async def read_and_apply(
@@ -40,23 +59,25 @@ async def read_and_apply(
     head: int,
     size: int,
     selection: Selection | None,
-) -> tuple[int, int, bool, int]:
+) -> Batch:
     """Read ``projection``'s next batch in (after, head], ``size`` at most, and apply or
-    tally it; as ``_apply_events`` answers, and the position of the batch's first event
-    (what a failure of its flush is put at: the checkpoint cannot pass it)."""
+    tally it."""
     if not isinstance(projection, Tallying):
         found = await checkpoints.read_events(conn, projection, after, head, size, selection)
-        first = found[0].position if found else head
-        return (*await _apply_events(projection, conn, found, size, head, selection), first)
+        applied, reached, more = await _apply_events(projection, conn, found, size, head, selection)
+        if not applied:
+            return Batch(0, reached, more, head, head)
+        return Batch(applied, reached, more, found[0].position, found[applied - 1].position)
     rows = await checkpoints.read_rows(conn, projection, after, head, size)
-    if rows:
-        try:
-            await projection.tally(conn, rows)
-        except Exception as exc:
-            raise _failure(rows[0].position, exc) from exc
+    if not rows:
+        return Batch(0, head, False, head, head)
+    first, last = rows[0].position, rows[-1].position
+    try:
+        await projection.tally(conn, rows)
+    except Exception as exc:
+        raise _failure(first, exc, last) from exc
     more = len(rows) == size
-    first = rows[0].position if rows else head
-    return len(rows), rows[-1].position if more else head, more, first
+    return Batch(len(rows), last if more else head, more, first, last)
 
 
 async def _apply_events(
@@ -86,20 +107,21 @@ async def _apply_events(
     return len(found), reached, more
 
 
-async def flush_batch(projection: Projection, conn: AsyncConnection, position: int) -> None:
-    """A ``Flushing`` projection's writes of the batch; a failure no ``FlushFailed`` puts
-    at an event of its own is the batch's, at ``position`` (its first event's)."""
+async def flush_batch(projection: Projection, conn: AsyncConnection, batch: Batch) -> None:
+    """A ``Flushing`` projection's writes of ``batch``; a failure no ``FlushFailed`` puts
+    at an event of its own is the batch's, at its first event."""
     if isinstance(projection, Flushing):
         try:
             await projection.flush(conn)
         except Exception as exc:
-            raise _failure(position, exc) from exc
+            raise _failure(batch.first, exc, batch.last) from exc
 
 
-def _failure(position: int, exc: Exception) -> ProjectionFailed:
-    """The failure of the event at ``position``, or of the one a ``FlushFailed`` names
-    (a projection's flush, at the batch's end or during a later event's ``apply``)."""
+def _failure(position: int, exc: Exception, through: int | None = None) -> ProjectionFailed:
+    """The failure of the event at ``position`` (with ``through``: of the batch from it
+    to there), or of the one a ``FlushFailed`` names (a projection's flush, at the
+    batch's end or during a later event's ``apply``)."""
     if isinstance(exc, FlushFailed):
         cause = exc.__cause__
         return ProjectionFailed(exc.position, cause if isinstance(cause, Exception) else exc)
-    return ProjectionFailed(position, exc)
+    return ProjectionFailed(position, exc, through)

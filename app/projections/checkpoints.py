@@ -259,6 +259,7 @@ _ADVANCE = (
         updated_at=bindparam("at"),
         last_error=case((_STOPPED, None), else_=_c.last_error),
         error_position=case((_STOPPED, None), else_=_c.error_position),
+        error_through=case((_STOPPED, None), else_=_c.error_through),
         failures=case((_STOPPED, 0), else_=_c.failures),
     )
 )

@@ -155,11 +155,10 @@ class ProjectionRunner:
                     # may have sent a hint the old interest ignored: step once more.
                     self._interest[projection.name] = interest
                     self._wake[projection.name].set()
-            found, reached, more, first = await read_and_apply(
-                conn, projection, checkpoint, head, size, selection
-            )
+            batch = await read_and_apply(conn, projection, checkpoint, head, size, selection)
+            found, reached, more = batch.applied, batch.reached, batch.more
             if found:
-                await flush_batch(projection, conn, first)
+                await flush_batch(projection, conn, batch)
             if (
                 not found
                 and reached - checkpoint < size
@@ -188,12 +187,11 @@ class ProjectionRunner:
             after = applied = 0
             more = True
             while more:
-                found, after, more, first = await read_and_apply(
-                    conn, projection, after, head, 1000, None
-                )
-                if found:
-                    await flush_batch(projection, conn, first)
-                applied += found
+                batch = await read_and_apply(conn, projection, after, head, 1000, None)
+                if batch.applied:
+                    await flush_batch(projection, conn, batch)
+                after, more = batch.reached, batch.more
+                applied += batch.applied
             await checkpoints.advance(
                 conn,
                 projection.name,
@@ -201,6 +199,7 @@ class ProjectionRunner:
                 rebuild_requested=False,
                 last_error=None,
                 error_position=None,
+                error_through=None,
                 failures=0,
             )
         return applied
@@ -421,6 +420,7 @@ class ProjectionRunner:
         values: dict[str, Any] = {
             "last_error": str(failed)[:2000],
             "error_position": failed.position,
+            "error_through": failed.through,
             "failures": _c.failures + 1,
             "updated_at": datetime.now(UTC),
         }
@@ -439,6 +439,7 @@ class RebuildFailed(Exception):
     """A rebuild that failed at no event: one of its own statements did."""
 
     position: int | None = None
+    through: int | None = None
 
     def __init__(self, error: DBAPIError | psycopg.Error) -> None:
         super().__init__(_first_line(error.orig if isinstance(error, DBAPIError) else error))

@@ -3,7 +3,8 @@ head (events and seconds), its last error and the events it skips.
 
 Projections read every tenant's events, so the text of an error (a key, a subject, a
 value) may be another tenant's: ``withhold_others_errors`` shows it only to the tenant
-whose event failed.
+whose event failed, and a batch's error (``error_through``: its write failed at no event
+of its own) only to a tenant every event of the batch belongs to.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import BigInteger, any_, literal, select
+from sqlalchemy import any_, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import Text
@@ -24,6 +25,7 @@ from app.projections.checkpoints import SELECTED, UNRESERVED, of_types, read_hea
 
 _c = projection_checkpoints.c
 WITHHELD = "withheld: the failing event belongs to another tenant"
+WITHHELD_BATCH = "withheld: the failing batch holds another tenant's events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class ProjectionStatus:
     lag_seconds: float
     last_error: str | None
     error_position: int | None
+    error_through: int | None  # a batch's error: its last event (error_position its first)
     failures: int
     rebuild_requested: bool
     skipped: list[int]  # positions an operator told it to pass over
@@ -105,6 +108,7 @@ async def fetch_status(
                 lag_seconds=round(max(lag_s, 0.0), 3),
                 last_error=row.last_error if row else None,
                 error_position=row.error_position if row else None,
+                error_through=row.error_through if row else None,
                 failures=int(row.failures) if row else 0,
                 rebuild_requested=bool(row.rebuild_requested) if row else False,
                 skipped=skipped.get(projection.name, []),
@@ -117,24 +121,25 @@ async def withhold_others_errors(
     conn: AsyncConnection, tenant: str, found: list[ProjectionStatus]
 ) -> list[ProjectionStatus]:
     """``found`` as ``tenant`` may see it: an error at another tenant's event is replaced
-    by ``WITHHELD`` (where and how often stay; an operator reads the text with
-    ``causeway projections status``)."""
-    failed = sorted({s.error_position for s in found if s.last_error and s.error_position})
-    if not failed:
-        return found
-    own = set(
-        (
-            await conn.execute(
-                select(events.c.position).where(
-                    events.c.position == any_(literal(failed, ARRAY(BigInteger))),
-                    events.c.tenant == tenant,
-                )
-            )
-        ).scalars()
+    by ``WITHHELD``, and a batch's error by ``WITHHELD_BATCH`` unless every event of the
+    batch is the tenant's (a constraint the batch's write broke names whichever row broke
+    it); where and how often stay. An operator reads the text with ``causeway projections
+    status``."""
+    return [await _as_seen_by(conn, tenant, s) for s in found]
+
+
+async def _as_seen_by(conn: AsyncConnection, tenant: str, s: ProjectionStatus) -> ProjectionStatus:
+    if s.last_error is None or s.error_position is None:
+        return s  # none, or a rebuild's own statement failed (its text names no event)
+    through = s.error_through if s.error_through is not None else s.error_position
+    tenants = await conn.execute(
+        select(events.c.tenant)
+        .where(events.c.position.between(s.error_position, through))
+        .distinct()
+        .limit(2)
     )
-    return [
-        s
-        if s.last_error is None or s.error_position in own
-        else dataclasses.replace(s, last_error=WITHHELD)
-        for s in found
-    ]
+    if set(tenants.scalars()) == {tenant}:
+        return s
+    return dataclasses.replace(
+        s, last_error=WITHHELD if s.error_through is None else WITHHELD_BATCH
+    )

@@ -89,7 +89,7 @@ def test_the_tables_match_the_migrations(database_url: URL) -> None:
 
 
 def test_a_migrated_database_is_at_head(database_url: URL) -> None:
-    assert current_revision(database_url) == head_revision() == "0022"
+    assert current_revision(database_url) == head_revision() == "0023"
 
 
 def test_each_function_file_is_the_one_its_newest_migration_installs() -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import Column, MetaData, Table, Text, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.projections.runner import ProjectionRunner
-from app.projections.status import fetch_status
+from app.projections.status import WITHHELD_BATCH, fetch_status, withhold_others_errors
 from app.store.log import EventLog
 from app.store.records import NewEvent, StoredEvent
 
@@ -89,3 +89,74 @@ async def test_a_batch_level_flush_failure_is_recorded_and_not_silent(
         f"the projection is stuck but its status shows no error: {status}"
     )
     assert status.failures > 0
+
+
+def keyed(ids: str, *keys: str) -> list[NewEvent]:
+    return [
+        NewEvent(
+            id=f"{ids}{i}",
+            source="/s",
+            type="test.keyed",
+            stream="s",
+            has_data=True,
+            data={"key": k},
+        )
+        for i, k in enumerate(keys)
+    ]
+
+
+async def test_a_batch_error_is_shown_to_no_tenant_but_one_whose_every_event_is_in_the_batch(
+    engine: AsyncEngine,
+) -> None:
+    """acme's one event, then beta's key sent twice: the batch's write fails naming beta's
+    key, and the failure is put at the batch's first event, acme's. GET /projections
+    showed acme the text, beta's key in it."""
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+        await EventLog(conn).append("acme", keyed("a", "acme-1"))
+        await EventLog(conn).append("beta", keyed("b", "beta-secret", "beta-secret"))
+    projection = KeyIndex()
+    runner = ProjectionRunner(engine, [projection], poll_interval_s=0.05)
+    task = asyncio.create_task(runner.run())
+    try:
+        while (await runner.status(projection)).last_error is None:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    async with engine.connect() as conn:
+        [status] = await fetch_status(conn, [projection])
+        [for_acme] = await withhold_others_errors(conn, "acme", [status])
+        [for_beta] = await withhold_others_errors(conn, "beta", [status])
+    # The operator reads where the batch starts and ends, and the text.
+    assert (status.error_position, status.error_through) == (1, 3), status
+    assert status.last_error is not None
+    assert "beta-secret" in status.last_error
+    assert for_acme.last_error == WITHHELD_BATCH, for_acme.last_error
+    assert for_beta.last_error == WITHHELD_BATCH  # acme's event is in it too
+    assert (for_acme.error_position, for_acme.failures) == (1, status.failures)
+
+
+async def test_a_batch_error_is_shown_to_the_tenant_every_event_of_the_batch_belongs_to(
+    engine: AsyncEngine,
+) -> None:
+    async with engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+        await EventLog(conn).append("beta", keyed("b", "k", "k"))
+        await EventLog(conn).append("acme", [NewEvent(id="o", source="/s", type="t.o", stream="o")])
+    projection = KeyIndex()
+    runner = ProjectionRunner(engine, [projection], poll_interval_s=0.05)
+    task = asyncio.create_task(runner.run())
+    try:
+        while (await runner.status(projection)).last_error is None:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    async with engine.connect() as conn:
+        [status] = await fetch_status(conn, [projection])
+        [for_beta] = await withhold_others_errors(conn, "beta", [status])
+        [for_acme] = await withhold_others_errors(conn, "acme", [status])
+    assert (status.error_position, status.error_through) == (1, 2), status
+    assert for_beta.last_error == status.last_error
+    assert for_acme.last_error == WITHHELD_BATCH
