@@ -50,10 +50,26 @@ def _json_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def async_url(url: str | URL) -> URL:
-    """``url`` with the psycopg 3 driver, whatever driver it named."""
+# libpq waits for ever on a host that takes the connection and never answers (a frozen
+# host, a proxy in front of a partition): `serve`, `migrate` and `verify` hung there with
+# no word, and so did every request that needed a new pooled connection.
+CONNECT_TIMEOUT_S = 10
+
+
+def bounded(url: str | URL) -> URL:
+    """``url`` with libpq's ``connect_timeout`` (``CONNECT_TIMEOUT_S``) unless it names
+    one: every connection Causeway opens goes through here (``async_url``,
+    ``libpq_conninfo``, ``app.db.schema.sync_url``)."""
     # make_url, not str(): str() of a URL masks its password.
-    return make_url(url).set(drivername="postgresql+psycopg")
+    parsed = make_url(url)
+    if "connect_timeout" in parsed.query:
+        return parsed
+    return parsed.update_query_dict({"connect_timeout": str(CONNECT_TIMEOUT_S)})
+
+
+def async_url(url: str | URL) -> URL:
+    """``url`` with the psycopg 3 driver, whatever driver it named, and a connect timeout."""
+    return bounded(url).set(drivername="postgresql+psycopg")
 
 
 def create_engine(
@@ -109,7 +125,7 @@ def libpq_conninfo(url: str | URL) -> str:
     """``url`` as a libpq connection string (for psycopg itself, without SQLAlchemy), each
     value quoted as libpq needs: a rendered URL keeps a space in a password, say, which
     libpq then refuses."""
-    parsed = make_url(url)
+    parsed = bounded(url)
     params: dict[str, Any] = parsed.translate_connect_args(username="user", database="dbname")
     for key, value in parsed.query.items():
         # A key given more than once (host=a&host=b) is libpq's comma-separated list.

@@ -14,14 +14,16 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import URL, Connection, create_engine, make_url
+from sqlalchemy import URL, Connection, create_engine
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.db.engine import bounded
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
 def sync_url(url: str | URL) -> URL:
-    return make_url(url).set(drivername="postgresql+psycopg")  # str() would mask a password
+    return bounded(url).set(drivername="postgresql+psycopg")  # with a connect timeout
 
 
 def alembic_config(url: str | URL) -> Config:

@@ -92,6 +92,27 @@ def test_sigterm_during_a_readyz_probe_on_a_silent_database_ends_within_the_boun
     assert took < 10, f"serve ended {took:.1f} s after SIGTERM (shutdown timeout 2 s)"
 
 
+def test_serve_on_a_database_host_that_never_answers_says_so_and_exits(
+    proxy: DbProxy, database_url: URL, tmp_path: Path
+) -> None:
+    """A host that takes the connection and says nothing (a frozen host, a proxy in front
+    of a partition): serve waited there for ever, with no word (so did migrate and
+    verify, from a timer). libpq's connect timeout ends it: one line, exit 2."""
+    proxy.set("freeze")
+    env = _through(proxy, database_url, tmp_path)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(free_port())],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == (
+        "error: cannot use the database: connection timeout expired"
+    )
+    assert took < 30, f"serve gave up after {took:.0f} s"
+
+
 def _through(proxy: DbProxy, database_url: URL, tmp_path: Path, **more: str) -> dict[str, str]:
     """The environment of a serve whose database is reached through ``proxy``."""
     url = proxy.url(database_url).render_as_string(hide_password=False)

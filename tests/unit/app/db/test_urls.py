@@ -6,7 +6,7 @@ from __future__ import annotations
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy import make_url
 
-from app.db.engine import async_url, libpq_conninfo
+from app.db.engine import CONNECT_TIMEOUT_S, async_url, libpq_conninfo
 from app.db.schema import sync_url
 
 SECRET = "postgresql://causeway:s3cret@db.internal:5432/causeway"
@@ -32,6 +32,7 @@ def test_psycopg_itself_gets_every_part_of_a_url_quoted() -> None:
         "port": "5433",
         "dbname": "causeway",
         "sslmode": "require",
+        "connect_timeout": "10",
     }
 
 
@@ -40,4 +41,17 @@ def test_a_socket_directory_in_the_query_reaches_psycopg() -> None:
         "user": "postgres",
         "dbname": "causeway",
         "host": "/run/pg",
+        "connect_timeout": "10",
     }
+
+
+def test_every_connection_gives_up_on_a_silent_host_unless_the_url_says_how_soon() -> None:
+    """libpq waits for ever on a host that takes the connection and never answers."""
+    assert CONNECT_TIMEOUT_S == 10
+    for url in (async_url(SECRET), sync_url(SECRET)):
+        assert url.query["connect_timeout"] == "10"
+    assert conninfo_to_dict(libpq_conninfo(SECRET))["connect_timeout"] == "10"
+    given = f"{SECRET}?connect_timeout=3"
+    assert async_url(given).query["connect_timeout"] == "3"
+    assert sync_url(given).query["connect_timeout"] == "3"
+    assert conninfo_to_dict(libpq_conninfo(given))["connect_timeout"] == "3"
