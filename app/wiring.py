@@ -19,7 +19,7 @@ from app.projections.relay.relay import NatsRelay, RelayConfig
 from app.projections.relay.subjects import Tenants
 from app.projections.runner import ProjectionRunner
 from app.settings import Settings
-from app.store.replication import FallbackConnector, replica_name
+from app.store.replication import ANSWER_S, FallbackConnector, replica_name
 from app.web.reads import ReadRouter, ReadSource
 from ingest.limits import Limits
 from scheduler.placement import OffPeak
@@ -133,6 +133,9 @@ def graphql_connections(
         wait_s=max(settings.graphql_timeout_ms / 1000, 1.0),
         generic_plans=True,
         name="walks",
+        # A replica's: a connection answers before it is handed out, within ANSWER_S,
+        # as the other reads' pre-ping does (a frozen replica's walk hung for ever).
+        answer_s=ANSWER_S if pre_ping else None,
     )
     # GraphQL's other reads (events, pages of causes and effects, models) likewise stop
     # at the time budget: on sessions of their own, whose statement timeout it is. Both

@@ -15,6 +15,7 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
 from app.web.dependencies import PLAIN_DIGITS, log_reads, require
 from app.web.openapi import StoredText, answers
+from app.web.reads import MIN_POSITION_PARAMETER, parse_min_position
 
 router = APIRouter(tags=["events"])
 _read = require(Scope.READ)
@@ -75,16 +76,25 @@ async def read_stream(
             raise NotFound(f"no stream {stream!r}", stream=stream)
     headers = {}
     if page.next_version is not None:  # RFC 8288: where the next page is
-        headers["Link"] = f'<{_next_page(request, stream, page.next_version, limit)}>; rel="next"'
+        link = _next_page(request, stream, page.next_version, limit, page.next_position)
+        headers["Link"] = f'<{link}>; rel="next"'
     body = "[" + ",".join(page.events) + "]"
     return Response(body, media_type="application/cloudevents-batch+json", headers=headers)
 
 
-def _next_page(request: Request, stream: str, from_version: int, limit: int) -> str:
+def _next_page(
+    request: Request, stream: str, from_version: int, limit: int, position: int | None
+) -> str:
     """The URL of the page after this one: the stream's name percent-encoded (the request's
     own path is decoded: a name with ``%``, ``>`` or characters past Latin-1 made a link
     to another stream, one no parser reads, or a header that cannot be sent), the request's
-    other parameters kept."""
+    other parameters kept, and ``min_position`` at least the ``position`` of the event the
+    page starts with: read on a replica behind the one that answered this page, the link
+    led to an empty last page, and the stream seemed to end short of what it announced."""
     path = f"{request.scope.get('root_path', '')}/streams/{quote(stream, safe='')}"
     url = request.url.replace(path=path)
-    return str(url.include_query_params(from_version=from_version, limit=limit))
+    more: dict[str, int] = {"from_version": from_version, "limit": limit}
+    if position is not None:
+        given = parse_min_position(request.query_params.get(MIN_POSITION_PARAMETER))
+        more[MIN_POSITION_PARAMETER] = max(position, given or 0)
+    return str(url.include_query_params(**more))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import orjson
+import psycopg
 from psycopg import AsyncConnection as PsycopgConnection
 from psycopg import AsyncRawCursor, AsyncRawServerCursor, AsyncServerCursor
 from psycopg.conninfo import make_conninfo
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
+from app.db.deadlines import within
 from app.errors import Unavailable
 
 # The handles the composition roots build and hand down. The faces and the scheduler's
@@ -166,11 +168,17 @@ class DriverPool:
         generic_plans: bool = False,
         name: str | None = None,
         role: str = SERVICE_ROLE,
+        answer_s: float | None = None,
     ) -> None:
         """``role``: what its sessions run as; a pool of ``SERVICE_ROLE`` (a tenant's
-        reads) hands out connections only for a tenant (``connect(tenant)``)."""
+        reads) hands out connections only for a tenant (``connect(tenant)``).
+        ``answer_s`` (a replica's pool): a connection is handed out only once it has
+        answered a round trip (its session set for the tenant, else ``SELECT 1``), and a
+        checkout that takes longer is ``Unavailable`` at once (a server frozen since it
+        was last seen never refuses; it just never answers)."""
         self._role = role
         self._wait_s = wait_s
+        self._answer_s = answer_s
         self._closed = False
         self._checking: asyncio.Task[None] | None = None
         self._pool = AsyncConnectionPool(
@@ -203,28 +211,64 @@ class DriverPool:
         (set on every checkout, so none reads as the tenant of the request before)."""
         if tenant is None and self._role == SERVICE_ROLE:
             raise RuntimeError("this pool's connections read for a tenant: connect(tenant)")
+        if self._answer_s is None:
+            conn = await self._checkout(tenant)
+        else:
+            try:
+                conn = await within(self._checkout(tenant), self._answer_s, left=self._give_back)
+            except TimeoutError as exc:
+                raise Unavailable(
+                    f"the database gave no connection that answered within {self._answer_s:g} s"
+                ) from exc
+        try:
+            yield conn
+        finally:
+            await self._give_back(conn)
+
+    async def _checkout(self, tenant: str | None) -> PsycopgConnection[Any]:
+        """A connection, its session scoped to ``tenant``. One that a server's restart
+        broke (its first statement fails so) goes back, the pool drops it and checks its
+        idle ones, which the restart broke too, and another is taken: it was handed out,
+        and the read it was for failed (on a replica, which was then taken as down)."""
+        for attempt in (1, 2):
+            conn = await self._getconn()
+            try:
+                if tenant is not None:
+                    await conn.execute(SCOPE_SESSION, (tenant,))
+                elif self._answer_s is not None:
+                    await conn.execute("SELECT 1")
+                return conn
+            except psycopg.OperationalError:
+                broken = conn.broken
+                await self._give_back(conn)
+                if not broken or attempt == 2:
+                    raise
+            except BaseException:  # cancelled (the client left, ``within``'s time ran out)
+                await self._give_back(conn)
+                raise
+            await self._pool.check()
+        raise AssertionError("unreachable")
+
+    async def _getconn(self) -> PsycopgConnection[Any]:
         try:
             if self._pool.closed:
                 await self.open()
-            conn = await self._pool.getconn()
+            return await self._pool.getconn()
         except PoolClosed as exc:
             raise Unavailable("the service is shutting down") from exc
         except PoolTimeout as exc:
             raise Unavailable(
                 f"no database connection came free within {self._wait_s:g} s"
             ) from exc
-        try:
-            if tenant is not None:
-                await conn.execute(SCOPE_SESSION, (tenant,))
-            yield conn
-        finally:
-            if conn.broken and self._checking is None:
-                # One broke: after a database restart every idle one has, and each would
-                # fail a walk of its own. The pool replaces those it finds broken.
-                self._checking = asyncio.create_task(self._check())
-            # Shielded: a cancellation while the pool takes it back (it waits for its
-            # lock while it closes, say) would lose the connection.
-            await asyncio.shield(self._pool.putconn(conn))
+
+    async def _give_back(self, conn: PsycopgConnection[Any]) -> None:
+        if conn.broken and self._checking is None:
+            # One broke: after a database restart every idle one has, and each would
+            # fail a walk of its own. The pool replaces those it finds broken.
+            self._checking = asyncio.create_task(self._check())
+        # Shielded: a cancellation while the pool takes it back (it waits for its lock
+        # while it closes, say) would lose the connection.
+        await asyncio.shield(self._pool.putconn(conn))
 
     def figures(self) -> tuple[int, int]:
         """(connections in use, requests waiting for one), for ``causeway_db_pool_*``."""

@@ -24,7 +24,7 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
 from app.db.engine import DriverConnection
-from app.errors import BadRequest, Timeout
+from app.errors import BadRequest, Timeout, Unavailable
 from app.graphql.budget import bounded_validation
 from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
@@ -135,7 +135,9 @@ async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]
     except Exception as exc:
         # A replica gone since the request chose it (its pooled connections broke): the
         # walk again on the primary, where the request's other reads go from now on.
-        if is_unavailable(exc) and info.context.fall_back(exc):
+        # (Or its pool gave no connection that answered in time: ``Unavailable``.)
+        gone = is_unavailable(exc) or isinstance(exc, Unavailable)
+        if gone and info.context.fall_back(exc):
             return await _walk_once(info, run)
         raise
 

@@ -159,7 +159,7 @@ class EventReader:
         (one event at least), read from a named cursor; and the version the next page
         starts at, when more follow."""
         statement = (
-            select(events.c.stream_version, _json_text())
+            select(events.c.stream_version, _json_text(), events.c.position)
             .where(
                 events.c.tenant == tenant,
                 events.c.stream == stream,
@@ -173,9 +173,9 @@ class EventReader:
         fetches = self._stream(statement, min(limit + 1, 1000), _second_bytes)
         async with aclosing(fetches):  # closes the cursor on an early return (``_stream``)
             async for rows in fetches:
-                for version, text in rows:
+                for version, text, position in rows:
                     if len(page) == limit or (page and size >= PAGE_BYTES):
-                        return StreamPage(page, int(version))
+                        return StreamPage(page, int(version), int(position))
                     page.append(compact_json(text))
                     size += _utf8_bytes(page[-1])
         return StreamPage(page, None)
@@ -248,6 +248,7 @@ PAGE_BYTES = 8 << 20  # a stream page ends once it holds this much (README)
 class StreamPage:
     events: list[str]  # compact structured CloudEvent JSON, in version order
     next_version: int | None  # where the next page starts; None: this is the last
+    next_position: int | None = None  # the log position of the event it starts with
 
 
 def _second_bytes(rows: list[tuple[Any, ...]]) -> int:

@@ -9,17 +9,15 @@ wrote (a command's rows, a projection's checkpoint and read model).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any, TypeVar
 
 from sqlalchemy import bindparam, make_url, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db.deadlines import within
 from app.db.engine import DriverStatement
 from app.db.tables import events, log_head
 
@@ -28,48 +26,6 @@ from app.db.tables import events, log_head
 # never refuses; it just never answers.
 ANSWER_S = 2.0
 
-T = TypeVar("T")
-_LEFT: set[asyncio.Task[Any]] = set()  # what ``within`` left to finish: kept from the GC
-
-
-async def within(
-    work: Coroutine[Any, Any, T], limit_s: float, *, left: Callable[[T], Awaitable[object]]
-) -> T:
-    """``work``'s result if it comes within ``limit_s``, else ``TimeoutError`` at once:
-    ``work`` is cancelled and left to finish in the background (``asyncio.wait_for``
-    waits for that, and psycopg, cancelled in a query, tries to cancel it on the server:
-    on a frozen replica 10 s more), and ``left`` is given what it yields all the same
-    (a connection, to close)."""
-    task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task}, timeout=limit_s)
-    if task in done:
-        return task.result()
-    task.cancel()
-    _LEFT.add(task)
-    task.add_done_callback(partial(_settle, left))
-    raise TimeoutError(f"no answer within {limit_s:g} s")
-
-
-def _settle(left: Callable[[T], Awaitable[object]], task: asyncio.Task[T]) -> None:
-    _LEFT.discard(task)
-    if task.cancelled() or task.exception() is not None:
-        return
-    closing = asyncio.ensure_future(left(task.result()))
-    _LEFT.add(closing)
-    closing.add_done_callback(_forget)
-
-
-def _forget(task: asyncio.Task[Any]) -> None:
-    _LEFT.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a close that failed on a gone replica says nothing
-
-
-async def _nothing(_: object) -> None:
-    return None
-
-
-NOTHING_LEFT = _nothing
 
 _HEAD = DriverStatement.of(select(log_head.c.position))
 _RECORDED_AT = DriverStatement.of(

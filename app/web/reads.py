@@ -28,13 +28,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
+from app.db.deadlines import NOTHING_LEFT, within
 from app.db.engine import Connection, Connector, DriverPool, Engine
 from app.errors import BadRequest, Unavailable
 from app.projections.base import Projection
 from app.projections.checkpoints import has_reached
 from app.store.log import read_hash_at, read_head_link
 from app.store.records import MAX_POSITION, parse_position
-from app.store.replication import ANSWER_S, NOTHING_LEFT, read_age_s, read_head, within
+from app.store.replication import ANSWER_S, read_age_s, read_head
 from app.telemetry import metrics
 
 logger = logging.getLogger(__name__)

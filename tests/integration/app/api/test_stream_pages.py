@@ -64,9 +64,11 @@ async def test_a_full_page_says_that_more_follow_and_the_last_does_not(
     assert following is not None
     assert "from_version=3" in following
     assert "limit=2" in following
-    assert "min_position=0" in following  # the request's other parameters stay
     rest = await client.get(following)
     assert [e["streamversion"] for e in rest.json()] == [3]
+    # min_position raised to the event the next page starts with: a source that does
+    # not show it yet (a replica behind) is not asked for it.
+    assert f"min_position={rest.json()[0]['position']}" in following
     assert next_link(rest) is None
 
 
