@@ -298,6 +298,18 @@ class Context(BaseContext):
         """A connection for one of the request's reads, within its time budget."""
         return reading(self.engine, self.budget, self.tenant)
 
+    async def reading_log_to(self, position: int | None) -> AbstractAsyncContextManager[Connection]:
+        """A connection for a read of the log that must show ``position`` (the event a
+        page announced next, which its cursor names): the request's source when it may,
+        else one that does (``ReadRouter.for_log``: a replica that reaches it in time, else
+        the primary). A replica behind the one that read the page answered an empty one:
+        the pages seemed to end short of what they announced."""
+        source = self._source
+        if position is None or source.is_primary or source.head >= position:
+            return self.reading()
+        found = await self._reads.for_log(position)
+        return reading(found.graphql, self.budget, self.tenant)
+
     def fall_back(self, exc: BaseException) -> bool:
         """After a read on a replica failed for want of its database: the replica is
         marked down, and the request reads the primary from now on. False when the

@@ -27,6 +27,7 @@ from app.db.engine import DriverConnection
 from app.errors import BadRequest, Timeout, Unavailable
 from app.graphql.budget import bounded_validation
 from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
+from app.graphql.cursors import cursor_shown_at, decode_cursor
 from app.graphql.errors import ProblemErrors, code_document_error, log_if_unexpected
 from app.graphql.execution import FlatListExecutionContext
 from app.graphql.limits import GraphQLLimits
@@ -44,7 +45,6 @@ from app.graphql.types import (
     Model,
     asks_for,
     asks_for_content,
-    decode_cursor,
     made_once,
     page_size,
 )
@@ -95,13 +95,16 @@ def _store_filter(selection: EventFilter | None, after: int) -> StoreFilter:
     )
 
 
-async def _page(info: Info, selection: StoreFilter, first: int, floor: int = 0) -> EventConnection:
-    """A page of ``selection``; ``floor`` is where the filter itself starts (its
-    position lower bound without the cursor), so that ``hasPreviousPage`` says whether
-    a matching event lies between it and the cursor."""
+async def _page(
+    info: Info, selection: StoreFilter, first: int, floor: int = 0, after: str | None = None
+) -> EventConnection:
+    """A page of ``selection`` after the cursor ``after``; ``floor`` is where the filter
+    itself starts (its position lower bound without the cursor), so that
+    ``hasPreviousPage`` says whether a matching event lies between it and the cursor. It
+    is read where the log shows the event the cursor's page announced next."""
     size = page_size(first, info.context.limits.max_page_size)
     content = asks_for_content(info.selected_fields)
-    async with info.context.reading() as conn:
+    async with await info.context.reading_log_to(cursor_shown_at(after)) as conn:
         reader = GraphReader(conn)
         page = await reader.fetch_page(info.context.tenant, selection, first=size, content=content)
         earlier = False
@@ -181,7 +184,7 @@ class Query:
     ) -> EventConnection:
         start = None if filter is None else filter.position_from
         floor = 0 if start is None else max(0, int(start) - 1)
-        return await _page(info, _store_filter(filter, decode_cursor(after)), first, floor)
+        return await _page(info, _store_filter(filter, decode_cursor(after)), first, floor, after)
 
     @strawberry.field(description="The events of one stream, in version order.")
     async def stream(
@@ -196,7 +199,7 @@ class Query:
             raise BadRequest(f"fromVersion counts from 1, not {from_version}")
         refuse_empty_filters({"id": id})  # a variable gone missing, not a stream
         selection = StoreFilter(after=decode_cursor(after), stream=id, from_version=from_version)
-        return await _page(info, selection, first)
+        return await _page(info, selection, first, after=after)
 
     @strawberry.field(description="The events of one workflow run (correlation id).")
     async def correlation(
@@ -204,7 +207,7 @@ class Query:
     ) -> EventConnection:
         refuse_empty_filters({"id": id})  # a variable gone missing, not a run with no events
         selection = StoreFilter(after=decode_cursor(after), correlation_id=id)
-        return await _page(info, selection, first)
+        return await _page(info, selection, first, after=after)
 
     @strawberry.field(description="Registered models, with versions and aliases.")
     async def models(self, info: Info) -> list[Model]:

@@ -11,6 +11,7 @@ from strawberry.types.nodes import SelectedField, Selection
 
 from app.errors import BadRequest
 from app.graphql.context import CURRENT_BUDGET, Context
+from app.graphql.cursors import decode_cursor, encode_cursor
 from app.graphql.openlineage import DatasetVersion, LineageRun, TrainingRun
 from app.graphql.scalars import BigInt
 from app.store.chain import format_recorded_at
@@ -20,28 +21,8 @@ from app.store.graph import Direction, Page
 from app.store.lineage import Audit, Trace
 from app.store.model_registry_reads import Model as StoredModel
 from app.store.model_registry_reads import ModelVersion as StoredVersion
-from app.store.records import StoredEvent, parse_position
+from app.store.records import StoredEvent
 from app.store.timestamps import parse_rfc3339
-
-_CURSOR_PREFIX = "position:"
-
-
-def encode_cursor(position: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{position}".encode()).decode()
-
-
-def decode_cursor(cursor: str | None) -> int:
-    if cursor is None:
-        return 0
-    try:
-        text = base64.urlsafe_b64decode(cursor.encode()).decode()
-    except (ValueError, UnicodeDecodeError):
-        text = ""
-    if text.startswith(_CURSOR_PREFIX):
-        position = parse_position(text[len(_CURSOR_PREFIX) :])
-        if position is not None:
-            return position
-    raise BadRequest(f"cursor {cursor!r} is not one this API gave out", cursor=cursor)
 
 
 @strawberry.enum
@@ -300,7 +281,11 @@ class EventConnection:
 
     @classmethod
     def from_page(cls, page: Page, *, has_previous: bool = False) -> "EventConnection":
-        edges = [EventEdge(cursor=encode_cursor(e.position), node=Event.of(e)) for e in page.events]
+        shown_at = [e.position for e in page.events[1:]] + [page.next_position]
+        edges = [
+            EventEdge(cursor=encode_cursor(e.position, shown_at[n]), node=Event.of(e))
+            for n, e in enumerate(page.events)
+        ]
         return cls(
             edges=edges,
             page_info=PageInfo(

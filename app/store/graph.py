@@ -42,6 +42,8 @@ class Page:
     has_next: bool
     # Whether a match lies before the page's cursor (read only where asked: effects).
     has_previous: bool = False
+    # The position of the first match past the page (read where asked: fetch_page).
+    next_position: int | None = None
 
 
 class WalkedNode(NamedTuple):
@@ -310,7 +312,8 @@ class GraphReader:
         columns = full_row() if content else _row_without_content()
         statement = apply_filter(select(*columns), tenant, selection).limit(first + 1)
         found = [_stored(row) for row in await self._conn.execute(statement)]
-        return Page(found[:first], len(found) > first)
+        more = len(found) > first
+        return Page(found[:first], more, next_position=found[first].position if more else None)
 
 
 async def walk(

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.graphql.types import encode_cursor
+from app.graphql.cursors import encode_cursor
 from tests.integration.app.graphql.workflow import AUDIT, LINEAGE, ask
 from tests.integration.conftest import MakeKey, asgi_client
 from tests.integration.events import BATCH, digest_of, dumps

@@ -182,3 +182,55 @@ async def test_following_a_streams_next_link_never_loses_the_events_it_announced
             other.execute("SELECT pg_wal_replay_resume()")
     # Each time the link is followed, the page it announced: the second event.
     assert [(f.status_code, len(f.json())) for f in followed] == [(200, 1), (200, 1)]
+
+
+STREAM_PAGE = """query ($id: String!, $after: String) {
+  stream(id: $id, first: 1, after: $after) {
+    edges { node { id } } pageInfo { hasNextPage endCursor }
+  }
+}"""
+
+
+async def test_a_graphql_page_after_an_end_cursor_shows_what_its_page_announced(
+    pair: Pair, other: Server
+) -> None:
+    """The same with GraphQL's stream connection: a page read on the replica ahead said
+    hasNextPage, and the page after its endCursor, read on the one behind, was empty. The
+    cursor names the position of the event its page knew came next."""
+    stream = f"graphql-paged-{token_hex(3)}"
+    primary = pair.primary.url()
+    urls = f"{pair.replica.url()},{other.url()}"
+    async with (
+        running(primary, read_database_url=urls) as app,
+        await admin_of(app, primary) as admin,
+    ):
+        first = await admin.post(
+            "/events", content=dumps(event(subject=stream)), headers=STRUCTURED
+        )
+        assert first.status_code == 201, first.text
+        wait_for_replay(pair.primary, pair.replica)
+        wait_for_replay(pair.primary, other)
+        pause(other)
+        try:
+            sent = await admin.post(
+                "/events", content=dumps(event(subject=stream)), headers=STRUCTURED
+            )
+            assert sent.status_code == 201, sent.text
+            wait_for_replay(pair.primary, pair.replica)
+            await app.state.read_router.check()
+            ask = {"query": STREAM_PAGE, "variables": {"id": stream}}
+            for _ in range(4):  # until it is read where the second event shows
+                page = (await admin.post("/graphql", json=ask)).json()["data"]["stream"]
+                if page["pageInfo"]["hasNextPage"]:
+                    break
+            assert page["pageInfo"]["hasNextPage"], page
+            after = {"id": stream, "after": page["pageInfo"]["endCursor"]}
+            followed = [
+                (
+                    await admin.post("/graphql", json={"query": STREAM_PAGE, "variables": after})
+                ).json()["data"]["stream"]
+                for _ in range(2)
+            ]
+        finally:
+            other.execute("SELECT pg_wal_replay_resume()")
+    assert [len(f["edges"]) for f in followed] == [1, 1], followed
