@@ -48,6 +48,10 @@ Handler = Callable[[Lease], "list[dict[str, Any]] | None"]
 # body stalled on its way: nothing of it was taken). Every request the worker sends
 # again is answered as the first was (a lease request by its name).
 _BUSY = (408, 429, 500, 502, 503, 504)
+# Of those, the answers that say nothing was done: the service's own "later" (429, 503)
+# and a body that stalled (408). The others may come from a gateway in front, for a
+# request the service carried out.
+_NOTHING_DONE = (408, 429, 503)
 # What a completion is refused with when its task is no longer this worker's to finish.
 _LOST = ("/problems/lease-lost", "/problems/not-found")
 _INTERRUPTED = "the worker was interrupted (Ctrl-C) before it finished this task"
@@ -204,8 +208,10 @@ class Worker:
 
     def stop(self) -> None:
         """Stop after the batch at hand (from another thread, or a handler): its tasks are
-        still heartbeated, worked and completed. Between runs, it stops the next run
-        before that leases anything."""
+        still heartbeated, worked and completed. A lease request already waiting (a
+        long-poll, ``wait_s`` at most) is answered first, and what it leases is the batch
+        at hand; one whose answer was lost is sent again for what it leased. Between runs,
+        it stops the next run before that leases anything."""
         self._stopping.set()
 
     def close(self) -> None:
@@ -279,7 +285,9 @@ class Worker:
         for n, lease in enumerate(leases):
             try:
                 results = _results(self._handler(lease))
-                orjson.dumps(results)  # what the completion sends: a set, a lone surrogate
+                # As the completion sends them, three levels down (a set, a lone surrogate,
+                # data nested past what orjson writes inside the request).
+                orjson.dumps({"tasks": [{"events": results}]})
                 done.append((lease, results))
             except TaskFailed as failure:
                 failed.append((lease, *_failure(failure)))
@@ -404,14 +412,21 @@ class Worker:
                 if refused.status not in _BUSY:
                     raise
                 pause = refused.retry_after_s
-            except httpx2.TransportError:
+                # The service's own "later" leased nothing; a gateway's (500, 502, 504, a
+                # cut request) may stand for an answer that did, lost on its way back.
+                unleased = refused.status in _NOTHING_DONE
+            except httpx2.TransportError as exc:
                 pause = None
+                unleased = isinstance(exc, httpx2.ConnectError)  # it never got there
             attempt += 1
             self.stats.backoffs += 1
             if pause is None:
                 pause = doubling_pause(attempt, self._max_backoff_s)
             pause = min(pause, _MAX_RETRY_AFTER_S)
-            if or_once_stopping is None:
+            if or_once_stopping is None or not unleased:
+                # Once stopping, a lease request whose answer was lost is sent again (not
+                # waiting, ``_wait``) for what it leased: left, those tasks waited out
+                # their leases and lost an attempt, or were dead-lettered unrun.
                 time.sleep(pause)
             elif self._stopping.wait(pause):
                 return or_once_stopping

@@ -12,7 +12,7 @@ import time
 
 from alembic import context
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, create_engine, make_url, pool, text
+from sqlalchemy import URL, Connection, create_engine, make_url, pool, text
 
 from app.db.tables import metadata
 
@@ -23,11 +23,10 @@ def _url() -> str:
     url = config.attributes.get("url") or os.environ.get("CAUSEWAY_DATABASE_URL")
     if not url:
         raise SystemExit("set CAUSEWAY_DATABASE_URL, or run `causeway migrate`")
-    return (
-        make_url(str(url))
-        .set(drivername="postgresql+psycopg")
-        .render_as_string(hide_password=False)
-    )
+    # A URL object (``app.db.schema.alembic_config``'s) as it is: str() of one masks its
+    # password, and migrations logged in with "***".
+    parsed = url if isinstance(url, URL) else make_url(str(url))
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 # One migration at a time per database: two `causeway migrate` (or `serve --migrate`)

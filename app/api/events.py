@@ -15,7 +15,7 @@ from app.store.reads import EventReader
 from app.store.records import MAX_POSITION
 from app.web.dependencies import PLAIN_DIGITS, log_reads, require
 from app.web.openapi import StoredText, answers
-from app.web.reads import MIN_POSITION_PARAMETER, parse_min_position
+from app.web.reads import MIN_POSITION_HEADER, MIN_POSITION_PARAMETER, parse_min_position
 
 router = APIRouter(tags=["events"])
 _read = require(Scope.READ)
@@ -88,13 +88,16 @@ def _next_page(
     """The URL of the page after this one: the stream's name percent-encoded (the request's
     own path is decoded: a name with ``%``, ``>`` or characters past Latin-1 made a link
     to another stream, one no parser reads, or a header that cannot be sent), the request's
-    other parameters kept, and ``min_position`` at least the ``position`` of the event the
-    page starts with: read on a replica behind the one that answered this page, the link
+    other parameters kept, and ``min_position`` the highest of the request's (parameter
+    or header) and the ``position`` of the event the next page starts with: read on a replica behind the one that answered this page, the link
     led to an empty last page, and the stream seemed to end short of what it announced."""
     path = f"{request.scope.get('root_path', '')}/streams/{quote(stream, safe='')}"
     url = request.url.replace(path=path)
     more: dict[str, int] = {"from_version": from_version, "limit": limit}
     if position is not None:
-        given = parse_min_position(request.query_params.get(MIN_POSITION_PARAMETER))
-        more[MIN_POSITION_PARAMETER] = max(position, given or 0)
+        given = [
+            parse_min_position(request.query_params.get(MIN_POSITION_PARAMETER)),
+            parse_min_position(request.headers.get(MIN_POSITION_HEADER)),
+        ]
+        more[MIN_POSITION_PARAMETER] = max([position, *(g for g in given if g is not None)])
     return str(url.include_query_params(**more))

@@ -20,15 +20,24 @@ async def within(
     ``work`` is cancelled and left to finish in the background (``asyncio.wait_for``
     waits for that, and psycopg, cancelled in a query, tries to cancel it on the server:
     on a frozen replica 10 s more), and ``left`` is given what it yields all the same
-    (a connection, to close)."""
+    (a connection, to close). So too when the caller is cancelled while it waits:
+    ``asyncio.wait`` leaves ``work`` running, and what it yields was lost."""
     task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task}, timeout=limit_s)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit_s)
+    except asyncio.CancelledError:  # the caller was: ``work`` is left as at a timeout
+        _leave(task, left)
+        raise
     if task in done:
         return task.result()
+    _leave(task, left)
+    raise TimeoutError(f"no answer within {limit_s:g} s")
+
+
+def _leave(task: asyncio.Task[T], left: Callable[[T], Awaitable[object]]) -> None:
     task.cancel()
     _LEFT.add(task)
     task.add_done_callback(partial(_settle, left))
-    raise TimeoutError(f"no answer within {limit_s:g} s")
 
 
 def _settle(left: Callable[[T], Awaitable[object]], task: asyncio.Task[T]) -> None:

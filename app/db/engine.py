@@ -211,15 +211,7 @@ class DriverPool:
         (set on every checkout, so none reads as the tenant of the request before)."""
         if tenant is None and self._role == SERVICE_ROLE:
             raise RuntimeError("this pool's connections read for a tenant: connect(tenant)")
-        if self._answer_s is None:
-            conn = await self._checkout(tenant)
-        else:
-            try:
-                conn = await within(self._checkout(tenant), self._answer_s, left=self._give_back)
-            except TimeoutError as exc:
-                raise Unavailable(
-                    f"the database gave no connection that answered within {self._answer_s:g} s"
-                ) from exc
+        conn = await self._checkout(tenant)
         try:
             yield conn
         finally:
@@ -229,36 +221,63 @@ class DriverPool:
         """A connection, its session scoped to ``tenant``. One that a server's restart
         broke (its first statement fails so) goes back, the pool drops it and checks its
         idle ones, which the restart broke too, and another is taken: it was handed out,
-        and the read it was for failed (on a replica, which was then taken as down)."""
-        for attempt in (1, 2):
-            conn = await self._getconn()
-            try:
-                if tenant is not None:
-                    await conn.execute(SCOPE_SESSION, (tenant,))
-                elif self._answer_s is not None:
-                    await conn.execute("SELECT 1")
-                return conn
-            except psycopg.OperationalError:
-                broken = conn.broken
-                await self._give_back(conn)
-                if not broken or attempt == 2:
-                    raise
-            except BaseException:  # cancelled (the client left, ``within``'s time ran out)
-                await self._give_back(conn)
+        and the read it was for failed (on a replica, which was then taken as down). With
+        ``answer_s``, a first statement that takes longer raises ``Unanswered`` (the wait
+        for a connection to come free is ``wait_s``'s: a busy pool is no frozen server)."""
+        conn = await self._getconn()
+        try:
+            return await self._first_answer(conn, tenant)
+        except psycopg.OperationalError as exc:
+            if not conn.broken:
                 raise
-            await self._pool.check()
-        raise AssertionError("unreachable")
+            broken = exc
+        # A restart's: the others went with it. If no other comes at once (the server is
+        # gone, not back), the failure is the broken connection's, as a read's would be.
+        await self._pool.check()
+        try:
+            conn = await self._getconn(self._answer_s)
+        except Unavailable:
+            raise broken from None
+        return await self._first_answer(conn, tenant)
 
-    async def _getconn(self) -> PsycopgConnection[Any]:
+    async def _first_answer(
+        self, conn: PsycopgConnection[Any], tenant: str | None
+    ) -> PsycopgConnection[Any]:
+        if self._answer_s is None:
+            return await self._answered(conn, tenant)
+        try:
+            answered = self._answered(conn, tenant)
+            return await within(answered, self._answer_s, left=self._give_back)
+        except TimeoutError as exc:
+            raise Unanswered(f"the database did not answer within {self._answer_s:g} s") from exc
+
+    async def _answered(
+        self, conn: PsycopgConnection[Any], tenant: str | None
+    ) -> PsycopgConnection[Any]:
+        """``conn``, once its first statement (the tenant's scope; ``SELECT 1`` to see it
+        answer) has answered; given back when that fails or is cut (the client left,
+        ``within``'s time ran out: it is given back once the cut statement ends)."""
+        try:
+            if tenant is not None:
+                await conn.execute(SCOPE_SESSION, (tenant,))
+            elif self._answer_s is not None:
+                await conn.execute("SELECT 1")
+        except BaseException:
+            await self._give_back(conn)
+            raise
+        return conn
+
+    async def _getconn(self, wait_s: float | None = None) -> PsycopgConnection[Any]:
+        """A connection of the pool, within ``wait_s`` (else the pool's own wait)."""
         try:
             if self._pool.closed:
                 await self.open()
-            return await self._pool.getconn()
+            return await self._pool.getconn(wait_s)
         except PoolClosed as exc:
             raise Unavailable("the service is shutting down") from exc
         except PoolTimeout as exc:
             raise Unavailable(
-                f"no database connection came free within {self._wait_s:g} s"
+                f"no database connection came free within {wait_s or self._wait_s:g} s"
             ) from exc
 
     async def _give_back(self, conn: PsycopgConnection[Any]) -> None:
@@ -287,6 +306,11 @@ class DriverPool:
         if self._checking is not None:
             self._checking.cancel()
         await self._pool.close()
+
+
+class Unanswered(TimeoutError):
+    """A connection of a ``DriverPool`` with ``answer_s`` did not answer its first
+    statement in that time: its server froze, or a partition cut it off."""
 
 
 # The tenant of a session that runs as SERVICE_ROLE from its start (walks, GraphQL's reads,

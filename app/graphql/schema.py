@@ -23,7 +23,7 @@ from strawberry.scalars import JSON
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
-from app.db.engine import DriverConnection
+from app.db.engine import DriverConnection, Unanswered
 from app.errors import BadRequest, Timeout, Unavailable
 from app.graphql.budget import bounded_validation
 from app.graphql.context import DEPLOYMENTS, REGISTRY, Context
@@ -135,12 +135,14 @@ async def _walk(info: Info, run: Callable[[DriverConnection[Any]], Awaitable[T]]
     connection, possibly before the server heard of it; the pool then replaces it."""
     try:
         return await _walk_once(info, run)
+    except Unanswered as exc:  # a replica that froze since the request chose it
+        if info.context.fall_back(exc):
+            return await _walk_once(info, run)
+        raise Unavailable(str(exc)) from exc
     except Exception as exc:
         # A replica gone since the request chose it (its pooled connections broke): the
         # walk again on the primary, where the request's other reads go from now on.
-        # (Or its pool gave no connection that answered in time: ``Unavailable``.)
-        gone = is_unavailable(exc) or isinstance(exc, Unavailable)
-        if gone and info.context.fall_back(exc):
+        if is_unavailable(exc) and info.context.fall_back(exc):
             return await _walk_once(info, run)
         raise
 

@@ -17,13 +17,16 @@ import subprocess
 import sys
 from pathlib import Path
 from secrets import token_hex
+from typing import Any
 
 import psycopg
+import pytest
+import sqlalchemy
 from alembic import command
 from alembic.script import ScriptDirectory
-from sqlalchemy import URL
+from sqlalchemy import URL, make_url
 
-from app.db.schema import alembic_config, current_revision, head_revision
+from app.db.schema import alembic_config, current_revision, head_revision, upgrade_to_head
 from tests.conftest import janitor
 from tests.integration.process import environment
 
@@ -251,3 +254,23 @@ def test_an_index_build_that_failed_is_built_again(server: URL) -> None:
                 "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_tasks_finished'"
             ).fetchone() or [""]
         assert "finished_at" in definition
+
+
+def test_migrations_connect_with_the_password_of_the_url(
+    database_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`causeway migrate` hands alembic a URL object; migrations/env.py read it back with
+    ``make_url(str(url))``, and str() of a URL masks its password: the migrations logged
+    in with the password ``***`` (the test server trusts its clients, so the engine the
+    migrations make is watched instead; a server that asks for a password refused)."""
+    seen: list[str] = []
+    real = sqlalchemy.create_engine
+
+    def spy(url: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(str(make_url(url).password))
+        return real(url, *args, **kwargs)
+
+    monkeypatch.setattr(sqlalchemy, "create_engine", spy)
+    upgrade_to_head(database_url.set(password="s3cret"))
+    assert seen, "the migrations made no engine"
+    assert set(seen) == {"s3cret"}, seen

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -155,6 +155,7 @@ class _LosingProxy(BaseHTTPRequestHandler):
 
     upstream = ""
     lost: ClassVar[list[str]] = []
+    on_loss: ClassVar[list[Callable[[], None]]] = []  # called as an answer is lost
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
@@ -163,6 +164,8 @@ class _LosingProxy(BaseHTTPRequestHandler):
         kind = "complete" if b'"complete"' in body else "lease"
         if self.path.endswith("/lease") and kind not in self.lost:
             self.lost.append(kind)
+            for call in self.on_loss:
+                call()
             self.close_connection = True
             return
         self.send_response(answer.status_code)
@@ -188,7 +191,7 @@ def test_the_worker_library_sends_a_retry_under_the_same_name(
     with serving(env) as base:
         auth = {"Authorization": f"Bearer {key}"}
         _queue_jobs(base, auth, 12)
-        _LosingProxy.upstream, _LosingProxy.lost = base, []
+        _LosingProxy.upstream, _LosingProxy.lost, _LosingProxy.on_loss = base, [], []
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
         seen: list[str] = []
@@ -206,5 +209,42 @@ def test_the_worker_library_sends_a_retry_under_the_same_name(
         # Every task ran once and completed: none was left leased to a lost answer.
         assert len(seen) == len(set(seen)) == 12
         assert library.stats.completed == 12
+        queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]
+        assert (queue["ready"], queue["in_flight"]) == (0, 0)
+
+
+def test_a_stop_while_a_lease_answer_is_lost_still_works_what_it_leased(
+    database_url: URL, tmp_path: Path
+) -> None:
+    """A stop() (a SIGTERM handler's) as the answer to a lease request is lost: the
+    service leased the task to this worker, and the worker, stopping, gave up on the
+    request. The task waited out its lease held by no one and lost its attempt (with
+    max_retries 0, dead-lettered unrun). A lease request whose answer may have held leases
+    is sent again, stopping or not, and what it leased is worked and completed."""
+    env = environment(
+        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
+        CAUSEWAY_DATA_DIR=str(tmp_path),
+    )
+    key = create_key(env, "acme", "admin,worker")
+    with serving(env) as base:
+        auth = {"Authorization": f"Bearer {key}"}
+        _queue_jobs(base, auth, 1)
+        proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
+        threading.Thread(target=proxy.serve_forever, daemon=True).start()
+        seen: list[str] = []
+        try:
+            with Worker(
+                f"http://127.0.0.1:{proxy.server_address[1]}", key, queue="jobs", name="w1",
+                handler=lambda lease: seen.append(lease.task_id), batch=1, wait_s=0.5,
+                lease_s=60.0, max_backoff_s=0.1,
+            ) as library:  # fmt: skip
+                _LosingProxy.upstream, _LosingProxy.lost = base, []
+                _LosingProxy.on_loss = [library.stop]
+                stats = library.run()
+        finally:
+            proxy.shutdown()
+            proxy.server_close()
+        assert _LosingProxy.lost == ["lease"]
+        assert (len(seen), stats.completed) == (1, 1), stats
         queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]
         assert (queue["ready"], queue["in_flight"]) == (0, 0)

@@ -112,3 +112,32 @@ async def test_a_stream_whose_name_holds_a_closing_angle_bracket_gets_a_parsable
     assert first.status_code == 200, first.text
     following = await client.get(next_link(first) or "")
     assert [e["stream"] for e in following.json()] == ["in>out"]
+
+
+def min_position_of(response: httpx2.Response) -> int:
+    link = response.headers["link"]
+    found = re.search(r"[?&]min_position=(\d+)", link)
+    assert found, link
+    return int(found.group(1))
+
+
+async def test_the_next_link_keeps_the_position_named_in_the_header(
+    client: httpx2.AsyncClient,
+) -> None:
+    """The header Causeway-Min-Position is "the same as the min_position parameter": the
+    link keeps the higher of it and the next page's first event, as for the parameter.
+    It kept only the event's: followed, the page could be read where the client's own
+    write did not show yet."""
+    positions = []
+    for _ in range(3):
+        posted = await client.post(
+            "/events", content=dumps(event(stream="mine")), headers=STRUCTURED
+        )
+        assert posted.status_code == 201, posted.text
+        positions.append(int(posted.headers["Causeway-Position"]))
+    last = positions[-1]
+    by_parameter = await client.get("/streams/mine", params={"limit": "1", "min_position": last})
+    by_header = await client.get(
+        "/streams/mine", params={"limit": "1"}, headers={"Causeway-Min-Position": str(last)}
+    )
+    assert (min_position_of(by_parameter), min_position_of(by_header)) == (last, last)

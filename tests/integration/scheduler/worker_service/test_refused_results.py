@@ -12,7 +12,12 @@ from typing import Any
 from ingest.client import Lease
 from ingest.worker import Worker
 from tests.integration.events import event
-from tests.integration.scheduler.worker_service.conftest import queue_jobs, queue_state, task
+from tests.integration.scheduler.worker_service.conftest import (
+    queue_jobs,
+    queue_state,
+    replayed,
+    task,
+)
 
 
 def test_a_result_the_service_refuses_fails_its_task_with_the_reason(
@@ -60,3 +65,39 @@ def test_a_result_that_is_no_cloudevent_fails_its_task(service: tuple[str, str])
         f"a result with no specversion nor source: the task is left leased"
         f" (in flight {state['in_flight']}, dead letters {state['dead_letters']}); {stats}"
     )
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_results_too_deep_for_the_request_fail_their_task_not_the_run(
+    service: tuple[str, str],
+) -> None:
+    """Results ``orjson`` writes on their own but not inside the request that carries them
+    (three levels more): the module docstring says results that cannot be sent as JSON
+    fail their task as ``unknown``; run() ended with a JSONEncodeError instead, and the
+    batch's other task, done, was never completed."""
+    base, key = service
+    queue_jobs(base, key, "deep", 2, max_retries=0)
+
+    def handler(lease: Lease) -> list[dict[str, Any]]:
+        n = lease.trigger["data"]["n"]
+        if n == 0:  # [event{data: 251 levels}] is 253 levels: orjson writes it alone
+            return [event(type="job.deep.done", data=_nested(251))]
+        return [event(type="job.deep.done", data={"n": n})]
+
+    with Worker(base, key, queue="deep", name="w1", handler=handler, batch=2, wait_s=0.5,
+                lease_s=60.0) as worker:  # fmt: skip
+        try:
+            stats = worker.run(until_idle=True)
+        except Exception as exc:
+            raise AssertionError(
+                f"run() raised {type(exc).__name__}: {exc}; the batch's other task, done,"
+                f" was never completed"
+            ) from exc
+    assert (stats.completed, stats.failed) == (1, 1), stats
+    assert [e["data"] for e in replayed(base, key, "job.deep.done")] == [{"n": 1}]
