@@ -7,8 +7,9 @@ again when it retries."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
@@ -180,37 +181,48 @@ class _LosingProxy(BaseHTTPRequestHandler):
         pass
 
 
-def test_the_worker_library_sends_a_retry_under_the_same_name(
-    database_url: URL, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def losing(database_url: URL, tmp_path: Path, jobs: int) -> Iterator[tuple[str, str, str]]:
+    """A real serve with ``jobs`` tasks queued, behind a ``_LosingProxy``: the service's
+    URL, an admin's key, and the proxy's URL."""
     env = environment(
         CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
         CAUSEWAY_DATA_DIR=str(tmp_path),
     )
     key = create_key(env, "acme", "admin,worker")
     with serving(env) as base:
-        auth = {"Authorization": f"Bearer {key}"}
-        _queue_jobs(base, auth, 12)
+        _queue_jobs(base, {"Authorization": f"Bearer {key}"}, jobs)
         _LosingProxy.upstream, _LosingProxy.lost, _LosingProxy.on_loss = base, [], []
         proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
         threading.Thread(target=proxy.serve_forever, daemon=True).start()
-        seen: list[str] = []
         try:
-            with Worker(
-                f"http://127.0.0.1:{proxy.server_address[1]}", key, queue="jobs", name="w1",
-                handler=lambda lease: seen.append(lease.task_id), batch=4, wait_s=2.0,
-                lease_s=60.0, max_backoff_s=0.2,
-            ) as library:  # fmt: skip
-                library.run(until_idle=True)
+            yield base, key, f"http://127.0.0.1:{proxy.server_address[1]}"
         finally:
             proxy.shutdown()
             proxy.server_close()
+
+
+def _idle(base: str, key: str) -> tuple[int, int]:
+    queue = httpx2.get(f"{base}/queues", headers={"Authorization": f"Bearer {key}"})
+    found = queue.json()["queues"][0]
+    return found["ready"], found["in_flight"]
+
+
+def test_the_worker_library_sends_a_retry_under_the_same_name(
+    database_url: URL, tmp_path: Path
+) -> None:
+    seen: list[str] = []
+    with losing(database_url, tmp_path, 12) as (base, key, front):
+        with Worker(
+            front, key, queue="jobs", name="w1", handler=lambda lease: seen.append(lease.task_id),
+            batch=4, wait_s=2.0, lease_s=60.0, max_backoff_s=0.2,
+        ) as library:  # fmt: skip
+            library.run(until_idle=True)
         assert _LosingProxy.lost == ["lease", "complete"]
         # Every task ran once and completed: none was left leased to a lost answer.
         assert len(seen) == len(set(seen)) == 12
         assert library.stats.completed == 12
-        queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]
-        assert (queue["ready"], queue["in_flight"]) == (0, 0)
+        assert _idle(base, key) == (0, 0)
 
 
 def test_a_stop_while_a_lease_answer_is_lost_still_works_what_it_leased(
@@ -221,30 +233,14 @@ def test_a_stop_while_a_lease_answer_is_lost_still_works_what_it_leased(
     request. The task waited out its lease held by no one and lost its attempt (with
     max_retries 0, dead-lettered unrun). A lease request whose answer may have held leases
     is sent again, stopping or not, and what it leased is worked and completed."""
-    env = environment(
-        CAUSEWAY_DATABASE_URL=database_url.render_as_string(hide_password=False),
-        CAUSEWAY_DATA_DIR=str(tmp_path),
-    )
-    key = create_key(env, "acme", "admin,worker")
-    with serving(env) as base:
-        auth = {"Authorization": f"Bearer {key}"}
-        _queue_jobs(base, auth, 1)
-        proxy = ThreadingHTTPServer(("127.0.0.1", 0), _LosingProxy)
-        threading.Thread(target=proxy.serve_forever, daemon=True).start()
-        seen: list[str] = []
-        try:
-            with Worker(
-                f"http://127.0.0.1:{proxy.server_address[1]}", key, queue="jobs", name="w1",
-                handler=lambda lease: seen.append(lease.task_id), batch=1, wait_s=0.5,
-                lease_s=60.0, max_backoff_s=0.1,
-            ) as library:  # fmt: skip
-                _LosingProxy.upstream, _LosingProxy.lost = base, []
-                _LosingProxy.on_loss = [library.stop]
-                stats = library.run()
-        finally:
-            proxy.shutdown()
-            proxy.server_close()
+    seen: list[str] = []
+    with losing(database_url, tmp_path, 1) as (base, key, front):
+        with Worker(
+            front, key, queue="jobs", name="w1", handler=lambda lease: seen.append(lease.task_id),
+            batch=1, wait_s=0.5, lease_s=60.0, max_backoff_s=0.1,
+        ) as library:  # fmt: skip
+            _LosingProxy.on_loss = [library.stop]
+            stats = library.run()
         assert _LosingProxy.lost == ["lease"]
         assert (len(seen), stats.completed) == (1, 1), stats
-        queue = httpx2.get(f"{base}/queues", headers=auth).json()["queues"][0]
-        assert (queue["ready"], queue["in_flight"]) == (0, 0)
+        assert _idle(base, key) == (0, 0)

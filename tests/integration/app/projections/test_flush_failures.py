@@ -14,7 +14,12 @@ from sqlalchemy import Column, MetaData, Table, Text, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.projections.runner import ProjectionRunner
-from app.projections.status import WITHHELD_BATCH, fetch_status, withhold_others_errors
+from app.projections.status import (
+    WITHHELD_BATCH,
+    ProjectionStatus,
+    fetch_status,
+    withhold_others_errors,
+)
 from app.store.log import EventLog
 from app.store.records import NewEvent, StoredEvent
 
@@ -54,20 +59,7 @@ async def test_a_batch_level_flush_failure_is_recorded_and_not_silent(
     tenant = f"t{token_hex(3)}"
     # Positions 1..4: keys a, b, a (the poison: a duplicate), then another tenant's event.
     async with engine.begin() as conn:
-        await EventLog(conn).append(
-            tenant,
-            [
-                NewEvent(
-                    id=f"k{i}",
-                    source="/s",
-                    type="test.keyed",
-                    stream="s",
-                    has_data=True,
-                    data={"key": key},
-                )
-                for i, key in enumerate(["a", "b", "a"])
-            ],
-        )
+        await EventLog(conn).append(tenant, keyed("k", "a", "b", "a"))
         await EventLog(conn).append(
             "other", [NewEvent(id="o1", source="/s", type="test.other", stream="o")]
         )
@@ -105,6 +97,19 @@ def keyed(ids: str, *keys: str) -> list[NewEvent]:
     ]
 
 
+async def stopped(engine: AsyncEngine, projection: KeyIndex) -> ProjectionStatus:
+    """``projection``'s status once its runner has recorded the failure it stops at."""
+    runner = ProjectionRunner(engine, [projection], poll_interval_s=0.05)
+    task = asyncio.create_task(runner.run())
+    try:
+        while (await runner.status(projection)).last_error is None:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    return await runner.status(projection)
+
+
 async def test_a_batch_error_is_shown_to_no_tenant_but_one_whose_every_event_is_in_the_batch(
     engine: AsyncEngine,
 ) -> None:
@@ -115,17 +120,8 @@ async def test_a_batch_error_is_shown_to_no_tenant_but_one_whose_every_event_is_
         await conn.run_sync(metadata.create_all)
         await EventLog(conn).append("acme", keyed("a", "acme-1"))
         await EventLog(conn).append("beta", keyed("b", "beta-secret", "beta-secret"))
-    projection = KeyIndex()
-    runner = ProjectionRunner(engine, [projection], poll_interval_s=0.05)
-    task = asyncio.create_task(runner.run())
-    try:
-        while (await runner.status(projection)).last_error is None:
-            await asyncio.sleep(0.05)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    status = await stopped(engine, KeyIndex())
     async with engine.connect() as conn:
-        [status] = await fetch_status(conn, [projection])
         [for_acme] = await withhold_others_errors(conn, "acme", [status])
         [for_beta] = await withhold_others_errors(conn, "beta", [status])
     # The operator reads where the batch starts and ends, and the text.
@@ -144,17 +140,8 @@ async def test_a_batch_error_is_shown_to_the_tenant_every_event_of_the_batch_bel
         await conn.run_sync(metadata.create_all)
         await EventLog(conn).append("beta", keyed("b", "k", "k"))
         await EventLog(conn).append("acme", [NewEvent(id="o", source="/s", type="t.o", stream="o")])
-    projection = KeyIndex()
-    runner = ProjectionRunner(engine, [projection], poll_interval_s=0.05)
-    task = asyncio.create_task(runner.run())
-    try:
-        while (await runner.status(projection)).last_error is None:
-            await asyncio.sleep(0.05)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    status = await stopped(engine, KeyIndex())
     async with engine.connect() as conn:
-        [status] = await fetch_status(conn, [projection])
         [for_beta] = await withhold_others_errors(conn, "beta", [status])
         [for_acme] = await withhold_others_errors(conn, "acme", [status])
     assert (status.error_position, status.error_through) == (1, 2), status

@@ -5,15 +5,16 @@ and a stream's next-page link followed to a replica behind the one that answered
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from secrets import token_hex
 
+import httpx2
 import pytest
 
-from app.db.schema import upgrade_to_head
 from tests.integration.app.web.test_replicas import (
     AUDIT,
     _signal_replica,
@@ -23,15 +24,7 @@ from tests.integration.app.web.test_replicas import (
 )
 from tests.integration.events import STRUCTURED, dumps, event
 from tests.integration.process import free_port
-from tests.integration.replicas import Pair, Server, streaming_pair
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[Pair]:
-    with streaming_pair() as started:
-        upgrade_to_head(started.primary.url())
-        started.wait_for_replay()
-        yield started
+from tests.integration.replicas import Pair, Server
 
 
 async def test_a_graphql_walk_answers_when_the_replica_froze_between_two_checks(
@@ -139,15 +132,12 @@ def other(pair: Pair) -> Iterator[Server]:
         server.stop()
 
 
-async def test_following_a_streams_next_link_never_loses_the_events_it_announced(
-    pair: Pair, other: Server
-) -> None:
-    """README: GET /streams answers "when more follow, Link: <the next page>". Two
-    replicas, one a moment behind, serve reads in turn: a page read on the one ahead
-    announced a next page, and its link, read on the other, answered an empty last page
-    (200, no Link): the stream seemed to end short of what it had announced. The link
-    names the position of the event it starts with (min_position)."""
-    stream = f"paged-{token_hex(3)}"
+@contextlib.asynccontextmanager
+async def one_replica_behind(
+    pair: Pair, other: Server, stream: str
+) -> AsyncIterator[httpx2.AsyncClient]:
+    """A service reading on two replicas in turn, ``other`` one event of ``stream`` behind
+    (its replay paused, well within CAUSEWAY_READ_MAX_LAG_S): an admin's client."""
     primary = pair.primary.url()
     urls = f"{pair.replica.url()},{other.url()}"
     async with (
@@ -169,17 +159,29 @@ async def test_following_a_streams_next_link_never_loses_the_events_it_announced
             wait_for_replay(pair.primary, pair.replica)
             await app.state.read_router.check()
             assert [r.is_usable for r in app.state.read_router.replicas] == [True, True]
-            name = stream  # the stream is the subject
-            # Page one, until it is read where the second event shows (the replica ahead).
-            for _ in range(4):
-                page = await admin.get(f"/streams/{name}", params={"limit": "1"})
-                if "Link" in page.headers:
-                    break
-            assert "Link" in page.headers, page.text
-            link = page.headers["Link"].split(">")[0].lstrip("<").removeprefix("http://causeway")
-            followed = [await admin.get(link) for _ in range(2)]
+            yield admin
         finally:
             other.execute("SELECT pg_wal_replay_resume()")
+
+
+async def test_following_a_streams_next_link_never_loses_the_events_it_announced(
+    pair: Pair, other: Server
+) -> None:
+    """README: GET /streams answers "when more follow, Link: <the next page>". Two
+    replicas, one a moment behind, serve reads in turn: a page read on the one ahead
+    announced a next page, and its link, read on the other, answered an empty last page
+    (200, no Link): the stream seemed to end short of what it had announced. The link
+    names the position of the event it starts with (min_position)."""
+    stream = f"paged-{token_hex(3)}"
+    async with one_replica_behind(pair, other, stream) as admin:
+        # Page one, until it is read where the second event shows (the replica ahead).
+        for _ in range(4):
+            page = await admin.get(f"/streams/{stream}", params={"limit": "1"})
+            if "Link" in page.headers:
+                break
+        assert "Link" in page.headers, page.text
+        link = page.headers["Link"].split(">")[0].lstrip("<").removeprefix("http://causeway")
+        followed = [await admin.get(link) for _ in range(2)]
     # Each time the link is followed, the page it announced: the second event.
     assert [(f.status_code, len(f.json())) for f in followed] == [(200, 1), (200, 1)]
 
@@ -198,39 +200,18 @@ async def test_a_graphql_page_after_an_end_cursor_shows_what_its_page_announced(
     hasNextPage, and the page after its endCursor, read on the one behind, was empty. The
     cursor names the position of the event its page knew came next."""
     stream = f"graphql-paged-{token_hex(3)}"
-    primary = pair.primary.url()
-    urls = f"{pair.replica.url()},{other.url()}"
-    async with (
-        running(primary, read_database_url=urls) as app,
-        await admin_of(app, primary) as admin,
-    ):
-        first = await admin.post(
-            "/events", content=dumps(event(subject=stream)), headers=STRUCTURED
-        )
-        assert first.status_code == 201, first.text
-        wait_for_replay(pair.primary, pair.replica)
-        wait_for_replay(pair.primary, other)
-        pause(other)
-        try:
-            sent = await admin.post(
-                "/events", content=dumps(event(subject=stream)), headers=STRUCTURED
-            )
-            assert sent.status_code == 201, sent.text
-            wait_for_replay(pair.primary, pair.replica)
-            await app.state.read_router.check()
-            ask = {"query": STREAM_PAGE, "variables": {"id": stream}}
-            for _ in range(4):  # until it is read where the second event shows
-                page = (await admin.post("/graphql", json=ask)).json()["data"]["stream"]
-                if page["pageInfo"]["hasNextPage"]:
-                    break
-            assert page["pageInfo"]["hasNextPage"], page
-            after = {"id": stream, "after": page["pageInfo"]["endCursor"]}
-            followed = [
-                (
-                    await admin.post("/graphql", json={"query": STREAM_PAGE, "variables": after})
-                ).json()["data"]["stream"]
-                for _ in range(2)
-            ]
-        finally:
-            other.execute("SELECT pg_wal_replay_resume()")
+    async with one_replica_behind(pair, other, stream) as admin:
+        ask = {"query": STREAM_PAGE, "variables": {"id": stream}}
+        for _ in range(4):  # until it is read where the second event shows
+            page = (await admin.post("/graphql", json=ask)).json()["data"]["stream"]
+            if page["pageInfo"]["hasNextPage"]:
+                break
+        assert page["pageInfo"]["hasNextPage"], page
+        after = {
+            "query": STREAM_PAGE,
+            "variables": {"id": stream, "after": page["pageInfo"]["endCursor"]},
+        }
+        followed = [
+            (await admin.post("/graphql", json=after)).json()["data"]["stream"] for _ in range(2)
+        ]
     assert [len(f["edges"]) for f in followed] == [1, 1], followed

@@ -23,7 +23,6 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.engine import Connector, create_engine
-from app.db.schema import upgrade_to_head
 from app.main import create_app
 from app.settings import Settings
 from app.store.keys import KeyStore, parse_scopes
@@ -31,17 +30,9 @@ from app.web.reads import ReadRouter
 from tests.conftest import janitor
 from tests.integration.conftest import asgi_client
 from tests.integration.events import JSON, STRUCTURED, dumps, event, registration
-from tests.integration.replicas import Pair, streaming_pair
+from tests.integration.replicas import Pair
 
 AUDIT = '{ audit(decisionId: "%s") { sourceEvents { id } derivedEvents { id } chainVerified } }'
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[Pair]:
-    with streaming_pair() as started:
-        upgrade_to_head(started.primary.url())
-        started.wait_for_replay()
-        yield started
 
 
 @asynccontextmanager
