@@ -89,8 +89,9 @@ def _next_page(
     own path is decoded: a name with ``%``, ``>`` or characters past Latin-1 made a link
     to another stream, one no parser reads, or a header that cannot be sent), the request's
     other parameters kept, and ``min_position`` the highest of the request's (parameter
-    or header) and the ``position`` of the event the next page starts with: read on a replica behind the one that answered this page, the link
-    led to an empty last page, and the stream seemed to end short of what it announced."""
+    or header) and the ``position`` of the event the next page starts with: read on a
+    replica behind the one that answered this page, the link led to an empty last page,
+    and the stream seemed to end short of what it announced."""
     path = f"{request.scope.get('root_path', '')}/streams/{quote(stream, safe='')}"
     url = request.url.replace(path=path)
     more: dict[str, int] = {"from_version": from_version, "limit": limit}

@@ -173,9 +173,10 @@ class DriverPool:
         """``role``: what its sessions run as; a pool of ``SERVICE_ROLE`` (a tenant's
         reads) hands out connections only for a tenant (``connect(tenant)``).
         ``answer_s`` (a replica's pool): a connection is handed out only once it has
-        answered a round trip (its session set for the tenant, else ``SELECT 1``), and a
-        checkout that takes longer is ``Unavailable`` at once (a server frozen since it
-        was last seen never refuses; it just never answers)."""
+        answered a round trip (its session set for the tenant, else ``SELECT 1``) within
+        that time, else the checkout raises ``Unanswered`` at once (a server frozen since
+        it was last seen never refuses; it just never answers). The wait for a connection
+        to come free is ``wait_s``'s."""
         self._role = role
         self._wait_s = wait_s
         self._answer_s = answer_s
