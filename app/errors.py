@@ -16,6 +16,7 @@
     ├── PayloadTooLarge         413 payload-too-large
     ├── UnsupportedMediaType    415 unsupported-media-type
     │   └── UnsupportedContentEncoding 415 unsupported-content-encoding
+    ├── IdempotencyKeyReused    422 idempotency-key-reused
     ├── InvalidEvent            422 invalid-event
     │   ├── InvalidOpenLineageEvent 422 invalid-openlineage-event
     │   ├── UnknownCause        422 unknown-cause
@@ -183,6 +184,17 @@ class BodyTimeout(AppError):
     about = (
         "No byte of the request body arrived for CAUSEWAY_BODY_TIMEOUT_S (30 seconds by "
         "default) while the body was still incomplete; nothing of the request was done."
+    )
+
+
+class IdempotencyKeyReused(AppError):
+    status = 422
+    code = "idempotency-key-reused"
+    title = "Idempotency key sent with another request"
+    about = (
+        "The Idempotency-Key was sent before with a different command, body or key of "
+        "yours; its first request's answer stands and nothing was written. A key names one "
+        "request: send a new key for a new command."
     )
 
 

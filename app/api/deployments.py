@@ -3,7 +3,9 @@ the read model (now, as of a time, history) and a server-sent event stream of ch
 
 A command reads the service's state from its stream in the log, checks the transition,
 and appends one ``causeway.deployment.*`` event expecting that stream version, so two
-commands racing on one service cannot both win (the loser gets 409).
+commands racing on one service cannot both win (the loser gets 409). A command sent with
+an ``Idempotency-Key`` (``app.web.idempotency``) and sent again is answered as the first
+was, and stores nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.db.engine import Connector, Engine
 from app.db.tenancy import tenant_transaction
-from app.errors import BadRequest, Conflict, NotFound, VersionConflict
+from app.errors import BadRequest, Conflict, IdempotencyKeyReused, NotFound, VersionConflict
 from app.projections.deployments import Deployments
 from app.store.deployment_commands import Applied, DeploymentCommands
 from app.store.deployment_commands import Rollout as StoreRollout
@@ -38,6 +40,7 @@ from app.web.dependencies import (
     require,
     still_authorized,
 )
+from app.web.idempotency import IdempotencyKey
 from app.web.openapi import TIME_FORMAT, Name, answers
 from app.web.reads import POSITION_HEADER
 
@@ -105,16 +108,21 @@ def _applied_json(applied: Applied, response: Response) -> dict[str, Any]:
 
 # A command reads the service's state and appends expecting its version: a transition the
 # state does not allow, or a command that lost a race, is a 409.
-_COMMAND = answers(Conflict, VersionConflict)
+_COMMAND = answers(Conflict, VersionConflict, IdempotencyKeyReused)
 
 
 @router.post(
     "/deployments/{service}/rollouts",
     summary="Start a canary or rolling rollout",
-    responses=answers(NotFound, Conflict, VersionConflict),
+    responses=answers(NotFound, Conflict, VersionConflict, IdempotencyKeyReused),
 )
 async def start_rollout(
-    service: Name, body: Rollout, principal: Admin, commands: Commands, response: Response
+    service: Name,
+    body: Rollout,
+    principal: Admin,
+    commands: Commands,
+    response: Response,
+    key: IdempotencyKey,
 ) -> dict[str, Any]:
     rollout = StoreRollout(
         model=body.model,
@@ -125,7 +133,7 @@ async def start_rollout(
         force=body.force,
     )
     applied = await commands.start_rollout(
-        principal.tenant, service, rollout, actor=principal.key_id
+        principal.tenant, service, rollout, actor=principal.key_id, key=key
     )
     return _applied_json(applied, response)
 
@@ -136,7 +144,12 @@ async def start_rollout(
     responses=_COMMAND,
 )
 async def shift_traffic(
-    service: Name, body: Traffic, principal: Admin, commands: Commands, response: Response
+    service: Name,
+    body: Traffic,
+    principal: Admin,
+    commands: Commands,
+    response: Response,
+    key: IdempotencyKey,
 ) -> dict[str, Any]:
     applied = await commands.shift_traffic(
         principal.tenant,
@@ -145,6 +158,7 @@ async def shift_traffic(
         reason=body.reason,
         actor=principal.key_id,
         version=body.version,
+        key=key,
     )
     return _applied_json(applied, response)
 
@@ -159,11 +173,17 @@ async def promote(
     principal: Admin,
     commands: Commands,
     response: Response,
+    key: IdempotencyKey,
     body: Promote | None = None,
 ) -> dict[str, Any]:
     body = body or Promote()  # the body is optional
     applied = await commands.promote(
-        principal.tenant, service, reason=body.reason, actor=principal.key_id, version=body.version
+        principal.tenant,
+        service,
+        reason=body.reason,
+        actor=principal.key_id,
+        version=body.version,
+        key=key,
     )
     return _applied_json(applied, response)
 
@@ -174,10 +194,20 @@ async def promote(
     responses=_COMMAND,
 )
 async def rollback(
-    service: Name, body: Rollback, principal: Admin, commands: Commands, response: Response
+    service: Name,
+    body: Rollback,
+    principal: Admin,
+    commands: Commands,
+    response: Response,
+    key: IdempotencyKey,
 ) -> dict[str, Any]:
     applied = await commands.rollback(
-        principal.tenant, service, reason=body.reason, actor=principal.key_id, version=body.version
+        principal.tenant,
+        service,
+        reason=body.reason,
+        actor=principal.key_id,
+        version=body.version,
+        key=key,
     )
     return _applied_json(applied, response)
 

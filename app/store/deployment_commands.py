@@ -7,14 +7,22 @@ expecting that stream version, so two commands racing on one service cannot both
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
 
 from app.db.engine import Engine
-from app.errors import BadRequest, Conflict, NotFound
+from app.errors import (
+    BadRequest,
+    Conflict,
+    IdConflict,
+    IdempotencyKeyReused,
+    NotFound,
+    VersionConflict,
+)
 from app.store import deployments
 from app.store.append.group_commit import Appender
 from app.store.deployment_reads import DeploymentReader
-from app.store.deployments import DeploymentState, incompatibility
+from app.store.deployments import Asked, DeploymentState, incompatibility, request_id
 from app.store.model_registry import is_valid_name
 from app.store.records import NewEvent
 
@@ -38,38 +46,43 @@ class Rollout:
 
 
 class DeploymentCommands:
+    """Each command takes the sender's idempotency key (``key``, optional): a command sent
+    again with it, its answer lost, is answered as the first was and stores nothing; sent
+    with it but asking something else, it is refused (``IdempotencyKeyReused``)."""
+
     def __init__(self, engine: Engine, appender: Appender) -> None:
         self._engine = engine
         self._appender = appender
 
     async def fetch_state(self, tenant: str, service: str) -> DeploymentState:
         """The service's state folded from its stream (a valid name, or a 400)."""
-        if not is_valid_name(service):
-            raise BadRequest(
-                f"{service!r} is not a valid service name: 1-128 of letters, digits, '_', '.', '-'"
-            )
+        _check_name(service)
         async with self._engine.connect() as conn:
             return await DeploymentReader(conn).fetch_state(tenant, service)
 
     async def start_rollout(
-        self, tenant: str, service: str, rollout: Rollout, *, actor: str
+        self, tenant: str, service: str, rollout: Rollout, *, actor: str, key: str | None = None
     ) -> Applied:
-        state = await self.fetch_state(tenant, service)
-        # The service's own rules first (the model it serves, a rollout under way): a
-        # version of another model is refused for that, not for a signature nobody
-        # compares it with.
-        event = deployments.start_rollout(
-            state,
-            model=rollout.model,
-            version=rollout.version,
-            percent=rollout.percent,
-            strategy=rollout.strategy,
-            reason=rollout.reason,
-            actor=actor,
-            force=rollout.force,
-        )
-        await self._check_signatures(tenant, state, rollout)
-        return await self._apply(tenant, state, event)
+        asked = Asked("rollout", asdict(rollout), actor, key)
+
+        async def decide(state: DeploymentState) -> NewEvent:
+            # The service's own rules first (the model it serves, a rollout under way): a
+            # version of another model is refused for that, not for a signature nobody
+            # compares it with.
+            event = deployments.start_rollout(
+                state,
+                model=rollout.model,
+                version=rollout.version,
+                percent=rollout.percent,
+                strategy=rollout.strategy,
+                reason=rollout.reason,
+                actor=actor,
+                force=rollout.force,
+            )
+            await self._check_signatures(tenant, state, rollout)
+            return event
+
+        return await self._run(tenant, service, asked, decide)
 
     # ``version`` (each optional): the version the command is meant for; another is a 409.
 
@@ -82,12 +95,18 @@ class DeploymentCommands:
         reason: str | None,
         actor: str,
         version: str | None = None,
+        key: str | None = None,
     ) -> Applied:
-        state = await self.fetch_state(tenant, service)
-        event = deployments.shift_traffic(
-            state, percent=percent, reason=reason, actor=actor, version=version
+        asked = Asked(
+            "traffic", {"percent": percent, "reason": reason, "version": version}, actor, key
         )
-        return await self._apply(tenant, state, event)
+
+        async def decide(state: DeploymentState) -> NewEvent:
+            return deployments.shift_traffic(
+                state, percent=percent, reason=reason, actor=actor, version=version
+            )
+
+        return await self._run(tenant, service, asked, decide)
 
     async def promote(
         self,
@@ -97,17 +116,76 @@ class DeploymentCommands:
         reason: str | None,
         actor: str,
         version: str | None = None,
+        key: str | None = None,
     ) -> Applied:
-        state = await self.fetch_state(tenant, service)
-        event = deployments.promote(state, reason=reason, actor=actor, version=version)
-        return await self._apply(tenant, state, event)
+        asked = Asked("promote", {"reason": reason, "version": version}, actor, key)
+
+        async def decide(state: DeploymentState) -> NewEvent:
+            return deployments.promote(state, reason=reason, actor=actor, version=version)
+
+        return await self._run(tenant, service, asked, decide)
 
     async def rollback(
-        self, tenant: str, service: str, *, reason: str, actor: str, version: str | None = None
+        self,
+        tenant: str,
+        service: str,
+        *,
+        reason: str,
+        actor: str,
+        version: str | None = None,
+        key: str | None = None,
     ) -> Applied:
+        asked = Asked("rollback", {"reason": reason, "version": version}, actor, key)
+
+        async def decide(state: DeploymentState) -> NewEvent:
+            return deployments.rollback(state, reason=reason, actor=actor, version=version)
+
+        return await self._run(tenant, service, asked, decide)
+
+    async def _run(
+        self,
+        tenant: str,
+        service: str,
+        asked: Asked,
+        decide: Callable[[DeploymentState], Awaitable[NewEvent]],
+    ) -> Applied:
+        """Decide on the service's state now and append the event, unless a command with
+        ``asked``'s key was stored before: then its answer."""
+        _check_name(service)
+        if (earlier := await self._answered(tenant, service, asked)) is not None:
+            return earlier
         state = await self.fetch_state(tenant, service)
-        event = deployments.rollback(state, reason=reason, actor=actor, version=version)
-        return await self._apply(tenant, state, event)
+        event = asked.keyed(await decide(state), service)
+        try:
+            [appended] = await self._appender.append(tenant, [event])
+        except (VersionConflict, IdConflict):
+            # The same command sent twice at once: the one whose event landed answers both.
+            if (earlier := await self._answered(tenant, service, asked)) is not None:
+                return earlier
+            raise
+        if appended.duplicate:  # stored meanwhile, as this one: read what it answered
+            return await self._answered(tenant, service, asked) or Applied(state, appended.position)
+        return Applied(deployments.fold(state, event.type, event.data), appended.position)
+
+    async def _answered(self, tenant: str, service: str, asked: Asked) -> Applied | None:
+        """The answer the command stored under ``asked``'s key got: the service's state
+        right after it, and where it landed; None when none is stored (or no key)."""
+        if asked.key is None:
+            return None
+        async with self._engine.connect() as conn:
+            reader = DeploymentReader(conn)
+            found = await reader.fetch_command(tenant, request_id(service, asked.key))
+            if found is None:
+                return None
+            if not asked.is_asked_by(found.data):
+                raise IdempotencyKeyReused(
+                    f"Idempotency-Key {asked.key!r} was sent before with another command on "
+                    f"{service!r} (its event is at position {found.position}); send a new key "
+                    "for a new command",
+                    position=found.position,
+                )
+            state = await reader.fetch_state(tenant, service, through=found.stream_version)
+        return Applied(state, found.position)
 
     async def _check_signatures(
         self, tenant: str, state: DeploymentState, rollout: Rollout
@@ -135,6 +213,9 @@ class DeploymentCommands:
                 reason=why,
             )
 
-    async def _apply(self, tenant: str, state: DeploymentState, event: NewEvent) -> Applied:
-        [appended] = await self._appender.append(tenant, [event])
-        return Applied(deployments.fold(state, event.type, event.data), appended.position)
+
+def _check_name(service: str) -> None:
+    if not is_valid_name(service):
+        raise BadRequest(
+            f"{service!r} is not a valid service name: 1-128 of letters, digits, '_', '.', '-'"
+        )

@@ -52,18 +52,30 @@ class LoggedChange:
     recorded_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class LoggedCommand:
+    """A deployment command's event as stored: its type and data, where it landed."""
+
+    type: str
+    data: dict[str, Any]
+    stream_version: int
+    position: int
+
+
 class DeploymentReader:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def fetch_state(self, tenant: str, service: str) -> DeploymentState:
-        """The service's state folded from its stream, with the stream's version."""
+    async def fetch_state(
+        self, tenant: str, service: str, *, through: int | None = None
+    ) -> DeploymentState:
+        """The service's state folded from its stream, with the stream's version; with
+        ``through``, as it was after that stream version."""
         e = events.c
-        rows = await self._conn.execute(
-            select(e.type, e.data)
-            .where(e.tenant == tenant, e.stream == stream_of(service))
-            .order_by(e.stream_version)
-        )
+        statement = select(e.type, e.data).where(e.tenant == tenant, e.stream == stream_of(service))
+        if through is not None:
+            statement = statement.where(e.stream_version <= through)
+        rows = await self._conn.execute(statement.order_by(e.stream_version))
         state = DeploymentState(service)
         for row in rows:
             state = fold(state, row.type, row.data)
@@ -79,6 +91,21 @@ class DeploymentReader:
             )
         )
         return int(version or 0)
+
+    async def fetch_command(self, tenant: str, event_id: str) -> LoggedCommand | None:
+        """The deployment command stored under ``event_id`` (``deployments.request_id``),
+        if any."""
+        e = events.c
+        row = (
+            await self._conn.execute(
+                select(e.type, e.data, e.stream_version, e.position).where(
+                    e.tenant == tenant, e.id == event_id, e.type.in_(sorted(TYPES))
+                )
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return LoggedCommand(row.type, dict(row.data), row.stream_version, row.position)
 
     async def fetch_signature(self, tenant: str, model: str, version: str) -> dict[str, Any] | None:
         e = events.c

@@ -17,9 +17,12 @@ and the deployments projection both use it.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any
+
+import orjson
 
 from app.errors import Conflict
 from app.store.records import NewEvent
@@ -268,6 +271,43 @@ def _shapes_fit(old: list[int], new: list[int]) -> bool:
     """Whether a tensor of shape ``new`` takes every tensor ``old`` takes: each size the
     same, or any (-1) in ``new``; where ``old`` takes any size, so must ``new``."""
     return len(old) == len(new) and all(b in (a, -1) for a, b in zip(old, new, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A command as its sender asked for it: its name, what it named, who sent it, and
+    the idempotency key it came with (None: none). A command sent again with its key is
+    answered from the event the first one stored (``request_id``), if it asks the same
+    (``digest``)."""
+
+    command: str
+    parameters: dict[str, Any]
+    actor: str
+    key: str | None = None
+
+    @property
+    def digest(self) -> str:
+        asked = {"command": self.command, "actor": self.actor, **self.parameters}
+        return hashlib.sha256(orjson.dumps(asked, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+    def keyed(self, event: NewEvent, service: str) -> NewEvent:
+        """``event`` stored under the key's id, with the key and what was asked."""
+        if self.key is None:
+            return event
+        request = {"idempotency_key": self.key, "digest": self.digest}
+        data = {**(event.data or {}), "request": request}
+        return replace(event, id=request_id(service, self.key), data=data)
+
+    def is_asked_by(self, data: dict[str, Any]) -> bool:
+        """Whether the stored command of ``data`` asked what this one asks."""
+        request = data.get("request")
+        return isinstance(request, dict) and request.get("digest") == self.digest
+
+
+def request_id(service: str, key: str) -> str:
+    """The id the command on ``service`` sent with idempotency key ``key`` is stored under
+    (a key is the sender's, any length: its digest names it)."""
+    return f"causeway:deployment:{service}:request:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def _event(
