@@ -15,7 +15,7 @@ from typing import Any
 from graphql.error import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from app.errors import AppError
+from app.errors import AppError, Unavailable
 from app.store.failures import as_app_error, is_unavailable
 
 logger = logging.getLogger(__name__)
@@ -39,12 +39,15 @@ def code_document_error(error: GraphQLError) -> None:
 def log_if_unexpected(error: GraphQLError) -> None:
     """Log an error that is not the client's: with its traceback, what is not an
     ``AppError``, a value PostgreSQL refused or an error of the document; in a line, an
-    ``AppError`` of the server's (status 500 and up, a walk past its time budget), and
-    a database that does not answer, as ``problems`` logs those over REST. (The schema's
+    ``AppError`` of the server's (status 500 and up: a 503, such as a walk past its time
+    budget, as a warning), and a database that does not answer, as ``problems`` logs
+    those over REST. (The schema's
     ``process_errors`` calls this for every error, whichever way it came.)"""
     original = error.original_error
     if isinstance(original, AppError):
-        if original.status >= 500:
+        if isinstance(original, Unavailable):  # to retry: as ``problems`` logs it
+            logger.warning("%s: %s", original.code, original.detail)
+        elif original.status >= 500:
             logger.error("%s: %s", original.code, original.detail)
         return
     if original is None or isinstance(original, GraphQLError):

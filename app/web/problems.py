@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
-from app.errors import AppError, NotFound, error_classes
+from app.errors import AppError, NotFound, Unavailable, error_classes
 from app.store.failures import DRIVER_ERRORS, as_app_error
 from app.web.openapi import PROBLEM_MEDIA_TYPE, answers
 from app.web.timeouts import SendTimedOut
@@ -63,7 +63,12 @@ def response_for(exc: Exception, method: str, path: str) -> JSONResponse:
 
 
 def _app_error(exc: AppError) -> JSONResponse:
-    if exc.status >= 500:
+    # A 503 (the database away, a limit of concurrent work reached, not ready yet) is a
+    # condition the client is told to retry, not a fault of the server: a warning, so
+    # that an alert on ERROR lines fires for faults only.
+    if isinstance(exc, Unavailable):
+        logger.warning("%s: %s", exc.code, exc.detail)
+    elif exc.status >= 500:
         logger.error("%s: %s", exc.code, exc.detail)
     return problem(exc.status, exc.code, exc.title, exc.detail, exc.headers, **exc.extensions)
 
