@@ -32,7 +32,8 @@ from app.web.reads import ReadRouter, ReadSource
 
 # (effect position, whether data, binary data and extensions are read)
 CausesKey = tuple[int, bool]
-EffectsKey = tuple[int, int, int, bool]  # (cause position, first, after position, content)
+# (cause position, first, after position, the position its cursor announced, content)
+EffectsKey = tuple[int, int, int, int | None, bool]
 # What an item counts against the answer budget, where an item of a plain list counts
 # one: about what each costs more. graphql-core completing an item field by field with
 # synchronous resolvers (extensions, model) costs a few plain items; an item under which
@@ -198,6 +199,7 @@ def _retrieved(future: "asyncio.Future[Any]") -> None:
 
 
 ReadModelReading = Callable[[str], Awaitable[AbstractAsyncContextManager[Connection]]]
+LogReading = Callable[[int | None], Awaitable[AbstractAsyncContextManager[Connection]]]
 
 
 class Loaders:
@@ -207,9 +209,11 @@ class Loaders:
         tenant: str,
         budget: AnswerBudget,
         reading_model: ReadModelReading,
+        reading_log_to: LogReading,
     ) -> None:
         self._engine = engine
         self._reading_model = reading_model
+        self._reading_log_to = reading_log_to
         self._tenant = tenant
         self._budget = budget
         self.causes = SharedLoader[CausesKey, list[StoredEvent]](load_fn=self._load_causes)
@@ -233,31 +237,45 @@ class Loaders:
         return [found[k] for k in keys]
 
     async def _load_effects(self, keys: list[EffectsKey]) -> list[Page]:
-        # Siblings almost always ask for the same page; one query per distinct page.
-        pages: dict[EffectsKey, Page] = {}
-        by_page: dict[tuple[int, int, bool], list[int]] = {}
-        for position, first, after, content in keys:
-            by_page.setdefault((first, after, content), []).append(position)
+        # Siblings almost always ask for the same page; one query per distinct page, on a
+        # connection where the log shows the effect its cursor announced next (as a
+        # top-level page after a cursor: Context.reading_log_to).
         if self._budget.spent:
             return [Page([], False) for _ in keys]
-        async with reading(self._engine, self._budget, self._tenant) as conn:
-            reader = GraphReader(conn)
-            for (first, after, content), positions in by_page.items():
-                self._budget.check_time()
-                found = await reader.fetch_effects(
-                    self._tenant,
-                    positions,
-                    first=first,
-                    after=after,
-                    limit=max(self._budget.left, 0) + 1,
-                    content=content,
-                )
-                # Every row read counts, each page's look-ahead row too: a page the row
-                # limit cut then spends past the budget and is refused, never answered
-                # short with hasNextPage false.
-                self._budget.spend(sum(len(p.events) + p.has_next for p in found.values()))
-                pages.update({(p, first, after, content): found[p] for p in positions})
+        by_read: dict[int | None, dict[tuple[int, int, bool], list[int]]] = {}
+        for position, first, after, shown_at, content in keys:
+            by_page = by_read.setdefault(shown_at, {})
+            by_page.setdefault((first, after, content), []).append(position)
+        pages: dict[EffectsKey, Page] = {}
+        for shown_at, by_page in by_read.items():
+            async with await self._reading_log_to(shown_at) as conn:
+                reader = GraphReader(conn)
+                for (first, after, content), positions in by_page.items():
+                    found = await self._effects_pages(reader, positions, first, after, content)
+                    pages.update(
+                        {(p, first, after, shown_at, content): found[p] for p in positions}
+                    )
         return [pages[k] for k in keys]
+
+    async def _effects_pages(
+        self, reader: GraphReader, positions: list[int], first: int, after: int, content: bool
+    ) -> dict[int, Page]:
+        """Each cause's page of ``first`` effects after ``after``, with the position of
+        the effect past it (``Page.next_position``, which its end cursor names)."""
+        self._budget.check_time()
+        found = await reader.fetch_effects(
+            self._tenant,
+            positions,
+            first=first,
+            after=after,
+            limit=max(self._budget.left, 0) + 1,
+            content=content,
+        )
+        # Every row read counts, each page's look-ahead row too: a page the row limit cut
+        # then spends past the budget and is refused, never answered short with
+        # hasNextPage false.
+        self._budget.spend(sum(len(p.events) + p.has_next for p in found.values()))
+        return found
 
     async def _load_model_versions(self, keys: list[tuple[str, str]]) -> list[ModelVersion | None]:
         async with await self._reading_model(REGISTRY) as conn:
@@ -292,7 +310,7 @@ class Context(BaseContext):
             limits.max_answer_items, limits.timeout_ms, limits.max_answer_bytes
         )
         CURRENT_BUDGET.set(self.budget)  # for the JSON values the answer completes
-        self.loaders = Loaders(self.engine, principal.tenant, self.budget, self.reading_model)
+        self.loaders = self._loaders()
 
     def reading(self) -> AbstractAsyncContextManager[Connection]:
         """A connection for one of the request's reads, within its time budget."""
@@ -320,8 +338,14 @@ class Context(BaseContext):
         self._source = self._reads.primary
         self.engine = self._source.graphql
         self.walks = self._source.walks
-        self.loaders = Loaders(self.engine, self.tenant, self.budget, self.reading_model)
+        self.loaders = self._loaders()
         return True
+
+    def _loaders(self) -> Loaders:
+        """The request's DataLoaders, reading where the request now reads."""
+        return Loaders(
+            self.engine, self.tenant, self.budget, self.reading_model, self.reading_log_to
+        )
 
     async def reading_model(self, projection: str) -> AbstractAsyncContextManager[Connection]:
         """A connection for a read of ``projection``'s read model: where it shows the

@@ -11,7 +11,7 @@ from strawberry.types.nodes import SelectedField, Selection
 
 from app.errors import BadRequest
 from app.graphql.context import CURRENT_BUDGET, Context
-from app.graphql.cursors import decode_cursor, encode_cursor
+from app.graphql.cursors import cursor_shown_at, decode_cursor, encode_cursor
 from app.graphql.openlineage import DatasetVersion, LineageRun, TrainingRun
 from app.graphql.scalars import BigInt
 from app.store.chain import format_recorded_at
@@ -204,7 +204,7 @@ class Event:
         size = page_size(first, info.context.limits.max_page_size)
         content = asks_for_content(info.selected_fields)
         page = await info.context.loaders.effects.load(
-            (self.stored.position, size, decode_cursor(after), content)
+            (self.stored.position, size, decode_cursor(after), cursor_shown_at(after), content)
         )
         if info.context.budget.spent:
             return EventConnection.from_page(Page([], False))

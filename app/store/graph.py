@@ -261,9 +261,10 @@ class GraphReader:
         limit: int | None = None,
         content: bool = True,
     ) -> dict[int, Page]:
-        """A page of each cause's effects in position order (one query for all causes);
-        ``limit`` rows in all at most (then some pages may be cut); without their data,
-        binary data and extensions unless ``content`` (as ``fetch_page``)."""
+        """A page of each cause's effects in position order (one query for all causes),
+        with the position of the effect past it; ``limit`` rows in all at most (then some
+        pages may be cut); without their data, binary data and extensions unless
+        ``content`` (as ``fetch_page``)."""
         cause = func.unnest(_positions(positions)).table_valued("position").render_derived("cause")
         columns = full_row() if content else _row_without_content()
         page = (
@@ -300,7 +301,13 @@ class GraphReader:
                 )
             )
         return {
-            p: Page(found[:first], len(found) > first, p in earlier) for p, found in grouped.items()
+            p: Page(
+                found[:first],
+                len(found) > first,
+                p in earlier,
+                found[first].position if len(found) > first else None,
+            )
+            for p, found in grouped.items()
         }
 
     async def fetch_page(
