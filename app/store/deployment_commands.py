@@ -118,12 +118,9 @@ class DeploymentCommands:
         version: str | None = None,
         key: str | None = None,
     ) -> Applied:
-        asked = Asked("promote", {"reason": reason, "version": version}, actor, key)
-
-        async def decide(state: DeploymentState) -> NewEvent:
-            return deployments.promote(state, reason=reason, actor=actor, version=version)
-
-        return await self._run(tenant, service, asked, decide)
+        return await self._acting_on(
+            tenant, service, "promote", deployments.promote, reason, actor, version, key
+        )
 
     async def rollback(
         self,
@@ -135,10 +132,27 @@ class DeploymentCommands:
         version: str | None = None,
         key: str | None = None,
     ) -> Applied:
-        asked = Asked("rollback", {"reason": reason, "version": version}, actor, key)
+        return await self._acting_on(
+            tenant, service, "rollback", deployments.rollback, reason, actor, version, key
+        )
+
+    async def _acting_on(
+        self,
+        tenant: str,
+        service: str,
+        command: str,
+        decision: Callable[..., NewEvent],
+        reason: str | None,
+        actor: str,
+        version: str | None,
+        key: str | None,
+    ) -> Applied:
+        """``command``, which acts on the candidate (or for a rollback, with none, on the
+        stable version): ``decision`` of ``deployments``."""
+        asked = Asked(command, {"reason": reason, "version": version}, actor, key)
 
         async def decide(state: DeploymentState) -> NewEvent:
-            return deployments.rollback(state, reason=reason, actor=actor, version=version)
+            return decision(state, reason=reason, actor=actor, version=version)
 
         return await self._run(tenant, service, asked, decide)
 
