@@ -2,18 +2,30 @@
 (``creation``): one leased when a newer event with its key came is passed over, and when
 its attempt then failed or its lease ran out it was retried beside the newer task, and
 offered first. Stale work ran twice, after newer work for its key was waiting or done.
-Such a failure now supersedes the task by the newer one (``TaskQueue._after_failure``)."""
+Such a failure now supersedes the task by the newer one (``TaskQueue._after_failure``).
+
+A dead letter is passed over the same way, and an operator's requeue of it put its stale
+input back in the queue after the newer task of its key (waiting, running or done): that
+requeue, one by one or in bulk (``scheduler.requeue``), now supersedes it too
+(``requeued``), keeping who requeued it and why."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
 from app.db.engine import Connection
 from scheduler import decisions as d
+from scheduler import tasks as t
 from scheduler.route_reads import RouteReader
 from scheduler.rows import debounced
-from scheduler.tasks import TaskState
+
+if TYPE_CHECKING:
+    from app.store.records import NewEvent
 
 
-async def newer_task(conn: Connection, state: TaskState) -> TaskState | None:
+async def newer_task(conn: Connection, state: t.TaskState) -> t.TaskState | None:
     """The newest task of ``state``'s debounce key triggered after it within its route's
     window (as the route debounces now, on the attribute the task was keyed by), in any
     state; None when there is none, or the task or its route does not debounce."""
@@ -31,3 +43,30 @@ async def newer_task(conn: Connection, state: TaskState) -> TaskState | None:
         conn, state.tenant, state.route_id, attribute, state.debounce_key,
         after=state, before=before,
     )  # fmt: skip
+
+
+def superseded(
+    state: t.TaskState,
+    *,
+    by: str,
+    by_task: str,
+    at: datetime,
+    data: Mapping[str, object] | None = None,
+) -> NewEvent:
+    """The decision ending ``state`` because the event ``by`` (whose task is ``by_task``)
+    came with its key inside the window, caused by that event too; ``data`` says what
+    else ended it (a failed attempt's report, a requeue's actor and reason)."""
+    body = {"by": by, "by_task": by_task, **(data or {})}
+    return t.decision(state, t.SUPERSEDED, body, at=at, causes=(by,))
+
+
+async def requeued(
+    conn: Connection, state: t.TaskState, data: dict[str, Any], *, at: datetime
+) -> NewEvent:
+    """The decision an operator's requeue of the dead letter ``state`` takes (``data``:
+    who and why): ``causeway.task.requeued``, or superseded by the newest task of its key
+    when one came after it (``newer_task``)."""
+    newer = await newer_task(conn, state)
+    if newer is None:
+        return t.decision(state, t.REQUEUED, data, at=at)
+    return superseded(state, by=newer.trigger_id, by_task=newer.id, at=at, data=data)

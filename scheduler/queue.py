@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 from app.db.engine import Connection
 from app.errors import AppError, IdConflict, VersionConflict
 from app.store import decision_reads as log
-from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
-from scheduler import debouncing
+from scheduler import dead_lettering, debouncing
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.completing import Completed, Completing, Item, sorted_ids
@@ -349,17 +348,22 @@ class TaskQueue:
     async def requeue(
         self, tenant: str, task_id: str, *, reason: str | None, actor: str
     ) -> t.TaskState:
-        return await self._handle_dead_letter(tenant, task_id, t.REQUEUED, reason, actor)
+        """Put a dead letter back in its queue, its attempts reset; or, when a newer task
+        of its debounce key came since, supersede it by that one (``debouncing.requeued``):
+        its input is stale, and the newer is waiting, running or done."""
+        state = await self._dead_letter(tenant, task_id)
+        data = {"reason": reason, "actor": actor}
+        event = await debouncing.requeued(self._conn, state, data, at=datetime.now(UTC))
+        return (await self._commit(tenant, state, [event]))[0]
 
     async def discard(self, tenant: str, task_id: str, *, reason: str, actor: str) -> t.TaskState:
-        return await self._handle_dead_letter(tenant, task_id, t.DISCARDED, reason, actor)
+        state, data = await self._dead_letter(tenant, task_id), {"reason": reason, "actor": actor}
+        return await self._decide(tenant, state, t.DISCARDED, data, at=datetime.now(UTC))
 
-    async def _handle_dead_letter(
-        self, tenant: str, task_id: str, event_type: str, reason: str | None, actor: str
-    ) -> t.TaskState:
+    async def _dead_letter(self, tenant: str, task_id: str) -> t.TaskState:
+        """The dead letter ``task_id``, its row locked; ``NotFound`` or ``Conflict`` else."""
         found = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
-        state, data = d.dead_letter(found, task_id), {"reason": reason, "actor": actor}
-        return await self._decide(tenant, state, event_type, data, at=datetime.now(UTC))
+        return d.dead_letter(found, task_id)
 
     async def _after_failure(
         self,
@@ -388,7 +392,9 @@ class TaskQueue:
         if event_type == t.DEAD_LETTERED and data["disposition"] == t.ARCHIVED:
             content = await log.read_content(self._conn, tenant, state.trigger_id)
             data = {**data, "input": d.archived_input(state.trigger_id, content)}
-        batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
+        batch = await dead_lettering.failure_batch(
+            self._conn, tenant, state, event_type, data, error_class, message
+        )
         try:
             return (await self._commit(tenant, state, batch))[0]
         except VersionConflict:
@@ -396,64 +402,10 @@ class TaskQueue:
                 raise
             # A concurrent rollback of the same service won: decide again on the
             # deployment as it is now (it changed since the task ran: a requeue only).
-            batch = await self._failure_batch(tenant, state, event_type, data, error_class, message)
+            batch = await dead_lettering.failure_batch(
+                self._conn, tenant, state, event_type, data, error_class, message
+            )
             return (await self._commit(tenant, state, batch))[0]
-
-    async def _failure_batch(
-        self,
-        tenant: str,
-        state: t.TaskState,
-        event_type: str,
-        data: dict[str, Any],
-        error_class: str,
-        message: str,
-    ) -> list[NewEvent]:
-        """The failure's decision and, for a dead letter, what its disposition brings."""
-        now = datetime.now(UTC)
-        dead_letter = t.decision_id(state.id, state.version + 1)
-        disposition = data.get("disposition")
-        follow: list[NewEvent] = []
-        if disposition in (t.ROLLED_BACK, t.DEPLOYMENT_CHANGED, t.ROLLBACK_FAILED):
-            disposition, follow = await self._roll_back(
-                tenant, state, dead_letter, message, now=now
-            )
-            data = {**data, "disposition": disposition}
-        elif disposition is not None:
-            follow = d.alerts_for(
-                state, disposition, error_class, message, dead_letter=dead_letter, at=now
-            )
-        return [t.decision(state, event_type, data, at=now), *follow]
-
-    async def _roll_back(
-        self, tenant: str, state: t.TaskState, dead_letter: str, message: str, *, now: datetime
-    ) -> tuple[str, list[NewEvent]]:
-        """Read what a model mismatch's rollback depends on: the service's deployment now,
-        the version the task ran on, and the version its own last rollback left."""
-        deployment = await DeploymentReader(self._conn).fetch_state(tenant, state.service or "")
-        last_lease = await log.read_last(self._conn, tenant, state.stream, types=(t.LEASED,))
-        ran_on = last_lease.data.get("deployment_version") if last_lease is not None else None
-        # The last requeue onto another's rollback (an operator's requeue since, of the
-        # dead letter, changed nothing the task runs on: it says nothing of the kind).
-        requeue = await log.read_last(
-            self._conn, tenant, state.stream, types=(t.REQUEUED,), having="onto"
-        )
-        onto = requeue.data.get("onto") if requeue is not None else None
-        effects = await log.read_effects(
-            self._conn,
-            tenant,
-            state.stream,
-            cause_type=t.DEAD_LETTERED,
-            effect_type=deployment_commands.ROLLED_BACK,
-        )
-        return d.roll_back(
-            state,
-            deployment,
-            message,
-            ran_on=ran_on,
-            own_rollback=d.own_rollback(effects, onto if isinstance(onto, int) else None),
-            dead_letter=dead_letter,
-            now=now,
-        )
 
     async def supersede(
         self,
@@ -467,8 +419,8 @@ class TaskQueue:
     ) -> t.TaskState:
         """End a debounced task, pending or just ``failed`` (its report: ``debouncing``):
         the event ``by`` (whose task is ``by_task``) came with its key inside the window."""
-        data = {"by": by, "by_task": by_task, **(failed or {})}
-        return await self._decide(tenant, state, t.SUPERSEDED, data, at=at, causes=(by,))
+        event = debouncing.superseded(state, by=by, by_task=by_task, at=at, data=failed)
+        return (await self._commit(tenant, state, [event]))[0]
 
     async def _decide(
         self,

@@ -1,6 +1,8 @@
 """Requeue dead letters in bulk: the oldest that match a filter, each put back in its queue
 by a decision of its own (``causeway.task.requeued``, attempts reset), all appended as one
-group, as a dead-letter queue's "redrive" does once the cause of the failures is fixed.
+group, as a dead-letter queue's "redrive" does once the cause of the failures is fixed. A
+dead letter of a debounced key for which a newer task came since is superseded by that
+task instead, as a requeue of it alone is (``debouncing.requeued``): its input is stale.
 
 The rows are locked in the caller's transaction (``SKIP LOCKED``: dead letters an admin
 is requeueing or discarding one by one are left to that admin), so no dead letter is
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from app.db.engine import Connection
 from app.errors import AppError, IdConflict, VersionConflict
+from scheduler import debouncing
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
 from scheduler.rows import tasks as rows
@@ -38,15 +41,16 @@ async def requeue_dead_letters(
     reason: str | None,
     actor: str,
 ) -> tuple[list[t.TaskState], bool]:
-    """Requeue the oldest ``limit`` dead letters of ``which`` (in ``conn``'s transaction);
-    the tasks after, oldest first, and whether more matched."""
+    """Requeue the oldest ``limit`` dead letters of ``which`` (in ``conn``'s transaction),
+    or supersede those a newer task of their debounce key came after; the tasks after,
+    oldest first, and whether more matched."""
     found = await read_dead_letters(conn, tenant, which, limit=limit + 1, lock=True)
     chosen = found[:limit]
     if not chosen:
         return [], False
     now = datetime.now(UTC)
     data = {"reason": reason, "actor": actor}
-    batch = [t.decision(state, t.REQUEUED, data, at=now) for state in chosen]
+    batch = [await debouncing.requeued(conn, state, data, at=now) for state in chosen]
     more = len(found) > limit
     try:
         appended = await decisions.append(tenant, batch)
@@ -57,7 +61,8 @@ async def requeue_dead_letters(
         for state, event, where in zip(chosen, batch, appended, strict=True)
     ]
     await rows.write_tasks(conn, after)
-    await wakeups.announce_ready(conn)  # the appender's hint may come before the rows
+    if any(state.state == "ready" for state in after):
+        await wakeups.announce_ready(conn)  # the appender's hint may come before the rows
     return after, more
 
 

@@ -35,6 +35,13 @@ from scheduler.web import NAME_PATTERN, POSITION_HEADER, PrincipalOf, Settle, ta
 from scheduler.web.documents import history_json, task_json
 from scheduler.web.queues import TaskId, TaskIdConvertor
 
+_SINCE = Query(description="RFC 3339", json_schema_extra=TIME_FORMAT)
+_REQUEUE = (
+    "Its attempts reset; answered with the task as it then is. A dead letter of a debounced "
+    "route for which a newer task of its key came since is superseded by that task instead "
+    "(its input is stale): answered `superseded`."
+)
+
 
 class Requeue(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -154,9 +161,7 @@ def create_router(
         settled: Settled,
         queue: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
         error_class: Annotated[t.ErrorClass | None, Query(alias="class")] = None,
-        since: Annotated[
-            str | None, Query(description="RFC 3339", json_schema_extra=TIME_FORMAT)
-        ] = None,
+        since: Annotated[str | None, _SINCE] = None,
         limit: Annotated[int, Query(ge=1, le=1000), PLAIN_DIGITS] = 100,
         after: Annotated[
             str | None,
@@ -209,6 +214,7 @@ def create_router(
     @router.post(
         "/dead-letters/{task_id}/requeue",
         summary="Put a dead letter back in its queue",
+        description=_REQUEUE,
         responses=answers(NotFound, Conflict),
     )
     async def requeue(

@@ -66,7 +66,9 @@ function requeueMany(queues, notice, done) {
     if (errorClass.value) body.class = errorClass.value;
     try {
       const answer = await rest("/dead-letters/requeue", { method: "POST", body });
-      status.textContent = `Requeued ${answer.requeued.length}.` +
+      const stale = answer.requeued.filter((task) => task.state === "superseded").length;
+      status.textContent = `Requeued ${answer.requeued.length - stale}.` +
+        (stale ? ` Superseded ${stale} by a newer task of its debounce key.` : "") +
         (answer.more ? " More match: submit again for the next ones." : " None left that match.");
       status.className = "ok";
       await done(status.textContent);
