@@ -5,6 +5,7 @@ deployment and the task's own log to decide (``decisions.roll_back``), writes no
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from app.db.engine import Connection
 from app.store import decision_reads as log
 from app.store import deployments as deployment_commands
 from app.store.deployment_reads import DeploymentReader
+from scheduler import debouncing
 from scheduler import decisions as d
 from scheduler import tasks as t
 
@@ -35,12 +37,30 @@ async def failure_batch(
     follow: list[NewEvent] = []
     if disposition in (t.ROLLED_BACK, t.DEPLOYMENT_CHANGED, t.ROLLBACK_FAILED):
         disposition, follow = await _roll_back(conn, tenant, state, dead_letter, message, now=now)
+        follow = await _unless_stale(conn, state, follow, now=now)
         data = {**data, "disposition": disposition}
     elif disposition is not None:
         follow = d.alerts_for(
             state, disposition, error_class, message, dead_letter=dead_letter, at=now
         )
     return [t.decision(state, event_type, data, at=now), *follow]
+
+
+async def _unless_stale(
+    conn: Connection, state: t.TaskState, follow: list[NewEvent], *, now: datetime
+) -> list[NewEvent]:
+    """``follow`` with the task's requeue behind a rollback superseded instead, by the
+    newest task of its debounce key, when one came after it (its input is stale: as an
+    operator's requeue is, ``debouncing.requeued``). The rollback stands: the mismatch
+    was the model's."""
+    requeue = next((e for e in follow if e.type == t.REQUEUED), None)
+    if requeue is None or (newer := await debouncing.newer_task(conn, state)) is None:
+        return follow
+    dead = replace(state, version=state.version + 1)  # the state the requeue follows
+    superseded = debouncing.superseded(
+        dead, by=newer.trigger_id, by_task=newer.id, at=now, data=requeue.data
+    )
+    return [superseded if e is requeue else e for e in follow]
 
 
 async def _roll_back(

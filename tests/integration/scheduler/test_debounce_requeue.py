@@ -12,7 +12,7 @@ from fastapi import FastAPI
 
 from scheduler import tasks as t
 from tests.integration.conftest import catch_up
-from tests.integration.events import JSON, dumps
+from tests.integration.events import JSON, dumps, registration
 from tests.integration.scheduler.conftest import Client, define, events_of_type, fail, lease, post
 
 
@@ -131,3 +131,45 @@ async def test_a_bulk_requeue_supersedes_the_stale_and_requeues_the_rest(
                for w in ("w2", "w3", "w4")}  # fmt: skip
     assert offered == {ids["x1"], ids["v2"], None}
     assert (await admin.get(f"/tasks/{ids['v1']}")).json()["state"] == "superseded"
+
+
+async def test_a_rollback_supersedes_the_stale_task_it_would_requeue(
+    app: FastAPI, admin: Client, worker: Client
+) -> None:
+    """A model mismatch rolls the service back and requeues the task behind the rollback;
+    when a newer task of its debounce key came while it ran, that requeue put the stale
+    input back beside the newer one. The rollback stands; the task is superseded."""
+    for version in ("1", "2"):
+        made = await admin.post(
+            "/models/faces/versions", content=registration(version), headers=JSON
+        )
+        assert made.status_code == 201, made.text
+    for action, body in (
+        ("rollouts", {"model": "faces", "version": "1"}),
+        ("promote", {}),
+        ("rollouts", {"model": "faces", "version": "2", "percent": 100}),
+        ("promote", {}),
+    ):
+        done = await admin.post(f"/deployments/gate/{action}", content=dumps(body), headers=JSON)
+        assert done.status_code == 200, done.text
+    await define(admin, id="r", types=["job"], kind="k", queue="q", max_retries=0,
+                 debounce={"key": "user", "window_s": 60}, service="gate",
+                 on_model_mismatch="rollback")  # fmt: skip
+    await post(admin, type="job", data={"user": "u", "v": 1})
+    await catch_up(app)
+    older = await lease(worker, "q")
+    assert older is not None
+    v2 = await post(admin, type="job", data={"user": "u", "v": 2})  # while v1 runs
+    await catch_up(app)
+    after = await fail(worker, older, "model_version_mismatch")
+    assert after["state"] == "superseded", after
+    newer_id = t.task_id_for("acme", "r", v2["id"])
+    [decision] = await events_of_type(admin, t.SUPERSEDED)
+    assert decision["data"]["by_task"] == newer_id
+    assert decision["data"]["actor"] == "scheduler"
+    await catch_up(app)
+    assert (await admin.get("/deployments/gate")).json()["stable_version"] == "1"
+    offered = await lease(worker, "q", worker="w2")
+    assert offered is not None
+    assert offered["task"]["id"] == newer_id
+    assert await lease(worker, "q", worker="w3") is None
