@@ -13,7 +13,7 @@ in one, in this order (it is the order of ``docs/openapi.json``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,6 +26,7 @@ from scheduler.web.leases import LeasePolicy
 if TYPE_CHECKING:
     from app.store.append.group_commit import Appender
     from app.store.records import NewEvent
+    from app.web.metrics import Scrape
     from scheduler.autoscale import PidController
     from scheduler.rows.wakeups import TaskWakeups
 
@@ -47,7 +48,7 @@ def create_router(
     parse_events: Callable[[bytes], list[NewEvent]],
     policy: LeasePolicy,
     controller: PidController,
-    more_metrics: Callable[[str], Awaitable[bytes]],
+    more_metrics: Scrape,
     principals: Principals,
     wakeups: TaskWakeups,
 ) -> APIRouter:

@@ -5,6 +5,10 @@ connection) on its key before doing any work. A hit is only trusted for ``ttl_s`
 seconds, so a revoked key stops working within that time in every process (0 turns the
 cache off). The cache holds SHA-256 digests of keys, never the keys.
 
+While the database does not answer (or not within ``STALE_ANSWER_S``), a key it confirmed
+within the last ``STALE_S`` seconds (after its entry ran out) stands: nothing but the
+process's own metrics can be served then, and those are wanted most in an outage.
+
 A key is looked up once however many of its requests arrive while it is not cached: the
 others wait for that lookup. (Each looked it up itself: whenever a busy key's entry ran
 out, every request in flight took a pooled connection for the same row at once, and a
@@ -18,8 +22,16 @@ import hashlib
 import time
 from collections import OrderedDict
 
+from app.db.deadlines import NOTHING_LEFT, within
 from app.db.engine import Engine
+from app.store.failures import is_unavailable
 from app.store.keys import KeyStore, Principal, is_well_formed
+
+# How long after its cache entry ran out a key the database confirmed stands while the
+# database does not answer (``Authenticator._look_up``), and how long its check waits for
+# the database then (a key never confirmed waits as any request does).
+STALE_S = 900.0
+STALE_ANSWER_S = 2.0
 
 
 class Authenticator:
@@ -49,8 +61,21 @@ class Authenticator:
 
     async def _look_up(self, key: str, digest: bytes) -> Principal | None:
         now = time.monotonic()
-        async with self._engine.connect() as conn:
-            found = await KeyStore(conn).authenticate(key)
+        kept = self._cache.get(digest)
+        # The database is away (refused, lost, or silent past STALE_ANSWER_S): a key it
+        # confirmed lately stands meanwhile. Every read and write needs the database
+        # anyway; what a caller gets so is the process's own metrics (``GET /metrics``),
+        # wanted most in an outage.
+        stands = kept[1] if kept is not None and kept[0] + STALE_S > now else None
+        try:
+            if stands is None:
+                found = await self._ask(key)
+            else:
+                found = await within(self._ask(key), STALE_ANSWER_S, left=NOTHING_LEFT)
+        except Exception as exc:
+            if stands is not None and (isinstance(exc, TimeoutError) or is_unavailable(exc)):
+                return stands
+            raise
         if found is None:
             self._cache.pop(digest, None)
         elif self._ttl_s > 0:
@@ -59,6 +84,10 @@ class Authenticator:
             while len(self._cache) > self._max_entries:
                 self._cache.popitem(last=False)
         return found
+
+    async def _ask(self, key: str) -> Principal | None:
+        async with self._engine.connect() as conn:
+            return await KeyStore(conn).authenticate(key)
 
     def _forget(self, digest: bytes, done: asyncio.Future[Principal | None]) -> None:
         if self._looking.get(digest) is done:

@@ -10,22 +10,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from prometheus_client.metrics import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.db.deadlines import NOTHING_LEFT, within
 from app.db.engine import DriverPool, Engine
 from app.projections.base import Projection
-from app.projections.relay.log import fetch_relay_status
+from app.projections.relay.log import RelayStatus, fetch_relay_status
 from app.projections.relay.relay import NatsRelay
-from app.projections.status import fetch_status
+from app.projections.status import ProjectionStatus, fetch_status
+from app.store.failures import is_unavailable
 from app.telemetry import metrics
 from app.web.route_templates import route_template
 
 # Paths answered before the routing table (app.main ``Causeway.answer``): their own template.
 POOL_SAMPLE_S = 5.0
+# How long a scrape waits for the gauges kept in the database: a silent database (a frozen
+# host) answers nothing, and a scrape past Prometheus' scrape_timeout (10 s by default)
+# loses the process's own figures too.
+DATABASE_S = 3.0
+T = TypeVar("T")
+# The service's metrics for a key's tenant (``scrape``), and whether the caller's own read
+# of the database answered.
+Scrape = Callable[[str, bool], Awaitable[bytes]]
 
 
 class RequestTimer:
@@ -106,13 +116,12 @@ def scrape(
     relay: NatsRelay | None,
     read_pools: PoolFigures,
     more: Callable[[], bytes],
-) -> Callable[[str], Awaitable[bytes]]:
+) -> Scrape:
     """What ``GET /metrics`` adds to the queue gauges for a key of a tenant: every
     ``prometheus_client`` metric (this process's, or every process's) as that tenant may
     see them (``metrics.exposition``), the lag gauges read now, and ``more``."""
 
-    async def answer(tenant: str) -> bytes:
-        sample_pools(read_pools)
+    async def read_lags() -> tuple[list[ProjectionStatus], RelayStatus | None]:
         async with engine.connect() as conn:
             found = await fetch_status(conn, projections)
             relay_status = (
@@ -120,6 +129,22 @@ def scrape(
                 if relay is None
                 else await fetch_relay_status(conn, relay.config.stream, relay.config.tenants)
             )
+        return found, relay_status
+
+    async def answer(tenant: str, database_answered: bool = True) -> bytes:
+        """``database_answered``: whether the caller's own read of the database did (if
+        not, it is not asked again: one wait for a silent database is enough)."""
+        sample_pools(read_pools)
+        read = await from_database(read_lags()) if database_answered else None
+        up = metrics.GaugeMetricFamily(
+            "causeway_metrics_database_up",
+            "1 when this scrape read the gauges kept in the database (queues, lags), 0 when "
+            f"the database did not answer within {DATABASE_S:g} s: they are left out",
+        )
+        up.add_metric([], 1 if read is not None else 0)
+        if read is None:
+            return metrics.exposition(tenant) + metrics.figures([up]) + more()
+        found, relay_status = read
         lag_events = _lag("causeway_projection_lag_events", "Events", "projection")
         lag_s = _lag("causeway_projection_lag_seconds", "Seconds", "projection")
         for status in found:
@@ -132,9 +157,23 @@ def scrape(
             relay_events.add_metric([relay_status.stream], relay_status.lag_events)
             relay_s.add_metric([relay_status.stream], relay_status.lag_seconds)
             lags += [relay_events, relay_s]
-        return metrics.exposition(tenant) + metrics.figures(lags) + more()
+        return metrics.exposition(tenant) + metrics.figures([up, *lags]) + more()
 
     return answer
+
+
+async def from_database(read: Coroutine[Any, Any, T]) -> T | None:
+    """What ``read`` reads in the database, or None when the database does not answer it
+    (refused, lost, or silent past ``DATABASE_S``): a scrape then gives the process's own
+    figures without it, which are wanted most while the database is away."""
+    try:
+        return await within(read, DATABASE_S, left=NOTHING_LEFT)
+    except TimeoutError:
+        return None
+    except Exception as exc:
+        if is_unavailable(exc) or isinstance(exc, OSError):
+            return None
+        raise
 
 
 def _lag(name: str, unit: str, label: str) -> metrics.GaugeMetricFamily:
@@ -153,7 +192,7 @@ def pools_in(state: Any) -> PoolFigures:
     return pools_of(engines, {"walks": state.walks})
 
 
-def scrape_of(state: Any) -> Callable[[str], Awaitable[bytes]]:
+def scrape_of(state: Any) -> Scrape:
     """``scrape`` for the app whose ``app.state`` this is, the replicas' gauges appended."""
     metrics.configure(max_tenants=state.settings.metrics_max_tenants)
     return scrape(

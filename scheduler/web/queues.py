@@ -2,7 +2,6 @@
 every decision about it), ``GET /queues`` (depths), ``GET /queues/{queue}/autoscale``
 (the PID advice) and ``GET /metrics`` (Prometheus gauges)."""
 
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -17,10 +16,11 @@ from app.errors import NotFound
 from app.store.decision_reads import read_stream
 from app.store.keys import Principal
 from app.web.bodies import JSONRoute
+from app.web.metrics import Scrape, from_database
 from app.web.openapi import answers
 from scheduler.autoscale import AutoscaleAdvisor, PidController
 from scheduler.rows import tasks as task_rows
-from scheduler.rows.depths import read_depths
+from scheduler.rows.depths import QueueDepth, read_depths
 from scheduler.web import PrincipalOf, QueueName, Settle, tasks_settled
 from scheduler.web.documents import depth_json, exposition, history_json, task_json
 
@@ -46,7 +46,7 @@ TaskId = Annotated[str, Path(pattern=f"^{TaskIdConvertor.regex}$", description="
 def create_router(
     engine: Engine,
     controller: PidController,
-    more_metrics: Callable[[str], Awaitable[bytes]],
+    more_metrics: Scrape,
     read: PrincipalOf,
 ) -> APIRouter:
     """``more_metrics``: the service's own metrics (``app.web.metrics``) as the key's tenant
@@ -97,10 +97,16 @@ def create_router(
     )
     async def metrics(principal: Reader, settled: Settled) -> Response:
         await settled()
-        async with tenant_transaction(engine, principal.tenant) as conn:
-            depths = await read_depths(conn, principal.tenant, now=datetime.now(UTC))
+
+        async def read() -> list[QueueDepth]:
+            async with tenant_transaction(engine, principal.tenant) as conn:
+                return await read_depths(conn, principal.tenant, now=datetime.now(UTC))
+
+        # While the database is away, the service's own figures without the queues'.
+        depths = await from_database(read())
+        ours = exposition(depths) if depths is not None else b""
         return Response(
-            exposition(depths) + await more_metrics(principal.tenant),
+            ours + await more_metrics(principal.tenant, depths is not None),
             media_type=CONTENT_TYPE_LATEST,
         )
 

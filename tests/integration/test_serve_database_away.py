@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import URL
 
 from tests.integration.dbproxy import DbProxy
-from tests.integration.process import environment, free_port
+from tests.integration.process import create_key, environment, free_port
 
 
 @pytest.fixture
@@ -111,6 +111,40 @@ def test_serve_on_a_database_host_that_never_answers_says_so_and_exits(
         "error: cannot use the database: connection timeout expired"
     )
     assert took < 30, f"serve gave up after {took:.0f} s"
+
+
+@pytest.mark.parametrize("outage", ["refuse", "freeze"])
+def test_metrics_answer_the_process_figures_while_the_database_is_away(
+    proxy: DbProxy, database_url: URL, tmp_path: Path, outage: str
+) -> None:
+    """A scrape read the queue and lag gauges in the database, and failed whole while it
+    was away (503, or no answer from a silent host): the process's own counters (requests,
+    5xx, appends) were lost to Prometheus for as long as the outage, when they are wanted
+    most. The scrape now answers them, without the database's gauges, saying so in
+    ``causeway_metrics_database_up``."""
+    env = _through(proxy, database_url, tmp_path, CAUSEWAY_KEY_CACHE_TTL_S="1")
+    key = create_key(env, "acme", "read")
+    scrape = {"Authorization": f"Bearer {key}"}
+    with _serving(env, tmp_path / "serve.log", proxy) as (_, base):
+        before = httpx2.get(f"{base}/metrics", headers=scrape, timeout=10)
+        assert before.status_code == 200, before.text
+        assert "causeway_metrics_database_up 1.0" in before.text
+        assert "causeway_projection_lag_events{" in before.text
+        proxy.set(outage)
+        time.sleep(1.5)  # past the key cache's time to live: the key is looked up again
+        started = time.monotonic()
+        during = httpx2.get(f"{base}/metrics", headers=scrape, timeout=30)
+        took = time.monotonic() - started
+        assert during.status_code == 200, during.text
+        assert "causeway_metrics_database_up 0.0" in during.text
+        assert "causeway_http_request_duration_seconds_count{" in during.text  # its own
+        assert "causeway_projection_lag_events{" not in during.text  # not read
+        assert took < 8, f"the scrape took {took:.1f} s"
+        # An unknown key is still refused: only a key checked before passes meanwhile.
+        stranger = httpx2.get(
+            f"{base}/metrics", headers={"Authorization": "Bearer cw_x_y"}, timeout=30
+        )
+        assert stranger.status_code in (401, 503), stranger.text
 
 
 def _through(proxy: DbProxy, database_url: URL, tmp_path: Path, **more: str) -> dict[str, str]:
