@@ -11,14 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from app.db.engine import Engine
-from app.errors import (
-    BadRequest,
-    Conflict,
-    IdConflict,
-    IdempotencyKeyReused,
-    NotFound,
-    VersionConflict,
-)
+from app.errors import AppError, BadRequest, Conflict, IdempotencyKeyReused, NotFound
 from app.store import deployments
 from app.store.append.group_commit import Appender
 from app.store.deployment_reads import DeploymentReader
@@ -63,7 +56,7 @@ class DeploymentCommands:
     async def start_rollout(
         self, tenant: str, service: str, rollout: Rollout, *, actor: str, key: str | None = None
     ) -> Applied:
-        asked = Asked("rollout", asdict(rollout), actor, key)
+        asked = Asked("rollout", service, asdict(rollout), actor, key)
 
         async def decide(state: DeploymentState) -> NewEvent:
             # The service's own rules first (the model it serves, a rollout under way): a
@@ -97,9 +90,8 @@ class DeploymentCommands:
         version: str | None = None,
         key: str | None = None,
     ) -> Applied:
-        asked = Asked(
-            "traffic", {"percent": percent, "reason": reason, "version": version}, actor, key
-        )
+        parameters = {"percent": percent, "reason": reason, "version": version}
+        asked = Asked("traffic", service, parameters, actor, key)
 
         async def decide(state: DeploymentState) -> NewEvent:
             return deployments.shift_traffic(
@@ -149,7 +141,7 @@ class DeploymentCommands:
     ) -> Applied:
         """``command``, which acts on the candidate (or for a rollback, with none, on the
         stable version): ``decision`` of ``deployments``."""
-        asked = Asked(command, {"reason": reason, "version": version}, actor, key)
+        asked = Asked(command, service, {"reason": reason, "version": version}, actor, key)
 
         async def decide(state: DeploymentState) -> NewEvent:
             return decision(state, reason=reason, actor=actor, version=version)
@@ -166,39 +158,41 @@ class DeploymentCommands:
         """Decide on the service's state now and append the event, unless a command with
         ``asked``'s key was stored before: then its answer."""
         _check_name(service)
-        if (earlier := await self._answered(tenant, service, asked)) is not None:
+        if (earlier := await self._answered(tenant, asked)) is not None:
             return earlier
-        state = await self.fetch_state(tenant, service)
-        event = asked.keyed(await decide(state), service)
         try:
+            state = await self.fetch_state(tenant, service)
+            event = asked.keyed(await decide(state))
             [appended] = await self._appender.append(tenant, [event])
-        except (VersionConflict, IdConflict):
-            # The same command sent twice at once: the one whose event landed answers both.
-            if (earlier := await self._answered(tenant, service, asked)) is not None:
+        except AppError:
+            # The same command sent twice at once: the one whose event landed first answers
+            # both. The other lost the append, or decided on the state the first left and
+            # was refused (a promotion with nothing left to promote).
+            if (earlier := await self._answered(tenant, asked)) is not None:
                 return earlier
             raise
         if appended.duplicate:  # stored meanwhile, as this one: read what it answered
-            return await self._answered(tenant, service, asked) or Applied(state, appended.position)
+            return await self._answered(tenant, asked) or Applied(state, appended.position)
         return Applied(deployments.fold(state, event.type, event.data), appended.position)
 
-    async def _answered(self, tenant: str, service: str, asked: Asked) -> Applied | None:
+    async def _answered(self, tenant: str, asked: Asked) -> Applied | None:
         """The answer the command stored under ``asked``'s key got: the service's state
         right after it, and where it landed; None when none is stored (or no key)."""
         if asked.key is None:
             return None
         async with self._engine.connect() as conn:
             reader = DeploymentReader(conn)
-            found = await reader.fetch_command(tenant, request_id(service, asked.key))
+            found = await reader.fetch_command(tenant, request_id(asked.key))
             if found is None:
                 return None
             if not asked.is_asked_by(found.data):
                 raise IdempotencyKeyReused(
-                    f"Idempotency-Key {asked.key!r} was sent before with another command on "
-                    f"{service!r} (its event is at position {found.position}); send a new key "
-                    "for a new command",
+                    f"Idempotency-Key {asked.key!r} was sent before with another command "
+                    f"({found.type} on {found.data.get('service')!r}, its event at position "
+                    f"{found.position}); send a new key for a new command",
                     position=found.position,
                 )
-            state = await reader.fetch_state(tenant, service, through=found.stream_version)
+            state = await reader.fetch_state(tenant, asked.service, through=found.stream_version)
         return Applied(state, found.position)
 
     async def _check_signatures(

@@ -275,28 +275,33 @@ def _shapes_fit(old: list[int], new: list[int]) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """A command as its sender asked for it: its name, what it named, who sent it, and
-    the idempotency key it came with (None: none). A command sent again with its key is
-    answered from the event the first one stored (``request_id``), if it asks the same
-    (``digest``)."""
+    """A command as its sender asked for it: its name, the service, what it named, who
+    sent it, and the idempotency key it came with (None: none). A command sent again with
+    its key is answered from the event the first one stored (``request_id``), if it asks
+    the same (``digest``). A key is the tenant's: sent with a command on another service,
+    it asks something else."""
 
     command: str
+    service: str
     parameters: dict[str, Any]
     actor: str
     key: str | None = None
 
     @property
     def digest(self) -> str:
-        asked = {"command": self.command, "actor": self.actor, **self.parameters}
+        asked = {
+            "command": self.command, "service": self.service, "actor": self.actor,
+            **self.parameters,
+        }  # fmt: skip
         return hashlib.sha256(orjson.dumps(asked, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
-    def keyed(self, event: NewEvent, service: str) -> NewEvent:
+    def keyed(self, event: NewEvent) -> NewEvent:
         """``event`` stored under the key's id, with the key and what was asked."""
         if self.key is None:
             return event
         request = {"idempotency_key": self.key, "digest": self.digest}
         data = {**(event.data or {}), "request": request}
-        return replace(event, id=request_id(service, self.key), data=data)
+        return replace(event, id=request_id(self.key), data=data)
 
     def is_asked_by(self, data: dict[str, Any]) -> bool:
         """Whether the stored command of ``data`` asked what this one asks."""
@@ -304,10 +309,10 @@ class Asked:
         return isinstance(request, dict) and request.get("digest") == self.digest
 
 
-def request_id(service: str, key: str) -> str:
-    """The id the command on ``service`` sent with idempotency key ``key`` is stored under
-    (a key is the sender's, any length: its digest names it)."""
-    return f"causeway:deployment:{service}:request:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+def request_id(key: str) -> str:
+    """The id the deployment command sent with idempotency key ``key`` is stored under
+    (one per tenant; a key is the sender's, any length: its digest names it)."""
+    return f"causeway:deployment:request:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
 def _event(

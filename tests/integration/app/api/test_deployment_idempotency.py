@@ -11,6 +11,7 @@ import httpx2
 import pytest
 from fastapi import FastAPI
 
+from app.store.deployment_commands import DeploymentCommands
 from app.store.deployment_reads import DeploymentReader
 from tests.integration.events import JSON, dumps, registration
 
@@ -128,3 +129,53 @@ async def test_a_malformed_key_is_a_bad_request_and_nothing_written(
     assert refused.status_code == 400, refused.text
     assert "Idempotency-Key" in refused.json()["detail"]
     assert await logged(app) == before
+
+
+async def test_promotions_sent_at_once_with_one_key_are_all_answered_as_the_first(
+    admin: httpx2.AsyncClient, app: FastAPI
+) -> None:
+    """From a review: the retries that read the state after the first had landed decided
+    on it ("no rollout to promote") and answered 409, though their command went through."""
+    answers = await asyncio.gather(*(command(admin, "promote", key='"p2"') for _ in range(6)))
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    assert len({a.json()["position"] for a in answers}) == 1
+    assert (await logged(app)).count("promoted") == 2  # version 1's, and this one
+
+
+async def test_a_retry_that_reads_the_state_the_first_left_is_answered_as_the_first(
+    admin: httpx2.AsyncClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry looked for its key before the first command landed, and read the
+    service's state after it had: the same race, made certain."""
+    real = DeploymentCommands.fetch_state
+    retry_reads, first_landed = asyncio.Event(), asyncio.Event()
+
+    async def fetch_state(self: DeploymentCommands, tenant: str, service: str) -> Any:
+        if not retry_reads.is_set():  # the retry's read: it found no key stored yet
+            retry_reads.set()
+            await first_landed.wait()
+        return await real(self, tenant, service)
+
+    monkeypatch.setattr(DeploymentCommands, "fetch_state", fetch_state)
+    retry = asyncio.create_task(command(admin, "promote", key='"p2"'))
+    await retry_reads.wait()
+    first = await command(admin, "promote", key='"p2"')
+    assert first.status_code == 200, first.text
+    first_landed.set()
+    again = await retry
+    assert again.status_code == 200, again.text
+    assert again.json() == first.json()
+    assert (await logged(app)).count("promoted") == 2
+
+
+async def test_a_key_is_the_tenants_not_the_services(admin: httpx2.AsyncClient) -> None:
+    """From a review: a key sent for a rollout on one service and then, with the same
+    body, on another started a second rollout."""
+    body = dumps({"model": "faces", "version": "1"})
+    headers = {**JSON, "Idempotency-Key": '"deploy-1"'}
+    first = await admin.post("/deployments/door/rollouts", content=body, headers=headers)
+    assert first.status_code == 200, first.text
+    other = await admin.post("/deployments/hall/rollouts", content=body, headers=headers)
+    assert other.status_code == 422, other.text
+    assert "rollout_started on 'door'" in other.json()["detail"]
+    assert (await admin.get("/deployments/hall")).status_code == 404
