@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 async def newer_task(conn: Connection, state: t.TaskState) -> t.TaskState | None:
     """The newest task of ``state``'s debounce key triggered after it within its route's
-    window (as the route debounces now, on the attribute the task was keyed by), in any
-    state; None when there is none, or the task or its route does not debounce."""
+    window (as the route debounces now, on the attribute the task was keyed by) whose
+    input stands (waiting, running, done or dead: not discarded nor superseded); None
+    when there is none, or the task or its route does not debounce."""
     if state.debounce_key is None:
         return None
     route = await RouteReader(conn).read_route(state.tenant, state.route_id)

@@ -16,6 +16,7 @@ from app.db.tables import tasks
 from scheduler.tasks import TaskState
 
 _c = tasks.c
+_DROPPED = ("discarded", "superseded")  # states of a task whose input no longer stands
 
 
 def _keyed(
@@ -72,8 +73,9 @@ async def fetch_newer_debounced(
 ) -> TaskState | None:
     """The route's newest task with debounce key ``key`` (the value of ``attribute``)
     triggered after ``after`` (later, or at the same time and made after it: as the
-    dispatcher takes an event of the same time as newer) and before ``before``, in any
-    state; None when none."""
+    dispatcher takes an event of the same time as newer) and before ``before`` whose input
+    still stands: waiting, running, done or dead, not discarded by an operator (its input
+    was dropped) nor superseded (a newer one stands for it); None when none."""
     newer = or_(
         _c.trigger_time > after.trigger_time,
         and_(_c.trigger_time == after.trigger_time, _c.seq > after.seq),
@@ -81,7 +83,12 @@ async def fetch_newer_debounced(
     row = (
         await conn.execute(
             select(tasks)
-            .where(*_keyed(tenant, route_id, attribute, key), newer, _c.trigger_time < before)
+            .where(
+                *_keyed(tenant, route_id, attribute, key),
+                newer,
+                _c.trigger_time < before,
+                _c.state.not_in(_DROPPED),
+            )
             .order_by(_c.trigger_time.desc(), _c.seq.desc())
             .limit(1)
         )
