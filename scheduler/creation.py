@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from app.db.engine import Connection
 from app.store import decision_reads as log
-from app.store.log import EventLog
+from app.store.log import EventLog, hold_head
+from scheduler import debouncing
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.queue import TaskQueue
@@ -50,6 +51,11 @@ class TaskMaker:
         key = route.debounce_value(record)
         newer: t.TaskState | None = None
         if key is not None:
+            # The head first, held to the commit: a command putting an older task of the
+            # key back in the queue (a failed attempt's retry, a requeue) appends either
+            # before this looks, and is found in the log below, or after this commits, and
+            # finds this task itself (``TaskQueue._unless_newer``).
+            await hold_head(self._conn)
             after, before = d.debounce_window(trigger_time, route.debounce_window_s)
             pending = await debounced.fetch_debounced(
                 self._conn, tenant, route.id, route.debounce_key, key, after=after, before=before
@@ -59,6 +65,9 @@ class TaskMaker:
                     newer = other  # this event came late: the pending one is newer
                     continue
                 await self._queue.supersede(tenant, other, by=record.id, by_task=task_id, at=now)
+            await self._supersede_in_flight(
+                tenant, route, key, (after, before), record, task_id, [p.id for p in pending]
+            )
         event = _created(tenant, task_id, route, record, debounce_key=key, at=now)
         [appended] = await self._log.append(tenant, [event])
         state = t.fold(None, event.type, event.data, appended.position)
@@ -69,6 +78,32 @@ class TaskMaker:
                 tenant, state, by=newer.trigger_id, by_task=newer.id, at=now
             )
         return True
+
+    async def _supersede_in_flight(
+        self,
+        tenant: str,
+        route: Route,
+        key: str,
+        window: tuple[datetime, datetime],
+        record: ChainRecord,
+        task_id: str,
+        passed: list[str],
+    ) -> None:
+        """Supersede, in the log, the older tasks of ``key`` a command has just put back in
+        the queue (its decision appended, its row locked and not yet written): their rows
+        catch up with the log (``TaskBook``), and a lease of one meanwhile conflicts on its
+        stream and passes it."""
+        trigger_time = event_time(record)
+        unsettled = await debounced.fetch_unsettled(
+            self._conn, tenant, route.id, route.debounce_key, key,
+            after=window[0], before=window[1], passed=passed,
+        )  # fmt: skip
+        for other in unsettled:
+            logged = await debouncing.as_logged(self._conn, tenant, other)
+            if logged.state == "ready" and logged.trigger_time <= trigger_time:
+                at = datetime.now(UTC)
+                decided = debouncing.superseded(logged, by=record.id, by_task=task_id, at=at)
+                await self._log.append(tenant, [decided])
 
     async def make_many(self, tenant: str, routed: Sequence[tuple[Route, ChainRecord]]) -> int:
         """Make the tasks of many (route, event) pairs whose routes do not debounce them, in

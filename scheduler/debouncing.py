@@ -7,7 +7,13 @@ Such a failure now supersedes the task by the newer one (``TaskQueue._after_fail
 A dead letter is passed over the same way, and an operator's requeue of it put its stale
 input back in the queue after the newer task of its key (waiting, running or done): that
 requeue, one by one or in bulk (``scheduler.requeue``), now supersedes it too
-(``requeued``), keeping who requeued it and why."""
+(``requeued``), keeping who requeued it and why.
+
+A command putting a task back in the queue and the dispatcher making a newer task of its
+key at the same moment each looked before the other had written, and the stale task ran
+beside the newer one. The dispatcher now holds the log head from its look to its commit
+and finds such a decision in the log (``creation``); the command looks again after its
+append (``TaskQueue._unless_newer``): whichever appends second sees the other."""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
+from app.store import decision_reads as log
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.route_reads import RouteReader
@@ -71,3 +78,12 @@ async def requeued(
     if newer is None:
         return t.decision(state, t.REQUEUED, data, at=at)
     return superseded(state, by=newer.trigger_id, by_task=newer.id, at=at, data=data)
+
+
+async def as_logged(conn: Connection, tenant: str, state: t.TaskState) -> t.TaskState:
+    """``state``'s task as its decisions in the log leave it: a decision its row does not
+    show yet (the dispatcher superseded it there, its row locked) included."""
+    folded: t.TaskState | None = None
+    for entry in await log.read_stream(conn, tenant, state.stream):
+        folded = t.fold(folded, entry.type, entry.data, entry.position)
+    return folded or state

@@ -354,7 +354,7 @@ class TaskQueue:
         state = await self._dead_letter(tenant, task_id)
         data = {"reason": reason, "actor": actor}
         event = await debouncing.requeued(self._conn, state, data, at=datetime.now(UTC))
-        return (await self._commit(tenant, state, [event]))[0]
+        return await self._unless_newer(tenant, (await self._commit(tenant, state, [event]))[0])
 
     async def discard(self, tenant: str, task_id: str, *, reason: str, actor: str) -> t.TaskState:
         state, data = await self._dead_letter(tenant, task_id), {"reason": reason, "actor": actor}
@@ -396,7 +396,7 @@ class TaskQueue:
             self._conn, tenant, state, event_type, data, error_class, message
         )
         try:
-            return (await self._commit(tenant, state, batch))[0]
+            after = (await self._commit(tenant, state, batch))[0]
         except VersionConflict:
             if all(e.stream == state.stream for e in batch):
                 raise
@@ -405,7 +405,26 @@ class TaskQueue:
             batch = await dead_lettering.failure_batch(
                 self._conn, tenant, state, event_type, data, error_class, message
             )
-            return (await self._commit(tenant, state, batch))[0]
+            after = (await self._commit(tenant, state, batch))[0]
+        return await self._unless_newer(tenant, after)
+
+    async def _unless_newer(self, tenant: str, state: t.TaskState) -> t.TaskState:
+        """``state``, just put back in the queue (its decision appended, its row locked),
+        superseded after all when a newer task of its debounce key came meanwhile: one the
+        dispatcher made after this command looked for one, and committed before its
+        append. (One made after the append finds the decision in the log, and supersedes
+        it there: ``creation``.)"""
+        if state.state != "ready" or state.debounce_key is None:
+            return state
+        newer = await debouncing.newer_task(self._conn, state)
+        if newer is None:
+            return state
+        try:
+            return await self.supersede(
+                tenant, state, by=newer.trigger_id, by_task=newer.id, at=datetime.now(UTC)
+            )
+        except (VersionConflict, IdConflict):  # the dispatcher superseded it, in the log
+            return await debouncing.as_logged(self._conn, tenant, state)
 
     async def supersede(
         self,

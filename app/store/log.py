@@ -248,6 +248,15 @@ def _pair_params(keys: Iterable[Key], *, prefix: str = "") -> dict[str, str]:
 
 
 _LOCK_HEAD = "SELECT position, hash FROM log_head FOR UPDATE"
+
+
+async def hold_head(conn: AsyncConnection) -> None:
+    """Lock the log's head in ``conn``'s transaction, to its end, before an append in it:
+    what the transaction reads from then on, no other append lands beside (an append
+    waits for the head). For a decision that must not race another one's append."""
+    await conn.exec_driver_sql(_LOCK_HEAD)
+
+
 _FETCH_KNOWN = """
     SELECT events.*, events.data IS NOT NULL AS has_json_data
     FROM events

@@ -61,6 +61,32 @@ async def fetch_debounced(
     return [TaskState(*row) for row in rows.all()]
 
 
+async def fetch_unsettled(
+    conn: AsyncConnection,
+    tenant: str,
+    route_id: str,
+    attribute: str | None,
+    key: str,
+    *,
+    after: datetime,
+    before: datetime,
+    passed: list[str],
+) -> list[TaskState]:
+    """The route's tasks with debounce key ``key`` triggered strictly between ``after``
+    and ``before`` that a command may be putting back in the queue now: ready, leased or
+    dead by their rows, other than ``passed`` (those the caller locked); not locked."""
+    rows = await conn.execute(
+        select(tasks).where(
+            *_keyed(tenant, route_id, attribute, key),
+            _c.state.in_(("ready", "leased", "dead")),
+            _c.id.not_in(passed),
+            _c.trigger_time > after,
+            _c.trigger_time < before,
+        )
+    )
+    return [TaskState(*row) for row in rows.all()]
+
+
 async def fetch_newer_debounced(
     conn: AsyncConnection,
     tenant: str,

@@ -1,0 +1,138 @@
+"""A failed attempt of a debounced task and the dispatcher making a newer task of its key
+at the same moment (left by the review that found e166f3b's supersede; a review proved it
+with the window widened): each decided without seeing the other, and the stale task was
+retried beside the newer one. Both orders, made certain here by running the dispatcher
+inside the failure's command: between its look for a newer task and its append, and
+between its append and its commit."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+
+from scheduler import debouncing
+from scheduler import tasks as t
+from scheduler.projections import Dispatcher
+from scheduler.rows import tasks as task_rows
+from tests.integration.conftest import catch_up
+from tests.integration.events import JSON, dumps
+from tests.integration.scheduler.conftest import Client, define, fail, lease, post
+
+
+async def _older_leased(
+    app: FastAPI, admin: Client, worker: Client, **route: Any
+) -> dict[str, Any]:
+    """v1 of key ``u`` leased (no retry backoff, so a retry is ready at once)."""
+    await define(admin, id="r", types=["job"], kind="k", queue="q", backoff_base_s=0,
+                 debounce={"key": "user", "window_s": 60}, **route)  # fmt: skip
+    await post(admin, type="job", data={"user": "u", "v": 1})
+    await catch_up(app)
+    older = await lease(worker, "q")
+    assert older is not None
+    return older
+
+
+def _newer_made_once(app: FastAPI, admin: Client) -> Callable[[], Awaitable[None]]:
+    """The first call posts v2 of key ``u`` and has the dispatcher make its task."""
+    done = False
+
+    async def make() -> None:
+        nonlocal done
+        if done:
+            return
+        done = True
+        await post(admin, type="job", data={"user": "u", "v": 2})
+        runner = app.state.runner
+        await runner.catch_up(runner.projection(Dispatcher.name))
+
+    return make
+
+
+async def _only_the_newer_runs(
+    app: FastAPI, admin: Client, worker: Client, older: dict[str, Any], after: dict[str, Any]
+) -> None:
+    # Before the task book has caught up with the log (the older task's row may say
+    # ready, the log says superseded), and after.
+    offered = await lease(worker, "q", worker="w2")
+    assert offered is not None
+    assert offered["trigger"]["data"]["v"] == 2, (after, offered)
+    await catch_up(app)
+    assert await lease(worker, "q", worker="w3") is None
+    ended = (await admin.get(f"/tasks/{older['task']['id']}")).json()
+    assert ended["state"] == "superseded", ended
+    assert after["state"] == "superseded", after  # the failure's answer says so too
+
+
+async def test_a_newer_task_made_between_the_look_and_the_append(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = await _older_leased(app, admin, worker)
+    newer_made = _newer_made_once(app, admin)
+    real = debouncing.newer_task
+
+    async def newer_task(conn: Any, state: t.TaskState) -> t.TaskState | None:
+        found = await real(conn, state)  # none yet
+        await newer_made()
+        return found
+
+    monkeypatch.setattr(debouncing, "newer_task", newer_task)
+    after = await fail(worker, older, "transient")
+    await _only_the_newer_runs(app, admin, worker, older, after)
+
+
+async def test_a_newer_task_made_between_the_append_and_the_commit(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    older = await _older_leased(app, admin, worker)
+    newer_made = _newer_made_once(app, admin)
+    real = task_rows.write_task
+
+    async def write_task(conn: Any, state: t.TaskState) -> None:
+        if state.state == "ready":  # the retry, appended: its row is written next
+            await newer_made()
+        await real(conn, state)
+
+    monkeypatch.setattr(task_rows, "write_task", write_task)
+    after = await fail(worker, older, "transient")
+    await _only_the_newer_runs(app, admin, worker, older, after)
+
+
+@pytest.mark.parametrize("between", ["look and append", "append and commit"])
+async def test_a_requeue_racing_the_dispatcher(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """An operator's requeue of a dead letter of the key, in both orders."""
+    older = await _older_leased(app, admin, worker, max_retries=0)
+    dead = await worker.post(
+        f"/tasks/{older['task']['id']}/fail",
+        content=dumps({"lease": older["lease"], "class": "data_invalid", "message": "bad"}),
+        headers=JSON,
+    )
+    assert dead.json()["state"] == "dead", dead.text
+    newer_made = _newer_made_once(app, admin)
+    if between == "look and append":
+        real_newer = debouncing.newer_task
+
+        async def newer_task(conn: Any, state: t.TaskState) -> t.TaskState | None:
+            found = await real_newer(conn, state)
+            await newer_made()
+            return found
+
+        monkeypatch.setattr(debouncing, "newer_task", newer_task)
+    else:
+        real_write = task_rows.write_task
+
+        async def write_task(conn: Any, state: t.TaskState) -> None:
+            if state.state == "ready":
+                await newer_made()
+            await real_write(conn, state)
+
+        monkeypatch.setattr(task_rows, "write_task", write_task)
+    requeued = await admin.post(
+        f"/dead-letters/{older['task']['id']}/requeue", content=b"{}", headers=JSON
+    )
+    assert requeued.status_code == 200, requeued.text
+    await _only_the_newer_runs(app, admin, worker, older, requeued.json())
