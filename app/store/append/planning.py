@@ -167,6 +167,11 @@ class GroupPlan:
             stream = (tenant, event.stream)
             actual = request.versions.get(stream) or self.versions.get(stream, 0)
             if event.expected_version is not None and event.expected_version != actual:
+                if request.refusal() is not None:
+                    # An event before it was refused, and did not move the stream: the
+                    # refusal names what is wrong, not a version the sender counted right.
+                    request.refused.add(event.id)
+                    continue
                 return VersionConflict(
                     f"stream {event.stream!r} is at version {actual}, not {event.expected_version}",
                     stream=event.stream,
