@@ -408,7 +408,11 @@ class EventFilter:
     source: str | None = None
     stream: str | None = None
     correlation_id: str | None = None
-    model_name: str | None = None
+    model_name: str | None = strawberry.field(
+        default=None,
+        description="Events this model produced (the store's own events that name it, its "
+        "registration or rollouts, only when types names them).",
+    )
     model_version: str | None = None
     time_from: str | None = strawberry.field(
         default=None, description="Events whose time is at or after this (RFC 3339)."

@@ -26,7 +26,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.db.engine import DriverStatement, driver_of, server_cursor
 from app.db.tables import events
-from app.store.records import EventFilter
+from app.store.records import RESERVED_TYPE_PREFIX, EventFilter
 
 
 def _structured() -> ColumnElement[Any]:
@@ -305,6 +305,13 @@ class ReplayChunk:
     count: int
 
 
+def _model_filter_only(selection: EventFilter) -> bool:
+    """Whether ``selection`` names a model, and no type of the store's own."""
+    names_model = selection.model_name is not None or selection.model_version is not None
+    own_types = any(t.startswith(RESERVED_TYPE_PREFIX) for t in selection.types or ())
+    return names_model and not own_types
+
+
 def apply_filter(statement: Select[Any], tenant: str, selection: EventFilter) -> Select[Any]:
     """``statement`` narrowed to ``selection`` within ``tenant``, in position order."""
     e = events.c
@@ -321,6 +328,10 @@ def apply_filter(statement: Select[Any], tenant: str, selection: EventFilter) ->
         statement = statement.where(e.model_name == selection.model_name)
     if selection.model_version is not None:
         statement = statement.where(e.model_version == selection.model_version)
+    if _model_filter_only(selection):
+        # What the model produced: the store's own events that name it (its registration,
+        # aliases, training runs, rollouts) only when ``types`` asks for them.
+        statement = statement.where(~e.type.startswith(RESERVED_TYPE_PREFIX, autoescape=True))
     if selection.position_to is not None:
         statement = statement.where(e.position <= selection.position_to)
     if selection.from_version is not None:

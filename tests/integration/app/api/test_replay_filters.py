@@ -3,8 +3,12 @@ a type named many times, events without a time, and fetches of text that is not 
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import httpx2
 import orjson
+import pyarrow.parquet as pq
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -106,3 +110,42 @@ async def test_a_fetch_of_text_past_ascii_holds_about_fetch_bytes(
             held = [sum(len(row[12].encode()) for row in rows) async for rows in fetches]
     assert sum(held) > 30 * 16_000
     assert max(held) <= 2 * 20_000, held
+
+
+async def test_a_model_filter_gives_what_the_model_produced_not_the_stores_own_events(
+    client: httpx2.AsyncClient, admin: httpx2.AsyncClient, register: Any
+) -> None:
+    """From a review: ``modelname``/``modelversion`` gave the version's registration and
+    its rollout too (the store's own events name the model), rows of another shape in
+    training data built from what the model produced. ``types`` still asks for them."""
+    await register("m", "1")
+    rollout = await admin.post(
+        "/deployments/svc/rollouts",
+        content=dumps({"model": "m", "version": "1", "reason": "first"}),
+        headers={"Content-Type": "application/json"},
+    )
+    assert rollout.status_code == 200, rollout.text
+    produced = [event(modelname="m", modelversion="1", data={"score": 0.5}) for _ in range(2)]
+    assert (await client.post("/events", content=dumps(produced), headers=BATCH)).status_code == 201
+    for form in ("ndjson", "parquet"):
+        replay = await client.get(
+            "/replay", params={"modelname": "m", "modelversion": "1", "format": form}
+        )
+        assert replay.status_code == 200, replay.text
+        if form == "ndjson":
+            types = [orjson.loads(line)["type"] for line in replay.text.split("\n")[:-1]]
+        else:
+            types = pq.read_table(io.BytesIO(replay.content)).column("type").to_pylist()
+        assert types == ["com.example.frame.v1"] * 2, (form, types)
+    asked = await client.get(
+        "/replay", params={"modelname": "m", "types": "causeway.model.registered"}
+    )
+    assert [orjson.loads(line)["type"] for line in asked.text.split("\n")[:-1]] == [
+        "causeway.model.registered"
+    ]
+    page = await client.post(
+        "/graphql",
+        json={"query": '{ events(filter: {modelName: "m"}) { edges { node { type } } } }'},
+    )
+    nodes = page.json()["data"]["events"]["edges"]
+    assert [n["node"]["type"] for n in nodes] == ["com.example.frame.v1"] * 2, page.text

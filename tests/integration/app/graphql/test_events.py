@@ -113,12 +113,15 @@ class TestEvents:
 
     async def test_filters_and_correlation(self, client: httpx2.AsyncClient) -> None:
         query = """{ events(filter: {modelName: "tumor-detector"}) { edges { node { id } } }
-                     correlation(id: "study-42", first: 2) { edges { node { id } } } }"""
+            registered: events(filter: {modelName: "tumor-detector",
+                                        types: ["causeway.model.registered"]}) {
+              edges { node { id } } }
+            correlation(id: "study-42", first: 2) { edges { node { id } } } }"""
         data = (await ask(client, query))["data"]
-        # The registration event is about the model too.
-        assert [e["node"]["id"] for e in data["events"]["edges"]] == [
-            "causeway:model:tumor-detector:3",
-            "tumor-1",
+        # What the model produced; its registration names it too, and comes when asked for.
+        assert [e["node"]["id"] for e in data["events"]["edges"]] == ["tumor-1"]
+        assert [e["node"]["id"] for e in data["registered"]["edges"]] == [
+            "causeway:model:tumor-detector:3"
         ]
         assert [e["node"]["id"] for e in data["correlation"]["edges"]] == ["img-1", "img-2"]
 
