@@ -243,6 +243,8 @@ def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Lim
                     )
                 ]
             )
+        # Measured as sent, JSON or not: they are stored as sent (white space and all), and
+        # the limit bounds what the log holds.
         payload = Payload(present=True, binary=raw, size_bytes=len(raw))
     elif has_data:
         raw = item["data"]
@@ -253,11 +255,22 @@ def _from_json(index: int, item: dict[str, Any], may_have_nul: bool, limits: Lim
         # Its own encoding (made for its size anyway) says whether this event's data may
         # nest too deep: a batch's body has a brace per event.
         value = _storable(index, raw, may_have_nul, _may_nest_too_deep(encoded))
-        size = len(encoded) if value is raw else len(orjson.dumps(value))
+        size = _data_size(value, encoded if value is raw else None, item.get("datacontenttype"))
         payload = Payload(present=True, value=value, size_bytes=size)
     else:
         payload = Payload()
     return build_event(index, item, payload, limits, binary=False)
+
+
+def _data_size(value: Any, encoded: bytes | None, media_type: Any) -> int:
+    """The size of ``data`` as CAUSEWAY_MAX_EVENT_DATA_BYTES counts it: text of a type
+    that is not JSON is its UTF-8 bytes, as a binary-mode body of it is (its JSON string's
+    quotes and escapes are not the text's), so that every mode takes the same text and a
+    re-send in another mode is a duplicate (the store's ``_equivalent_form`` reads them
+    alike); any other value is its compact JSON (``encoded``, when already made)."""
+    if type(value) is str and isinstance(media_type, str) and not is_json_media_type(media_type):
+        return len(value.encode())
+    return len(encoded if encoded is not None else orjson.dumps(value))
 
 
 def _from_binary(
