@@ -48,7 +48,11 @@ class RegisterVersion(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: str = Field(pattern=NAME_PATTERN)
     signature: Signature
-    tags: dict[Text, Text] = Field(default_factory=dict)
+    # A key of a tag is text too: one holding NUL is refused, whatever its value (said in
+    # the document, where patternProperties alone left other keys to any value).
+    tags: dict[Text, Text] = Field(
+        default_factory=dict, json_schema_extra={"additionalProperties": False}
+    )
     enforce_outputs: StrictBool = False
     training_run: RunId | None = Field(
         default=None, description="The runId of the OpenLineage run that trained this version"

@@ -1,12 +1,16 @@
 """The model registry's rules: signatures (MLflow's shape), their digest, and what an
 event produced by a registered model must satisfy.
 
-A signature has ``inputs`` and ``outputs`` (and optional ``params``), each a list of
-column specs (``name``, ``type``, ``required``) or tensor specs (``type: tensor`` with
-``tensor-spec: {dtype, shape}``). As MLflow writes them in ``MLmodel`` files, each list
-may also come as a JSON string. The digest is ``sha256:`` and the hex SHA-256 of the
-canonical JSON of the validated signature (keys sorted, no whitespace, defaults filled,
-absent optional members left out), so one signature always has one digest.
+A signature has ``inputs``, ``outputs`` and ``params``, each a list of column specs
+(``name``, ``type``, ``required``) or tensor specs (``type: tensor`` with ``tensor-spec:
+{dtype, shape}``) (params: param specs). As MLflow writes them in ``MLmodel`` files, each
+list may also come as a JSON string, and any of them as null or not at all (MLflow writes
+``"outputs": null`` for ``infer_signature(X)``, and 2.x ``"inputs": null`` for a model with
+outputs or params only), but not all three: MLflow refuses such a signature too. The
+digest is ``sha256:`` and the hex SHA-256 of the canonical JSON of the validated
+signature (keys sorted, no whitespace, defaults filled, absent and null members left out),
+so one signature always has one digest, and a null part is the same signature as an
+absent one.
 
 Registrations are events (``causeway.model.registered``) with a deterministic id, so the
 store's idempotency makes a re-registration of the same content a no-op and a different
@@ -36,7 +40,9 @@ from pydantic import (
     Strict,
     StrictBool,
     WithJsonSchema,
+    model_validator,
 )
+from pydantic.config import JsonDict
 
 from app.store.records import (
     EXACT_LIMIT,
@@ -135,11 +141,29 @@ class ParamSpec(BaseModel):
 Specs = Annotated[list[TensorSpec | ColumnSpec], BeforeValidator(_json_list)]
 
 
+_PARTS = ("inputs", "outputs", "params")
+# What the OpenAPI document says of a signature beyond its members: one part at least is
+# given, not null (the check in Signature), so a generated body that leaves all out is
+# no valid one there either.
+_ONE_PART_AT_LEAST: JsonDict = {
+    "anyOf": [
+        {"required": [part], "properties": {part: {"not": {"type": "null"}}}} for part in _PARTS
+    ]
+}
+
+
 class Signature(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    inputs: Specs
-    outputs: Specs
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra=_ONE_PART_AT_LEAST)
+    # None (null, or left out): not given; its readers take it as no columns.
+    inputs: Specs | None = None
+    outputs: Specs | None = None
     params: Annotated[list[ParamSpec] | None, BeforeValidator(_json_list)] = None
+
+    @model_validator(mode="after")
+    def _names_something(self) -> Signature:
+        if self.inputs is None and self.outputs is None and self.params is None:
+            raise ValueError("a signature names its inputs, outputs or params (one at least)")
+        return self
 
     def canonical(self) -> dict[str, Any]:
         dumped: dict[str, Any] = self.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -229,7 +253,8 @@ def training_event(name: str, version: str, run_id: str, causes: tuple[str, ...]
 
 
 def registration_from(data: dict[str, Any], digest: str) -> Registration:
-    outputs = data.get("signature", {}).get("outputs", [])
+    """What ingest needs of a registration event's data; outputs never given: none."""
+    outputs = (data.get("signature") or {}).get("outputs") or []
     return Registration(digest, bool(data.get("enforce_outputs")), tuple(outputs))
 
 
@@ -237,27 +262,77 @@ def output_violation(registration: Registration, data: Any) -> tuple[str, str] |
     """The first (field, why) by which ``data`` breaks the registered outputs, or None
     (field ``""`` means the data as a whole).
 
-    Column outputs are checked by name against a JSON object: required columns must be
-    present, and values must have the column's type or one that converts to it without
-    loss (an integer for a float or double). Tensor outputs are not checked.
+    Named columns are checked by name against a JSON object (unnamed ones beside them are
+    not checked). Without names, as MLflow infers the outputs of a plain list or unnamed
+    Series, they are checked by position: one column is the data itself, a value or a
+    list of values (a batch of predictions); several are a JSON array, one item for each
+    column in order. Required columns must be present (not null), and values must have
+    the column's type or one that converts to it without loss (an integer for a float or
+    double). Tensor outputs are not checked.
     """
-    columns = [o for o in registration.outputs if o.get("type") != "tensor" and o.get("name")]
-    if not columns:
-        return None
+    columns = [o for o in registration.outputs if o.get("type") != "tensor"]
+    named = [c for c in columns if c.get("name")]
+    if named:
+        return _by_name(named, data)
+    if len(columns) == 1:
+        return _one_column(columns[0], data)
+    if columns:
+        return _by_position(columns, data)
+    return None
+
+
+def _by_name(columns: list[dict[str, Any]], data: Any) -> tuple[str, str] | None:
     if not isinstance(data, dict):
         return "", "the model's outputs are named columns, so data must be a JSON object"
     for column in columns:
-        name, kind = column["name"], column["type"]
-        if name not in data or data[name] is None:
-            if column.get("required", True):
-                return name, f"required output {name!r} is missing"
-            continue
-        value = data[name]
-        if not _fits(kind, value):
-            if _fits(_WIDER.get(kind, kind), value):
-                return name, f"output {name!r} is {value!r}, outside a 32-bit integer's range"
-            return name, f"output {name!r} must be {kind}, got {type(value).__name__}"
+        name = column["name"]
+        why = _value_problem(repr(name), column, data.get(name))
+        if why is not None:
+            return name, why
     return None
+
+
+def _one_column(column: dict[str, Any], data: Any) -> tuple[str, str] | None:
+    """One unnamed column: the data is its value, or a list of its values."""
+    if not isinstance(data, list):
+        why = _value_problem("#0", column, data)
+        return None if why is None else ("", why)
+    for index, value in enumerate(data):
+        why = _value_problem(f"#0 in item {index} of data", column, value)
+        if why is not None:
+            return "", why
+    return None
+
+
+def _by_position(columns: list[dict[str, Any]], data: Any) -> tuple[str, str] | None:
+    """Several unnamed columns: the data is a list of their values, in their order (one
+    left out at the end is missing)."""
+    count = len(columns)
+    if not isinstance(data, list):
+        return "", (
+            f"the model's outputs are {count} unnamed columns, so data must be a JSON array "
+            "of their values in order"
+        )
+    if len(data) > count:
+        return "", f"data has {len(data)} values, the model has {count} outputs"
+    for index, column in enumerate(columns):
+        value = data[index] if index < len(data) else None
+        why = _value_problem(f"#{index}", column, value)
+        if why is not None:
+            return "", why
+    return None
+
+
+def _value_problem(label: str, column: dict[str, Any], value: Any) -> str | None:
+    """Why ``value`` (None: missing or null) is no value of output ``column``, or None."""
+    kind = column["type"]
+    if value is None:
+        return f"required output {label} is missing" if column.get("required", True) else None
+    if _fits(kind, value):
+        return None
+    if _fits(_WIDER.get(kind, kind), value):
+        return f"output {label} is {value!r}, outside a 32-bit integer's range"
+    return f"output {label} must be {kind}, got {type(value).__name__}"
 
 
 _WIDER = {"integer": "long"}

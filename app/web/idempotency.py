@@ -12,40 +12,36 @@ from typing import Annotated
 
 from fastapi import Depends, Header
 
-from app.errors import BadRequest
-
 MAX_KEY_LENGTH = 255
-_BARE = re.compile(r"[!#-~]+")  # visible ASCII but the quote: an unquoted key
-_QUOTED = re.compile(r'"((?:[ !#-\[\]-~]|\\["\\])*)"')  # RFC 8941 sf-string
+_CHAR = r'(?:[ !#-\[\]-~]|\\["\\])'  # RFC 8941 sf-string: printable ASCII, \" and \\ escaped
+_BARE = r"[!#-~]+"  # visible ASCII but the quote: an unquoted key
+# What the header may hold: FastAPI checks it (422 else), and the document says it. A
+# value of at most 255 characters that fits holds a key of 1 to 255.
+KEY_PATTERN = rf'^(?:"{_CHAR}+"|{_BARE})$'
 
 
-def parse_key(value: str) -> str:
-    """The key ``value`` gives, or a ``BadRequest`` saying what a key is."""
-    text = value.strip(" \t")
-    quoted = _QUOTED.fullmatch(text)
-    key = re.sub(r"\\(.)", r"\1", quoted[1]) if quoted else text if _BARE.fullmatch(text) else ""
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise BadRequest(
-            f"Idempotency-Key {value!r} is not a key: send a quoted string of 1-"
-            f"{MAX_KEY_LENGTH} printable ASCII characters, such as "
-            '"8e03978e-40d5-43e8-bc93-6894a57f9324"',
-            header="Idempotency-Key",
-        )
-    return key
+def key_of(value: str) -> str:
+    """The key a header value that fits ``KEY_PATTERN`` names: a quoted one unquoted."""
+    if value.startswith('"'):
+        return re.sub(r"\\(.)", r"\1", value[1:-1])
+    return value
 
 
 async def _idempotency_key(
     idempotency_key: Annotated[
         str | None,
         Header(
-            description="a key of yours for this request (a quoted string, 1-255 printable "
-            "ASCII characters): the request sent again with it is answered as the first was, "
-            "and does nothing again; sent with another command or body, it is refused (422)",
+            description="a key of yours for this request: a quoted string of printable "
+            "ASCII (or a bare one of visible ASCII), 255 characters at most; the request "
+            "sent again with it is answered as the first was, and does nothing again; sent "
+            "with another command or body, it is refused (422)",
             examples=['"8e03978e-40d5-43e8-bc93-6894a57f9324"'],
+            pattern=KEY_PATTERN,
+            max_length=MAX_KEY_LENGTH,
         ),
     ] = None,
 ) -> str | None:
-    return None if idempotency_key is None else parse_key(idempotency_key)
+    return None if idempotency_key is None else key_of(idempotency_key)
 
 
 IdempotencyKey = Annotated[str | None, Depends(_idempotency_key)]

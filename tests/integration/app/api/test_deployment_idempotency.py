@@ -120,15 +120,26 @@ async def test_a_quoted_key_and_the_same_key_bare_are_one_key(
     assert (await logged(app)).count("traffic_shifted") == 2
 
 
-@pytest.mark.parametrize("key", ['""', '"' + "k" * 256 + '"', '"tab\there"', "two words", '"open'])
-async def test_a_malformed_key_is_a_bad_request_and_nothing_written(
+@pytest.mark.parametrize(
+    "key", ['""', '"' + "k" * 254 + '"', '"tab\there"', "two words", '"open', '"a\\"']
+)
+async def test_a_malformed_key_is_refused_and_nothing_written(
     admin: httpx2.AsyncClient, app: FastAPI, key: str
 ) -> None:
     before = await logged(app)
     refused = await command(admin, "traffic", key=key, percent=50, reason="ok")
-    assert refused.status_code == 400, refused.text
-    assert "Idempotency-Key" in refused.json()["detail"]
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["type"] == "/problems/invalid-request"
+    assert "idempotency-key" in refused.text.lower()
     assert await logged(app) == before
+
+
+async def test_the_longest_key_is_taken(admin: httpx2.AsyncClient) -> None:
+    longest = "k" * 255
+    first = await command(admin, "traffic", key=longest, percent=50, reason="ok")
+    again = await command(admin, "traffic", key=longest, percent=50, reason="ok")
+    assert first.status_code == 200, first.text
+    assert again.json() == first.json()
 
 
 async def test_promotions_sent_at_once_with_one_key_are_all_answered_as_the_first(
