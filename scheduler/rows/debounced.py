@@ -19,6 +19,18 @@ _c = tasks.c
 _DROPPED = ("discarded", "superseded")  # states of a task whose input no longer stands
 
 
+def _in_window(
+    tenant: str, route_id: str, attribute: str | None, key: str, after: datetime, before: datetime
+) -> tuple[ColumnElement[bool], ...]:
+    """The route's tasks with debounce key ``key`` triggered strictly between ``after``
+    and ``before``."""
+    return (
+        *_keyed(tenant, route_id, attribute, key),
+        _c.trigger_time > after,
+        _c.trigger_time < before,
+    )
+
+
 def _keyed(
     tenant: str, route_id: str, attribute: str | None, key: str
 ) -> tuple[ColumnElement[bool], ...]:
@@ -49,12 +61,7 @@ async def fetch_debounced(
     elsewhere are passed)."""
     rows = await conn.execute(
         select(tasks)
-        .where(
-            *_keyed(tenant, route_id, attribute, key),
-            _c.state == "ready",
-            _c.trigger_time > after,
-            _c.trigger_time < before,
-        )
+        .where(*_in_window(tenant, route_id, attribute, key, after, before), _c.state == "ready")
         .order_by(_c.trigger_time, _c.seq)
         .with_for_update(skip_locked=True)
     )
@@ -77,11 +84,9 @@ async def fetch_unsettled(
     dead by their rows, other than ``passed`` (those the caller locked); not locked."""
     rows = await conn.execute(
         select(tasks).where(
-            *_keyed(tenant, route_id, attribute, key),
+            *_in_window(tenant, route_id, attribute, key, after, before),
             _c.state.in_(("ready", "leased", "dead")),
             _c.id.not_in(passed),
-            _c.trigger_time > after,
-            _c.trigger_time < before,
         )
     )
     return [TaskState(*row) for row in rows.all()]
