@@ -190,6 +190,7 @@ def _mount_routes(app: Causeway, settings: Settings, controller: PidController) 
                 admin=require(KeyScope.ADMIN),
                 worker=require(KeyScope.WORKER),
                 read=require(KeyScope.READ),
+                metrics=require(KeyScope.READ, in_outage=True),
             ),
             app.state.wakeups,
         )

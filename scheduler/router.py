@@ -38,6 +38,7 @@ class Principals:
     admin: PrincipalOf
     worker: PrincipalOf
     read: PrincipalOf
+    metrics: PrincipalOf  # read, and a key confirmed lately while the database is away
 
 
 def create_router(
@@ -70,7 +71,9 @@ def create_router(
         )
     )
     router.include_router(routes.create_router(engine, appender, principals.admin))
-    router.include_router(queues.create_router(engine, controller, more_metrics, principals.read))
+    router.include_router(
+        queues.create_router(engine, controller, more_metrics, principals.read, principals.metrics)
+    )
     router.include_router(
         dead_letters.create_router(engine, decisions, principals.admin, principals.read)
     )

@@ -5,9 +5,10 @@ connection) on its key before doing any work. A hit is only trusted for ``ttl_s`
 seconds, so a revoked key stops working within that time in every process (0 turns the
 cache off). The cache holds SHA-256 digests of keys, never the keys.
 
-While the database does not answer (or not within ``STALE_ANSWER_S``), a key it confirmed
-within the last ``STALE_S`` seconds (after its entry ran out) stands: nothing but the
-process's own metrics can be served then, and those are wanted most in an outage.
+For ``GET /metrics`` alone, while the database does not answer (or not within
+``STALE_ANSWER_S``), a key it confirmed within the last ``STALE_S`` seconds (after its entry
+ran out) stands: the process's own figures are wanted most in an outage, and they are all
+such a request can read.
 
 A key is looked up once however many of its requests arrive while it is not cached: the
 others wait for that lookup. (Each looked it up itself: whenever a busy key's entry ran
@@ -22,7 +23,6 @@ import hashlib
 import time
 from collections import OrderedDict
 
-from app.db.deadlines import NOTHING_LEFT, within
 from app.db.engine import Engine
 from app.store.failures import is_unavailable
 from app.store.keys import KeyStore, Principal, is_well_formed
@@ -43,11 +43,17 @@ class Authenticator:
         # The lookups under way, by digest: what a request for the same key waits on.
         self._looking: dict[bytes, asyncio.Future[Principal | None]] = {}
 
-    async def authenticate(self, key: str) -> Principal | None:
+    async def authenticate(self, key: str, *, in_outage: bool = False) -> Principal | None:
+        """The key's principal (None: unknown or revoked). ``in_outage``: for a request
+        that only reads the process's own figures (``GET /metrics``): while the database
+        does not answer (or not within ``STALE_ANSWER_S``), a key it confirmed within the
+        last ``STALE_S`` seconds stands. No other request is let through so: it would act
+        on a key that may have been revoked meanwhile."""
         if not is_well_formed(key):  # no pooled connection for what no key can be
             return None
         digest = hashlib.sha256(key.encode()).digest()
-        found = self._hit(digest, time.monotonic())
+        now = time.monotonic()
+        found = self._hit(digest, now)
         if found is not None:
             return found
         lookup = self._looking.get(digest)
@@ -55,27 +61,22 @@ class Authenticator:
             lookup = asyncio.ensure_future(self._look_up(key, digest))
             self._looking[digest] = lookup
             lookup.add_done_callback(lambda done: self._forget(digest, done))
-        # Shielded: a request that goes away (its client left) does not end the lookup
-        # the others wait on.
-        return await asyncio.shield(lookup)
+        kept = self._cache.get(digest)
+        stands = kept[1] if in_outage and kept is not None and kept[0] + STALE_S > now else None
+        if stands is None:
+            # Shielded: a request that goes away (its client left) does not end the lookup
+            # the others wait on.
+            return await asyncio.shield(lookup)
+        try:
+            return await asyncio.wait_for(asyncio.shield(lookup), STALE_ANSWER_S)
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) or is_unavailable(exc):
+                return stands
+            raise
 
     async def _look_up(self, key: str, digest: bytes) -> Principal | None:
         now = time.monotonic()
-        kept = self._cache.get(digest)
-        # The database is away (refused, lost, or silent past STALE_ANSWER_S): a key it
-        # confirmed lately stands meanwhile. Every read and write needs the database
-        # anyway; what a caller gets so is the process's own metrics (``GET /metrics``),
-        # wanted most in an outage.
-        stands = kept[1] if kept is not None and kept[0] + STALE_S > now else None
-        try:
-            if stands is None:
-                found = await self._ask(key)
-            else:
-                found = await within(self._ask(key), STALE_ANSWER_S, left=NOTHING_LEFT)
-        except Exception as exc:
-            if stands is not None and (isinstance(exc, TimeoutError) or is_unavailable(exc)):
-                return stands
-            raise
+        found = await self._ask(key)
         if found is None:
             self._cache.pop(digest, None)
         elif self._ttl_s > 0:

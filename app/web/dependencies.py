@@ -164,18 +164,21 @@ def settings_of(request: Request) -> Settings:
 
 
 @functools.cache
-def require(scope: Scope) -> Callable[..., Coroutine[Any, Any, Principal]]:
+def require(
+    scope: Scope, *, in_outage: bool = False
+) -> Callable[..., Coroutine[Any, Any, Principal]]:
     """A dependency that authenticates the Bearer key and demands ``scope``. One per
     scope (cached), so that FastAPI, which runs each dependency once per request, does
-    not authenticate twice for a route and the read dependencies that ask the same."""
+    not authenticate twice for a route and the read dependencies that ask the same.
+    ``in_outage``: for ``GET /metrics`` only (``Authenticator.authenticate``)."""
 
     async def principal(
         request: Request,
         _: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],  # the document's
     ) -> Principal:
-        return await authorize(
-            request.app.state.authenticator, authorization_of(request.scope["headers"]), scope
-        )
+        header = authorization_of(request.scope["headers"])
+        authenticator = request.app.state.authenticator
+        return await authorize(authenticator, header, scope, in_outage=in_outage)
 
     return principal
 
@@ -209,10 +212,12 @@ def authorization_of(headers: Iterable[tuple[bytes, bytes]]) -> str:
     return "" if found is None else found.decode("latin-1")
 
 
-async def authorize(authenticator: Authenticator, header: str, scope: Scope) -> Principal:
+async def authorize(
+    authenticator: Authenticator, header: str, scope: Scope, *, in_outage: bool = False
+) -> Principal:
     """The principal of an ``Authorization`` header's Bearer key, if it has ``scope``.
     The key's tenant goes on every line logged for the rest of the request."""
-    found = await authenticator.authenticate(_bearer_key(header))
+    found = await authenticator.authenticate(_bearer_key(header), in_outage=in_outage)
     if found is not None:
         logs.tenant.set(found.tenant)
     return _permitted(found, scope)

@@ -48,12 +48,16 @@ def create_router(
     controller: PidController,
     more_metrics: Scrape,
     read: PrincipalOf,
+    metrics_read: PrincipalOf,
 ) -> APIRouter:
     """``more_metrics``: the service's own metrics (``app.web.metrics``) as the key's tenant
-    may see them, appended."""
+    may see them, appended. ``metrics_read``: ``read``, and while the database is away a
+    key it confirmed lately (``Authenticator.authenticate``), for ``GET /metrics`` only."""
     router = APIRouter(tags=["scheduler"], route_class=JSONRoute)
     Reader = Annotated[Principal, Depends(read)]
     Settled = Annotated[Settle, Depends(tasks_settled(read))]
+    MetricsReader = Annotated[Principal, Depends(metrics_read)]
+    MetricsSettled = Annotated[Settle, Depends(tasks_settled(metrics_read))]
 
     @router.get(
         "/tasks/{task_id:task_id}",
@@ -95,7 +99,7 @@ def create_router(
         response_class=Response,
         responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}},
     )
-    async def metrics(principal: Reader, settled: Settled) -> Response:
+    async def metrics(principal: MetricsReader, settled: MetricsSettled) -> Response:
         await settled()
 
         async def read() -> list[QueueDepth]:
