@@ -54,13 +54,18 @@ class TaskMaker:
             # The head first, held to the commit: a command putting an older task of the
             # key back in the queue (a failed attempt's retry, a requeue) appends either
             # before this looks, and is found in the log below, or after this commits, and
-            # finds this task itself (``TaskQueue._unless_newer``).
+            # finds this task itself (``TaskQueue.unless_newer``).
             await hold_head(self._conn)
             after, before = d.debounce_window(trigger_time, route.debounce_window_s)
             pending = await debounced.fetch_debounced(
                 self._conn, tenant, route.id, route.debounce_key, key, after=after, before=before
             )
-            for other in pending:
+            for row in pending:
+                # Its row may lag the log (superseded there by a race: ``_supersede_in_
+                # flight``; the task book not yet by): decided on as the log has it.
+                other = await self._caught_up(tenant, row)
+                if other.state != "ready":
+                    continue
                 if other.trigger_time > trigger_time:
                     newer = other  # this event came late: the pending one is newer
                     continue
@@ -78,6 +83,14 @@ class TaskMaker:
                 tenant, state, by=newer.trigger_id, by_task=newer.id, at=now
             )
         return True
+
+    async def _caught_up(self, tenant: str, row: t.TaskState) -> t.TaskState:
+        """The task of ``row`` (locked by this transaction) as the log has it, its row
+        written so when it lagged."""
+        logged = await debouncing.as_logged(self._conn, tenant, row)
+        if logged.position != row.position:
+            await rows.write_task(self._conn, logged)
+        return logged
 
     async def _supersede_in_flight(
         self,

@@ -13,7 +13,7 @@ A command putting a task back in the queue and the dispatcher making a newer tas
 key at the same moment each looked before the other had written, and the stale task ran
 beside the newer one. The dispatcher now holds the log head from its look to its commit
 and finds such a decision in the log (``creation``); the command looks again after its
-append (``TaskQueue._unless_newer``): whichever appends second sees the other."""
+append (``TaskQueue.unless_newer``): whichever appends second sees the other."""
 
 from __future__ import annotations
 

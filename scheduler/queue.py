@@ -354,7 +354,7 @@ class TaskQueue:
         state = await self._dead_letter(tenant, task_id)
         data = {"reason": reason, "actor": actor}
         event = await debouncing.requeued(self._conn, state, data, at=datetime.now(UTC))
-        return await self._unless_newer(tenant, (await self._commit(tenant, state, [event]))[0])
+        return await self.unless_newer(tenant, (await self._commit(tenant, state, [event]))[0])
 
     async def discard(self, tenant: str, task_id: str, *, reason: str, actor: str) -> t.TaskState:
         state, data = await self._dead_letter(tenant, task_id), {"reason": reason, "actor": actor}
@@ -406,9 +406,9 @@ class TaskQueue:
                 self._conn, tenant, state, event_type, data, error_class, message
             )
             after = (await self._commit(tenant, state, batch))[0]
-        return await self._unless_newer(tenant, after)
+        return await self.unless_newer(tenant, after)
 
-    async def _unless_newer(self, tenant: str, state: t.TaskState) -> t.TaskState:
+    async def unless_newer(self, tenant: str, state: t.TaskState) -> t.TaskState:
         """``state``, just put back in the queue (its decision appended, its row locked),
         superseded after all when a newer task of its debounce key came meanwhile: one the
         dispatcher made after this command looked for one, and committed before its
@@ -424,7 +424,9 @@ class TaskQueue:
                 tenant, state, by=newer.trigger_id, by_task=newer.id, at=datetime.now(UTC)
             )
         except (VersionConflict, IdConflict):  # the dispatcher superseded it, in the log
-            return await debouncing.as_logged(self._conn, tenant, state)
+            logged = await debouncing.as_logged(self._conn, tenant, state)
+            await rows.write_task(self._conn, logged)  # its row is still ours: caught up
+            return logged
 
     async def supersede(
         self,

@@ -61,6 +61,9 @@ async def requeue_dead_letters(
         for state, event, where in zip(chosen, batch, appended, strict=True)
     ]
     await rows.write_tasks(conn, after)
+    # Each looks again for a newer task of its key, made since it looked (as one alone).
+    queue = TaskQueue(conn, appender=decisions)
+    after = [await queue.unless_newer(tenant, state) for state in after]
     if any(state.state == "ready" for state in after):
         await wakeups.announce_ready(conn)  # the appender's hint may come before the rows
     return after, more

@@ -142,8 +142,11 @@ def task_id_for(tenant: str, route_id: str, trigger_id: str) -> str:
 TASKS_PROJECTION = "scheduler-tasks"  # the projection that folds the task rows
 
 
+STREAM_PREFIX = "causeway:task:"  # a task's stream: this and its id
+
+
 def stream_of(task_id: str) -> str:
-    return f"causeway:task:{task_id}"
+    return f"{STREAM_PREFIX}{task_id}"
 
 
 def decision_id(task_id: str, version: int) -> str:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, literal, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.db.tables import tasks
-from scheduler.tasks import TaskState
+from app.db.tables import events, tasks
+from scheduler.tasks import STREAM_PREFIX, TaskState
 
 _c = tasks.c
 _DROPPED = ("discarded", "superseded")  # states of a task whose input no longer stands
@@ -81,12 +81,21 @@ async def fetch_unsettled(
 ) -> list[TaskState]:
     """The route's tasks with debounce key ``key`` triggered strictly between ``after``
     and ``before`` that a command may be putting back in the queue now: ready, leased or
-    dead by their rows, other than ``passed`` (those the caller locked); not locked."""
+    dead by their rows, other than ``passed`` (those the caller locked), whose rows lag
+    their streams (a decision appended, its row not yet written); not locked."""
+    stream = literal(STREAM_PREFIX).concat(_c.id)
+    lagging = (
+        select(literal(1))
+        .where(events.c.tenant == _c.tenant, events.c.stream == stream)
+        .where(events.c.position > _c.position)
+        .exists()
+    )
     rows = await conn.execute(
         select(tasks).where(
             *_in_window(tenant, route_id, attribute, key, after, before),
             _c.state.in_(("ready", "leased", "dead")),
             _c.id.not_in(passed),
+            lagging,
         )
     )
     return [TaskState(*row) for row in rows.all()]

@@ -136,3 +136,70 @@ async def test_a_requeue_racing_the_dispatcher(
     )
     assert requeued.status_code == 200, requeued.text
     await _only_the_newer_runs(app, admin, worker, older, requeued.json())
+
+
+async def test_the_next_event_of_the_key_is_dispatched_while_a_row_lags(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a review: after the race in the second order, the older task's row says ready
+    while the log says superseded, until the task book catches up. The dispatcher reached
+    the next event of the key first, superseded the row's stale version again, and the
+    log refused it: the dispatcher stopped at that event."""
+    older = await _older_leased(app, admin, worker)
+    newer_made = _newer_made_once(app, admin)
+    real = task_rows.write_task
+
+    async def write_task(conn: Any, state: t.TaskState) -> None:
+        if state.state == "ready":  # the retry, appended: the dispatcher runs now
+            await newer_made()
+        await real(conn, state)
+
+    monkeypatch.setattr(task_rows, "write_task", write_task)
+    after = await fail(worker, older, "transient")
+    monkeypatch.undo()
+    assert after["state"] == "superseded", after
+    await post(admin, type="job", data={"user": "u", "v": 3})
+    runner = app.state.runner
+    await runner.catch_up(runner.projection(Dispatcher.name))  # before the task book
+    await catch_up(app)
+    offered = await lease(worker, "q", worker="w2")
+    assert offered is not None
+    assert offered["trigger"]["data"]["v"] == 3, offered
+    assert await lease(worker, "q", worker="w3") is None
+
+
+@pytest.mark.parametrize("between", ["look and append", "append and commit"])
+async def test_a_bulk_requeue_racing_the_dispatcher(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    """From a review: the bulk requeue looked for a newer task before its append only."""
+    older = await _older_leased(app, admin, worker, max_retries=0)
+    dead = await worker.post(
+        f"/tasks/{older['task']['id']}/fail",
+        content=dumps({"lease": older["lease"], "class": "data_invalid", "message": "bad"}),
+        headers=JSON,
+    )
+    assert dead.json()["state"] == "dead", dead.text
+    newer_made = _newer_made_once(app, admin)
+    if between == "look and append":
+        real_newer = debouncing.newer_task
+
+        async def newer_task(conn: Any, state: t.TaskState) -> t.TaskState | None:
+            found = await real_newer(conn, state)
+            await newer_made()
+            return found
+
+        monkeypatch.setattr(debouncing, "newer_task", newer_task)
+    else:
+        real_write = task_rows.write_tasks
+
+        async def write_tasks(conn: Any, states: Any, *a: Any, **k: Any) -> Any:
+            if any(s.state == "ready" for s in states):
+                await newer_made()
+            return await real_write(conn, states, *a, **k)
+
+        monkeypatch.setattr(task_rows, "write_tasks", write_tasks)
+    requeued = await admin.post("/dead-letters/requeue", content=b"{}", headers=JSON)
+    assert requeued.status_code == 200, requeued.text
+    [after] = requeued.json()["requeued"]
+    await _only_the_newer_runs(app, admin, worker, older, after)
