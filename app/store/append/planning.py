@@ -478,12 +478,12 @@ def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str
 
 def _outputs_of(event: NewEvent) -> Any:
     """The data an output check reads: JSON data, JSON sent as bytes (``data_base64``
-    with a JSON ``datacontenttype``) decoded, and None for no data or data that is not
-    JSON (neither holds named outputs)."""
+    with a JSON ``datacontenttype``) decoded, the bytes of data that is not JSON (text or
+    an image: one unnamed output column's value), and None for no data."""
     if event.data_binary is None:
         return event.data if event.has_data else None
     if not is_json_media_type(event.datacontenttype):
-        return None
+        return event.data_binary
     try:
         return orjson.loads(event.data_binary)
     except orjson.JSONDecodeError:

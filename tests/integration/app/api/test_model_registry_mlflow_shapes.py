@@ -216,3 +216,53 @@ class TestUnnamedOutputs:
         refused = await _send(client, "iris", data={"score": "high"})
         assert refused.status_code == 422, refused.text
         assert refused.json()["errors"][0]["attribute"] == "data.score"
+
+
+async def _registered_captioner(admin: httpx2.AsyncClient, kind: str) -> None:
+    signature = {"inputs": [{"type": "string"}], "outputs": [{"type": kind}]}
+    body = registration("1", signature, enforce_outputs=True)
+    response = await admin.post("/models/captioner/versions", content=body, headers=JSON)
+    assert response.status_code == 201, response.text
+
+
+def _binary_headers(content_type: str, n: int) -> dict[str, str]:
+    return {
+        "Content-Type": content_type,
+        "ce-specversion": "1.0",
+        "ce-id": f"caption-{n}",
+        "ce-source": "/captioner",
+        "ce-type": "com.example.caption.v1",
+        "ce-modelname": "captioner",
+        "ce-modelversion": "1",
+    }
+
+
+async def test_a_text_output_is_taken_in_every_mode(admin: httpx2.AsyncClient) -> None:
+    """From a review: one unnamed column's value sent in binary mode (text, or an image
+    as its bytes) was read as no data, and refused as a missing output."""
+    await _registered_captioner(admin, "string")
+    structured = event(
+        id="caption-1", source="/captioner", type="com.example.caption.v1",
+        modelname="captioner", modelversion="1",
+        datacontenttype="text/plain", data="a dog on a beach",
+    )  # fmt: skip
+    first = await admin.post("/events", content=dumps(structured), headers=STRUCTURED)
+    assert first.status_code == 201, first.text
+    binary = await admin.post(
+        "/events", content=b"a cat on a sofa", headers=_binary_headers("text/plain", 2)
+    )
+    assert binary.status_code == 201, binary.text
+
+
+async def test_a_binary_output_sent_as_bytes_is_taken(admin: httpx2.AsyncClient) -> None:
+    await _registered_captioner(admin, "binary")
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    sent = await admin.post("/events", content=png, headers=_binary_headers("image/png", 3))
+    assert sent.status_code == 201, sent.text
+
+
+async def test_bytes_that_are_not_the_outputs_type_are_refused(admin: httpx2.AsyncClient) -> None:
+    await _registered_captioner(admin, "double")
+    sent = await admin.post("/events", content=b"3.5", headers=_binary_headers("text/plain", 4))
+    assert sent.status_code == 422, sent.text
+    assert "must be double, got bytes" in sent.text
