@@ -61,8 +61,8 @@ class TaskMaker:
                 self._conn, tenant, route.id, route.debounce_key, key, after=after, before=before
             )
             for row in pending:
-                # Its row may lag the log (superseded there by a race: ``_supersede_in_
-                # flight``; the task book not yet by): decided on as the log has it.
+                # Its row may lag the log (superseded there in a race, below, and the
+                # task book not by yet): decided on as the log has it.
                 other = await self._caught_up(tenant, row)
                 if other.state != "ready":
                     continue

@@ -66,53 +66,11 @@ async def _only_the_newer_runs(
     assert after["state"] == "superseded", after  # the failure's answer says so too
 
 
-async def test_a_newer_task_made_between_the_look_and_the_append(
-    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
+def _race(
+    monkeypatch: pytest.MonkeyPatch, newer_made: Callable[[], Awaitable[None]], between: str
 ) -> None:
-    older = await _older_leased(app, admin, worker)
-    newer_made = _newer_made_once(app, admin)
-    real = debouncing.newer_task
-
-    async def newer_task(conn: Any, state: t.TaskState) -> t.TaskState | None:
-        found = await real(conn, state)  # none yet
-        await newer_made()
-        return found
-
-    monkeypatch.setattr(debouncing, "newer_task", newer_task)
-    after = await fail(worker, older, "transient")
-    await _only_the_newer_runs(app, admin, worker, older, after)
-
-
-async def test_a_newer_task_made_between_the_append_and_the_commit(
-    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    older = await _older_leased(app, admin, worker)
-    newer_made = _newer_made_once(app, admin)
-    real = task_rows.write_task
-
-    async def write_task(conn: Any, state: t.TaskState) -> None:
-        if state.state == "ready":  # the retry, appended: its row is written next
-            await newer_made()
-        await real(conn, state)
-
-    monkeypatch.setattr(task_rows, "write_task", write_task)
-    after = await fail(worker, older, "transient")
-    await _only_the_newer_runs(app, admin, worker, older, after)
-
-
-@pytest.mark.parametrize("between", ["look and append", "append and commit"])
-async def test_a_requeue_racing_the_dispatcher(
-    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch, between: str
-) -> None:
-    """An operator's requeue of a dead letter of the key, in both orders."""
-    older = await _older_leased(app, admin, worker, max_retries=0)
-    dead = await worker.post(
-        f"/tasks/{older['task']['id']}/fail",
-        content=dumps({"lease": older["lease"], "class": "data_invalid", "message": "bad"}),
-        headers=JSON,
-    )
-    assert dead.json()["state"] == "dead", dead.text
-    newer_made = _newer_made_once(app, admin)
+    """Run ``newer_made`` inside the command: after its look for a newer task and before
+    its append, or after its append, as its row (or rows) is written, before its commit."""
     if between == "look and append":
         real_newer = debouncing.newer_task
 
@@ -122,20 +80,61 @@ async def test_a_requeue_racing_the_dispatcher(
             return found
 
         monkeypatch.setattr(debouncing, "newer_task", newer_task)
-    else:
-        real_write = task_rows.write_task
+        return
+    real_write, real_writes = task_rows.write_task, task_rows.write_tasks
 
-        async def write_task(conn: Any, state: t.TaskState) -> None:
-            if state.state == "ready":
-                await newer_made()
-            await real_write(conn, state)
+    async def write_task(conn: Any, state: t.TaskState) -> None:
+        if state.state == "ready":  # put back in the queue, appended: its row next
+            await newer_made()
+        await real_write(conn, state)
 
-        monkeypatch.setattr(task_rows, "write_task", write_task)
-    requeued = await admin.post(
-        f"/dead-letters/{older['task']['id']}/requeue", content=b"{}", headers=JSON
+    async def write_tasks(conn: Any, states: Any) -> None:
+        if any(state.state == "ready" for state in states):
+            await newer_made()
+        await real_writes(conn, states)
+
+    monkeypatch.setattr(task_rows, "write_task", write_task)
+    monkeypatch.setattr(task_rows, "write_tasks", write_tasks)
+
+
+BOTH_ORDERS = pytest.mark.parametrize("between", ["look and append", "append and commit"])
+
+
+@BOTH_ORDERS
+async def test_a_failed_attempt_racing_the_dispatcher(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch, between: str
+) -> None:
+    older = await _older_leased(app, admin, worker)
+    _race(monkeypatch, _newer_made_once(app, admin), between)
+    after = await fail(worker, older, "transient")
+    await _only_the_newer_runs(app, admin, worker, older, after)
+
+
+@BOTH_ORDERS
+@pytest.mark.parametrize("bulk", [False, True], ids=["one", "bulk"])
+async def test_a_requeue_racing_the_dispatcher(
+    app: FastAPI,
+    admin: Client,
+    worker: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    between: str,
+    bulk: bool,
+) -> None:
+    """An operator's requeue of a dead letter of the key, one by one or in bulk (which, a
+    review found, looked for a newer task before its append only)."""
+    older = await _older_leased(app, admin, worker, max_retries=0)
+    dead = await worker.post(
+        f"/tasks/{older['task']['id']}/fail",
+        content=dumps({"lease": older["lease"], "class": "data_invalid", "message": "bad"}),
+        headers=JSON,
     )
+    assert dead.json()["state"] == "dead", dead.text
+    _race(monkeypatch, _newer_made_once(app, admin), between)
+    path = "/dead-letters/requeue" if bulk else f"/dead-letters/{older['task']['id']}/requeue"
+    requeued = await admin.post(path, content=b"{}", headers=JSON)
     assert requeued.status_code == 200, requeued.text
-    await _only_the_newer_runs(app, admin, worker, older, requeued.json())
+    after = requeued.json()["requeued"][0] if bulk else requeued.json()
+    await _only_the_newer_runs(app, admin, worker, older, after)
 
 
 async def test_the_next_event_of_the_key_is_dispatched_while_a_row_lags(
@@ -146,15 +145,7 @@ async def test_the_next_event_of_the_key_is_dispatched_while_a_row_lags(
     the next event of the key first, superseded the row's stale version again, and the
     log refused it: the dispatcher stopped at that event."""
     older = await _older_leased(app, admin, worker)
-    newer_made = _newer_made_once(app, admin)
-    real = task_rows.write_task
-
-    async def write_task(conn: Any, state: t.TaskState) -> None:
-        if state.state == "ready":  # the retry, appended: the dispatcher runs now
-            await newer_made()
-        await real(conn, state)
-
-    monkeypatch.setattr(task_rows, "write_task", write_task)
+    _race(monkeypatch, _newer_made_once(app, admin), "append and commit")
     after = await fail(worker, older, "transient")
     monkeypatch.undo()
     assert after["state"] == "superseded", after
@@ -166,40 +157,3 @@ async def test_the_next_event_of_the_key_is_dispatched_while_a_row_lags(
     assert offered is not None
     assert offered["trigger"]["data"]["v"] == 3, offered
     assert await lease(worker, "q", worker="w3") is None
-
-
-@pytest.mark.parametrize("between", ["look and append", "append and commit"])
-async def test_a_bulk_requeue_racing_the_dispatcher(
-    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch, between: str
-) -> None:
-    """From a review: the bulk requeue looked for a newer task before its append only."""
-    older = await _older_leased(app, admin, worker, max_retries=0)
-    dead = await worker.post(
-        f"/tasks/{older['task']['id']}/fail",
-        content=dumps({"lease": older["lease"], "class": "data_invalid", "message": "bad"}),
-        headers=JSON,
-    )
-    assert dead.json()["state"] == "dead", dead.text
-    newer_made = _newer_made_once(app, admin)
-    if between == "look and append":
-        real_newer = debouncing.newer_task
-
-        async def newer_task(conn: Any, state: t.TaskState) -> t.TaskState | None:
-            found = await real_newer(conn, state)
-            await newer_made()
-            return found
-
-        monkeypatch.setattr(debouncing, "newer_task", newer_task)
-    else:
-        real_write = task_rows.write_tasks
-
-        async def write_tasks(conn: Any, states: Any, *a: Any, **k: Any) -> Any:
-            if any(s.state == "ready" for s in states):
-                await newer_made()
-            return await real_write(conn, states, *a, **k)
-
-        monkeypatch.setattr(task_rows, "write_tasks", write_tasks)
-    requeued = await admin.post("/dead-letters/requeue", content=b"{}", headers=JSON)
-    assert requeued.status_code == 200, requeued.text
-    [after] = requeued.json()["requeued"]
-    await _only_the_newer_runs(app, admin, worker, older, after)
