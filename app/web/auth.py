@@ -7,8 +7,8 @@ cache off). The cache holds SHA-256 digests of keys, never the keys.
 
 For ``GET /metrics`` alone, while the database does not answer (or not within
 ``STALE_ANSWER_S``), a key it confirmed within the last ``STALE_S`` seconds (after its entry
-ran out) stands: the process's own figures are wanted most in an outage, and they are all
-such a request can read.
+ran out) stands: the process's own figures are wanted most in an outage, and the route
+reads nothing but figures (no event, no task, no key).
 
 A key is looked up once however many of its requests arrive while it is not cached: the
 others wait for that lookup. (Each looked it up itself: whenever a busy key's entry ran
@@ -28,7 +28,7 @@ from app.store.failures import is_unavailable
 from app.store.keys import KeyStore, Principal, is_well_formed
 
 # How long after its cache entry ran out a key the database confirmed stands while the
-# database does not answer (``Authenticator._look_up``), and how long its check waits for
+# database does not answer (``Authenticator.authenticate``), and how long its check waits for
 # the database then (a key never confirmed waits as any request does).
 STALE_S = 900.0
 STALE_ANSWER_S = 2.0
