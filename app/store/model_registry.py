@@ -293,14 +293,19 @@ def _by_name(columns: list[dict[str, Any]], data: Any) -> tuple[str, str] | None
 
 
 def _one_column(column: dict[str, Any], data: Any) -> tuple[str, str] | None:
-    """One unnamed column: the data is its value, or a list of its values; data sent as
-    bytes that are not JSON (binary mode, ``data_base64``) is a ``binary`` column's value,
-    or a ``string`` one's when it is UTF-8 text."""
+    """One unnamed column: the data is its value, or a list of its values. Data that is
+    not JSON (text or bytes of another ``datacontenttype``, in any content mode: as bytes
+    here) is a ``binary`` column's value; as UTF-8 text, it is checked as that string
+    (sent as a JSON string it would be too); bytes that are no text are no value of
+    another type."""
     if isinstance(data, bytes):
-        kind = column["type"]
-        if kind == "binary" or (kind == "string" and _is_utf8(data)):
+        if column["type"] == "binary":
             return None
-        return "", f"output #0 must be {kind}, got bytes"
+        try:
+            data = data.decode()
+        except UnicodeDecodeError:
+            why = _value_problem("#0", column, None)
+            return None if why is None else ("", f"output #0 must be {column['type']}, got bytes")
     if not isinstance(data, list):
         why = _value_problem("#0", column, data)
         return None if why is None else ("", why)
@@ -309,14 +314,6 @@ def _one_column(column: dict[str, Any], data: Any) -> tuple[str, str] | None:
         if why is not None:
             return "", why
     return None
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode()
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _by_position(columns: list[dict[str, Any]], data: Any) -> tuple[str, str] | None:

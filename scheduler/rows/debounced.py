@@ -81,8 +81,9 @@ async def fetch_unsettled(
 ) -> list[TaskState]:
     """The route's tasks with debounce key ``key`` triggered strictly between ``after``
     and ``before`` that a command may be putting back in the queue now: ready, leased or
-    dead by their rows, other than ``passed`` (those the caller locked), whose rows lag
-    their streams (a decision appended, its row not yet written); not locked."""
+    dead by their rows, other than ``passed`` (those the caller locked): the ready ones
+    (another transaction holds them), and the others whose rows lag their streams (a
+    decision appended, its row not yet written); not locked."""
     stream = literal(STREAM_PREFIX).concat(_c.id)
     lagging = (
         select(literal(1))
@@ -95,7 +96,9 @@ async def fetch_unsettled(
             *_in_window(tenant, route_id, attribute, key, after, before),
             _c.state.in_(("ready", "leased", "dead")),
             _c.id.not_in(passed),
-            lagging,
+            # Ready and not ``passed``: locked by another (a lease under way, which the
+            # supersede in the log makes conflict); leased or dead: put back if it lags.
+            or_(_c.state == "ready", lagging),
         )
     )
     return [TaskState(*row) for row in rows.all()]

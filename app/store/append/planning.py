@@ -477,17 +477,21 @@ def _model_problem(event: NewEvent, registered: Registration | None) -> dict[str
 
 
 def _outputs_of(event: NewEvent) -> Any:
-    """The data an output check reads: JSON data, JSON sent as bytes (``data_base64``
-    with a JSON ``datacontenttype``) decoded, the bytes of data that is not JSON (text or
-    an image: one unnamed output column's value), and None for no data."""
+    """The data an output check reads: JSON data (sent as bytes too: decoded); as bytes,
+    data that is not JSON (sent as bytes or, text, as a JSON string: taken alike) or does
+    not parse as JSON; None for no data."""
     if event.data_binary is None:
-        return event.data if event.has_data else None
+        if not event.has_data:
+            return None
+        if isinstance(event.data, str) and not is_json_media_type(event.datacontenttype):
+            return event.data.encode()
+        return event.data
     if not is_json_media_type(event.datacontenttype):
         return event.data_binary
     try:
         return orjson.loads(event.data_binary)
     except orjson.JSONDecodeError:
-        return None
+        return event.data_binary
 
 
 def _summary(errors: list[dict[str, Any]]) -> str:

@@ -157,3 +157,31 @@ async def test_the_next_event_of_the_key_is_dispatched_while_a_row_lags(
     assert offered is not None
     assert offered["trigger"]["data"]["v"] == 3, offered
     assert await lease(worker, "q", worker="w3") is None
+
+
+async def test_a_lease_racing_the_dispatcher_does_not_run_the_stale_task(
+    app: FastAPI, admin: Client, worker: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a review: a ready row a leaser had locked, its lease not yet appended, does not
+    lag its stream; reading the log only of rows that lag, the dispatcher made the newer
+    task without superseding it, and the lease ran the stale task beside the newer one."""
+    await define(admin, id="r", types=["job"], kind="k", queue="q",
+                 debounce={"key": "user", "window_s": 60})  # fmt: skip
+    await post(admin, type="job", data={"user": "u", "v": 1})
+    await catch_up(app)
+    real = task_rows.fetch_next_ready
+    newer_made = _newer_made_once(app, admin)
+
+    async def fetch_next_ready(*args: Any, **kwargs: Any) -> Any:
+        found = await real(*args, **kwargs)  # v1's row locked by the leaser
+        if found:
+            await newer_made()  # before the lease appends
+        return found
+
+    monkeypatch.setattr(task_rows, "fetch_next_ready", fetch_next_ready)
+    offered = await lease(worker, "q")
+    monkeypatch.undo()
+    await catch_up(app)
+    second = await lease(worker, "q", worker="w2")
+    versions = [x["trigger"]["data"]["v"] for x in (offered, second) if x is not None]
+    assert versions == [2], versions

@@ -5,6 +5,7 @@ unnamed Series), which ``enforce_outputs`` checks by position."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx2
@@ -261,8 +262,104 @@ async def test_a_binary_output_sent_as_bytes_is_taken(admin: httpx2.AsyncClient)
     assert sent.status_code == 201, sent.text
 
 
-async def test_bytes_that_are_not_the_outputs_type_are_refused(admin: httpx2.AsyncClient) -> None:
+async def test_data_that_is_not_the_outputs_type_is_refused(admin: httpx2.AsyncClient) -> None:
     await _registered_captioner(admin, "double")
-    sent = await admin.post("/events", content=b"3.5", headers=_binary_headers("text/plain", 4))
-    assert sent.status_code == 422, sent.text
-    assert "must be double, got bytes" in sent.text
+    text = await admin.post("/events", content=b"3.5", headers=_binary_headers("text/plain", 4))
+    assert text.status_code == 422, text.text
+    assert "must be double, got str" in text.text  # as the JSON string "3.5" would be
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    image = await admin.post("/events", content=png, headers=_binary_headers("image/png", 5))
+    assert image.status_code == 422, image.text
+    assert "must be double, got bytes" in image.text
+
+
+async def _registered_one(admin: httpx2.AsyncClient, name: str, column: dict[str, Any]) -> None:
+    signature = {"inputs": [{"type": "string"}], "outputs": [column]}
+    body = registration("1", signature, enforce_outputs=True)
+    response = await admin.post(f"/models/{name}/versions", content=body, headers=JSON)
+    assert response.status_code == 201, response.text
+
+
+def _binary_headers_of(name: str, content_type: str, id_: str) -> dict[str, str]:
+    return {
+        "Content-Type": content_type,
+        "ce-specversion": "1.0",
+        "ce-id": id_,
+        "ce-source": "/captioner",
+        "ce-type": "com.example.caption.v1",
+        "ce-modelname": name,
+        "ce-modelversion": "1",
+    }
+
+
+async def test_the_same_text_output_is_taken_in_every_mode_for_a_binary_column(
+    admin: httpx2.AsyncClient,
+) -> None:
+    """From a review: the store holds text of a non-JSON type alike in both modes (a
+    re-send in the other mode is a duplicate), yet a binary column took it in binary mode
+    only, and a datetime one (below) in structured mode only."""
+    await _registered_one(admin, "thumb", {"type": "binary"})
+    binary = await admin.post(
+        "/events", content=b"hello world", headers=_binary_headers_of("thumb", "text/plain", "b-1")
+    )
+    assert binary.status_code == 201, binary.text
+    structured = event(
+        id="b-2", source="/captioner", type="com.example.caption.v1",
+        modelname="thumb", modelversion="1", datacontenttype="text/plain", data="hello world",
+    )  # fmt: skip
+    sent = await admin.post("/events", content=dumps(structured), headers=STRUCTURED)
+    assert sent.status_code == 201, sent.text
+
+
+async def test_an_optional_column_judges_text_alike_in_every_mode(
+    admin: httpx2.AsyncClient,
+) -> None:
+    """Text of another type is checked as the string it is, in both modes (structured mode
+    refused it before, binary mode took it as no value); bytes that are no text are no
+    value, which an optional column allows."""
+    await _registered_one(admin, "opt", {"type": "double", "required": False})
+    text = await admin.post(
+        "/events", content=b"not a number", headers=_binary_headers_of("opt", "text/plain", "o-1")
+    )
+    assert text.status_code == 422, text.text
+    assert "must be double, got str" in text.text
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    image = await admin.post(
+        "/events", content=png, headers=_binary_headers_of("opt", "image/png", "o-2")
+    )
+    assert image.status_code == 201, image.text
+
+
+async def test_data_base64_without_a_content_type_is_a_binary_columns_value(
+    admin: httpx2.AsyncClient,
+) -> None:
+    """README: data sent as bytes that are not JSON, as data_base64, is a binary column's
+    value."""
+    await _registered_one(admin, "png", {"type": "binary"})
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+    structured = event(
+        id="p-1", source="/captioner", type="com.example.caption.v1",
+        modelname="png", modelversion="1", data_base64=base64.b64encode(png).decode(),
+    )  # fmt: skip
+    structured.pop("data", None)
+    structured.pop("datacontenttype", None)
+    sent = await admin.post("/events", content=dumps(structured), headers=STRUCTURED)
+    assert sent.status_code == 201, sent.text
+
+
+async def test_the_same_text_output_is_taken_in_every_mode_for_a_datetime_column(
+    admin: httpx2.AsyncClient,
+) -> None:
+    """The reverse: structured mode's text is checked as a value, binary mode's as bytes."""
+    await _registered_one(admin, "when", {"type": "datetime"})
+    stamp = "2026-01-02T03:04:05Z"
+    structured = event(
+        id="d-1", source="/captioner", type="com.example.caption.v1",
+        modelname="when", modelversion="1", datacontenttype="text/plain", data=stamp,
+    )  # fmt: skip
+    first = await admin.post("/events", content=dumps(structured), headers=STRUCTURED)
+    assert first.status_code == 201, first.text
+    binary = await admin.post(
+        "/events", content=stamp.encode(), headers=_binary_headers_of("when", "text/plain", "d-2")
+    )
+    assert binary.status_code == 201, binary.text
