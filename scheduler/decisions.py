@@ -291,11 +291,14 @@ def roll_back(
     if ran_on is not None and ran_on < deployment.versions_changed_at:
         reason = f"service {service!r} changed since the task ran; it runs again on that"
         data: dict[str, Any] = {"reason": reason, "actor": "scheduler"}
-        if deployment.rolled_back_at == deployment.versions_changed_at:
-            # The deployment it is requeued onto is another's rollback, which it takes for
-            # its own (``own_rollback``): failing so again there, it does not roll back
-            # further. (Onto an operator's rollout or promotion, it may: that version is
-            # new, and nobody rolled it back.)
+        if (
+            deployment.rolled_back_at == deployment.versions_changed_at
+            and deployment.rolled_back_by == SCHEDULER_ACTOR
+        ):
+            # The deployment it is requeued onto is another task's rollback, which it
+            # takes for its own (``own_rollback``): failing so again there, it does not
+            # roll back further. (Onto an operator's rollout, promotion or rollback, it
+            # may: nobody rolled back the version it then fails on.)
             data["onto"] = deployment.stream_version
         requeue = t.decision(dead, t.REQUEUED, data, at=now)
         return t.DEPLOYMENT_CHANGED, [requeue]
@@ -312,6 +315,19 @@ def roll_back(
         }
         return t.FLAGGED, [t.alert(state, "dead_letter", detail, at=now, cause=dead_letter)]
     try:
+        if deployment.stable_version is None and deployment.candidate_version is not None:
+            # Its only version, in rollout: dropping it would leave the service serving
+            # nothing, and the task requeued onto no model at all.
+            raise Conflict(f"service {service!r} has no stable version to roll back to")
+        if deployment.candidate_version is not None and deployment.candidate_percent == 0:
+            # A paused canary serves nothing: the stable version ran the task, and a
+            # rollout under way has no rollback of it. Dropping the canary would spare
+            # the version that failed; the operator decides.
+            raise Conflict(
+                f"service {service!r}'s candidate {deployment.candidate_version!r} takes no "
+                f"traffic: its stable version {deployment.stable_version!r} ran the task, "
+                "and it is not rolled back while a rollout is under way"
+            )
         rollback = deployment_commands.rollback(
             deployment,
             reason=f"task {state.id} failed with model_version_mismatch: {message}"[:500],

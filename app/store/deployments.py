@@ -54,8 +54,11 @@ class DeploymentState:
     # only to a state folded from the stream (``DeploymentReader.fetch_state``, which the
     # scheduler's rollback reads); one built from the ``deployments`` table leaves it 0.
     versions_changed_at: int = 0
-    # The stream version of the last rollback (folded from the stream, as above).
+    # The stream version of the last rollback, and who sent it (folded from the stream,
+    # as above): the scheduler's own rollbacks are the ones a task requeued onto takes
+    # for its own; an operator's is not one.
     rolled_back_at: int = 0
+    rolled_back_by: str | None = None
 
     @property
     def status(self) -> str:
@@ -115,6 +118,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
                 stream_version=version,
                 versions_changed_at=version,
                 rolled_back_at=version,
+                rolled_back_by=data.get("actor"),
             )
         return replace(
             state,
@@ -123,6 +127,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             stream_version=version,
             versions_changed_at=version,
             rolled_back_at=version,
+            rolled_back_by=data.get("actor"),
         )
     return replace(state, stream_version=version)
 
