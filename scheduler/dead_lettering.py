@@ -6,7 +6,7 @@ deployment and the task's own log to decide (``decisions.roll_back``), writes no
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
@@ -29,9 +29,12 @@ async def failure_batch(
     data: dict[str, Any],
     error_class: str,
     message: str,
+    *,
+    now: datetime,
 ) -> list[NewEvent]:
-    """The failure's decision and, for a dead letter, what its disposition brings."""
-    now = datetime.now(UTC)
+    """The failure's decision and, for a dead letter, what its disposition brings, at
+    ``now``: the time ``decisions.failure`` decided at, which a retry's ``retry_at`` runs
+    from (a later reading of the clock made the wait it records longer than it was)."""
     dead_letter = t.decision_id(state.id, state.version + 1)
     disposition = data.get("disposition")
     follow: list[NewEvent] = []

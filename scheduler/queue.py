@@ -393,7 +393,7 @@ class TaskQueue:
             content = await log.read_content(self._conn, tenant, state.trigger_id)
             data = {**data, "input": d.archived_input(state.trigger_id, content)}
         batch = await dead_lettering.failure_batch(
-            self._conn, tenant, state, event_type, data, error_class, message
+            self._conn, tenant, state, event_type, data, error_class, message, now=now
         )
         try:
             after = (await self._commit(tenant, state, batch))[0]
@@ -403,7 +403,7 @@ class TaskQueue:
             # A concurrent rollback of the same service won: decide again on the
             # deployment as it is now (it changed since the task ran: a requeue only).
             batch = await dead_lettering.failure_batch(
-                self._conn, tenant, state, event_type, data, error_class, message
+                self._conn, tenant, state, event_type, data, error_class, message, now=now
             )
             after = (await self._commit(tenant, state, batch))[0]
         return await self.unless_newer(tenant, after)
