@@ -32,26 +32,60 @@ export class ApiError extends Error {
   }
 }
 
+// How long a request may go without its answer: past the server's own limits (a
+// statement's 30 s), so only a request held by something between (a proxy, a network
+// that dropped it) meets it; fetch() has no limit of its own and would wait for ever.
+const TIMEOUT_MS = 60_000;
+
 export async function rest(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   if (key()) headers.Authorization = `Bearer ${key()}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await response.text();
-  const answer = text ? JSON.parse(text) : null;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), TIMEOUT_MS);
+  let response;
+  let text;
+  try {
+    response = await fetch(path, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: abort.signal,
+    });
+    text = await response.text();
+  } catch (error) {
+    if (abort.signal.aborted) {
+      throw new ApiError(0, `The server did not answer ${method} ${path} within ${TIMEOUT_MS / 1000} s. Try again later.`);
+    }
+    throw new ApiError(0, `Could not reach the server (${error.message}).`);
+  } finally {
+    clearTimeout(timer);
+  }
+  // Only JSON is read as JSON: an answer of something in between (a proxy's HTML error
+  // page) is named by its status, not by the parser's complaint about its first "<".
+  const type = response.headers.get("content-type") || "";
+  let answer = null;
+  if (text && /\bjson\b/i.test(type)) {
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      answer = null;
+    }
+  }
+  const status = `${response.status} ${response.statusText}`.trim();
   if (!response.ok) {
     const detail = answer && (answer.detail || answer.title);
-    throw new ApiError(response.status, detail || `${response.status} ${response.statusText}`);
+    throw new ApiError(response.status, detail || `The server answered ${status} (${type || "no content type"}).`);
+  }
+  if (text && answer === null) {
+    throw new ApiError(response.status, `The server answered ${status} with ${type || "no content type"}, not JSON.`);
   }
   return answer;
 }
 
 export async function gql(query, variables = {}) {
   const answer = await rest("/graphql", { method: "POST", body: { query, variables } });
+  if (!answer) throw new ApiError(200, "The server answered the query with nothing.");
   if (answer.errors && answer.errors.length) {
     throw new ApiError(200, answer.errors.map((e) => e.message).join("; "));
   }

@@ -69,7 +69,10 @@ async function main() {
     root.replaceChildren(...parts.filter((p) => p !== null && p !== undefined && p !== false));
     if (module.shown) await module.shown();
   } catch (error) {
-    root.replaceChildren(h("h1", {}, "Could not show this page"), problem(error.message));
+    const said = error instanceof URIError
+      ? `The address is not well-formed: a "%" not followed by two hexadecimal digits. A "%" in a name is written "%25".`
+      : error.message;
+    root.replaceChildren(h("h1", {}, "Could not show this page"), problem(said));
   }
   document.body.dataset.ready = "true";
 }
