@@ -105,7 +105,7 @@ class Settings(BaseSettings):
     # At most 7: priorities 8 and 9 are guaranteed, never held back for spot workers.
     scheduler_off_peak_max_priority: int = Field(default=3, ge=0, le=7)
     scheduler_autoscale_interval_s: float = Field(default=15.0, gt=0, le=86_400)
-    scheduler_target_latency_s: float = Field(default=5.0, gt=0)
+    scheduler_target_latency_s: float = Field(default=5.0, ge=0.01, le=86_400)
     scheduler_min_workers: int = Field(default=1, ge=0, le=2**31 - 1)  # an integer column
     scheduler_max_workers: int = Field(default=64, ge=1, le=2**31 - 1)
     scheduler_max_step: int = Field(default=4, ge=1)
