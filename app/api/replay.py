@@ -91,7 +91,8 @@ def replay_filter(
             "correlationid": correlationid,
             "modelname": modelname,
             "modelversion": modelversion,
-        }
+        },
+        named_as="parameter",
     )
     return EventFilter(
         after=after,

@@ -187,11 +187,15 @@ class EventFilter:
     limit: int | None = None
 
 
-def refuse_empty_filters(given: Mapping[str, str | Sequence[str] | None]) -> None:
+def refuse_empty_filters(
+    given: Mapping[str, str | Sequence[str] | None], *, named_as: str = "argument"
+) -> None:
     """Raise ``BadRequest`` naming the filters of ``given`` (by the names the caller
     knows them by) that are there but empty: no stored event has an empty type, stream,
     source, correlation id or model (ingest refuses them), so such a filter would match
-    nothing (empty types: everything). Most likely a value went missing."""
+    nothing (empty types: everything). Most likely a value went missing. ``named_as`` is
+    the problem's member naming a filter over its count: GraphQL's ``argument``, or
+    ``parameter`` over HTTP."""
     empty = [
         name
         for name, value in given.items()
@@ -200,7 +204,7 @@ def refuse_empty_filters(given: Mapping[str, str | Sequence[str] | None]) -> Non
     ]
     if empty:
         raise BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
-    refuse_long_filters(given)
+    refuse_long_filters(given, named_as=named_as)
 
 
 # Values one filter may list: the statement holds one parameter per value, and building
@@ -208,15 +212,18 @@ def refuse_empty_filters(given: Mapping[str, str | Sequence[str] | None]) -> Non
 MAX_FILTER_VALUES = 100
 
 
-def refuse_long_filters(given: Mapping[str, str | Sequence[str] | None]) -> None:
-    """Raise ``BadRequest`` naming a filter of ``given`` that lists more than
-    ``MAX_FILTER_VALUES`` values."""
+def refuse_long_filters(
+    given: Mapping[str, str | Sequence[str] | None], *, named_as: str = "argument"
+) -> None:
+    """Raise ``BadRequest`` naming (in its member ``named_as``) a filter of ``given`` that
+    lists more than ``MAX_FILTER_VALUES`` values."""
     for name, value in given.items():
         if value is not None and not isinstance(value, str) and len(value) > MAX_FILTER_VALUES:
-            raise BadRequest(
-                f"{name} lists {len(value)} values, over the limit of {MAX_FILTER_VALUES}",
-                argument=name,
+            refused = BadRequest(
+                f"{name} lists {len(value)} values, over the limit of {MAX_FILTER_VALUES}"
             )
+            refused.extensions[named_as] = name
+            raise refused
 
 
 def normalise_numbers(value: Any) -> Any:

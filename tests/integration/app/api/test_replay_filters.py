@@ -66,6 +66,9 @@ async def test_a_type_named_many_times_is_one_type(client: httpx2.AsyncClient) -
     assert ids(response) == [sent[0]["id"]]
     distinct = await client.get("/replay", params={"types": [f"t{n}.v1" for n in range(101)]})
     assert distinct.status_code == 400, distinct.text  # the documented cap: 100 types
+    # Named as every other problem of /replay names what was wrong: its parameter (a
+    # GraphQL field's problem says "argument").
+    assert distinct.json().get("parameter") == "types", distinct.json()
 
 
 @pytest.mark.parametrize("types", ["\x1f", " ,\x1c"])
