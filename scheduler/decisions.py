@@ -319,10 +319,15 @@ def roll_back(
             # Its only version, in rollout: dropping it would leave the service serving
             # nothing, and the task requeued onto no model at all.
             raise Conflict(f"service {service!r} has no stable version to roll back to")
-        if deployment.candidate_version is not None and deployment.candidate_percent == 0:
-            # A paused canary serves nothing: the stable version ran the task, and a
-            # rollout under way has no rollback of it. Dropping the canary would spare
-            # the version that failed; the operator decides.
+        if (
+            deployment.candidate_version is not None
+            and deployment.candidate_percent == 0
+            and (ran_on is None or deployment.candidate_idle_since <= ran_on)
+        ):
+            # A canary paused since before the lease served nothing: the stable version
+            # ran the task, and a rollout under way has no rollback of it. Dropping the
+            # canary would spare the version that failed; the operator decides. (One
+            # paused after the lease took its share while the task ran: it is dropped.)
             raise Conflict(
                 f"service {service!r}'s candidate {deployment.candidate_version!r} takes no "
                 f"traffic: its stable version {deployment.stable_version!r} ran the task, "

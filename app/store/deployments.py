@@ -59,6 +59,10 @@ class DeploymentState:
     # for its own; an operator's is not one.
     rolled_back_at: int = 0
     rolled_back_by: str | None = None
+    # The stream version since which the candidate has taken 0 % of the traffic without
+    # a break (0: it takes some, or there is none; folded from the stream, as above): a
+    # task leased before it was paused may have run on it.
+    candidate_idle_since: int = 0
 
     @property
     def status(self) -> str:
@@ -93,9 +97,16 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             candidate_percent=data["percent"],
             stream_version=version,
             versions_changed_at=version,
+            candidate_idle_since=version if data["percent"] == 0 else 0,
         )
     if event_type == TRAFFIC_SHIFTED:
-        return replace(state, candidate_percent=data["percent"], stream_version=version)
+        idle = (state.candidate_idle_since or version) if data["percent"] == 0 else 0
+        return replace(
+            state,
+            candidate_percent=data["percent"],
+            stream_version=version,
+            candidate_idle_since=idle,
+        )
     if event_type == PROMOTED:
         earlier = state.previous_stable
         if state.stable_version is not None:
@@ -108,6 +119,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
             previous_stable=earlier,
             stream_version=version,
             versions_changed_at=version,
+            candidate_idle_since=0,
         )
     if event_type == ROLLED_BACK:
         if state.candidate_version is not None:
@@ -117,6 +129,7 @@ def fold(state: DeploymentState, event_type: str, data: dict[str, Any]) -> Deplo
                 candidate_percent=0,
                 stream_version=version,
                 versions_changed_at=version,
+                candidate_idle_since=0,
                 rolled_back_at=version,
                 rolled_back_by=data.get("actor"),
             )
