@@ -276,10 +276,18 @@ class TaskBook:
         pending, self._pending = self._pending, []
         keys = {(record.tenant, record.data["task_id"]) for record in pending}
         written = await task_rows.fetch_positions(conn, keys)
-        for record in pending:
-            at = written.get((record.tenant, record.data["task_id"]))
-            if at is not None and at >= record.position:
-                continue
+        lacking = [
+            record
+            for record in pending
+            if (at := written.get((record.tenant, record.data["task_id"]))) is None
+            or at < record.position
+        ]
+        # Their rows locked first, all at once in task id order, as the commands lock
+        # theirs: folded one by one in log order, the book held a row (written, or found
+        # written by the command that decided) while it waited for the next, which a
+        # batch failure held while it waited for the first (deadlock detected: a 503).
+        await task_rows.lock_tasks(conn, {(r.tenant, r.data["task_id"]) for r in lacking})
+        for record in lacking:
             try:
                 await _fold_into_row(conn, record)
             except Exception as exc:

@@ -18,7 +18,13 @@ from app.errors import AppError, BadRequest, Unavailable
 BAD_VALUE = (
     "a parameter holds a value PostgreSQL cannot take (a NUL character, or a number out of range)"
 )
-UNREACHABLE = "the database is unreachable or the statement timed out; nothing was written, retry"
+# Not "nothing was written": the appender commits a request's events in a transaction of
+# its own, so a request that failed after its append (a batch of task failures whose row
+# writes then deadlocked or timed out) had written them; every write is idempotent.
+UNREACHABLE = (
+    "the database is unreachable or the statement timed out; retry: part of the request "
+    "may have been written, and sending it again writes nothing twice"
+)
 PAST_LIMITS = (
     "a value is past what PostgreSQL can store or index (an attribute too long for an "
     "index entry, data nested too deep); nothing was written"

@@ -130,6 +130,17 @@ _FETCH_POSITIONS = DriverStatement.of(
         " ON t.tenant = k.tenant AND t.id = k.id"
     )
 )
+# Many tasks' rows locked in (tenant, id) order, the order the commands lock theirs in
+# (the sort runs below the lock): the task book, catching rows up, never waits for a row
+# while it holds one a command will ask for next.
+_LOCK_KEYS = DriverStatement.of(
+    text(
+        "SELECT t.id FROM tasks t"
+        " JOIN unnest(CAST(:tenants AS text[]), CAST(:ids AS text[])) AS k (tenant, id)"
+        " ON t.tenant = k.tenant AND t.id = k.id"
+        " ORDER BY t.tenant, t.id FOR UPDATE OF t"
+    )
+)
 _HELD_BY_REQUEST = DriverStatement.of(
     select(tasks)
     .where(_c.tenant == bindparam("tenant"), _HELD)
@@ -295,6 +306,14 @@ async def fetch_positions(
     tenants, ids = zip(*keys, strict=True)
     rows = await _FETCH_POSITIONS.rows(conn, tenants=list(tenants), ids=list(ids))
     return {(row[0], row[1]): int(row[2]) for row in rows}
+
+
+async def lock_tasks(conn: AsyncConnection, keys: Collection[tuple[str, str]]) -> None:
+    """Lock the rows of ``keys`` (tenant, task id) in (tenant, id) order, in one statement,
+    until the transaction ends; a key with no row is passed."""
+    if keys:
+        tenants, ids = zip(*keys, strict=True)
+        await _LOCK_KEYS.rows(conn, tenants=list(tenants), ids=list(ids))
 
 
 async def fetch_next_ready(

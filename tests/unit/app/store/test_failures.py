@@ -33,7 +33,7 @@ def test_a_database_that_did_not_answer_is_unavailable_with_retry_after(
     named = as_app_error(error)
     assert isinstance(named, Unavailable)
     assert (named.status, named.headers) == (503, {"Retry-After": "1"})
-    assert "nothing was written, retry" in named.detail
+    assert "retry: part of the request may have been written" in named.detail
 
 
 @pytest.mark.parametrize(
