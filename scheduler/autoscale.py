@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from app.db.engine import Connection
@@ -60,7 +60,11 @@ class PidController:
 
     def step(self, state: PidState, observed_s: float, dt_s: float, busy: float = 0.0) -> PidState:
         """The next state after ``dt_s`` seconds that observed ``observed_s`` of latency,
-        with ``busy`` workers busy at its end."""
+        with ``busy`` workers busy at its end. A state holding an infinite or NaN term (an
+        earlier release took targets so small that the error overflowed, and stored it)
+        starts over: stepped from it, every step was NaN and failed for good."""
+        if not (math.isfinite(state.integral) and math.isfinite(state.last_error)):
+            state = replace(state, integral=0.0, last_error=0.0)
         error = (observed_s - self.target_s) / self.target_s
         if abs(error) <= self.deadband:
             error = 0.0  # close enough: hold, rather than chase measurement noise

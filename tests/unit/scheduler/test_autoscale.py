@@ -114,3 +114,15 @@ class TestStep:
     def test_the_busy_floor_moves_no_faster_than_a_step(self) -> None:
         state = PidController(target_s=1.0, max_step=2).step(PidState(3), 0.0, 5.0, busy=20)
         assert state.recommended == 5
+
+
+@pytest.mark.parametrize("stored", [math.inf, -math.inf, math.nan])
+def test_a_state_an_overflowed_target_left_starts_over(stored: float) -> None:
+    """A target such as 1e-320 (taken before the setting was bounded) overflowed the error
+    to infinity, which was stored in the queue's row: stepped from it, every step was NaN
+    and failed, and the queue's advice never moved again."""
+    controller = PidController(target_s=1.0, min_workers=1, max_workers=10, max_step=2)
+    after = controller.step(PidState(10, integral=stored, last_error=stored), 0.0, 15.0)
+    assert math.isfinite(after.integral)
+    assert math.isfinite(after.last_error)
+    assert after.recommended == 8  # no latency: down by max_step, as from a clean state
