@@ -7,7 +7,7 @@ repeats or goes back (not to 0), or the session's packet 0 delivered again (QoS 
 at least once), is dropped and counted (``stats.stale``): the latter only while the
 session's sequence is below ``_REDELIVERY_PACKETS`` (a publisher resends at most its
 in-flight window); later, the same bytes are the same recording published again, a new
-stream. A restart of the stream, a sequence going back to 0 or (sensor clock)
+stream. A restart of the stream, a sequence going back to 0 or (either clock)
 ``jump_confirm_events`` consecutive events more than the pipeline's ``jump_us`` behind the
 newest one, finishes the old pipeline (its segments are emitted) and starts a new one with a
 new session key (``stats.restarts``), and a fresh EVT 3.0 decoder; fewer such events are
@@ -20,8 +20,9 @@ dropped and counted by the pipeline (``stats.out_of_geometry``). The segments' `
 is the topic with a range of sequence numbers.
 
 The live session's ``<recording>`` key (in every id, see ``evs_bridge.lineage``) is the UTC
-time of the session's first packet, ``YYYYmmddTHHMMSSZ`` (``.1``, ``.2``... appended when a
-restart falls in the same second): live data is never replayed, and the spool keeps the
+time of the session's first packet, ``YYYYmmddTHHMMSSZ`` (``.1``, ``.2``... appended to the
+previous session's key when a restart falls in the same second, or in an earlier one after
+the machine's clock stepped back): live data is never replayed, and the spool keeps the
 ids of events already made.
 """
 
@@ -215,12 +216,16 @@ class PacketStream:
         events = self._events(packet)
         chunk = (packet.sequence, packet.sequence + 1)
         newest = pipeline.stats.newest_us
-        if packet.clock is ClockDomain.SENSOR and newest is not None and len(events):
+        # Either clock: a unix clock steps back too (NTP, an operator), and its events
+        # would otherwise all be late, lumped into the last open segment until the clock
+        # caught up again.
+        if newest is not None and len(events):
             kept, restart_at = self._behind.split(events["t"], newest, pipeline.jump_us)
             if restart_at is not None:
                 pipeline.feed(EventChunk(events[:restart_at][kept], *chunk))
                 self._restart(
-                    f"sensor time went back from {newest} to {int(events['t'][restart_at])} µs"
+                    f"{packet.clock.value} time went back from {newest} to "
+                    f"{int(events['t'][restart_at])} µs"
                 )
                 pipeline = self._pipeline_for(packet)
                 if pipeline is None:
@@ -271,11 +276,15 @@ class PacketStream:
         return events
 
     def _new_session(self) -> str:
+        """The next session's key: never one this stream had before, even when the
+        machine's clock stepped back (that key's ids, with the sensor times from 0 again,
+        would be the earlier session's: refused as 409s, or taken as its duplicates)."""
         key = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         previous = self._session
-        if previous is not None and previous.split(".")[0] == key:
-            number = int(previous.split(".")[1]) + 1 if "." in previous else 1
-            key = f"{key}.{number}"
+        if previous is not None:
+            base, _, number = previous.partition(".")
+            if key <= base:  # the same second, or an earlier one: count on from it
+                key = f"{base}.{int(number or 0) + 1}"
         self._session = key
         return key
 

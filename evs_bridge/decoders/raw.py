@@ -5,7 +5,9 @@ height=..``, ``% geometry 1280x720``, ``% plugin_name ...``), usually closed by 
 format and geometry come from it; every header key is kept in the metadata. The body is read in
 pieces of about two bytes per wanted event (an EVT 3.0 event costs at most one 16-bit word, a
 vector word carries up to 12), fed to the stateful decoder, and each chunk's offsets are the
-absolute byte span of the file it was decoded from. Clock: sensor µs.
+absolute byte span of the file it was decoded from. Clock: sensor µs. A body that does not
+end on a word boundary (2 bytes for EVT 3.0, 4 for EVT 2.0) is a cut file, refused when it
+opens (``UnsupportedRaw``), before any of it is decoded.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class UnsupportedRaw(ValueError):
 
 
 _FORMATS = {"3.0": "evt3", "2.0": "evt2", "EVT3": "evt3", "EVT2": "evt2"}
+_WORD_BYTES = {"evt3": 2, "evt2": 4}
 
 
 _MAX_HEADER_LINE = 64 << 10  # real header lines are tens of bytes
@@ -80,6 +83,17 @@ def describe(header: dict[str, str], path: Path) -> RecordingInfo:
     )
 
 
+def _refuse_cut_word(path: Path, data_offset: int, word_bytes: int) -> None:
+    """``UnsupportedRaw`` when the data does not end on a word boundary: the file was cut
+    (a copy or a recording interrupted), and is refused before anything of it is sent."""
+    stray = (path.stat().st_size - data_offset) % word_bytes
+    if stray:
+        raise UnsupportedRaw(
+            f"{path}: truncated: the data ends mid-word ({stray} stray byte"
+            f"{'s' if stray > 1 else ''} after the last whole {8 * word_bytes}-bit word)"
+        )
+
+
 class RawRecording:
     """A Prophesee ``.raw`` file (EVT 3.0 or EVT 2.0)."""
 
@@ -89,6 +103,7 @@ class RawRecording:
         with path.open("rb") as stream:
             header, self.data_offset = read_header(stream)
         self._info = describe(header, path)
+        _refuse_cut_word(path, self.data_offset, _WORD_BYTES[self._info.format])
 
     @property
     def info(self) -> RecordingInfo:
