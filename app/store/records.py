@@ -194,8 +194,8 @@ def refuse_empty_filters(
     knows them by) that are there but empty: no stored event has an empty type, stream,
     source, correlation id or model (ingest refuses them), so such a filter would match
     nothing (empty types: everything). Most likely a value went missing. ``named_as`` is
-    the problem's member naming a filter over its count: GraphQL's ``argument``, or
-    ``parameter`` over HTTP."""
+    the problem's member naming the (first) filter at fault, empty or over its count:
+    GraphQL's ``argument``, or ``parameter`` over HTTP."""
     empty = [
         name
         for name, value in given.items()
@@ -203,7 +203,9 @@ def refuse_empty_filters(
         and (value == "" if isinstance(value, str) else not value or "" in value)
     ]
     if empty:
-        raise BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
+        refused = BadRequest(f"{', '.join(empty)} cannot be empty: leave a filter out to match any")
+        refused.extensions[named_as] = empty[0]  # the first, as every problem names one
+        raise refused
     refuse_long_filters(given, named_as=named_as)
 
 
