@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import delete, select, update
+from sqlalchemy import Delete, Table, delete, select, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -181,9 +181,14 @@ class ProjectionRunner:
         batch flushed as a step's is, so that a flush's failure is put at the batch's first
         event (a rebuild that failed blamed the head: an event it may never have read)."""
         async with self._engine.begin() as conn:
-            head = (await checkpoints.lock_checkpoint(conn, projection.name)).head
+            await checkpoints.lock_checkpoint(conn, projection.name)  # no step meanwhile
             for table in projection.tables:
-                await conn.execute(delete(table))
+                await conn.execute(_delete_in_key_order(table))
+            # The head once the rows are emptied: a decision appended before it, whose row
+            # the delete took (waiting for its writer to commit), is applied again. (Read
+            # before, the row was rebuilt without it, behind the log until the next step,
+            # and the sweeper's next decision on it was refused as a conflict.)
+            head = await checkpoints.read_head(conn)
             after = applied = 0
             more = True
             while more:
@@ -457,3 +462,16 @@ def _interest(projection: Projection, selection: Selection) -> frozenset[str] | 
     if selection.tenants:
         return projection.types
     return frozenset(selection.types)
+
+
+def _delete_in_key_order(table: Table) -> Delete:
+    """Every row of ``table`` deleted, locked first in the order of its primary key, the
+    order in which the commands that write a read model's rows lock them (the
+    scheduler's, task rows by tenant and id), in one statement (one snapshot: a row
+    written after it is not waited for). A plain DELETE locks rows in the order they lie
+    on disk, and deadlocked with a command that held one row and asked for the next."""
+    key = list(table.primary_key.columns)
+    if not key:
+        return delete(table)
+    locked = select(*key).order_by(*key).with_for_update().subquery()
+    return delete(table).where(tuple_(*key).in_(select(*locked.c)))
