@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from app.errors import AppError
+from app.errors import AppError, IdConflict, LeaseLost, VersionConflict
 from app.store import decision_reads as log
 from scheduler import decisions as d
+from scheduler import lagging
 from scheduler import tasks as t
 from scheduler.rows import tasks as rows
 
@@ -48,11 +49,12 @@ def sorted_ids(items: Sequence[Item]) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class Ready:
     """A task whose completion is decided: where it is among the items, the task as
-    locked, and the events to append (its results, then its completion)."""
+    locked, the events to append (its results, then its completion), and the item."""
 
     index: int
     state: t.TaskState
     events: list[NewEvent]
+    item: Item  # as the caller gave it: decided again on the log's state if need be
 
 
 @dataclass(slots=True)
@@ -82,25 +84,44 @@ class Completing:
             locked = await rows.fetch_tasks_locked(conn, tenant, sorted_ids(items))
         states, traces = locked
         batch = cls(len(items), traces)
-        for n, (task_id, lease_id, results) in enumerate(items):
-            try:
-                state = states[task_id]
-                if state is not None and state.state == "completed":
-                    last = await log.read_entry(conn, tenant, state.last_decision_id)
-                    first = d.completed_data(last)
-                    if first is not None and first.get("lease") == lease_id:
-                        again = await batch._again(append, tenant, state, first, results)
-                        batch.outcomes[n] = (state, again)
-                        continue
-                now = datetime.now(UTC)
-                state = d.holding(state, task_id, lease_id, now)
-                caused = d.caused_by_trigger(state, results, batch.traces)
-                batch.ready.append(
-                    Ready(n, state, [*caused, d.completion(state, lease_id, caused, at=now)])
-                )
-            except AppError as refused:
-                batch.outcomes[n] = refused
+        for n, item in enumerate(items):
+            ready = await batch._take(conn, append, tenant, n, item, states[item[0]])
+            if ready is not None:
+                batch.ready.append(ready)
         return batch
+
+    async def _take(
+        self,
+        conn: Connection,
+        append: Append,
+        tenant: str,
+        n: int,
+        item: Item,
+        row: t.TaskState | None,
+        *,
+        again: bool = False,
+    ) -> Ready | None:
+        """Item ``n`` ready to append, or None when it is answered already (a lease lost,
+        a completion sent again). A lease lost on a row that lags the log (``lagging``) is
+        decided again on the log's state, once."""
+        task_id, lease_id, results = item
+        try:
+            if row is not None and row.state == "completed":
+                last = await log.read_entry(conn, tenant, row.last_decision_id)
+                first = d.completed_data(last)
+                if first is not None and first.get("lease") == lease_id:
+                    self.outcomes[n] = (row, await self._again(append, tenant, row, first, results))
+                    return None
+            now = datetime.now(UTC)
+            state = d.holding(row, task_id, lease_id, now)
+            caused = d.caused_by_trigger(state, results, self.traces)
+            return Ready(n, state, [*caused, d.completion(state, lease_id, caused, at=now)], item)
+        except AppError as refused:
+            lagged = not again and isinstance(refused, LeaseLost)
+            if lagged and (logged := await lagging.caught_up(conn, tenant, row)) is not None:
+                return await self._take(conn, append, tenant, n, item, logged, again=True)
+            self.outcomes[n] = refused
+            return None
 
     async def _again(
         self,
@@ -150,13 +171,40 @@ class Completing:
             else:
                 await rows.write_tasks(conn, self.settle(appended))
                 return
-        for ready in self.ready:
-            try:
-                done, mine = await commit(tenant, ready.state, ready.events)
-                self.outcomes[ready.index] = (done, [a.position for a in mine[:-1]])
-            except AppError as refused:
+        ready, self.ready = self.ready, []
+        for one in ready:
+            await self._commit(conn, append, commit, tenant, one)
+
+    async def _commit(
+        self,
+        conn: Connection,
+        append: Append,
+        commit: Commit,
+        tenant: str,
+        ready: Ready,
+        *,
+        again: bool = False,
+    ) -> None:
+        """Append and write ``ready`` alone. Refused by the log because its row lags it
+        (a decision appended, its row not written: ``lagging``), it is decided again on
+        the log's state, once: a completion sent again is then answered as before."""
+        try:
+            done, mine = await commit(tenant, ready.state, ready.events)
+            self.outcomes[ready.index] = (done, [a.position for a in mine[:-1]])
+            return
+        except (VersionConflict, IdConflict) as refused:
+            logged = None if again else await lagging.caught_up(conn, tenant, ready.state)
+            if logged is None:
                 self.outcomes[ready.index] = refused
-        self.ready = []
+                return
+        except AppError as refused:
+            self.outcomes[ready.index] = refused
+            return
+        retaken = await self._take(
+            conn, append, tenant, ready.index, ready.item, logged, again=True
+        )
+        if retaken is not None:
+            await self._commit(conn, append, commit, tenant, retaken, again=True)
 
     def answers(self) -> list[Completed | AppError]:
         """Each item's outcome, in the order of the items."""

@@ -4,11 +4,13 @@ ready scan matches for a worker (``fit_of``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
+from app.db.engine import Connection
 from app.errors import Conflict
 from scheduler import decisions as d
+from scheduler import lagging
 from scheduler import tasks as t
 from scheduler.placement import OffPeak, WorkerProfile
 from scheduler.rows import tasks as rows
@@ -42,6 +44,22 @@ class Wanted:
                 leased=len(held),
             )
         return held
+
+    def held_by(self, now: datetime) -> rows.HeldBy:
+        """The request as the rows of what it holds name it, at ``now``."""
+        return rows.HeldBy(self.request or "", self.queue, self.profile.worker, now)
+
+
+async def fetch_held(conn: Connection, tenant: str, wanted: Wanted) -> list[t.TaskState]:
+    """The tasks ``wanted.request`` leased in its queue that its worker still holds
+    (unexpired), best first: as their rows show them, or, when the rows show none, as
+    the log does (a try that appended its leases and failed before it wrote their rows:
+    ``lagging``)."""
+    by = wanted.held_by(datetime.now(UTC))
+    held = await rows.fetch_held_by_request(
+        conn, tenant, by.queue, by.worker, by.request, now=by.now
+    )
+    return held or await lagging.held_in_log(conn, tenant, by)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,9 @@ commands and the sweeper append through the group-commit ``Appender`` (concurren
 share its transaction and fsync, each holding its row lock until it wrote the row); the
 dispatcher appends in its own transaction. A row is never written back to an older
 decision (the upsert compares positions), and ``TaskBook`` follows the log too, so if a
-process dies between an append and its row write, the row catches up; a command that
+process dies between an append and its row write, the row catches up; a lease that
 meets such a row meanwhile gets a version conflict on the task's stream, never a second
-lease.
+lease, and a failure or completion refused on it is decided on the log (``lagging``).
 
 Locks are taken in one order, task rows before the log head, so commands never deadlock;
 the dispatcher (holding the log head to supersede a pending task) takes task rows with
@@ -24,16 +24,16 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
-from app.errors import AppError, IdConflict, VersionConflict
+from app.errors import AppError, IdConflict, LeaseLost, VersionConflict
 from app.store import decision_reads as log
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
 from app.store.reads import EventReader
-from scheduler import dead_lettering, debouncing
+from scheduler import dead_lettering, debouncing, lagging
 from scheduler import decisions as d
 from scheduler import tasks as t
 from scheduler.completing import Completed, Completing, Item, sorted_ids
-from scheduler.lease_requests import Lease, Wanted, fit_of
+from scheduler.lease_requests import Lease, Wanted, fetch_held, fit_of
 from scheduler.rows import tasks as rows
 from scheduler.rows import wakeups
 from scheduler.traces import completion_spans, end_all
@@ -124,12 +124,9 @@ class TaskQueue:
 
     async def _held_by(self, tenant: str, wanted: Wanted) -> list[Lease]:
         """The leases ``wanted.request`` made in its queue that its worker still holds
-        (unexpired), with their triggers, best first; empty when none."""
-        held = await rows.fetch_held_by_request(
-            self._conn, tenant, wanted.queue, wanted.profile.worker, wanted.request or "",
-            now=datetime.now(UTC),
-        )  # fmt: skip
-        return await self._leases_held(tenant, held)
+        (unexpired), with their triggers, best first; empty when none. Those its rows
+        lack (written by a try that failed after its append) are found in the log."""
+        return await self._leases_held(tenant, await fetch_held(self._conn, tenant, wanted))
 
     async def _leases_held(self, tenant: str, held: list[t.TaskState]) -> list[Lease]:
         """The leases of ``held`` (leased tasks), with their triggers."""
@@ -252,13 +249,12 @@ class TaskQueue:
         if wanted.request is None:
             locked = await rows.fetch_tasks_locked(self._conn, tenant, ids)
         else:
-            held_by = rows.HeldBy(
-                wanted.request, wanted.queue, wanted.profile.worker, datetime.now(UTC)
-            )
+            held_by = wanted.held_by(datetime.now(UTC))
             found_rows, traces, held = await rows.fetch_tasks_locked_or_held(
                 self._conn, tenant, ids, held_by
             )
             locked = (found_rows, traces)
+            held = held or await lagging.held_in_log(self._conn, tenant, held_by)
             if held:  # sent again: its completions answered as before, its leases given back
                 return await self._leases_held(
                     tenant, wanted.holding(held)
@@ -305,8 +301,26 @@ class TaskQueue:
     ) -> t.TaskState:
         """Retry or dead-letter the task leased under ``lease_id``; a report sent again
         (its answer lost) is answered with the task as it is now, while its last failure
-        (a decision with a ``class``) is that report: the same lease, class and message."""
-        state = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+        (a decision with a ``class``) is that report: the same lease, class and message.
+        So is one sent again after a 503 that came after its decision was appended, its
+        row lagging the log (``lagging``): refused on the row, it is decided on the log."""
+        row = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+        try:
+            return await self._fail(tenant, row, task_id, lease_id, error_class, message)
+        except (LeaseLost, VersionConflict, IdConflict):
+            if (logged := await lagging.caught_up(self._conn, tenant, row)) is None:
+                raise
+            return await self._fail(tenant, logged, task_id, lease_id, error_class, message)
+
+    async def _fail(
+        self,
+        tenant: str,
+        state: t.TaskState | None,
+        task_id: str,
+        lease_id: str,
+        error_class: str,
+        message: str,
+    ) -> t.TaskState:
         if state is not None and not (state.state == "leased" and state.lease_id == lease_id):
             ended = (t.RETRIED, t.DEAD_LETTERED, t.SUPERSEDED)
             last = await log.read_last(

@@ -37,7 +37,7 @@ from app.db.tables import events, tasks
 from app.store import trace_contexts
 from app.store.reads import structured_json
 from app.telemetry.tracing import TraceContext
-from scheduler.tasks import FIELDS, TaskState
+from scheduler.tasks import FIELDS, TASKS_PROJECTION, TaskState
 
 TABLES = (tasks,)  # what TaskBook projects to; a rebuild empties it
 _c = tasks.c
@@ -376,6 +376,35 @@ def _request_lock(tenant: str, queue: str, worker: str, request: str) -> tuple[i
     (otherwise it leased others, and the first's, answered to no one, waited out their
     leases and lost an attempt)."""
     return _LEASE_REQUESTS, "\x1f".join((tenant, queue, worker, request))
+
+
+# The tasks a lease request leased whose rows lack that lease (``scheduler.lagging``):
+# among the leases the task book has not read yet (a row lacks only those), the last
+# 10,000 at most (by ix_events_tenant_type_position), so a stopped book costs a bounded
+# read; a request is sent again within seconds, well inside them.
+_LEASED_UNWRITTEN = DriverStatement.of(
+    text(
+        "SELECT DISTINCT e.data ->> 'task_id' FROM ("
+        " SELECT e.tenant, e.position, e.data FROM events e"
+        " WHERE e.tenant = :tenant AND e.type = 'causeway.task.leased' AND e.position > coalesce("
+        "  (SELECT c.position FROM projection_checkpoints c WHERE c.name = :book), 0)"
+        " ORDER BY e.position DESC LIMIT 10000) AS e"
+        " WHERE e.data ->> 'request' = :request AND e.data ->> 'worker' = :worker"
+        " AND e.data ->> 'queue' = :queue AND NOT EXISTS ("
+        "  SELECT 1 FROM tasks t WHERE t.tenant = e.tenant"
+        "  AND t.id = e.data ->> 'task_id' AND t.position >= e.position)"
+    )
+)
+
+
+async def fetch_leased_unwritten(conn: AsyncConnection, tenant: str, held_by: HeldBy) -> set[str]:
+    """The tasks lease request ``held_by`` leased (in the log) whose rows lack that lease:
+    its first try appended the leases and failed before it wrote them."""
+    found = await _LEASED_UNWRITTEN.rows(
+        conn, tenant=tenant, book=TASKS_PROJECTION, request=held_by.request,
+        worker=held_by.worker, queue=held_by.queue,
+    )  # fmt: skip
+    return {row[0] for row in found}
 
 
 async def fetch_expired_leases(
