@@ -17,9 +17,12 @@ first try's leases, in the log only, are found by ``held_in_log``."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from typing import TypeVar
 
 from app.db.engine import Connection
+from app.errors import IdConflict, LeaseLost, VersionConflict
 from scheduler import debouncing
 from scheduler import tasks as t
 from scheduler.rows import tasks as rows
@@ -36,6 +39,26 @@ async def caught_up(conn: Connection, tenant: str, row: t.TaskState | None) -> t
         return None
     await rows.write_task(conn, logged)
     return logged
+
+
+T = TypeVar("T")
+
+
+async def deciding(
+    conn: Connection,
+    tenant: str,
+    row: t.TaskState | None,
+    decide: Callable[[t.TaskState | None], Awaitable[T]],
+) -> T:
+    """``decide`` on ``row`` (locked by this transaction); refused (the lease lost, or the
+    log's stream version or decision id taken) on a row that lags the log, ``decide``
+    once more on the task as the log has it (``caught_up``)."""
+    try:
+        return await decide(row)
+    except (LeaseLost, VersionConflict, IdConflict):
+        if (logged := await caught_up(conn, tenant, row)) is None:
+            raise
+        return await decide(logged)
 
 
 async def held_in_log(conn: Connection, tenant: str, held_by: rows.HeldBy) -> list[t.TaskState]:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.db.engine import Connection
-from app.errors import AppError, IdConflict, LeaseLost, VersionConflict
+from app.errors import AppError, IdConflict, VersionConflict
 from app.store import decision_reads as log
 from app.store.deployment_reads import DeploymentReader
 from app.store.log import EventLog
@@ -185,23 +185,24 @@ class TaskQueue:
     ) -> t.TaskState:
         """Extend the lease to ``lease_s`` from now (by default, as long as it was last
         granted for, else ``default_lease_s``), ``max_lease_s`` at most; never to end
-        sooner than it does already, so a heartbeat cannot hand a running task back."""
+        sooner than it does already, so a heartbeat cannot hand a running task back. Sent
+        again after a 503 that came after its append, it is decided on the log (``lagging``)."""
+
+        async def extended(found: t.TaskState | None) -> t.TaskState:
+            now = datetime.now(UTC)
+            state = d.holding(found, task_id, lease_id, now)
+            granted = lease_s
+            if granted is None:
+                last_grant = await log.read_last(
+                    self._conn, tenant, state.stream, types=(t.LEASED, t.LEASE_EXTENDED)
+                )
+                granted = d.granted_s(last_grant) or default_lease_s
+            expires = d.extended_expiry(state, lease_s=granted, max_lease_s=max_lease_s, now=now)
+            data = {"lease": lease_id, "expires_at": expires.isoformat()}
+            return await self._decide(tenant, state, t.LEASE_EXTENDED, data, at=now)
+
         found = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
-        now = datetime.now(UTC)
-        state = d.holding(found, task_id, lease_id, now)
-        if lease_s is None:
-            last_grant = await log.read_last(
-                self._conn, tenant, state.stream, types=(t.LEASED, t.LEASE_EXTENDED)
-            )
-            lease_s = d.granted_s(last_grant) or default_lease_s
-        expires = d.extended_expiry(state, lease_s=lease_s, max_lease_s=max_lease_s, now=now)
-        return await self._decide(
-            tenant,
-            state,
-            t.LEASE_EXTENDED,
-            {"lease": lease_id, "expires_at": expires.isoformat()},
-            at=now,
-        )
+        return await lagging.deciding(self._conn, tenant, found, extended)
 
     async def complete(
         self, tenant: str, task_id: str, lease_id: str, results: Sequence[NewEvent]
@@ -304,13 +305,12 @@ class TaskQueue:
         (a decision with a ``class``) is that report: the same lease, class and message.
         So is one sent again after a 503 that came after its decision was appended, its
         row lagging the log (``lagging``): refused on the row, it is decided on the log."""
-        row = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
-        try:
+
+        async def failed(row: t.TaskState | None) -> t.TaskState:
             return await self._fail(tenant, row, task_id, lease_id, error_class, message)
-        except (LeaseLost, VersionConflict, IdConflict):
-            if (logged := await lagging.caught_up(self._conn, tenant, row)) is None:
-                raise
-            return await self._fail(tenant, logged, task_id, lease_id, error_class, message)
+
+        row = await rows.fetch_task(self._conn, tenant, task_id, lock=True)
+        return await lagging.deciding(self._conn, tenant, row, failed)
 
     async def _fail(
         self,

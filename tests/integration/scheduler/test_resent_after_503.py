@@ -174,3 +174,19 @@ async def test_a_completing_lease_request_sent_again_after_a_503_answers_as_befo
     mine = {(d["task_id"], d["lease"]) for d in leased if d.get("request") == "RC"}
     assert {(t["task"]["id"], t["lease"]) for t in again.json()["tasks"]} == mine
     assert len(mine) == 2
+
+
+async def test_a_heartbeat_sent_again_after_a_503_extends_the_lease(
+    worker: Client, fail_once: FailOnce
+) -> None:
+    """Its row still showed the lease as it was: deciding again took the id of the
+    extension in the log with other content, a 409 id-conflict for a lease still held."""
+    [one, _] = await lease(worker)
+    fail_once("write_task")
+    again = await post_twice(
+        worker, f"/tasks/{one['task']['id']}/heartbeat", {"lease": one["lease"], "lease_s": 60}
+    )
+    assert again.status_code == 200, again.text
+    assert again.json()["state"] == "leased", again.json()
+    assert again.json()["lease_expires_at"] > one["task"]["lease_expires_at"]
+    assert len(await decisions(worker, "lease_extended")) == 2  # each heartbeat its own
