@@ -26,9 +26,9 @@ from tests.integration.conftest import MakeKey, asgi_client, catch_up
 from tests.integration.events import BATCH, JSON, dumps, event
 from tests.integration.scheduler.conftest import define
 
-# Long enough to pass every path a few hundred times; the deadlock it was written for
+# Long enough to pass every path a hundred times or more; the deadlock it was written for
 # showed in 2 of 8 rounds of 12 s (the test below forces that interleaving every time).
-ROUND_S = 4.0
+ROUND_S = 2.5
 
 
 @pytest.fixture
@@ -176,7 +176,7 @@ async def test_overlapping_batch_failures_and_completions_never_deadlock(
         await catch_up(app)
 
     bad = [s for s in statuses if s[1] not in (200, 204)]
-    assert len(statuses) > 200  # they really ran
+    assert len(statuses) > 100  # they really ran
     deadlocks = [r.getMessage() for r in caplog.records if "deadlock" in r.getMessage()]
     twice, disagree = await _decided_twice(app), await _rows_agree_with_the_log(app)
     assert not bad, bad[:5]

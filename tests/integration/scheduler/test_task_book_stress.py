@@ -31,7 +31,7 @@ from tests.integration.scheduler.test_batch_races import (
     _rows_agree_with_the_log,
 )
 
-ROUND_S = 6.0
+ROUND_S = 3.0
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ async def test_dispatch_leases_failures_and_the_task_book_together(
 
     bad = [s for s in statuses if s[1] not in (200, 201, 204)]
     # They really ran.
-    assert len(statuses) > 200
+    assert len(statuses) > 100
     deadlocks = [r.getMessage() for r in caplog.records if "deadlock" in r.getMessage()]
     twice, disagree = await _decided_twice(app), await _rows_agree_with_the_log(app)
     assert not bad, bad[:5]
