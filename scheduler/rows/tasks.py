@@ -380,15 +380,17 @@ def _request_lock(tenant: str, queue: str, worker: str, request: str) -> tuple[i
 
 # The tasks a lease request leased whose rows lack that lease (``scheduler.lagging``):
 # among the leases the task book has not read yet (a row lacks only those), the last
-# 10,000 at most (by ix_events_tenant_type_position), so a stopped book costs a bounded
-# read; a request is sent again within seconds, well inside them.
+# 10,000 at most (by ix_events_tenant_type_position, whose order the ORDER BY names whole:
+# ordered by position alone, the planner walked events_pkey backwards past every other
+# event since the checkpoint, 60-480 ms a request with the book 300,000 events behind),
+# so a stopped book costs a bounded read; a request is sent again within seconds.
 _LEASED_UNWRITTEN = DriverStatement.of(
     text(
         "SELECT DISTINCT e.data ->> 'task_id' FROM ("
         " SELECT e.tenant, e.position, e.data FROM events e"
         " WHERE e.tenant = :tenant AND e.type = 'causeway.task.leased' AND e.position > coalesce("
         "  (SELECT c.position FROM projection_checkpoints c WHERE c.name = :book), 0)"
-        " ORDER BY e.position DESC LIMIT 10000) AS e"
+        " ORDER BY e.tenant DESC, e.type DESC, e.position DESC LIMIT 10000) AS e"
         " WHERE e.data ->> 'request' = :request AND e.data ->> 'worker' = :worker"
         " AND e.data ->> 'queue' = :queue AND NOT EXISTS ("
         "  SELECT 1 FROM tasks t WHERE t.tenant = e.tenant"
